@@ -1,0 +1,25 @@
+"""drivetrain: the LLM agent loop, done properly.
+
+The model only expresses intent (a tool_use block); the harness executes it,
+feeds back a faithful tool_result, and asks again until the model ends its turn.
+"""
+
+from drivetrain.errors import ConfigError, HarnessError, ModelError
+from drivetrain.loop import (
+    Agent, CallModel, Done, Event, Finished, ModelResponded, Recover, ResultsSent, Run, RunResult, RunTools,
+    State, ToolCalled, ToolFinished,
+)
+from drivetrain.messages import (
+    Message, RawBlock, RedactedThinkingBlock, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock, Usage,
+    lint, repair,
+)
+from drivetrain.models.base import Model, ModelRequest, ModelResponse
+from drivetrain.tools.base import Tool, ToolContext, ToolError, ToolResult, tool
+
+__all__ = [
+    "Agent", "CallModel", "ConfigError", "Done", "Event", "Finished", "HarnessError", "Message", "Model",
+    "ModelError", "ModelRequest", "ModelResponded", "ModelResponse", "RawBlock", "Recover", "RedactedThinkingBlock",
+    "ResultsSent", "Run", "RunResult", "RunTools", "State", "TextBlock", "ThinkingBlock", "Tool", "ToolCalled",
+    "ToolContext", "ToolError", "ToolFinished", "ToolResult", "ToolResultBlock", "ToolUseBlock", "Usage", "lint",
+    "repair", "tool",
+]

@@ -1,0 +1,164 @@
+"""``drivetrain``: the command line. ``-p`` runs one task non-interactively, as ``claude -p`` does."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import select
+import sys
+from pathlib import Path
+
+from drivetrain.errors import HarnessError
+from drivetrain.loop import Agent, Finished, ModelResponded, ResultsSent, Run, ToolCalled, ToolFinished
+from drivetrain.models.resolve import PROVIDERS, resolve_model
+from drivetrain.prompts import default_system_prompt
+from drivetrain.tools import builtin_tools
+
+PERMISSION_MODES = ("default", "acceptEdits", "plan", "bypassPermissions")
+OUTPUT_FORMATS = ("text", "json", "stream-json")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="drivetrain", description="A coding agent: the LLM agent loop, done properly.")
+    p.add_argument("prompt", nargs="?", help="the task (stdin is appended when piped)")
+    p.add_argument("-p", "--print", dest="print_mode", action="store_true",
+                   help="run the task non-interactively and print the result")
+    p.add_argument("--output-format", choices=OUTPUT_FORMATS, default="text")
+    p.add_argument("--max-turns", type=int, default=None, help="cap on model requests")
+    p.add_argument("--model", default=None)
+    p.add_argument("--provider", choices=PROVIDERS, default=None,
+                   help="default: anthropic if ANTHROPIC_* is set, openai if OPENAI_* is set, else local")
+    p.add_argument("--permission-mode", choices=PERMISSION_MODES, default="default")
+    p.add_argument("--system-prompt", default=None, help="replace the default system prompt")
+    p.add_argument("--append-system-prompt", default=None, help="add to the system prompt")
+    p.add_argument("--verbose", action="store_true", help="print the turn log on stderr")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["serve"]:
+        from drivetrain.cli.serve import main as serve_main
+        return serve_main(argv[1:])
+    args = build_parser().parse_args(argv)
+    prompt = _read_prompt(args)
+    if not args.print_mode:
+        print("drivetrain: interactive mode is not built yet; run a task with -p \"PROMPT\".", file=sys.stderr)
+        return 2
+    if not prompt:
+        print("drivetrain: -p needs a prompt (as an argument or on stdin).", file=sys.stderr)
+        return 2
+    try:
+        return asyncio.run(_print_mode(args, prompt))
+    except KeyboardInterrupt:
+        print("drivetrain: interrupted.", file=sys.stderr)
+        return 130
+
+
+def _read_prompt(args: argparse.Namespace) -> str:
+    prompt = args.prompt or ""
+    if sys.stdin is None or sys.stdin.isatty():
+        return prompt.strip()
+    # With a prompt given, read stdin only if something is there: an open pipe nobody writes to must not hang.
+    if not prompt or select.select([sys.stdin], [], [], 0.5)[0]:
+        piped = sys.stdin.read()
+        if piped.strip():
+            prompt = f"{prompt}\n\n{piped}" if prompt else piped
+    return prompt.strip()
+
+
+def _system_prompt(args: argparse.Namespace, cwd: Path) -> str:
+    system = args.system_prompt if args.system_prompt is not None else default_system_prompt(cwd)
+    if args.append_system_prompt:
+        system = f"{system}\n\n{args.append_system_prompt}"
+    return system
+
+
+async def _print_mode(args: argparse.Namespace, prompt: str) -> int:
+    cwd = Path.cwd()
+    try:
+        model = resolve_model(args.provider, args.model)
+    except HarnessError as e:
+        return _fail(args, str(e))
+    agent = Agent(model=model, tools=builtin_tools(), system=_system_prompt(args, cwd),
+                  max_turns=args.max_turns, cwd=cwd)
+    run = agent.start(prompt)
+    out = Output(args, run)
+    out.init()
+    async for event in run:
+        out.event(event)
+    result = run.result
+    return 1 if result.is_error else 0
+
+
+def _fail(args: argparse.Namespace, message: str) -> int:
+    if args.output_format == "text":
+        print(f"drivetrain: {message}", file=sys.stderr)
+    else:
+        print(json.dumps({"type": "result", "subtype": "error_during_execution", "is_error": True,
+                          "result": message, "num_turns": 0}))
+    return 1
+
+
+class Output:
+    """Writes a run's events in the chosen format on stdout, and the turn log on stderr."""
+
+    def __init__(self, args: argparse.Namespace, run: Run):
+        self.format = args.output_format
+        self.verbose = args.verbose
+        self.args = args
+        self.run = run
+
+    def _emit(self, obj: dict) -> None:
+        sys.stdout.write(json.dumps(obj) + "\n")
+        sys.stdout.flush()
+
+    def _log(self, line: str) -> None:
+        if self.verbose:
+            print(line, file=sys.stderr, flush=True)
+
+    def init(self) -> None:
+        agent = self.run.agent
+        self._log(f"drivetrain: model {agent.model.name}, cwd {agent.cwd}")
+        if self.format == "stream-json":
+            self._emit({"type": "system", "subtype": "init", "session_id": self.run.session_id,
+                        "model": agent.model.name, "cwd": str(agent.cwd), "tools": [t.name for t in agent.tools],
+                        "permissionMode": self.args.permission_mode})
+
+    def event(self, event) -> None:
+        sid = self.run.session_id
+        match event:
+            case ModelResponded(turn=turn, response=r):
+                self._log(f"[turn {turn}] stop_reason={r.stop_reason}")
+                if self.format == "stream-json":
+                    self._emit({"type": "assistant", "message": {
+                        "id": r.id, "type": "message", "role": "assistant", "model": r.model,
+                        "content": [b.to_wire() for b in r.content], "stop_reason": r.stop_reason,
+                        "usage": r.usage.to_wire()}, "session_id": sid})
+            case ToolCalled(call=c):
+                self._log(f"  → {c.name} {json.dumps(c.input, ensure_ascii=False)[:200]}")
+            case ToolFinished(result=res):
+                mark = "✗" if res.is_error else "←"
+                self._log(f"  {mark} {res.text[:100]!r}")
+            case ResultsSent(message=m):
+                if self.format == "stream-json":
+                    self._emit({"type": "user", "message": m.to_wire(), "session_id": sid})
+            case Finished(result=res):
+                self._finish(res)
+
+    def _finish(self, res) -> None:
+        self._log("trajectory: " + " → ".join(res.trajectory))
+        if res.note:
+            print(f"drivetrain: {res.note}", file=sys.stderr)
+        if self.format == "text":
+            if res.subtype == "error_during_execution":
+                print(f"drivetrain: {res.result}", file=sys.stderr)
+            elif res.result:
+                print(res.result)
+        else:
+            self._emit(res.to_json())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

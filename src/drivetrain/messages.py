@@ -1,0 +1,266 @@
+"""Content blocks in the Anthropic Messages wire format, and the history linter.
+
+The Anthropic shape is drivetrain's canonical in-memory format. Blocks the
+harness does not interpret (server tool use and its results, images, documents,
+anything new) are kept as ``RawBlock`` and sent back byte-for-byte as received.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Literal, Union
+
+log = logging.getLogger("drivetrain.messages")
+
+
+@dataclass(frozen=True)
+class TextBlock:
+    text: str
+    citations: list[dict] | None = None
+    type: Literal["text"] = "text"
+
+    def to_wire(self) -> dict:
+        out: dict[str, Any] = {"type": "text", "text": self.text}
+        if self.citations:
+            out["citations"] = self.citations
+        return out
+
+
+@dataclass(frozen=True)
+class ToolUseBlock:
+    id: str
+    name: str
+    input: dict
+    type: Literal["tool_use"] = "tool_use"
+
+    def to_wire(self) -> dict:
+        return {"type": "tool_use", "id": self.id, "name": self.name, "input": self.input}
+
+
+@dataclass(frozen=True)
+class ToolResultBlock:
+    tool_use_id: str
+    content: str | list[dict]
+    is_error: bool = False
+    type: Literal["tool_result"] = "tool_result"
+
+    def to_wire(self) -> dict:
+        out: dict[str, Any] = {"type": "tool_result", "tool_use_id": self.tool_use_id, "content": self.content}
+        if self.is_error:
+            out["is_error"] = True
+        return out
+
+    @property
+    def text(self) -> str:
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(b.get("text", "") for b in self.content if b.get("type") == "text")
+
+
+@dataclass(frozen=True)
+class ThinkingBlock:
+    thinking: str
+    signature: str
+    type: Literal["thinking"] = "thinking"
+
+    def to_wire(self) -> dict:
+        return {"type": "thinking", "thinking": self.thinking, "signature": self.signature}
+
+
+@dataclass(frozen=True)
+class RedactedThinkingBlock:
+    data: str
+    type: Literal["redacted_thinking"] = "redacted_thinking"
+
+    def to_wire(self) -> dict:
+        return {"type": "redacted_thinking", "data": self.data}
+
+
+@dataclass(frozen=True)
+class RawBlock:
+    """Any block drivetrain does not interpret (server_tool_use, *_tool_result, image, …), kept verbatim."""
+
+    data: dict
+
+    @property
+    def type(self) -> str:
+        return self.data.get("type", "")
+
+    def to_wire(self) -> dict:
+        return self.data
+
+
+Block = Union[TextBlock, ToolUseBlock, ToolResultBlock, ThinkingBlock, RedactedThinkingBlock, RawBlock]
+
+_PARSERS = {
+    "text": lambda d: TextBlock(text=d["text"], citations=d.get("citations") or None),
+    "tool_use": lambda d: ToolUseBlock(id=d["id"], name=d["name"], input=dict(d.get("input") or {})),
+    "tool_result": lambda d: ToolResultBlock(
+        tool_use_id=d["tool_use_id"], content=d.get("content", ""), is_error=bool(d.get("is_error", False))
+    ),
+    "thinking": lambda d: ThinkingBlock(thinking=d["thinking"], signature=d.get("signature", "")),
+    "redacted_thinking": lambda d: RedactedThinkingBlock(data=d["data"]),
+}
+
+
+def block_from_wire(data: dict) -> Block:
+    parse = _PARSERS.get(data.get("type", ""))
+    return parse(data) if parse else RawBlock(dict(data))
+
+
+@dataclass(frozen=True)
+class Message:
+    role: Literal["user", "assistant"]
+    content: tuple[Block, ...]
+
+    @classmethod
+    def user(cls, *content: Block | str) -> Message:
+        return cls("user", tuple(TextBlock(c) if isinstance(c, str) else c for c in content))
+
+    @classmethod
+    def assistant(cls, *content: Block | str) -> Message:
+        return cls("assistant", tuple(TextBlock(c) if isinstance(c, str) else c for c in content))
+
+    @classmethod
+    def from_wire(cls, data: dict) -> Message:
+        content = data["content"]
+        if isinstance(content, str):
+            return cls(data["role"], (TextBlock(content),))
+        return cls(data["role"], tuple(block_from_wire(b) for b in content))
+
+    def to_wire(self) -> dict:
+        return {"role": self.role, "content": [b.to_wire() for b in self.content]}
+
+    @property
+    def tool_uses(self) -> list[ToolUseBlock]:
+        return [b for b in self.content if isinstance(b, ToolUseBlock)]
+
+    @property
+    def text(self) -> str:
+        return "".join(b.text for b in self.content if isinstance(b, TextBlock))
+
+
+@dataclass
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+    cache_read_input_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.cache_creation_input_tokens + other.cache_creation_input_tokens,
+            self.cache_read_input_tokens + other.cache_read_input_tokens,
+        )
+
+    def to_wire(self) -> dict:
+        return dict(self.__dict__)
+
+
+# --------------------------------------------------------------------- linter
+
+
+class HistoryError(Exception):
+    """The history breaks the tool_use / tool_result rules. Always a harness bug."""
+
+
+@dataclass
+class LintReport:
+    problems: list[str] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.problems)
+
+
+def lint(history: list[Message]) -> LintReport:
+    """Every rule the Messages API enforces on tool use, checked before a request is sent."""
+    report = LintReport()
+    seen_ids: set[str] = set()
+    for i, msg in enumerate(history):
+        for b in msg.content:
+            if isinstance(b, TextBlock) and not b.text:
+                report.problems.append(f"message {i}: empty text block")
+        if msg.role == "assistant":
+            for use in msg.tool_uses:
+                if use.id in seen_ids:
+                    report.problems.append(f"message {i}: duplicate tool_use id {use.id}")
+                seen_ids.add(use.id)
+            _check_answers(history, i, report)
+        else:
+            _check_results(history, i, report)
+    return report
+
+
+def _check_answers(history: list[Message], i: int, report: LintReport) -> None:
+    uses = history[i].tool_uses
+    if not uses:
+        return
+    nxt = history[i + 1] if i + 1 < len(history) else None
+    if nxt is None:
+        report.problems.append(f"message {i}: tool_use ids {[u.id for u in uses]} have no tool_result message")
+        return
+    answered = [b.tool_use_id for b in nxt.content if isinstance(b, ToolResultBlock)]
+    for use in uses:
+        n = answered.count(use.id)
+        if n != 1:
+            report.problems.append(f"message {i}: tool_use {use.id} answered {n} times in message {i + 1}")
+
+
+def _check_results(history: list[Message], i: int, report: LintReport) -> None:
+    msg = history[i]
+    prev = history[i - 1] if i > 0 else None
+    offered = {u.id for u in prev.tool_uses} if prev is not None and prev.role == "assistant" else set()
+    results_done = False
+    for b in msg.content:
+        if isinstance(b, ToolResultBlock):
+            if results_done:
+                report.problems.append(f"message {i}: tool_result {b.tool_use_id} after other content")
+            if b.tool_use_id not in offered:
+                report.problems.append(f"message {i}: stray tool_result {b.tool_use_id}")
+        else:
+            results_done = True
+
+
+TRUNCATED_PLACEHOLDER = "This tool call was never run: the harness lost its result."
+
+
+def repair(history: list[Message]) -> list[Message]:
+    """Return a history the API will accept: strays dropped, missing results filled with is_error."""
+    out: list[Message] = []
+    seen_ids: set[str] = set()
+    for i, msg in enumerate(history):
+        blocks = [b for b in msg.content if not (isinstance(b, TextBlock) and not b.text)]
+        if msg.role == "assistant":
+            blocks = [b for b in blocks if not (isinstance(b, ToolUseBlock) and b.id in seen_ids)]
+            seen_ids.update(b.id for b in blocks if isinstance(b, ToolUseBlock))
+        else:
+            prev = out[-1] if out and out[-1].role == "assistant" else None
+            offered = [u.id for u in prev.tool_uses] if prev else []
+            results: dict[str, ToolResultBlock] = {}
+            for b in blocks:
+                if isinstance(b, ToolResultBlock) and b.tool_use_id in offered and b.tool_use_id not in results:
+                    results[b.tool_use_id] = b
+            others = [b for b in blocks if not isinstance(b, ToolResultBlock)]
+            filled = [results.get(uid) or ToolResultBlock(uid, TRUNCATED_PLACEHOLDER, is_error=True) for uid in offered]
+            blocks = filled + others
+        if not blocks:
+            blocks = [TextBlock("(empty)")]
+        out.append(Message(msg.role, tuple(blocks)))
+        # an assistant tool_use with no following user message: answer it
+        if msg.role == "assistant" and out[-1].tool_uses and (i + 1 == len(history) or history[i + 1].role != "user"):
+            out.append(Message("user", tuple(ToolResultBlock(u.id, TRUNCATED_PLACEHOLDER, True) for u in out[-1].tool_uses)))
+    return out
+
+
+def ensure_valid(history: list[Message], *, strict: bool) -> list[Message]:
+    """Lint before sending. Strict (tests): raise. Otherwise repair and log loudly."""
+    report = lint(history)
+    if not report:
+        return history
+    if strict:
+        raise HistoryError("; ".join(report.problems))
+    log.error("history repaired before sending (harness bug): %s", "; ".join(report.problems))
+    return repair(history)

@@ -1,0 +1,45 @@
+"""The Model seam: one async method from a request to an assistant message.
+
+Every provider (Anthropic, OpenAI-compatible, local llama.cpp, the scripted test
+server) sits behind this, so the loop cannot tell them apart.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Protocol, runtime_checkable
+
+from drivetrain.messages import Block, Message, Usage
+
+StopReason = str  # "end_turn" | "tool_use" | "max_tokens" | "pause_turn" | "stop_sequence" | "refusal" | …
+
+
+@dataclass(frozen=True)
+class ModelRequest:
+    messages: list[Message]
+    system: str = ""
+    tools: list[dict] = field(default_factory=list)  # Anthropic `tools` entries
+    max_tokens: int = 8192
+    stop_sequences: list[str] = field(default_factory=list)
+    # Called with each piece of streamed text as it arrives; optional.
+    on_text: Callable[[str], None] | None = None
+
+
+@dataclass(frozen=True)
+class ModelResponse:
+    content: tuple[Block, ...]
+    stop_reason: StopReason
+    usage: Usage = field(default_factory=Usage)
+    model: str = ""
+    id: str = ""
+
+    @property
+    def message(self) -> Message:
+        return Message("assistant", self.content)
+
+
+@runtime_checkable
+class Model(Protocol):
+    name: str
+
+    async def respond(self, request: ModelRequest) -> ModelResponse: ...

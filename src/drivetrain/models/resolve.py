@@ -1,0 +1,41 @@
+"""Pick the provider: --provider if given, else whatever the environment configures, else the local model."""
+
+from __future__ import annotations
+
+import os
+
+from drivetrain.errors import ConfigError
+from drivetrain.models.base import Model
+
+PROVIDERS = ("anthropic", "openai", "local")
+
+
+def detect_provider(env: dict[str, str]) -> str:
+    if any(env.get(k) for k in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL")):
+        return "anthropic"
+    if any(env.get(k) for k in ("OPENAI_API_KEY", "OPENAI_BASE_URL")):
+        return "openai"
+    return "local"
+
+
+def resolve_model(provider: str | None = None, model: str | None = None,
+                  env: dict[str, str] | None = None) -> Model:
+    env = dict(os.environ) if env is None else env
+    provider = provider or detect_provider(env)
+    if provider == "anthropic":
+        from drivetrain.models.anthropic import AnthropicModel
+        return AnthropicModel.from_env(model, env)
+    if provider == "openai":
+        try:
+            from drivetrain.models.openai import OpenAIModel
+        except ImportError as e:
+            raise ConfigError(f"The OpenAI-compatible provider is not available: {e}") from e
+        return OpenAIModel.from_env(model, env)
+    if provider == "local":
+        try:
+            from drivetrain.models.local import LocalModel
+        except ImportError as e:
+            raise ConfigError(f"The local model is not available ({e}). "
+                              "Install it with: pip install 'drivetrain[local]'") from e
+        return LocalModel.from_env(model, env)
+    raise ConfigError(f"Unknown provider {provider!r}; choose one of {', '.join(PROVIDERS)}.")

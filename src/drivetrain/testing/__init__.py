@@ -1,0 +1,62 @@
+"""A scripted model server: the Anthropic Messages API on 127.0.0.1, for testing agents offline.
+
+Each request gets the next step of the script, as JSON or, when the request has
+``"stream": true``, as the real SSE event stream. The server is strict: it checks
+every request against the rules the real API enforces (tool_use answered by
+exactly one tool_result, results first, no empty text, …), answers a broken one
+with 400 ``invalid_request_error``, and ``assert_complete()`` (run on leaving the
+``with`` block) fails on any violation, any call after the script ran out, or any
+step left unused::
+
+    import anthropic
+    from drivetrain.testing import ScriptedServer, reply, respond, tool_call
+
+    steps = [
+        respond([tool_call("Read", {"file_path": "a.py"})]),  # stop_reason "tool_use"
+        reply("42.", expect=lambda body: len(body["messages"]) == 3),  # raise or return False to fail
+    ]
+    with ScriptedServer(steps) as server:
+        client = anthropic.Anthropic(base_url=server.url, api_key="test")
+        ...                       # or ANTHROPIC_BASE_URL=server.url for a subprocess
+        server.requests[0].body   # every request: .method .path .headers .body
+
+Other steps: ``http_error(529, "overloaded_error", "busy", {"retry-after": "0"})``,
+``raw_response(200, {"choices": []})``. ``delay=`` waits before answering;
+``stall_after_events=`` stalls a stream mid-way (idle-timeout tests) and
+``error_after_events=`` ends it with an ``error`` event. ``count_tokens`` is answered
+without using a step; any other endpoint is a 404 and fails ``assert_complete``.
+"""
+
+from .script import (
+    RawResponse,
+    Respond,
+    Step,
+    http_error,
+    raw_response,
+    reply,
+    respond,
+    server_tool_use,
+    text,
+    thinking,
+    tool_call,
+)
+from .server import Headers, Request, ScriptedServer
+from .wire import validate
+
+__all__ = [
+    "Headers",
+    "RawResponse",
+    "Request",
+    "Respond",
+    "ScriptedServer",
+    "Step",
+    "http_error",
+    "raw_response",
+    "reply",
+    "respond",
+    "server_tool_use",
+    "text",
+    "thinking",
+    "tool_call",
+    "validate",
+]

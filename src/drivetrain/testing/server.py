@@ -1,0 +1,294 @@
+"""ScriptedServer: the Anthropic Messages API over real HTTP on 127.0.0.1, answering from a script.
+
+Every request is checked against the rules the real API enforces (``wire.validate``); a
+broken request is answered 400 ``invalid_request_error`` and recorded, so ``assert_complete`` fails.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import socketserver
+import threading
+from collections import deque
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Iterable
+
+from .script import RawResponse, Respond, Step, assign_ids
+from .wire import build_message, estimate_tokens, same_content, sse_events, validate
+
+MESSAGES_PATH = "/v1/messages"
+COUNT_TOKENS_PATH = "/v1/messages/count_tokens"
+
+
+class Headers(dict):
+    """Request headers; keys are stored lower-case and lookups ignore case."""
+
+    def __init__(self, items: Iterable[tuple[str, str]] = ()):
+        super().__init__((k.lower(), v) for k, v in items)
+
+    def __getitem__(self, key: str) -> str:
+        return super().__getitem__(key.lower())
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and super().__contains__(key.lower())
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return super().get(key.lower(), default)
+
+
+@dataclass
+class Request:
+    """One request the server received."""
+
+    method: str
+    path: str  # without the query string
+    query: str
+    headers: Headers
+    body: Any  # parsed JSON, or None when the body is not JSON
+    raw: bytes
+    step: int | None = None  # index of the script step that answered it
+
+
+class ScriptedServer:
+    """Serve ``steps`` in order, one per request, and record what came in. See ``drivetrain.testing``."""
+
+    def __init__(self, steps: Iterable[Step]):
+        self._script = assign_ids(list(steps))
+        self._steps: deque[tuple[int, Step]] = deque(enumerate(self._script))
+        self.requests: list[Request] = []
+        self.violations: list[str] = []
+        self.unexpected: list[str] = []
+        self._paused: list | None = None  # content of a served pause_turn, until the next message is served
+        self._lock = threading.Lock()
+        self._closing = threading.Event()
+        self._conns: set[socket.socket] = set()
+        self._httpd: _HTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        self._port: int | None = None
+
+    # -- lifecycle
+
+    @property
+    def url(self) -> str:
+        if self._port is None:
+            raise RuntimeError("ScriptedServer is not started; use `with ScriptedServer(steps) as server:`")
+        return f"http://127.0.0.1:{self._port}"
+
+    def start(self) -> ScriptedServer:
+        self._closing.clear()
+        self._httpd = _HTTPServer(("127.0.0.1", 0), _Handler)
+        self._httpd.owner = self
+        self._port = self._httpd.server_address[1]
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="ScriptedServer", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        """Stop serving; open connections (a stalled stream too) are cut."""
+        if self._httpd is None:
+            return
+        self._closing.set()
+        self._httpd.shutdown()
+        with self._lock:
+            conns = list(self._conns)
+        for conn in conns:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        self._httpd.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self._httpd = None
+
+    def __enter__(self) -> ScriptedServer:
+        return self.start()
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        self.close()
+        if exc_type is None:
+            self.assert_complete()
+        elif self.violations or self.unexpected:
+            # the body already failed; report causes, not leftover steps
+            raise AssertionError(self._report(self.violations + self.unexpected))
+
+    # -- results
+
+    @property
+    def remaining(self) -> list[Step]:
+        with self._lock:
+            return [step for _, step in self._steps]
+
+    def assert_complete(self) -> None:
+        """Raise AssertionError if a request broke the API rules, no step was left for a call, or steps are left."""
+        with self._lock:
+            problems = self.violations + self.unexpected
+            problems += [f"step {i} was never requested: {_describe(step)}" for i, step in self._steps]
+        if problems:
+            raise AssertionError(self._report(problems))
+
+    @staticmethod
+    def _report(problems: list[str]) -> str:
+        return "scripted server:\n  " + "\n  ".join(problems)
+
+    # -- serving (handler threads)
+
+    def _handle(self, h: _Handler) -> None:
+        length = int(h.headers.get("content-length") or 0)
+        raw = h.rfile.read(length) if length else b""
+        try:
+            body = json.loads(raw) if raw else None
+        except ValueError:
+            body = None
+        path, _, query = h.path.partition("?")
+        with self._lock:
+            req = Request(h.command, path, query, Headers(h.headers.items()), body, raw)
+            self.requests.append(req)
+            n = len(self.requests)
+            answer = self._answer(req, n)
+        if answer.delay and self._closing.wait(answer.delay):
+            h.close_connection = True
+            return
+        if isinstance(answer, _Stream):
+            self._send_stream(h, answer, n)
+        else:
+            _send(h, answer.status, answer.payload(), answer.content_type, answer.headers, n)
+
+    def _answer(self, req: Request, n: int) -> RawResponse | _Stream:
+        """Decide the answer; called under the lock."""
+        where = f"request {n} ({req.method} {req.path})"
+        if req.method == "POST" and req.path == COUNT_TOKENS_PATH:
+            return RawResponse(status=200, body={"input_tokens": estimate_tokens(req.body)})
+        if req.method != "POST" or req.path != MESSAGES_PATH:
+            self.unexpected.append(f"{where}: no such endpoint")
+            return _error(404, "not_found_error", f"Not found: {req.method} {req.path}")
+        if not self._steps:
+            self.unexpected.append(f"{where}: unexpected call, the script is exhausted")
+            return _error(400, "invalid_request_error", "scripted server: no step left for this request")
+        req.step, step = self._steps.popleft()
+        problems = validate(req.body)
+        if self._paused is not None:
+            messages = req.body.get("messages") if isinstance(req.body, dict) else None
+            last = messages[-1] if isinstance(messages, list) and messages else None
+            if not (isinstance(last, dict) and last.get("role") == "assistant"
+                    and same_content(last.get("content"), self._paused)):
+                problems.append("after a pause_turn response the request must end with that assistant message, "
+                                "unchanged (no user message after it)")
+        if step.expect is not None and isinstance(req.body, dict):
+            try:
+                if step.expect(req.body) is False:  # a bare comparison in a lambda must not pass silently
+                    problems.append("expect failed: returned False")
+            except Exception as e:  # noqa: BLE001 - any failure of the user's check is a finding
+                problems.append(f"expect failed ({type(e).__name__}): {e}")
+        if problems:
+            self.violations += [f"{where}, step {req.step}: {p}" for p in problems]
+            return _error(400, "invalid_request_error", "; ".join(problems))
+        if isinstance(step, RawResponse):
+            return step
+        message = build_message(step, req.body, f"msg_scripted_{n:04d}")
+        self._paused = message["content"] if step.stop_reason == "pause_turn" else None
+        if req.body.get("stream"):
+            return _Stream(message, step)
+        return RawResponse(status=200, body=message, delay=step.delay)
+
+    def _send_stream(self, h: _Handler, answer: _Stream, n: int) -> None:
+        h.send_response(200)
+        for name, value in {"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
+                            "Transfer-Encoding": "chunked", "request-id": f"req_scripted_{n:04d}"}.items():
+            h.send_header(name, value)
+        h.end_headers()
+        step = answer.step
+        for k, (event, data) in enumerate(sse_events(answer.message)):
+            if k == step.stall_after_events and self._closing.wait(step.stall_seconds):
+                h.close_connection = True
+                return
+            if k == step.error_after_events:
+                event, data = "error", {"type": "error", "error": {"type": step.error_type, "message": "scripted mid-stream error"}}
+            chunk = f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
+            h.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+            if event == "error":
+                break
+        h.wfile.write(b"0\r\n\r\n")
+
+
+@dataclass
+class _Stream:
+    message: dict
+    step: Respond
+
+    @property
+    def delay(self) -> float:
+        return self.step.delay
+
+
+def _error(status: int, error_type: str, message: str) -> RawResponse:
+    return RawResponse(status=status, body={"type": "error", "error": {"type": error_type, "message": message}})
+
+
+def _send(h: _Handler, status: int, payload: bytes, content_type: str, headers: dict, n: int) -> None:
+    h.send_response(status)
+    h.send_header("Content-Type", content_type)
+    h.send_header("Content-Length", str(len(payload)))
+    h.send_header("request-id", f"req_scripted_{n:04d}")
+    for name, value in headers.items():
+        h.send_header(name, str(value))
+    h.end_headers()
+    if h.command != "HEAD":
+        h.wfile.write(payload)
+
+
+def _describe(step: Step) -> str:
+    if isinstance(step, Respond):
+        kinds = ", ".join(b.get("type", "?") for b in step.content)
+        return f"respond([{kinds}], stop_reason={step.stop_reason!r})"
+    assert isinstance(step, RawResponse)
+    return f"response {step.status} {str(step.body)[:80]}"
+
+
+class _HTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False
+    owner: ScriptedServer
+
+    def server_bind(self) -> None:
+        # skip HTTPServer.server_bind: its getfqdn() can block on a slow resolver
+        socketserver.TCPServer.server_bind(self)
+        self.server_name, self.server_port = self.server_address[:2]
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, as the SDK's connection pool expects
+    server: _HTTPServer
+
+    def setup(self) -> None:
+        super().setup()
+        with self.server.owner._lock:
+            self.server.owner._conns.add(self.connection)
+
+    def finish(self) -> None:
+        with self.server.owner._lock:
+            self.server.owner._conns.discard(self.connection)
+        try:
+            super().finish()
+        except OSError:
+            pass
+
+    def _dispatch(self) -> None:
+        owner = self.server.owner
+        try:
+            owner._handle(self)
+        except OSError:  # the client went away (timed out, cancelled): nothing to answer
+            self.close_connection = True
+        except Exception as e:  # a bug here must surface in assert_complete, not vanish in a thread
+            with owner._lock:
+                owner.unexpected.append(f"scripted server error: {type(e).__name__}: {e}")
+            self.close_connection = True
+
+    do_POST = do_GET = do_HEAD = do_PUT = do_PATCH = do_DELETE = _dispatch
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet: tests read server.requests instead
+        pass

@@ -1,0 +1,223 @@
+"""The Messages API wire rules: request validation, response messages and their SSE event stream."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+from .script import Respond
+
+# ----------------------------------------------------------------- answers
+
+
+def estimate_tokens(body: Any) -> int:
+    """Rough input tokens (4 characters each) of what the model reads; ignores ``stream``."""
+    if not isinstance(body, dict):
+        return 1
+    seen = [body.get("system"), body.get("tools"), body.get("messages")]
+    return max(1, len(json.dumps(seen)) // 4)
+
+
+def build_message(step: Respond, body: Any, msg_id: str) -> dict:
+    model = step.model or (body.get("model") if isinstance(body, dict) else None) or "scripted-model"
+    usage = {
+        "input_tokens": estimate_tokens(body),
+        "output_tokens": max(1, len(json.dumps(step.content)) // 4),
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": 0,
+    }
+    usage.update(step.usage or {})
+    return {
+        "id": msg_id, "type": "message", "role": "assistant", "model": model,
+        "content": copy.deepcopy(step.content),
+        "stop_reason": step.stop_reason, "stop_sequence": step.stop_sequence, "usage": usage,
+    }
+
+
+def sse_events(message: dict) -> list[tuple[str, dict]]:
+    """The event sequence the real API streams for ``message``."""
+    skeleton = dict(message, content=[], stop_reason=None, stop_sequence=None, usage=dict(message["usage"], output_tokens=1))
+    events = [("message_start", {"type": "message_start", "message": skeleton}), ("ping", {"type": "ping"})]
+    for i, block in enumerate(message["content"]):
+        events += _block_events(i, block)
+    delta = {"stop_reason": message["stop_reason"], "stop_sequence": message["stop_sequence"]}
+    events.append(("message_delta", {"type": "message_delta", "delta": delta, "usage": message["usage"]}))
+    events.append(("message_stop", {"type": "message_stop"}))
+    return events
+
+
+def _block_events(i: int, block: dict) -> list[tuple[str, dict]]:
+    kind = block.get("type")
+    if kind == "text":
+        start = {k: v for k, v in block.items() if k != "citations"} | {"text": ""}
+        deltas = [{"type": "citations_delta", "citation": c} for c in block.get("citations") or []]
+        deltas += [{"type": "text_delta", "text": p} for p in _pieces(block["text"])]
+    elif kind in ("tool_use", "server_tool_use"):
+        start = dict(block, input={})
+        # the real API opens with an empty partial_json; clients must cope
+        deltas = [{"type": "input_json_delta", "partial_json": p} for p in ["", *_pieces(json.dumps(block["input"]))]]
+    elif kind == "thinking":
+        start = dict(block, thinking="", signature="")
+        deltas = [{"type": "thinking_delta", "thinking": p} for p in _pieces(block["thinking"])]
+        deltas.append({"type": "signature_delta", "signature": block.get("signature", "")})
+    else:
+        start, deltas = block, []
+    return [
+        ("content_block_start", {"type": "content_block_start", "index": i, "content_block": start}),
+        *(("content_block_delta", {"type": "content_block_delta", "index": i, "delta": d}) for d in deltas),
+        ("content_block_stop", {"type": "content_block_stop", "index": i}),
+    ]
+
+
+def _pieces(s: str, n: int = 3) -> list[str]:
+    size = max(1, -(-len(s) // n))
+    return [s[k : k + size] for k in range(0, len(s), size)]
+
+
+# ----------------------------------------------------------------- validation
+
+
+def validate(body: Any) -> list[str]:
+    """The problems the real Messages API would reject this request body for."""
+    if not isinstance(body, dict):
+        return ["request body is not a JSON object"]
+    problems: list[str] = []
+    if not isinstance(body.get("model"), str) or not body["model"]:
+        problems.append("model: field required (a non-empty string)")
+    max_tokens = body.get("max_tokens")
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+        problems.append(f"max_tokens: field required (an integer >= 1), got {max_tokens!r}")
+        max_tokens = None
+    _check_thinking(body.get("thinking"), max_tokens, problems)
+    _check_system(body.get("system"), problems)
+    tool_names = _check_tools(body.get("tools"), problems)
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        problems.append("messages: field required (a non-empty list)")
+        return problems
+    _check_messages(messages, tool_names, problems)
+    return problems
+
+
+def _check_thinking(thinking: Any, max_tokens: int | None, problems: list[str]) -> None:
+    if not isinstance(thinking, dict) or thinking.get("type") != "enabled":
+        return
+    budget = thinking.get("budget_tokens")
+    if not isinstance(budget, int) or budget < 1024:
+        problems.append(f"thinking.budget_tokens: must be an integer >= 1024, got {budget!r}")
+    elif max_tokens is not None and budget >= max_tokens:
+        problems.append(f"max_tokens ({max_tokens}) must be greater than thinking.budget_tokens ({budget})")
+
+
+def _check_system(system: Any, problems: list[str]) -> None:
+    if isinstance(system, list):
+        for j, b in enumerate(system):
+            if not isinstance(b, dict) or b.get("type") != "text" or not str(b.get("text", "")).strip():
+                problems.append(f"system.{j}: text content blocks must contain non-whitespace text")
+
+
+def _check_tools(tools: Any, problems: list[str]) -> set[str] | None:
+    if tools is None:
+        return None
+    if not isinstance(tools, list):
+        problems.append("tools: must be a list")
+        return set()
+    names: set[str] = set()
+    for j, tool in enumerate(tools):
+        name = tool.get("name") if isinstance(tool, dict) else None
+        if not isinstance(name, str) or not name:
+            problems.append(f"tools.{j}: name required")
+            continue
+        if name in names:
+            problems.append(f"tools.{j}: tool names must be unique ({name!r} repeated)")
+        names.add(name)
+        if tool.get("type", "custom") == "custom" and not isinstance(tool.get("input_schema"), dict):
+            problems.append(f"tools.{j}: input_schema required for custom tool {name!r}")
+    return names
+
+
+def _blocks(content: Any) -> list[Any]:
+    return [{"type": "text", "text": content}] if isinstance(content, str) else content if isinstance(content, list) else []
+
+
+def _check_messages(messages: list, tool_names: set[str] | None, problems: list[str]) -> None:
+    seen_ids: set[str] = set()
+    for i, msg in enumerate(messages):
+        where = f"messages.{i}"
+        role = msg.get("role") if isinstance(msg, dict) else None
+        if role not in ("user", "assistant"):
+            problems.append(f"{where}: role must be 'user' or 'assistant', got {role!r}")
+            continue
+        if i == 0 and role != "user":
+            problems.append("messages.0: the first message must use the user role")
+        content = msg.get("content")
+        final_assistant = role == "assistant" and i == len(messages) - 1
+        if not isinstance(content, (str, list)) or (not content and not final_assistant):
+            problems.append(f"{where}: content must be a non-empty string or list of blocks")
+            continue
+        blocks = _blocks(content)
+        for j, b in enumerate(blocks):
+            if not isinstance(b, dict) or not isinstance(b.get("type"), str):
+                problems.append(f"{where}.content.{j}: a content block must be an object with a type")
+            elif b["type"] == "text" and not (isinstance(b.get("text"), str) and b["text"].strip()):
+                problems.append(f"{where}.content.{j}: text content blocks must contain non-whitespace text")
+        blocks = [b for b in blocks if isinstance(b, dict)]
+        if role == "assistant":
+            _check_tool_uses(messages, i, blocks, tool_names, seen_ids, problems)
+        else:
+            _check_tool_results(messages, i, blocks, problems)
+
+
+def _check_tool_uses(messages: list, i: int, blocks: list[dict], tool_names: set[str] | None,
+                     seen_ids: set[str], problems: list[str]) -> None:
+    uses = [b for b in blocks if b["type"] == "tool_use"]
+    if any(b["type"] == "tool_result" for b in blocks):
+        problems.append(f"messages.{i}: tool_result blocks belong in user messages")
+    nxt = messages[i + 1] if i + 1 < len(messages) else None
+    answered = [
+        b.get("tool_use_id") for b in _blocks(nxt.get("content")) if isinstance(b, dict) and b.get("type") == "tool_result"
+    ] if isinstance(nxt, dict) and nxt.get("role") == "user" else []
+    for use in uses:
+        uid, name = use.get("id"), use.get("name")
+        if uid in seen_ids:
+            problems.append(f"messages.{i}: tool_use ids must be unique ({uid!r} repeated)")
+        seen_ids.add(uid)
+        if tool_names is None:
+            problems.append(f"messages.{i}: tool_use {name!r} present but the request defines no tools")
+        elif name not in tool_names:
+            problems.append(f"messages.{i}: tool_use names unknown tool {name!r}")
+        if answered.count(uid) != 1:
+            problems.append(
+                f"messages.{i}: tool_use id {uid!r} must be answered by exactly one tool_result in the "
+                f"immediately following user message (found {answered.count(uid)})"
+            )
+
+
+def _check_tool_results(messages: list, i: int, blocks: list[dict], problems: list[str]) -> None:
+    prev = messages[i - 1] if i > 0 else None
+    offered = {
+        b.get("id") for b in _blocks(prev.get("content")) if isinstance(b, dict) and b.get("type") == "tool_use"
+    } if isinstance(prev, dict) and prev.get("role") == "assistant" else set()
+    other_seen = False
+    for j, b in enumerate(blocks):
+        if b["type"] == "tool_use":
+            problems.append(f"messages.{i}.content.{j}: tool_use blocks belong in assistant messages")
+        if b["type"] != "tool_result":
+            other_seen = True
+            continue
+        if other_seen:
+            problems.append(f"messages.{i}.content.{j}: tool_result blocks must come before any other content")
+        if b.get("tool_use_id") not in offered:
+            problems.append(
+                f"messages.{i}.content.{j}: tool_result for {b.get('tool_use_id')!r}, "
+                "which is not a tool_use in the previous assistant message"
+            )
+
+
+def same_content(a: Any, b: Any) -> bool:
+    """Equal as the API sees it: a string is one text block, null-valued keys are absent."""
+    def norm(content: Any) -> list:
+        return [{k: v for k, v in x.items() if v is not None} if isinstance(x, dict) else x for x in _blocks(content)]
+
+    return norm(a) == norm(b)

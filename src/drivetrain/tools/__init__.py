@@ -1,0 +1,19 @@
+"""Tools: the Tool seam (``base``) and the built-in coding tools."""
+
+from .base import FunctionTool, Tool, ToolContext, ToolError, ToolResult, tool, tool_spec
+from .bash import Bash
+from .edit import Edit
+from .glob import Glob
+from .grep import Grep
+from .read import Read
+from .write import Write
+
+__all__ = [
+    "Bash", "Edit", "FunctionTool", "Glob", "Grep", "Read", "Tool", "ToolContext", "ToolError",
+    "ToolResult", "Write", "builtin_tools", "tool", "tool_spec",
+]
+
+
+def builtin_tools() -> list[Tool]:
+    """One instance of each built-in tool: Read, Write, Edit, Bash, Grep, Glob."""
+    return [Read(), Write(), Edit(), Bash(), Grep(), Glob()]

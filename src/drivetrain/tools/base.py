@@ -1,0 +1,123 @@
+"""The Tool seam: a name, a schema and one async call. Plus ``@tool`` for typed functions.
+
+Tool failures are data: a tool raises ``ToolError`` (or anything else) and the
+loop turns it into an ``is_error`` tool_result with the real message. Only
+``HarnessError`` (see ``drivetrain.errors``) ends a run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Protocol, runtime_checkable
+
+import pydantic
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    content: str | list[dict]
+    is_error: bool = False
+
+
+@dataclass
+class ToolContext:
+    """What a tool may know about the run it serves."""
+
+    cwd: Path
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def resolve(self, file_path: str) -> Path:
+        p = Path(file_path).expanduser()
+        return p if p.is_absolute() else self.cwd / p
+
+
+class ToolError(Exception):
+    """A failure the model should see, as an is_error tool_result with this message."""
+
+
+@runtime_checkable
+class Tool(Protocol):
+    name: str
+    description: str
+    input_schema: dict
+
+    async def call(self, input: dict, ctx: ToolContext) -> ToolResult: ...
+
+
+def tool_spec(t: Tool) -> dict:
+    """The Anthropic `tools` entry for a tool."""
+    return {"name": t.name, "description": t.description, "input_schema": t.input_schema}
+
+
+class FunctionTool:
+    """A typed Python function (sync or async) made into a Tool; input validated by pydantic."""
+
+    def __init__(self, fn: Callable, *, name: str | None = None, description: str | None = None,
+                 input_schema: dict | None = None):
+        self.fn = fn
+        self.name = name or fn.__name__
+        self.description = description or inspect.getdoc(fn) or self.name
+        sig = inspect.signature(fn)
+        self._wants_ctx = "ctx" in sig.parameters
+        fields: dict[str, Any] = {}
+        for pname, p in sig.parameters.items():
+            if pname == "ctx":
+                continue
+            ann = p.annotation if p.annotation is not inspect.Parameter.empty else Any
+            fields[pname] = (ann, ... if p.default is inspect.Parameter.empty else p.default)
+        self._model = pydantic.create_model(f"{self.name}_input", **fields)  # type: ignore[call-overload]
+        self._raw_schema = input_schema is not None
+        self.input_schema = input_schema or _clean_schema(self._model.model_json_schema())
+
+    async def call(self, input: dict, ctx: ToolContext) -> ToolResult:
+        if self._raw_schema:
+            kwargs = dict(input)
+        else:
+            try:
+                kwargs = dict(self._model.model_validate(input))
+            except pydantic.ValidationError as e:
+                return ToolResult(f"Invalid input for {self.name}: {_format_validation(e)}\n"
+                                  f"Expected schema: {json.dumps(self.input_schema)}", is_error=True)
+        if self._wants_ctx:
+            kwargs["ctx"] = ctx
+        if inspect.iscoroutinefunction(self.fn):
+            out = await self.fn(**kwargs)
+        else:
+            out = await asyncio.to_thread(self.fn, **kwargs)
+        if isinstance(out, ToolResult):
+            return out
+        if isinstance(out, str):
+            return ToolResult(out)
+        return ToolResult(json.dumps(out, default=str))
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+
+def tool(fn: Callable | None = None, *, name: str | None = None, description: str | None = None,
+         input_schema: dict | None = None) -> Any:
+    """Decorator: ``@tool`` or ``@tool(name=..., input_schema=...)``."""
+    def wrap(f: Callable) -> FunctionTool:
+        return FunctionTool(f, name=name, description=description, input_schema=input_schema)
+    return wrap(fn) if fn is not None else wrap
+
+
+def _clean_schema(schema: dict) -> dict:
+    schema = dict(schema)
+    schema.pop("title", None)
+    for prop in schema.get("properties", {}).values():
+        prop.pop("title", None)
+    schema.setdefault("properties", {})
+    return schema
+
+
+def _format_validation(e: pydantic.ValidationError) -> str:
+    parts = []
+    for err in e.errors():
+        loc = ".".join(str(x) for x in err["loc"]) or "(input)"
+        parts.append(f"{loc}: {err['msg']}")
+    return "; ".join(parts)

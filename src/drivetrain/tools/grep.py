@@ -1,0 +1,290 @@
+"""Grep: regex search over files, respecting .gitignore.
+
+ripgrep does the searching when it is on PATH; otherwise a pure-Python walk does. Both
+back-ends produce the same ``FileHits`` and share one formatter, so the model sees one format.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import re
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .base import ToolContext, ToolResult
+from .glob import compile_glob, display_path, walk_files
+from .read import int_field
+
+MODES = ("content", "files_with_matches", "count")
+MAX_LINE_CHARS = 500
+OUTPUT_CAP = 30_000
+RG_TIMEOUT_S = 120
+# The fallback's subset of ripgrep's --type names.
+TYPES = {
+    "py": "*.{py,pyi}", "js": "*.{js,jsx,mjs,cjs,vue}", "ts": "*.{ts,tsx,mts,cts}",
+    "rust": "*.rs", "go": "*.go", "java": "*.{java,jsp}", "c": "*.{c,h,H}",
+    "cpp": "*.{cpp,cc,cxx,c++,hpp,hh,hxx,h,inl}", "rb": "*.{rb,gemspec}", "ruby": "*.{rb,gemspec}",
+    "php": "*.{php,php3,php4,php5,phtml}", "sh": "*.{sh,bash,zsh}", "html": "*.{htm,html}",
+    "css": "*.{css,scss}", "json": "*.json", "yaml": "*.{yaml,yml}", "toml": "*.toml",
+    "md": "*.{md,markdown,mdx}", "markdown": "*.{md,markdown,mdx}", "txt": "*.txt",
+    "sql": "*.sql", "swift": "*.swift", "kotlin": "*.{kt,kts}", "cs": "*.cs",
+}
+
+
+@dataclass
+class FileHits:
+    path: Path
+    lines: list[tuple[int, str, bool]] = field(default_factory=list)  # (number, text, is_match)
+
+    @property
+    def match_count(self) -> int:
+        return sum(1 for _, _, is_match in self.lines if is_match)
+
+
+@dataclass(frozen=True)
+class Query:
+    pattern: str
+    root: Path  # absolute; a folder or one file
+    mode: str = "files_with_matches"
+    ignore_case: bool = False
+    before: int = 0  # context lines, content mode only
+    after: int = 0
+    glob: str | None = None
+    type: str | None = None
+    numbers: bool = True
+    head_limit: int | None = None
+
+    @property
+    def files_only(self) -> bool:
+        return self.mode == "files_with_matches"
+
+
+def search_python(q: Query) -> list[FileHits]:
+    """The fallback back-end: walk (honouring .gitignore), skip binary files, match line by line."""
+    regex = re.compile(q.pattern, re.IGNORECASE if q.ignore_case else 0)
+    keep = _path_filter(q, type_glob=compile_glob(TYPES[q.type]) if q.type else None)
+    files = [q.root] if q.root.is_file() else (f for f in walk_files(q.root) if keep(f))
+    hits = []
+    for path in files:
+        if not path.is_file():  # FIFOs and sockets would block; dangling links fail
+            continue
+        try:
+            data = path.read_bytes()
+        except OSError:
+            continue
+        if b"\0" in data:
+            continue
+        lines = [line.rstrip("\r") for line in data.decode("utf-8", errors="replace").split("\n")]
+        if lines and lines[-1] == "":
+            lines.pop()
+        matched = (i for i, line in enumerate(lines) if regex.search(line))
+        wanted: dict[int, bool] = {}  # line index -> is a match (else context)
+        for i in matched:
+            for j in range(max(0, i - q.before), min(len(lines), i + q.after + 1)):
+                wanted.setdefault(j, False)
+            wanted[i] = True
+            if q.files_only:
+                break
+        if wanted:
+            hits.append(FileHits(path, [(j + 1, lines[j], m) for j, m in sorted(wanted.items())]))
+    return hits
+
+
+def _path_filter(q: Query, type_glob: re.Pattern | None = None):
+    """The ``glob`` (and fallback ``type``) filter. Applied after ignore rules, never instead:
+    ripgrep's own --glob would re-include ignored files, so neither back-end uses it."""
+    glob = compile_glob(q.glob) if q.glob else None
+    prefix = q.root.as_posix().rstrip("/") + "/"
+
+    def keep(path: Path) -> bool:
+        rel = path.as_posix()[len(prefix):]
+        name = path.name
+        if glob and not glob.match(rel if "/" in q.glob else name):
+            return False
+        return not type_glob or bool(type_glob.match(name))
+    return keep
+
+
+async def search_rg(rg: str, q: Query) -> list[FileHits]:
+    args = [rg, "--json", "--no-config", "--no-require-git", "--hidden", "--glob", "!.git"]
+    if q.ignore_case:
+        args.append("-i")
+    if q.before or q.after:
+        args += ["-B", str(q.before), "-A", str(q.after)]
+    if q.files_only:
+        args += ["--max-count", "1"]
+    if q.type:
+        args += ["--type", q.type]
+    args += ["-e", q.pattern, "--", str(q.root)]
+    proc = await asyncio.create_subprocess_exec(*args, stdout=asyncio.subprocess.PIPE,
+                                                stderr=asyncio.subprocess.PIPE)
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), RG_TIMEOUT_S)
+    except asyncio.TimeoutError:
+        raise GrepError(f"Search timed out after {RG_TIMEOUT_S} s; narrow it with path, glob "
+                        "or type.") from None
+    finally:
+        if proc.returncode is None:  # timed out or cancelled
+            proc.kill()
+    by_path: dict[str, FileHits] = {}
+    for raw in out.splitlines():
+        msg = json.loads(raw)
+        if msg["type"] not in ("match", "context"):
+            continue
+        data = msg["data"]
+        path = _rg_text(data["path"])
+        text = _rg_text(data["lines"]).rstrip("\n").rstrip("\r")
+        hits = by_path.setdefault(path, FileHits(Path(path)))
+        hits.lines.append((data["line_number"], text, msg["type"] == "match"))
+    # Exit 1 is "no match"; 2 with results means some files could not be read: keep the results.
+    if proc.returncode == 2 and not by_path:
+        raise GrepError(err.decode(errors="replace").strip() or "ripgrep failed")
+    keep = _path_filter(q) if q.root.is_dir() else (lambda p: True)
+    return [h for h in by_path.values() if keep(h.path)]
+
+
+def _rg_text(obj: dict) -> str:
+    if "text" in obj:
+        return obj["text"]
+    return base64.b64decode(obj["bytes"]).decode("utf-8", errors="replace")
+
+
+class GrepError(Exception):
+    """Bad input or a failed search: shown to the model as an is_error result."""
+
+
+def format_hits(hits: list[FileHits], q: Query, cwd: Path) -> str:
+    """One output format for both back-ends; files in path order (rg's own order varies)."""
+    hits = sorted(hits, key=lambda h: h.path.as_posix())
+    if not hits:
+        return "No matches found."
+    if q.mode == "files_with_matches":
+        header = f"Found {_plural(len(hits), 'file')}"
+        out = [display_path(h.path, cwd) for h in hits]
+    elif q.mode == "count":
+        total = sum(h.match_count for h in hits)
+        header = f"Found {_plural(total, 'matching line')} in {_plural(len(hits), 'file')}"
+        out = [f"{display_path(h.path, cwd)}:{h.match_count}" for h in hits]
+    else:
+        header, out = None, _content_lines(hits, q.numbers, cwd)
+    total_lines = len(out)
+    if q.head_limit and total_lines > q.head_limit:
+        out = out[:q.head_limit]
+    text, size = [], 0
+    for line in out:
+        size += len(line) + 1
+        if size > OUTPUT_CAP:
+            break
+        text.append(line)
+    body = "\n".join(([header] if header else []) + text)
+    if len(text) < total_lines:
+        body += (f"\n\n(Showing {len(text)} of {total_lines} results. Narrow the search with path, "
+                 "glob or type, or raise head_limit.)")
+    return body
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'s' if n != 1 else ''}"
+
+
+def _content_lines(hits: list[FileHits], numbers: bool, cwd: Path) -> list[str]:
+    with_context = any(not m for h in hits for _, _, m in h.lines)
+    out: list[str] = []
+    for h in hits:
+        name, prev = display_path(h.path, cwd), None
+        for n, text, is_match in sorted(h.lines):
+            if with_context and out and (prev is None or n != prev + 1):
+                out.append("--")  # a gap: like grep/rg, separate non-adjacent groups
+            prev = n
+            if len(text) > MAX_LINE_CHARS:
+                text = text[:MAX_LINE_CHARS] + f" [... line cut, {len(text)} chars]"
+            sep = ":" if is_match else "-"
+            out.append(f"{name}{sep}{n}{sep}{text}" if numbers else f"{name}{sep}{text}")
+    return out
+
+
+class Grep:
+    name = "Grep"
+    description = (
+        "Search file contents with a regular expression (ripgrep syntax: escape literal ( [ { . "
+        "with a backslash). Searches the working directory, or `path` (a folder or one file); "
+        "files ignored by .gitignore, the .git folder and binary files are skipped. "
+        "output_mode: \"files_with_matches\" (default) lists matching files; \"content\" shows "
+        "matching lines as path:line:text (use -A/-B/-C for context lines); \"count\" gives "
+        "matches per file. Filter files with glob (e.g. \"*.py\", \"src/**/*.{ts,tsx}\") or type "
+        "(e.g. \"py\", \"js\", \"rust\"). -i ignores case. head_limit keeps the first N results."
+    )
+    input_schema = {
+        "type": "object",
+        "properties": {
+            "pattern": {"type": "string", "description": "Regular expression to search for."},
+            "path": {"type": "string",
+                     "description": "File or folder to search (default: working directory)."},
+            "glob": {"type": "string", "description": "Only files matching this glob, e.g. *.py"},
+            "type": {"type": "string", "description": "Only files of this type, e.g. py, js."},
+            "output_mode": {"type": "string", "enum": list(MODES), "default": "files_with_matches"},
+            "-i": {"type": "boolean", "description": "Case-insensitive search."},
+            "-n": {"type": "boolean",
+                   "description": "Show line numbers in content mode (default true)."},
+            "-A": {"type": "integer", "minimum": 0, "description": "Context lines after a match."},
+            "-B": {"type": "integer", "minimum": 0, "description": "Context lines before a match."},
+            "-C": {"type": "integer", "minimum": 0, "description": "Context lines before and after."},
+            "head_limit": {"type": "integer", "minimum": 0,
+                           "description": "Show only the first N results (0 = all)."},
+        },
+        "required": ["pattern"],
+    }
+
+    def __init__(self, use_ripgrep: bool | None = None):
+        """use_ripgrep: None = use rg if it is on PATH; False = always the Python fallback."""
+        self.rg = shutil.which("rg") if use_ripgrep is not False else None
+        if use_ripgrep and not self.rg:
+            raise ValueError("use_ripgrep=True, but rg is not on PATH")
+
+    async def call(self, input: dict, ctx: ToolContext) -> ToolResult:
+        try:
+            q = self._parse(input, ctx)
+            if self.rg:
+                hits = await search_rg(self.rg, q)
+            else:
+                hits = await asyncio.to_thread(search_python, q)
+        except GrepError as e:
+            return ToolResult(str(e), is_error=True)
+        except re.error as e:
+            return ToolResult(f"Invalid regular expression {input.get('pattern')!r}: {e}. "
+                              "Escape literal characters like ( [ { . with a backslash.", is_error=True)
+        return ToolResult(format_hits(hits, q, ctx.cwd))
+
+    def _parse(self, input: dict, ctx: ToolContext) -> Query:
+        pattern = input.get("pattern")
+        if not isinstance(pattern, str) or not pattern:
+            raise GrepError("pattern is required: a regular expression to search for.")
+        mode = input.get("output_mode") or "files_with_matches"
+        if mode not in MODES:
+            raise GrepError(f"output_mode must be one of {', '.join(MODES)}; got {mode!r}.")
+        ints = {k: int_field(input, k, minimum=0) for k in ("-A", "-B", "-C", "head_limit")}
+        for bad in (v for v in ints.values() if isinstance(v, str)):
+            raise GrepError(bad)
+        for key in ("glob", "type", "path"):
+            if input.get(key) is not None and not isinstance(input[key], str):
+                raise GrepError(f"{key} must be a string.")
+        if input.get("type") and not self.rg and input["type"] not in TYPES:
+            raise GrepError(f"Unknown type {input['type']!r}. Known: {', '.join(sorted(TYPES))}; "
+                            "or use glob instead.")
+        root = ctx.resolve(input["path"]) if input.get("path") else ctx.cwd
+        if not root.exists():
+            raise GrepError(f"Path does not exist: {root}")
+        # -A/-B win over -C, as in grep; context lines only mean something in content mode.
+        context = ints["-C"] or 0
+        before = ints["-B"] if ints["-B"] is not None else context
+        after = ints["-A"] if ints["-A"] is not None else context
+        if mode != "content":
+            before = after = 0
+        return Query(pattern, Path(os.path.abspath(root)), mode, bool(input.get("-i")), before,
+                     after, input.get("glob") or None, input.get("type") or None,
+                     numbers=input.get("-n", True) is not False,
+                     head_limit=ints["head_limit"] or None)

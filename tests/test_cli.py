@@ -1,0 +1,164 @@
+"""The real `drivetrain` console script, as a subprocess, against the scripted server."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from drivetrain.testing import ScriptedServer, http_error, reply, respond, text, tool_call
+
+DRIVETRAIN = str(Path(sys.executable).parent / "drivetrain")
+
+
+def cli(server_url, *args, cwd, env_extra=None, stdin=None):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "OPENAI_"))}
+    env.update({"ANTHROPIC_BASE_URL": server_url, "ANTHROPIC_API_KEY": "sk-test", "ANTHROPIC_MODEL": "claude-sonnet-4-6"})
+    env.update(env_extra or {})
+    return subprocess.run([DRIVETRAIN, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=60,
+                          input=stdin, stdin=None if stdin is not None else subprocess.DEVNULL)
+
+
+def seed_workspace(tmp_path):
+    (tmp_path / "a.py").write_text("import os\nprint(os.getcwd())\n# end\n")  # 3 lines
+    (tmp_path / "b.py").write_text("".join(f"x{i} = {i}\n" for i in range(5)))  # 5 lines
+    (tmp_path / "c.py").write_text("".join(f"# line {i}\n" for i in range(7)))  # 7 lines
+    return tmp_path
+
+
+def line_count_script():
+    def results_are_real(body):
+        results = body["messages"][-1]["content"]
+        assert [r["tool_use_id"] for r in results] == ["toolu_a", "toolu_b", "toolu_c"]
+        last_lines = [r["content"].rstrip("\n").splitlines()[-1] for r in results]
+        assert [int(line.split("\t")[0]) for line in last_lines] == [3, 5, 7], last_lines
+
+    return [
+        respond([text("Reading the three files."),
+                 tool_call("Read", {"file_path": "a.py"}, id="toolu_a"),
+                 tool_call("Read", {"file_path": "b.py"}, id="toolu_b"),
+                 tool_call("Read", {"file_path": "c.py"}, id="toolu_c")]),
+        respond([tool_call("Write", {"file_path": "total.txt", "content": "15\n"}, id="toolu_w")],
+                expect=results_are_real),
+        reply("The three files have 15 lines in total; written to total.txt.",
+              expect=lambda b: b["messages"][-1]["content"][0].get("is_error") is not True),
+    ]
+
+
+def test_seed_line_count_task_end_to_end(tmp_path):
+    ws = seed_workspace(tmp_path)
+    with ScriptedServer(line_count_script()) as server:
+        proc = cli(server.url, "-p", "Count the lines of each .py file, write the total to total.txt, report it.",
+                   cwd=ws)
+    assert proc.returncode == 0, proc.stderr
+    assert (ws / "total.txt").read_text() == "15\n"
+    assert "15 lines" in proc.stdout
+
+
+def test_stream_json_events(tmp_path):
+    ws = seed_workspace(tmp_path)
+    with ScriptedServer(line_count_script()) as server:
+        proc = cli(server.url, "-p", "count", "--output-format", "stream-json", cwd=ws)
+    assert proc.returncode == 0, proc.stderr
+    events = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [e["type"] for e in events] == ["system", "assistant", "user", "assistant", "user", "assistant", "result"]
+    init = events[0]
+    assert init["subtype"] == "init" and init["cwd"] == str(ws) and init["model"] == "claude-sonnet-4-6"
+    assert init["tools"] == ["Read", "Write", "Edit", "Bash", "Grep", "Glob"] and init["permissionMode"] == "default"
+    assert [b["type"] for b in events[1]["message"]["content"]] == ["text", "tool_use", "tool_use", "tool_use"]
+    assert [b["tool_use_id"] for b in events[2]["message"]["content"]] == ["toolu_a", "toolu_b", "toolu_c"]
+    result = events[-1]
+    assert result["subtype"] == "success" and result["is_error"] is False and result["num_turns"] == 3
+    assert result["session_id"] == init["session_id"] and result["stop_reason"] == "end_turn"
+    assert result["usage"]["output_tokens"] > 0 and isinstance(result["total_cost_usd"], float)
+
+
+def test_json_result_object(tmp_path):
+    with ScriptedServer([reply("hello")]) as server:
+        proc = cli(server.url, "-p", "hi", "--output-format", "json", cwd=tmp_path)
+    assert proc.returncode == 0
+    result = json.loads(proc.stdout)
+    assert {k: result[k] for k in ("type", "subtype", "is_error", "result", "num_turns")} == {
+        "type": "result", "subtype": "success", "is_error": False, "result": "hello", "num_turns": 1}
+    assert result["duration_ms"] >= 0 and "session_id" in result
+
+
+def test_unknown_model_has_null_cost(tmp_path):
+    with ScriptedServer([reply("hello")]) as server:
+        proc = cli(server.url, "-p", "hi", "--output-format", "json", "--model", "my-own-model", cwd=tmp_path)
+    assert json.loads(proc.stdout)["total_cost_usd"] is None
+    assert server.requests[0].body["model"] == "my-own-model"
+
+
+def test_verbose_turn_log(tmp_path):
+    ws = seed_workspace(tmp_path)
+    with ScriptedServer(line_count_script()) as server:
+        proc = cli(server.url, "-p", "count", "--verbose", cwd=ws)
+    err = proc.stderr
+    assert "[turn 1] stop_reason=tool_use" in err and "[turn 3] stop_reason=end_turn" in err
+    assert '→ Read {"file_path": "a.py"}' in err and "3\\t# end" in err
+    assert "trajectory: tool_use → tool_use → end_turn" in err
+
+
+def test_max_turns_exits_non_zero_with_error_subtype(tmp_path):
+    steps = [respond([tool_call("Glob", {"pattern": "*.py"})]) for _ in range(2)]
+    with ScriptedServer(steps) as server:
+        proc = cli(server.url, "-p", "loop", "--max-turns", "2", "--output-format", "json", cwd=tmp_path)
+    assert proc.returncode != 0
+    result = json.loads(proc.stdout)
+    assert result["subtype"] == "error_max_turns" and result["is_error"] is True and result["num_turns"] == 2
+
+
+def test_system_prompt_flags(tmp_path):
+    def check(body):
+        assert body["system"] == "You are terse.\n\nAlways answer in French."
+
+    with ScriptedServer([reply("oui", expect=check)]) as server:
+        proc = cli(server.url, "-p", "hi", "--system-prompt", "You are terse.",
+                   "--append-system-prompt", "Always answer in French.", cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stdout.strip() == "oui"
+
+
+def test_default_system_prompt_carries_the_workspace(tmp_path):
+    seed_workspace(tmp_path)
+
+    def check(body):
+        assert str(tmp_path) in body["system"] and "a.py" in body["system"] and "Read" in body["system"]
+
+    with ScriptedServer([reply("ok", expect=check)]) as server:
+        assert cli(server.url, "-p", "hi", cwd=tmp_path).returncode == 0
+
+
+def test_prompt_from_stdin(tmp_path):
+    def check(body):
+        assert body["messages"][0]["content"][0]["text"] == "summarise\n\nsome piped text"
+
+    with ScriptedServer([reply("ok", expect=check)]) as server:
+        proc = cli(server.url, "-p", "summarise", cwd=tmp_path, stdin="some piped text\n")
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("mode", ["default", "acceptEdits", "plan", "bypassPermissions"])
+def test_permission_modes_are_accepted(tmp_path, mode):
+    with ScriptedServer([reply("ok")]) as server:
+        proc = cli(server.url, "-p", "hi", "--permission-mode", mode, "--output-format", "stream-json", cwd=tmp_path)
+    assert proc.returncode == 0 and json.loads(proc.stdout.splitlines()[0])["permissionMode"] == mode
+
+
+def test_rejected_key_is_a_clear_error_and_exit_1(tmp_path):
+    with ScriptedServer([http_error(401, "authentication_error", "invalid x-api-key")]) as server:
+        proc = cli(server.url, "-p", "hi", cwd=tmp_path)
+    assert proc.returncode == 1
+    assert "rejected" in proc.stderr and "ANTHROPIC_API_KEY" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_unreachable_server_is_a_clear_error(tmp_path):
+    proc = cli("http://127.0.0.1:9", "-p", "hi", cwd=tmp_path, env_extra={"DRIVETRAIN_MAX_RETRIES": "0"})
+    assert proc.returncode == 1 and "could not be reached" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_missing_prompt_is_a_usage_error(tmp_path):
+    proc = cli("http://127.0.0.1:9", "-p", cwd=tmp_path)
+    assert proc.returncode == 2 and "needs a prompt" in proc.stderr

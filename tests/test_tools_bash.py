@@ -1,0 +1,111 @@
+"""Bash: real subprocesses, exit codes, timeouts that kill the whole group, capped output."""
+
+import asyncio
+import os
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from drivetrain.tools import Bash, ToolContext
+
+
+@pytest.fixture
+def ctx(tmp_path: Path) -> ToolContext:
+    return ToolContext(cwd=tmp_path)
+
+
+def alive(pid: int) -> bool:
+    """Running, not a zombie (an exited child may wait a while for its reaper)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+async def test_stdout_in_cwd(tmp_path, ctx):
+    (tmp_path / "marker.txt").write_text("")
+    r = await Bash().call({"command": "ls && echo done"}, ctx)
+    assert not r.is_error
+    assert r.content == "marker.txt\ndone"
+
+
+async def test_no_output(ctx):
+    r = await Bash().call({"command": "true", "description": "does nothing"}, ctx)
+    assert not r.is_error and r.content == "(no output)"
+
+
+async def test_exit_code_and_stderr(ctx):
+    r = await Bash().call({"command": "echo out; echo oops >&2; exit 3"}, ctx)
+    assert r.is_error
+    assert r.content == "out\nstderr:\noops\nExit code: 3"
+
+
+async def test_stdin_is_closed(ctx):
+    r = await Bash().call({"command": "cat; echo after"}, ctx)
+    assert not r.is_error and r.content == "after"
+
+
+async def test_timeout_kills_child_that_ignores_sigterm(ctx):
+    cmd = "bash -c 'trap \"\" TERM; sleep 100 & echo child=$!; wait'"
+    start = time.monotonic()
+    # wait_for: a regression should fail here, not hang the suite.
+    r = await asyncio.wait_for(Bash(kill_grace=0.3).call({"command": cmd, "timeout": 500}, ctx), 5)
+    elapsed = time.monotonic() - start
+    assert r.is_error
+    assert r.content.startswith("Command timed out after 500 ms")
+    child = int(re.search(r"child=(\d+)", r.content).group(1))  # partial output kept
+    assert elapsed < 3
+    deadline = time.monotonic() + 2
+    while alive(child) and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    assert not alive(child)
+
+
+async def test_returns_promptly_when_background_child_keeps_pipes(ctx):
+    start = time.monotonic()
+    r = await Bash().call({"command": "sleep 30 & echo pid=$!"}, ctx)
+    assert time.monotonic() - start < 3
+    assert not r.is_error and r.content.startswith("pid=")
+    os.kill(int(r.content.split("=")[1]), 9)  # our own leftover
+
+
+async def test_cancellation_kills_process_group(ctx):
+    marker = ctx.cwd / "pid"
+    task = asyncio.create_task(Bash().call({"command": f"echo $$ > {marker}; sleep 100"}, ctx))
+    while not marker.exists() or not marker.read_text().strip():
+        await asyncio.sleep(0.02)
+    pid = int(marker.read_text())
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    deadline = time.monotonic() + 2
+    while alive(pid) and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    assert not alive(pid)
+
+
+async def test_huge_output_is_capped_keeping_head_and_tail(ctx):
+    cmd = "echo FIRST; head -c 2000000 /dev/zero | tr '\\0' x; echo; echo LAST"
+    r = await Bash().call({"command": cmd}, ctx)
+    assert not r.is_error
+    assert r.content.startswith("FIRST\n") and r.content.endswith("LAST")
+    assert len(r.content) < 30_500
+    cut = int(re.search(r"\[\.\.\. (\d+) characters cut \.\.\.\]", r.content).group(1))
+    shown = len(r.content) - len(f"\n[... {cut} characters cut ...]\n")
+    assert shown + cut == len("FIRST\n") + 2_000_000 + len("\nLAST")  # the count is exact
+
+
+async def test_stderr_survives_huge_stdout(ctx):
+    cmd = "head -c 1000000 /dev/zero | tr '\\0' y; echo; echo important >&2; exit 1"
+    r = await Bash().call({"command": cmd}, ctx)
+    assert r.is_error and "stderr:\nimportant" in r.content and r.content.endswith("Exit code: 1")
+
+
+@pytest.mark.parametrize("bad", [{}, {"command": " "}, {"command": "ls", "timeout": -5},
+                                 {"command": "ls", "timeout": "soon"}])
+async def test_bad_input(ctx, bad):
+    r = await Bash().call(bad, ctx)
+    assert r.is_error and ("command" in r.content or "timeout" in r.content)
