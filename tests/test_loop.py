@@ -10,7 +10,7 @@ from drivetrain import (
     ToolResultBlock, lint, tool,
 )
 from drivetrain.models.anthropic import AnthropicModel
-from drivetrain.testing import ScriptedServer, http_error, reply, respond, server_tool_use, text, tool_call
+from drivetrain.testing import ScriptedServer, http_error, reply, respond, server_tool_use, text, thinking, tool_call
 
 calls: list[str] = []
 
@@ -212,3 +212,43 @@ async def test_manual_loop_exposes_each_event_and_the_next_state():
 def test_sync_wrapper():
     with ScriptedServer([reply("sync ok")]) as server:
         assert agent_for(server).run_sync("hi").result == "sync ok"
+
+
+async def test_a_history_rewritten_between_steps_is_linted_again():
+    from drivetrain.messages import HistoryError, Message
+
+    steps = [respond([tool_call("slow", {"label": "m", "seconds": 0}, id="toolu_m")]), reply("never sent")]
+    with pytest.raises(AssertionError, match="never requested"):  # the second step is never reached
+        with ScriptedServer(steps) as server:
+            run = agent_for(server).start("go")
+            await run.step()
+            await run.step()
+            # a hook-like rewrite of an older message that breaks the pairing
+            run.history[2] = Message("user", (ToolResultBlock("toolu_other", "rewritten"),))
+            with pytest.raises(HistoryError, match="stray tool_result toolu_other"):
+                await run.step()
+
+
+def test_lint_from_a_start_index_still_sees_earlier_ids():
+    from drivetrain.messages import Message, ToolUseBlock
+
+    use = ToolUseBlock("toolu_1", "slow", {})
+    history = [Message.user("x"), Message.assistant(use), Message("user", (ToolResultBlock("toolu_1", "ok"),)),
+               Message.assistant(use), Message("user", (ToolResultBlock("toolu_1", "ok"),))]
+    assert any("duplicate" in p for p in lint(history, start=3).problems)
+
+
+async def test_thinking_and_server_blocks_go_back_verbatim_with_signatures():
+    first = [thinking("let me think", "sig-ABC=="), text("looking"),
+             server_tool_use("web_search", {"query": "q"}, id="srvtoolu_9"),
+             {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_9",
+              "content": [{"type": "web_search_result", "url": "https://e.com", "title": "E",
+                           "encrypted_content": "xyz", "page_age": None}]},
+             tool_call("slow", {"label": "t", "seconds": 0}, id="toolu_t")]
+
+    def check(body):
+        assert body["messages"][1] == {"role": "assistant", "content": first}
+
+    with ScriptedServer([respond(first), reply("ok", expect=check)]) as server:
+        result = await agent_for(server).run("go")
+    assert result.result == "ok" and calls == ["t"]

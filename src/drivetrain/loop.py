@@ -157,6 +157,7 @@ class Run:
         self.tools = {t.name: t for t in agent.tools}
         self._started = time.monotonic()
         self._result: RunResult | None = None
+        self._sent: list[Message] = []  # the history as last sent (and linted)
 
     # -- driving
 
@@ -198,7 +199,8 @@ class Run:
         if a.max_turns is not None and self.num_turns >= a.max_turns:
             return Done("error_max_turns", self.trajectory[-1] if self.trajectory else None,
                         note=f"Stopped after reaching the turn limit ({a.max_turns}).")
-        self.history = ensure_valid(self.history, strict=a.strict)
+        self.history = ensure_valid(self.history, strict=a.strict, start=self._unchanged_prefix())
+        self._sent = list(self.history)
         max_tokens = s.max_tokens or a.max_tokens
         request = ModelRequest(self.history, a.system, [tool_spec(t) for t in a.tools], max_tokens)
         try:
@@ -263,6 +265,18 @@ class Run:
         return CallModel()
 
     # -- helpers
+
+    def _unchanged_prefix(self) -> int:
+        """How many messages were linted before and are still the very same objects.
+
+        The last of them is linted again: its successor (which answers its tool_uses) may be new.
+        """
+        n = 0
+        for old, new in zip(self._sent, self.history):
+            if old is not new:
+                break
+            n += 1
+        return max(n - 1, 0)
 
     async def _execute(self, call: ToolUseBlock) -> tuple[ToolResultBlock, float]:
         started = time.monotonic()

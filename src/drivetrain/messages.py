@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Literal, Union
 
 log = logging.getLogger("drivetrain.messages")
@@ -132,7 +133,7 @@ class Message:
     def to_wire(self) -> dict:
         return {"role": self.role, "content": [b.to_wire() for b in self.content]}
 
-    @property
+    @cached_property  # messages are immutable and the loop asks this of every message each turn
     def tool_uses(self) -> list[ToolUseBlock]:
         return [b for b in self.content if isinstance(b, ToolUseBlock)]
 
@@ -175,11 +176,16 @@ class LintReport:
         return bool(self.problems)
 
 
-def lint(history: list[Message]) -> LintReport:
-    """Every rule the Messages API enforces on tool use, checked before a request is sent."""
+def lint(history: list[Message], start: int = 0) -> LintReport:
+    """Every rule the Messages API enforces on tool use, checked before a request is sent.
+
+    Messages before ``start`` are known good: only their tool_use ids are collected.
+    """
     report = LintReport()
     seen_ids: set[str] = set()
-    for i, msg in enumerate(history):
+    for msg in history[:start]:
+        seen_ids.update(u.id for u in msg.tool_uses)
+    for i, msg in enumerate(history[start:], start):
         for b in msg.content:
             if isinstance(b, TextBlock) and not b.text:
                 report.problems.append(f"message {i}: empty text block")
@@ -255,9 +261,9 @@ def repair(history: list[Message]) -> list[Message]:
     return out
 
 
-def ensure_valid(history: list[Message], *, strict: bool) -> list[Message]:
+def ensure_valid(history: list[Message], *, strict: bool, start: int = 0) -> list[Message]:
     """Lint before sending. Strict (tests): raise. Otherwise repair and log loudly."""
-    report = lint(history)
+    report = lint(history, start)
     if not report:
         return history
     if strict:

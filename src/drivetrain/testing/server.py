@@ -266,6 +266,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def setup(self) -> None:
         super().setup()
+        # SSE goes out in many small writes: without this, Nagle plus delayed ACKs add ~40 ms per request
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         with self.server.owner._lock:
             self.server.owner._conns.add(self.connection)
 
