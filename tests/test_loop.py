@@ -6,8 +6,8 @@ import time
 import pytest
 
 from drivetrain import (
-    Agent, CallModel, Done, Finished, HarnessError, ModelResponded, ResultsSent, RunTools, ToolCalled, ToolFinished,
-    ToolResultBlock, lint, tool,
+    Agent, CallModel, Done, Finished, HarnessError, ModelResponded, PermissionDecided, ResultsSent, RunTools,
+    SubmitPrompt, ToolCalled, ToolFinished, ToolResultBlock, ToolStarted, lint, tool,
 )
 from drivetrain.models.anthropic import AnthropicModel
 from drivetrain.testing import ScriptedServer, http_error, reply, respond, server_tool_use, text, thinking, tool_call
@@ -197,12 +197,13 @@ async def test_manual_loop_exposes_each_event_and_the_next_state():
     steps = [respond([tool_call("slow", {"label": "m", "seconds": 0})]), reply("fin")]
     with ScriptedServer(steps) as server:
         run = agent_for(server).start("step by step")
-        assert isinstance(run.state, CallModel)
+        assert isinstance(run.state, SubmitPrompt) and run.history == []
+        assert await run.step() == [] and isinstance(run.state, CallModel) and run.history[0].text == "step by step"
         events = await run.step()
-        assert [type(e) for e in events] == [ModelResponded] and isinstance(run.state, RunTools)
+        assert [type(e) for e in events] == [ModelResponded, ToolCalled] and isinstance(run.state, RunTools)
         assert run.history[-1].tool_uses[0].input == {"label": "m", "seconds": 0}
         events = await run.step()
-        assert [type(e) for e in events] == [ToolCalled, ToolFinished, ResultsSent]
+        assert [type(e) for e in events] == [PermissionDecided, ToolStarted, ToolFinished, ResultsSent]
         assert isinstance(run.state, CallModel) and run.history[-1].role == "user"
         rest = [e async for e in run]
         assert [type(e) for e in rest] == [ModelResponded, Finished] and isinstance(run.state, Done)
@@ -221,6 +222,7 @@ async def test_a_history_rewritten_between_steps_is_linted_again():
     with pytest.raises(AssertionError, match="never requested"):  # the second step is never reached
         with ScriptedServer(steps) as server:
             run = agent_for(server).start("go")
+            await run.step()
             await run.step()
             await run.step()
             # a hook-like rewrite of an older message that breaks the pairing

@@ -5,9 +5,13 @@ feeds back a faithful tool_result, and asks again until the model ends its turn.
 """
 
 from drivetrain.errors import ConfigError, HarnessError, ModelError
+from drivetrain.approval import Allow, Defer, Deny, PendingCall
+from drivetrain.events import (
+    ApprovalRequired, Event, Finished, HookReported, ModelResponded, PermissionDecided, ResultsSent, ToolCalled,
+    ToolFinished, ToolStarted,
+)
 from drivetrain.loop import (
-    Agent, CallModel, Done, Event, Finished, ModelResponded, Recover, ResultsSent, Run, RunResult, RunTools,
-    State, ToolCalled, ToolFinished,
+    Agent, AwaitApproval, CallModel, Done, Recover, Run, RunResult, RunTools, State, SubmitPrompt,
 )
 from drivetrain.messages import (
     Message, RawBlock, RedactedThinkingBlock, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock, Usage,
@@ -17,6 +21,8 @@ from drivetrain.models.base import Model, ModelRequest, ModelResponse
 from drivetrain.tools.base import Tool, ToolContext, ToolError, ToolResult, tool
 
 __all__ = [
+    "Allow", "ApprovalRequired", "AwaitApproval", "Defer", "Deny", "HookReported", "PendingCall",
+    "PermissionDecided", "SubmitPrompt", "ToolStarted",
     "Agent", "CallModel", "ConfigError", "Done", "Event", "Finished", "HarnessError", "Message", "Model",
     "ModelError", "ModelRequest", "ModelResponded", "ModelResponse", "RawBlock", "Recover", "RedactedThinkingBlock",
     "ResultsSent", "Run", "RunResult", "RunTools", "State", "TextBlock", "ThinkingBlock", "Tool", "ToolCalled",

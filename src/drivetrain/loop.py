@@ -1,9 +1,8 @@
 """The agent loop: a closed set of states, one handler per state, and the run that walks them.
 
 Each handler does its state's work and returns the next state; its return
-annotation *is* the graph's edges (``graph.mermaid()`` draws them from here).
-A ``Run`` can be iterated event by event (the manual loop) or driven to the end
-(``Agent.run``).
+annotation *is* the graph's edges. A ``Run`` can be iterated event by event (the
+manual loop) or driven to the end (``Agent.run``).
 """
 
 from __future__ import annotations
@@ -13,15 +12,25 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import AsyncIterator, Union
+from typing import Any, AsyncIterator, Callable, Union
 
+from drivetrain import calls
+from drivetrain.approval import Approver, Defer, PendingCall, Policy, Verdict
 from drivetrain.errors import HarnessError
-from drivetrain.messages import Message, ToolResultBlock, ToolUseBlock, Usage, ensure_valid
+from drivetrain.events import (
+    ApprovalRequired, Event, Finished, HookReported, ModelResponded, ResultsSent, ToolCalled, ToolFinished,
+)
+from drivetrain.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, Usage, ensure_valid
 from drivetrain.models.base import Model, ModelRequest, ModelResponse
 from drivetrain.pricing import cost_usd
-from drivetrain.tools.base import Tool, ToolContext, ToolError, ToolResult, tool_spec
+from drivetrain.tools.base import Tool, tool_spec
 
 # ---------------------------------------------------------------- states
+
+
+@dataclass(frozen=True)
+class SubmitPrompt:
+    prompt: str
 
 
 @dataclass(frozen=True)
@@ -31,7 +40,18 @@ class CallModel:
 
 @dataclass(frozen=True)
 class RunTools:
-    response: ModelResponse
+    calls: tuple[ToolUseBlock, ...]
+    verdicts: dict[str, Verdict] = field(default_factory=dict)  # decided before a pause
+
+
+@dataclass(frozen=True)
+class AwaitApproval:
+    calls: tuple[ToolUseBlock, ...]
+    verdicts: dict[str, Verdict]  # the calls already decided; the others are pending
+
+    @property
+    def pending(self) -> list[ToolUseBlock]:
+        return [c for c in self.calls if c.id not in self.verdicts]
 
 
 @dataclass(frozen=True)
@@ -42,46 +62,13 @@ class Recover:
 
 @dataclass(frozen=True)
 class Done:
-    subtype: str  # success | error_max_turns | error_max_continuations | error_during_execution
+    subtype: str  # success | error_max_turns | error_max_continuations | error_during_execution | prompt_blocked
     stop_reason: str | None = None
     result: str = ""
     note: str = ""
 
 
-State = Union[CallModel, RunTools, Recover, Done]
-
-# ---------------------------------------------------------------- events
-
-
-@dataclass(frozen=True)
-class ModelResponded:
-    turn: int
-    response: ModelResponse
-
-
-@dataclass(frozen=True)
-class ToolCalled:
-    call: ToolUseBlock
-
-
-@dataclass(frozen=True)
-class ToolFinished:
-    call: ToolUseBlock
-    result: ToolResultBlock
-    duration_ms: float
-
-
-@dataclass(frozen=True)
-class ResultsSent:
-    message: Message  # the user message carrying every tool_result of a turn
-
-
-@dataclass(frozen=True)
-class Finished:
-    result: RunResult
-
-
-Event = Union[ModelResponded, ToolCalled, ToolFinished, ResultsSent, Finished]
+State = Union[SubmitPrompt, CallModel, RunTools, AwaitApproval, Recover, Done]
 
 # ---------------------------------------------------------------- result
 
@@ -99,18 +86,23 @@ class RunResult:
     history: list[Message]
     trajectory: list[str]
     note: str = ""
+    pending: list[PendingCall] = field(default_factory=list)  # set when the run paused for approval
 
     @property
     def is_error(self) -> bool:
-        return self.subtype != "success"
+        return self.subtype not in ("success", "awaiting_approval")
 
     def to_json(self) -> dict:
-        return {
+        out = {
             "type": "result", "subtype": self.subtype, "is_error": self.is_error, "result": self.result,
             "stop_reason": self.stop_reason, "num_turns": self.num_turns, "session_id": self.session_id,
             "duration_ms": self.duration_ms, "usage": self.usage.to_wire(), "total_cost_usd": self.total_cost_usd,
-            **({"note": self.note} if self.note else {}),
         }
+        if self.note:
+            out["note"] = self.note
+        if self.pending:
+            out["pending"] = [p.to_json() for p in self.pending]
+        return out
 
 
 # ---------------------------------------------------------------- agent
@@ -125,23 +117,31 @@ class Agent:
     max_tokens: int = 8192
     max_tokens_ceiling: int = 32768  # how far a cut-off tool call may raise max_tokens on retry
     max_continuations: int = 10  # consecutive pause_turn resends
+    max_stop_refusals: int = 10  # consecutive Stop-hook refusals
     cwd: Path = field(default_factory=Path.cwd)
+    policy: Policy | None = None  # None: every call is allowed
+    approver: Approver | None = None  # None: what would ask is denied (non-interactive)
+    hooks: Any = None  # drivetrain.hooks.Hooks
+    observers: list[Callable[[Event], None]] = field(default_factory=list)  # see each event as it happens
     strict: bool = False  # raise on a history the linter rejects (tests) instead of repairing it
 
-    def start(self, prompt: str | None = None, history: list[Message] | None = None) -> Run:
-        messages = list(history or [])
+    def start(self, prompt: str | None = None, history: list[Message] | None = None,
+              session_id: str | None = None) -> Run:
+        run = Run(self, list(history or []), session_id)
         if prompt is not None:
-            messages.append(Message.user(prompt))
-        return Run(self, messages)
+            run.state = SubmitPrompt(prompt)
+        return run
 
     async def run(self, prompt: str | None = None, history: list[Message] | None = None) -> RunResult:
-        run = self.start(prompt, history)
-        async for _ in run:
-            pass
-        return run.result
+        return await self.start(prompt, history).finish()
 
     def run_sync(self, prompt: str | None = None, history: list[Message] | None = None) -> RunResult:
         return asyncio.run(self.run(prompt, history))
+
+    def restore(self, snapshot: dict) -> Run:
+        """A run saved with ``Run.snapshot()``, possibly by another process, continued by this agent."""
+        from drivetrain.checkpoint import restore
+        return restore(self, snapshot)
 
 
 class Run:
@@ -154,47 +154,104 @@ class Run:
         self.usage = Usage()
         self.trajectory: list[str] = []
         self.continuations = 0
+        self.stop_refusals = 0
         self.tools = {t.name: t for t in agent.tools}
         self._started = time.monotonic()
         self._result: RunResult | None = None
         self._sent: list[Message] = []  # the history as last sent (and linted)
+        self._events: list[Event] = []
 
     # -- driving
 
     async def step(self) -> list[Event]:
         """Do the current state's work and move to the next state. Returns what happened."""
-        events: list[Event] = []
+        self._events = []
         match self.state:
+            case SubmitPrompt() as s:
+                self.state = await self._submit_prompt(s)
             case CallModel() as s:
-                self.state = await self._call_model(s, events)
+                self.state = await self._call_model(s)
             case RunTools() as s:
-                self.state = await self._run_tools(s, events)
+                self.state = await self._run_tools(s)
             case Recover() as s:
-                self.state = self._recover(s, events)
+                self.state = self._recover(s)
+            case AwaitApproval() as s:
+                self.emit(ApprovalRequired(tuple(self.pending)))
             case Done() as s:
                 if self._result is None:
                     self._result = self._finish(s)
-                    events.append(Finished(self._result))
-        return events
+                    self.emit(Finished(self._result))
+        return self._events
 
     async def __aiter__(self) -> AsyncIterator[Event]:
-        while self._result is None:
+        while not self.done and not self.paused:
             for event in await self.step():
                 yield event
+        if self.paused:
+            for event in await self.step():  # announce what is pending
+                yield event
+
+    async def finish(self) -> RunResult:
+        """Drive to the end (or to a pause for approval) and return the result."""
+        async for _ in self:
+            pass
+        return self.result
+
+    def resume(self, decisions: dict[str, Verdict]) -> None:
+        """Give a verdict for each pending call; the run then continues with the next step."""
+        if not isinstance(self.state, AwaitApproval):
+            raise RuntimeError(f"nothing to resume: the run is in {type(self.state).__name__}")
+        missing = [c.id for c in self.state.pending if c.id not in decisions or isinstance(decisions[c.id], Defer)]
+        if missing:
+            raise ValueError(f"no decision for pending call(s) {', '.join(missing)}")
+        self.state = RunTools(self.state.calls, {**self.state.verdicts, **decisions})
+
+    def snapshot(self) -> dict:
+        """The run as JSON-ready data (history, state, counters); ``Agent.restore`` continues it."""
+        from drivetrain.checkpoint import snapshot
+        return snapshot(self)
+
+    def emit(self, event: Event) -> None:
+        self._events.append(event)
+        for observe in self.agent.observers:
+            observe(event)
 
     @property
     def done(self) -> bool:
         return self._result is not None
 
     @property
+    def paused(self) -> bool:
+        return isinstance(self.state, AwaitApproval)
+
+    @property
+    def pending(self) -> list[PendingCall]:
+        if not isinstance(self.state, AwaitApproval):
+            return []
+        return [PendingCall(c.id, c.name, c.input) for c in self.state.pending]
+
+    @property
     def result(self) -> RunResult:
+        if self.paused:
+            return self._finish(Done("awaiting_approval", "tool_use"))
         if self._result is None:
             raise RuntimeError("the run has not finished")
         return self._result
 
     # -- states
 
-    async def _call_model(self, s: CallModel, events: list[Event]) -> RunTools | Recover | CallModel | Done:
+    async def _submit_prompt(self, s: SubmitPrompt) -> CallModel | Done:
+        blocks: list = [TextBlock(s.prompt)]
+        if self.agent.hooks:
+            out = await self.agent.hooks.run("UserPromptSubmit", self.hook_payload("UserPromptSubmit", prompt=s.prompt))
+            self.report_hooks("UserPromptSubmit", out)
+            if out.block:
+                return Done("prompt_blocked", None, f"A UserPromptSubmit hook blocked the prompt: {out.reason}")
+            blocks += [TextBlock(c) for c in out.additional_context if c]
+        self.history.append(Message("user", tuple(blocks)))
+        return CallModel()
+
+    async def _call_model(self, s: CallModel) -> RunTools | Recover | CallModel | Done:
         a = self.agent
         if a.max_turns is not None and self.num_turns >= a.max_turns:
             return Done("error_max_turns", self.trajectory[-1] if self.trajectory else None,
@@ -210,8 +267,11 @@ class Run:
         self.num_turns += 1
         self.usage = self.usage + response.usage
         self.trajectory.append(response.stop_reason)
-        events.append(ModelResponded(self.num_turns, response))
-        return self._after_response(response, max_tokens)
+        self.emit(ModelResponded(self.num_turns, response))
+        next_state = self._after_response(response, max_tokens)
+        if isinstance(next_state, Done) and next_state.subtype == "success" and a.hooks:
+            return await self._stop_hooks(next_state)
+        return next_state
 
     def _after_response(self, response: ModelResponse, max_tokens: int) -> RunTools | Recover | CallModel | Done:
         reason = response.stop_reason
@@ -226,32 +286,46 @@ class Run:
             return CallModel()  # resend as is: the paused content is the last message, no new user text
         self.continuations = 0
         if reason == "tool_use" and response.message.tool_uses:
-            return RunTools(response)
+            for call in response.message.tool_uses:
+                self.emit(ToolCalled(call))
+            return RunTools(tuple(response.message.tool_uses))
         note = f"The answer was cut off at max_tokens ({max_tokens})." if reason == "max_tokens" else ""
         return Done("success", reason, response.message.text, note)
 
-    async def _run_tools(self, s: RunTools, events: list[Event]) -> CallModel | Done:
-        calls = s.response.message.tool_uses
-        events.extend(ToolCalled(c) for c in calls)
-        outcomes = await asyncio.gather(*(self._execute(c) for c in calls), return_exceptions=True)
+    async def _stop_hooks(self, done: Done) -> CallModel | Done:
+        out = await self.agent.hooks.run("Stop", self.hook_payload("Stop", stop_hook_active=self.stop_refusals > 0))
+        self.report_hooks("Stop", out)
+        if not out.block or self.stop_refusals >= self.agent.max_stop_refusals:
+            return done
+        self.stop_refusals += 1
+        self.history.append(Message.user(f"A Stop hook refused to let you stop: {out.reason or 'keep working'}"))
+        return CallModel()
+
+    async def _run_tools(self, s: RunTools) -> AwaitApproval | CallModel | Done:
+        verdicts = await calls.decide_all(self, s.calls, s.verdicts)
+        if any(isinstance(v, Defer) for v in verdicts.values()):
+            decided = {k: v for k, v in verdicts.items() if not isinstance(v, Defer)}
+            return AwaitApproval(s.calls, decided)
+        outcomes = await asyncio.gather(*(calls.execute(self, c, verdicts[c.id]) for c in s.calls),
+                                        return_exceptions=True)
         failure = next((o for o in outcomes if isinstance(o, BaseException)), None)
         results = []
-        for call, outcome in zip(calls, outcomes):
+        for call, outcome in zip(s.calls, outcomes):
             if isinstance(outcome, BaseException):
-                outcome = (ToolResultBlock(call.id, f"Not run: the harness failed ({outcome}).", True), 0.0)
-            block, ms = outcome
+                outcome = (ToolResultBlock(call.id, f"Not run: the harness failed ({outcome}).", True), 0.0, None)
+            block, ms, meta = outcome
             results.append(block)
-            events.append(ToolFinished(call, block, ms))
+            self.emit(ToolFinished(call, block, ms, meta))
         message = Message("user", tuple(results))
         self.history.append(message)  # always answered, even on failure: the history stays valid
-        events.append(ResultsSent(message))
+        self.emit(ResultsSent(message))
         if failure is not None:
             if not isinstance(failure, Exception):
                 raise failure  # cancellation, KeyboardInterrupt: after the history is made valid
             return Done("error_during_execution", None, str(failure))
         return CallModel()
 
-    def _recover(self, s: Recover, events: list[Event]) -> CallModel:
+    def _recover(self, s: Recover) -> CallModel:
         larger = min(s.max_tokens * 2, self.agent.max_tokens_ceiling)
         if larger > s.max_tokens:
             return CallModel(max_tokens=larger)  # drop the cut-off response and ask again with more room
@@ -261,10 +335,17 @@ class Run:
                 "file in several parts).")
         message = Message("user", tuple(ToolResultBlock(c.id, text, True) for c in s.response.message.tool_uses))
         self.history.append(message)
-        events.append(ResultsSent(message))
+        self.emit(ResultsSent(message))
         return CallModel()
 
     # -- helpers
+
+    def hook_payload(self, event: str, **fields: Any) -> dict:
+        return {"session_id": self.session_id, "cwd": str(self.agent.cwd), "hook_event_name": event, **fields}
+
+    def report_hooks(self, event: str, outcome: Any) -> None:
+        if outcome.errors:
+            self.emit(HookReported(event, tuple(outcome.errors)))
 
     def _unchanged_prefix(self) -> int:
         """How many messages were linted before and are still the very same objects.
@@ -278,29 +359,10 @@ class Run:
             n += 1
         return max(n - 1, 0)
 
-    async def _execute(self, call: ToolUseBlock) -> tuple[ToolResultBlock, float]:
-        started = time.monotonic()
-        result = await self._call_tool(call)
-        content = result.content if result.content not in ("", []) else "(no output)"
-        block = ToolResultBlock(call.id, content, result.is_error)
-        return block, (time.monotonic() - started) * 1000
-
-    async def _call_tool(self, call: ToolUseBlock) -> ToolResult:
-        tool = self.tools.get(call.name)
-        if tool is None:
-            return ToolResult(f"No tool named {call.name!r}. Available tools: {', '.join(self.tools)}.", True)
-        try:
-            return await tool.call(call.input, ToolContext(cwd=self.agent.cwd))
-        except HarnessError:
-            raise
-        except Exception as e:  # tool failures are data: the model sees the real error
-            text = str(e) or type(e).__name__
-            return ToolResult(text if isinstance(e, ToolError) else f"{type(e).__name__}: {text}", True)
-
     def _finish(self, s: Done) -> RunResult:
         return RunResult(
             subtype=s.subtype, stop_reason=s.stop_reason, result=s.result, num_turns=self.num_turns,
             session_id=self.session_id, duration_ms=int((time.monotonic() - self._started) * 1000),
             usage=self.usage, total_cost_usd=cost_usd(self.agent.model.name, self.usage),
-            history=self.history, trajectory=self.trajectory, note=s.note,
+            history=self.history, trajectory=self.trajectory, note=s.note, pending=self.pending,
         )

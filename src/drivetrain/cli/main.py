@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 
 from drivetrain.errors import HarnessError
-from drivetrain.loop import Agent, Finished, ModelResponded, ResultsSent, Run, ToolCalled, ToolFinished
+from drivetrain.events import Finished, ModelResponded, PermissionDecided, ResultsSent, ToolCalled, ToolFinished
+from drivetrain.loop import Agent, Run
 from drivetrain.models.resolve import PROVIDERS, resolve_model
 from drivetrain.prompts import default_system_prompt
 from drivetrain.tools import builtin_tools

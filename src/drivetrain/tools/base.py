@@ -21,6 +21,7 @@ import pydantic
 class ToolResult:
     content: str | list[dict]
     is_error: bool = False
+    meta: dict = field(default_factory=dict)  # facts for the audit log (e.g. exit_code), never sent to the model
 
 
 @dataclass

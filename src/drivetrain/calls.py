@@ -1,0 +1,118 @@
+"""One turn's tool calls, from intent to result: hooks, permission, approval, execution.
+
+Decisions are made one call at a time (a person answers one question at a
+time); the allowed calls then run concurrently. Every call ends in exactly one
+tool_result: a denial or a failure is a result the model reads, never a gap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING
+
+from drivetrain.approval import Allow, Defer, Deny, PendingCall, Verdict, ask
+from drivetrain.errors import HarnessError
+from drivetrain.events import PermissionDecided, ToolStarted
+from drivetrain.messages import ToolResultBlock, ToolUseBlock
+from drivetrain.tools.base import ToolContext, ToolError, ToolResult
+
+if TYPE_CHECKING:
+    from drivetrain.loop import Run
+
+
+async def decide_all(run: Run, calls: tuple[ToolUseBlock, ...], verdicts: dict[str, Verdict]) -> dict[str, Verdict]:
+    """A verdict for every call not decided yet (calls decided before a pause keep theirs)."""
+    verdicts = dict(verdicts)
+    for call in calls:
+        if call.id not in verdicts:
+            verdict = await _decide(run, call)
+            verdicts[call.id] = verdict
+            behavior, by, reason = _describe(verdict)
+            run.emit(PermissionDecided(call, behavior, by, reason))
+    return verdicts
+
+
+def _describe(v: Verdict) -> tuple[str, str, str]:
+    if isinstance(v, Allow):
+        return "allow", v.by, v.reason
+    if isinstance(v, Deny):
+        return "deny", v.by, v.message
+    return "defer", "approver", "waiting for a decision"
+
+
+async def _decide(run: Run, call: ToolUseBlock) -> Verdict:
+    agent = run.agent
+    if call.name not in run.tools:
+        return Deny(f"No tool named {call.name!r}. Available tools: {', '.join(run.tools)}.", by="harness")
+    tool_input, hook_says, hook_by = call.input, None, ""
+    if agent.hooks:
+        out = await agent.hooks.run("PreToolUse", run.hook_payload(
+            "PreToolUse", tool_name=call.name, tool_input=call.input, tool_use_id=call.id), tool_name=call.name)
+        run.report_hooks("PreToolUse", out)
+        hook_by = "hook:" + ", ".join(out.sources)
+        if out.block or out.decision == "deny":
+            return Deny(f"A PreToolUse hook blocked this call: {out.reason or 'no reason given'}", by=hook_by)
+        if out.updated_input is not None:
+            tool_input = out.updated_input
+        hook_says = out.decision
+    changed = tool_input if tool_input is not call.input else None
+    decision = agent.policy.decide(call.name, tool_input) if agent.policy is not None else None
+    behavior = decision.behavior if decision is not None else "allow"
+    source = f"{decision.source}" if decision is not None else "no policy"
+    reason = decision.reason if decision is not None else ""
+    if behavior == "deny":  # a deny rule wins over everything, hooks included
+        return Deny(f"Permission denied: {reason}", by=source)
+    if hook_says == "allow" and behavior == "ask":
+        return Allow(changed, by=hook_by, reason="allowed by a PreToolUse hook")
+    if behavior == "allow" and hook_says != "ask":
+        return Allow(changed, by=source, reason=reason)
+    if hook_says == "ask":
+        reason = "a PreToolUse hook asked for approval"
+    verdict = await ask(agent.approver, PendingCall(call.id, call.name, tool_input, reason))
+    if isinstance(verdict, Allow) and verdict.updated_input is None and changed is not None:
+        verdict = Allow(changed, verdict.by, verdict.reason)
+    return verdict
+
+
+async def execute(run: Run, call: ToolUseBlock, verdict: Verdict) -> tuple[ToolResultBlock, float, dict | None]:
+    """Run one decided call. Returns its result block, duration in ms, and the tool's metadata."""
+    if isinstance(verdict, Deny):
+        return ToolResultBlock(call.id, verdict.message, True), 0.0, None
+    assert not isinstance(verdict, Defer), "deferred calls are never executed"
+    tool_input = verdict.updated_input if verdict.updated_input is not None else call.input
+    run.emit(ToolStarted(call, tool_input, verdict.by))  # the audit log's intent record: before the call runs
+    started = time.monotonic()
+    result = await _call_tool(run, call.name, tool_input)
+    content = result.content if result.content not in ("", []) else "(no output)"
+    if run.agent.hooks:
+        content = await _post_hooks(run, call, tool_input, content, result.is_error)
+    return ToolResultBlock(call.id, content, result.is_error), (time.monotonic() - started) * 1000, result.meta
+
+
+async def _call_tool(run: Run, name: str, tool_input: dict) -> ToolResult:
+    try:
+        return await run.tools[name].call(tool_input, ToolContext(cwd=run.agent.cwd))
+    except (HarnessError, asyncio.CancelledError):
+        raise
+    except Exception as e:  # tool failures are data: the model sees the real error
+        text = str(e) or type(e).__name__
+        return ToolResult(text if isinstance(e, ToolError) else f"{type(e).__name__}: {text}", True)
+
+
+async def _post_hooks(run: Run, call: ToolUseBlock, tool_input: dict, content, is_error: bool):
+    text = content if isinstance(content, str) else ToolResultBlock(call.id, content).text
+    out = await run.agent.hooks.run("PostToolUse", run.hook_payload(
+        "PostToolUse", tool_name=call.name, tool_input=tool_input, tool_use_id=call.id,
+        tool_response={"content": text, "is_error": is_error}), tool_name=call.name)
+    run.report_hooks("PostToolUse", out)
+    extra = list(out.additional_context)
+    if out.block:
+        extra.append(f"PostToolUse hook: {out.reason}")
+    if out.updated_output is not None:
+        content = out.updated_output
+    if not extra:
+        return content
+    if isinstance(content, str):
+        return "\n\n".join([content, *extra])
+    return [*content, *({"type": "text", "text": e} for e in extra)]

@@ -1,0 +1,81 @@
+"""What a run reports as it goes: one event per thing that happened, in order.
+
+Observers (``Agent.observers``) see each event the moment it happens, which is
+how the audit log records a call's intent *before* the call runs; iterating a
+``Run`` yields the same events after each step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Union
+
+from drivetrain.approval import PendingCall
+from drivetrain.messages import Message, ToolResultBlock, ToolUseBlock
+from drivetrain.models.base import ModelResponse
+
+if TYPE_CHECKING:
+    from drivetrain.loop import RunResult
+
+
+@dataclass(frozen=True)
+class ModelResponded:
+    turn: int
+    response: ModelResponse
+
+
+@dataclass(frozen=True)
+class ToolCalled:
+    """The model asked for a call (before any permission decision)."""
+
+    call: ToolUseBlock
+
+
+@dataclass(frozen=True)
+class PermissionDecided:
+    call: ToolUseBlock
+    behavior: str  # allow | deny | defer
+    by: str  # rule:…, mode:…, hook:…, person, callback, non-interactive
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class ToolStarted:
+    """An allowed call is about to run, with the input it will run with."""
+
+    call: ToolUseBlock
+    input: dict
+    by: str
+
+
+@dataclass(frozen=True)
+class ToolFinished:
+    call: ToolUseBlock
+    result: ToolResultBlock
+    duration_ms: float
+    meta: dict | None = None  # e.g. {"exit_code": 1}; None when the call never ran
+
+
+@dataclass(frozen=True)
+class ResultsSent:
+    message: Message  # the user message carrying every tool_result of a turn
+
+
+@dataclass(frozen=True)
+class ApprovalRequired:
+    pending: tuple[PendingCall, ...]
+
+
+@dataclass(frozen=True)
+class HookReported:
+    event: str
+    errors: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Finished:
+    result: RunResult
+
+
+Event = Union[ModelResponded, ToolCalled, PermissionDecided, ToolStarted, ToolFinished, ResultsSent,
+              ApprovalRequired, HookReported, Finished]

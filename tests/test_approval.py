@@ -1,0 +1,168 @@
+"""Permission decisions and approvals, end to end through the loop against the scripted server."""
+
+import json
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass
+
+import pytest
+
+from drivetrain import Agent, Allow, Defer, Deny, PermissionDecided, ToolStarted, lint, tool
+from drivetrain.models.anthropic import AnthropicModel
+from drivetrain.testing import ScriptedServer, reply, respond, tool_call
+
+ran: list[str] = []
+
+
+@tool
+def shell(command: str) -> str:
+    """Pretend to run a command."""
+    ran.append(command)
+    return f"ran {command}"
+
+
+@dataclass
+class Decision:
+    behavior: str
+    reason: str = ""
+    source: str = "test-policy"
+
+
+class TablePolicy:
+    """allow/ask/deny by the command's first word."""
+
+    def __init__(self, **table):
+        self.table = table
+
+    def decide(self, tool_name, tool_input):
+        word = tool_input.get("command", "").split()[0]
+        return Decision(self.table.get(word, "ask"), f"{word} is {self.table.get(word, 'unlisted')}")
+
+
+@pytest.fixture(autouse=True)
+def _reset():
+    ran.clear()
+
+
+def agent_for(server, **kw):
+    model = AnthropicModel.from_env("claude-sonnet-4-6", {"ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_API_KEY": "k"})
+    return Agent(model=model, tools=[shell], strict=True, **kw)
+
+
+def results(body):
+    return body["messages"][-1]["content"]
+
+
+async def test_denied_call_reaches_the_model_as_an_error_and_the_run_goes_on():
+    def check(body):
+        (res,) = results(body)
+        assert res["is_error"] and "Permission denied: rm is deny" in res["content"]
+
+    steps = [respond([tool_call("shell", {"command": "rm -rf /"})]), reply("ok, I won't", expect=check)]
+    with ScriptedServer(steps) as server:
+        result = await agent_for(server, policy=TablePolicy(rm="deny")).run("clean up")
+    assert ran == [] and result.subtype == "success" and result.result == "ok, I won't"
+
+
+async def test_ask_without_an_approver_is_denied_with_the_reason():
+    def check(body):
+        (res,) = results(body)
+        assert res["is_error"] and "non-interactive" in res["content"] and "curl is unlisted" in res["content"]
+
+    steps = [respond([tool_call("shell", {"command": "curl x"})]), reply("fine", expect=check)]
+    with ScriptedServer(steps) as server:
+        await agent_for(server, policy=TablePolicy()).run("go")
+    assert ran == []
+
+
+async def test_approver_can_edit_input_or_deny_with_a_message_sync_or_async():
+    async def approver(call):
+        if call.input["command"].startswith("make"):
+            return Allow({"command": "make test -j1"}, by="person")
+        return Deny("Not today: use the test suite instead.", by="person")
+
+    def check(body):
+        made, refused = results(body)
+        assert made["content"] == "ran make test -j1" and not made.get("is_error")
+        assert refused["is_error"] and refused["content"] == "Not today: use the test suite instead."
+
+    steps = [respond([tool_call("shell", {"command": "make test"}), tool_call("shell", {"command": "npm publish"})]),
+             reply("done", expect=check)]
+    seen = []
+    with ScriptedServer(steps) as server:
+        agent = agent_for(server, policy=TablePolicy(), approver=approver, observers=[seen.append])
+        await agent.run("go")
+    assert ran == ["make test -j1"]
+    decided = [(e.behavior, e.by) for e in seen if isinstance(e, PermissionDecided)]
+    assert decided == [("allow", "person"), ("deny", "person")]
+    started = [e.input for e in seen if isinstance(e, ToolStarted)]
+    assert started == [{"command": "make test -j1"}]
+
+
+async def test_allowed_calls_wait_while_another_call_is_deferred(tmp_path):
+    steps = [respond([tool_call("shell", {"command": "ls"}, id="toolu_ls"),
+                      tool_call("shell", {"command": "deploy prod"}, id="toolu_dep")])]
+    with ScriptedServer(steps) as server:
+        agent = agent_for(server, policy=TablePolicy(ls="allow"), approver=lambda call: Defer())
+        result = await agent.run("deploy")
+    assert result.subtype == "awaiting_approval" and not result.is_error
+    assert [p.to_json() for p in result.pending] == [
+        {"id": "toolu_dep", "name": "shell", "input": {"command": "deploy prod"}, "reason": ""}]
+    assert ran == []  # nothing runs until every call of the turn is decided
+    assert lint(result.history).problems == [f"message 1: tool_use ids {['toolu_ls', 'toolu_dep']} have no tool_result message"]
+
+
+RESUME = textwrap.dedent("""
+    import asyncio, json, sys
+    from drivetrain import Agent, Allow, tool
+    from drivetrain.models.anthropic import AnthropicModel
+
+    @tool
+    def shell(command: str) -> str:
+        "Pretend to run a command."
+        return f"ran {command} in pid-2"
+
+    async def main():
+        url, path = sys.argv[1], sys.argv[2]
+        snap = json.load(open(path))
+        model = AnthropicModel.from_env(None, {"ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": "k"})
+        run = Agent(model=model, tools=[shell], strict=True).restore(snap)
+        run.resume({p.id: Allow(by="person") for p in run.pending})
+        result = await run.finish()
+        print(json.dumps(result.to_json()))
+
+    asyncio.run(main())
+""")
+
+
+async def test_deferred_approval_resumes_in_a_new_process(tmp_path):
+    def check(body):
+        ls, dep = results(body)
+        assert ls["content"] == "ran ls in pid-2" and dep["content"] == "ran deploy prod in pid-2"
+
+    steps = [respond([tool_call("shell", {"command": "ls"}, id="toolu_ls"),
+                      tool_call("shell", {"command": "deploy prod"}, id="toolu_dep")]),
+             reply("deployed", expect=check)]
+    with ScriptedServer(steps) as server:
+        agent = agent_for(server, policy=TablePolicy(ls="allow"), approver=lambda call: Defer())
+        run = agent.start("deploy")
+        paused = await run.finish()
+        assert paused.subtype == "awaiting_approval"
+        snap = tmp_path / "run.json"
+        snap.write_text(json.dumps(run.snapshot()))
+        proc = subprocess.run([sys.executable, "-c", RESUME, server.url, str(snap)], capture_output=True, text=True,
+                              timeout=60)
+        assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["subtype"] == "success" and result["result"] == "deployed" and result["num_turns"] == 2
+    assert result["session_id"] == run.session_id
+
+
+async def test_resume_needs_a_decision_for_every_pending_call():
+    steps = [respond([tool_call("shell", {"command": "a"}), tool_call("shell", {"command": "b"})])]
+    with ScriptedServer(steps) as server:
+        run = agent_for(server, policy=TablePolicy(), approver=lambda c: Defer()).start("go")
+        await run.finish()
+    with pytest.raises(ValueError, match="no decision"):
+        run.resume({run.pending[0].id: Allow()})
