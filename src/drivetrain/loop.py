@@ -160,12 +160,16 @@ class Run:
         self._result: RunResult | None = None
         self._sent: list[Message] = []  # the history as last sent (and linted)
         self._events: list[Event] = []
+        self.path: list[str] = []  # every state this run has been in, in order: the walk through the graph
 
     # -- driving
 
     async def step(self) -> list[Event]:
         """Do the current state's work and move to the next state. Returns what happened."""
         self._events = []
+        before = self.state
+        if not self.path:
+            self.path.append(type(before).__name__)
         match self.state:
             case SubmitPrompt() as s:
                 self.state = await self._submit_prompt(s)
@@ -181,6 +185,8 @@ class Run:
                 if self._result is None:
                     self._result = self._finish(s)
                     self.emit(Finished(self._result))
+        if self.state is not before:
+            self.path.append(type(self.state).__name__)
         return self._events
 
     async def __aiter__(self) -> AsyncIterator[Event]:

@@ -1,0 +1,34 @@
+"""The loop's graph, drawn from the code: each state's handler declares its edges by its return annotation."""
+
+from __future__ import annotations
+
+import typing
+
+from drivetrain import loop
+
+# state -> the Run method that handles it; AwaitApproval is left by Run.resume
+HANDLERS = {
+    loop.SubmitPrompt: loop.Run._submit_prompt,
+    loop.CallModel: loop.Run._call_model,
+    loop.RunTools: loop.Run._run_tools,
+    loop.Recover: loop.Run._recover,
+    loop.AwaitApproval: loop.Run.resume,
+}
+RESUME_EDGES = {loop.AwaitApproval: [loop.RunTools]}
+
+
+def edges() -> list[tuple[str, str]]:
+    """(from, to) for every transition the handlers can make, in a stable order."""
+    out = []
+    for state, handler in HANDLERS.items():
+        ret = typing.get_type_hints(handler)["return"]
+        targets = RESUME_EDGES.get(state) or list(typing.get_args(ret) or (ret,))
+        out += [(state.__name__, t.__name__) for t in targets]
+    return out
+
+
+def mermaid() -> str:
+    lines = ["stateDiagram-v2", "    [*] --> SubmitPrompt", "    [*] --> CallModel"]
+    lines += [f"    {a} --> {b}" for a, b in edges()]
+    lines.append("    Done --> [*]")
+    return "\n".join(lines)
