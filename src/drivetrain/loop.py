@@ -211,6 +211,7 @@ class Run:
         if missing:
             raise ValueError(f"no decision for pending call(s) {', '.join(missing)}")
         self.state = RunTools(self.state.calls, {**self.state.verdicts, **decisions})
+        self.path.append("RunTools")
 
     def snapshot(self) -> dict:
         """The run as JSON-ready data (history, state, counters); ``Agent.restore`` continues it."""
