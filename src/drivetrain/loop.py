@@ -160,6 +160,7 @@ class Run:
         self._result: RunResult | None = None
         self._sent: list[Message] = []  # the history as last sent (and linted)
         self._events: list[Event] = []
+        self._hook_stop: str | None = None
         self.path: list[str] = []  # every state this run has been in, in order: the walk through the graph
 
     # -- driving
@@ -185,6 +186,9 @@ class Run:
                 if self._result is None:
                     self._result = self._finish(s)
                     self.emit(Finished(self._result))
+        if self._hook_stop is not None and not isinstance(self.state, Done):
+            # a hook said {"continue": false}: stop after this step, so the history it left stays valid
+            self.state = Done("stopped_by_hook", None, self._hook_stop)
         if self.state is not before:
             self.path.append(type(self.state).__name__)
         return self._events
@@ -351,6 +355,8 @@ class Run:
         return {"session_id": self.session_id, "cwd": str(self.agent.cwd), "hook_event_name": event, **fields}
 
     def report_hooks(self, event: str, outcome: Any) -> None:
+        if outcome.stop:
+            self._hook_stop = f"A {event} hook stopped the run: {outcome.stop_reason or 'no reason given'}"
         if outcome.errors:
             self.emit(HookReported(event, tuple(outcome.errors)))
 
