@@ -8,6 +8,7 @@ tool_result: a denial or a failure is a result the model reads, never a gap.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from typing import TYPE_CHECKING
 
@@ -45,6 +46,10 @@ async def _decide(run: Run, call: ToolUseBlock) -> Verdict:
     agent = run.agent
     if call.name not in run.tools:
         return Deny(f"No tool named {call.name!r}. Available tools: {', '.join(run.tools)}.", by="harness")
+    if getattr(call, "input_error", None):  # the provider could not decode the arguments: never run on a guess
+        schema = json.dumps(run.tools[call.name].input_schema)
+        return Deny(f"{call.input_error}\nThe call was not run. Call {call.name} again with arguments that "
+                    f"match its input schema: {schema}", by="harness")
     tool_input, hook_says, hook_by = call.input, None, ""
     if agent.hooks:
         out = await agent.hooks.run("PreToolUse", run.hook_payload(

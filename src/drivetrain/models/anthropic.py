@@ -8,29 +8,21 @@ which URL and which setting produced it.
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import json
 import os
-import random
-import time
 from dataclasses import dataclass
 
 import anthropic
 
-try:  # the transport the SDK is built on: raised as is when a stream breaks after it started
-    import httpx2 as httpx
-except ImportError:  # older SDKs
-    import httpx  # type: ignore[no-redef]
-
 from drivetrain.errors import ConfigError, ModelError
 from drivetrain.messages import Usage, block_from_wire
 from drivetrain.models.base import ModelRequest, ModelResponse
+from drivetrain.models.http import api_message, httpx, retry_delay, unreachable_message
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 DEFAULT_MODEL = "claude-sonnet-4-6"
 RETRYABLE_STATUS = {408, 409, 429, 500, 502, 503, 504, 529}
 RETRYABLE_ERROR_TYPES = {"overloaded_error", "api_error", "rate_limit_error"}
-PROXY_VARS = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
 
 
 def normalize_base_url(url: str) -> str:
@@ -107,7 +99,7 @@ class AnthropicModel:
             except (anthropic.APIError, httpx.TransportError) as e:
                 if attempt >= self.max_retries or not _retryable(e):
                     raise self._explain(e) from e
-                await asyncio.sleep(self._delay(e, attempt))
+                await asyncio.sleep(retry_delay(e, attempt, self.backoff))
                 attempt += 1
 
     async def _stream_once(self, request: ModelRequest) -> ModelResponse:
@@ -156,35 +148,22 @@ class AnthropicModel:
     def _url_setting(self) -> str:
         return "ANTHROPIC_BASE_URL" if self.base_url_source == "ANTHROPIC_BASE_URL" else "ANTHROPIC_BASE_URL (unset)"
 
-    def _delay(self, e: Exception, attempt: int) -> float:
-        headers = getattr(getattr(e, "response", None), "headers", None) or {}
-        wait = _retry_after(headers)
-        if wait is None:
-            wait = self.backoff * (2 ** attempt) * (0.75 + random.random() / 2)
-        return min(wait, 60.0)
-
     def _explain(self, e: Exception) -> ModelError:
         if isinstance(e, (anthropic.AuthenticationError, anthropic.PermissionDeniedError)):
             return ModelError(
                 f"The API key was rejected ({e.status_code}) by {self.base_url}. It came from "
                 f"{self.credentials.source}; the base URL came from {self._base_url_origin()}. "
-                f"Check the key, or that it belongs to this server. Server said: {_api_message(e)}")
+                f"Check the key, or that it belongs to this server. Server said: {api_message(e)}")
         if isinstance(e, anthropic.NotFoundError):
             return ModelError(f"404 Not Found from {e.response.request.url} (base URL {self.base_url} from "
                               f"{self._base_url_origin()}). Check the base URL and the model name "
-                              f"'{self.name}'. Server said: {_api_message(e)}")
+                              f"'{self.name}'. Server said: {api_message(e)}")
         if isinstance(e, (anthropic.APIConnectionError, httpx.TransportError)):
-            proxies = [f"{v}={os.environ[v]}" for v in PROXY_VARS if os.environ.get(v)]
-            via = f" through the proxy {', '.join(proxies)}" if proxies else ""
-            cause = _root_cause(e)
-            if isinstance(e, (anthropic.APITimeoutError, httpx.TimeoutException)):
-                kind = f"timed out (no data for {self.idle_timeout:g} s)"
-            else:
-                kind = "could not be reached"
-            return ModelError(f"{self.messages_url} {kind}{via} ({cause}). The URL came from "
-                              f"{self._base_url_origin()}; check it{' and the proxy setting' if proxies else ''}.")
+            timed_out = isinstance(e, (anthropic.APITimeoutError, httpx.TimeoutException))
+            return ModelError(unreachable_message(self.messages_url, e, timed_out=timed_out,
+                                                  idle_timeout=self.idle_timeout, origin=self._base_url_origin()))
         if isinstance(e, anthropic.APIStatusError):
-            return ModelError(f"{self.messages_url} answered {e.status_code}: {_api_message(e)}")
+            return ModelError(f"{self.messages_url} answered {e.status_code}: {api_message(e)}")
         return ModelError(f"{self.messages_url}: {e}")
 
     def _base_url_origin(self) -> str:
@@ -202,35 +181,3 @@ def _retryable(e: Exception) -> bool:
     body = getattr(e, "body", None) if isinstance(getattr(e, "body", None), dict) else {}
     err = body.get("error", body) if isinstance(body, dict) else {}
     return isinstance(err, dict) and err.get("type") in RETRYABLE_ERROR_TYPES
-
-
-def _retry_after(headers) -> float | None:
-    ms = headers.get("retry-after-ms")
-    if ms:
-        try:
-            return float(ms) / 1000
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        parsed = email.utils.parsedate_to_datetime(value) if value else None
-        return max(0.0, parsed.timestamp() - time.time()) if parsed else None
-
-
-def _api_message(e: anthropic.APIStatusError) -> str:
-    body = e.body
-    if isinstance(body, dict):
-        err = body.get("error", body)
-        if isinstance(err, dict) and err.get("message"):
-            return str(err["message"])
-    return str(e.message)
-
-
-def _root_cause(e: BaseException) -> str:
-    while e.__cause__ is not None or e.__context__ is not None:
-        e = e.__cause__ or e.__context__  # type: ignore[assignment]
-    return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__

@@ -25,6 +25,17 @@ Other steps: ``http_error(529, "overloaded_error", "busy", {"retry-after": "0"})
 ``stall_after_events=`` stalls a stream mid-way (idle-timeout tests) and
 ``error_after_events=`` ends it with an ``error`` event. ``count_tokens`` is answered
 without using a step; any other endpoint is a 404 and fails ``assert_complete``.
+
+``ScriptedOpenAIServer`` serves the same steps as OpenAI chat completions
+(``POST /v1/chat/completions``, JSON or ``chat.completion.chunk`` SSE ending in
+``data: [DONE]``), checking requests by the chat rules (``validate_chat``): every
+assistant ``tool_calls`` id answered by a ``tool`` message before the next
+assistant or user message, ``model`` and ``messages`` present, …::
+
+    with ScriptedOpenAIServer([respond([tool_call("Read", {"file_path": "a.py"})]), reply("done")]) as server:
+        client = openai.OpenAI(base_url=server.url + "/v1", api_key="test")
+
+``tool_call("Read", '{"file_path": ')`` sends those raw (here malformed) arguments.
 """
 
 from .script import (
@@ -40,6 +51,7 @@ from .script import (
     thinking,
     tool_call,
 )
+from .chat import ScriptedOpenAIServer, validate_chat
 from .server import Headers, Request, ScriptedServer
 from .wire import validate
 
@@ -48,6 +60,7 @@ __all__ = [
     "RawResponse",
     "Request",
     "Respond",
+    "ScriptedOpenAIServer",
     "ScriptedServer",
     "Step",
     "http_error",
@@ -59,4 +72,5 @@ __all__ = [
     "thinking",
     "tool_call",
     "validate",
+    "validate_chat",
 ]

@@ -60,9 +60,12 @@ def text(s: str) -> dict:
     return {"type": "text", "text": s}
 
 
-def tool_call(name: str, input: dict, id: str | None = None) -> dict:
-    """A client tool_use block. Without an id the server assigns ``toolu_<n>``."""
-    return {"type": "tool_use", "id": id, "name": name, "input": dict(input)}
+def tool_call(name: str, input: dict | str, id: str | None = None) -> dict:
+    """A client tool_use block. Without an id the server assigns ``toolu_<n>``.
+
+    A string ``input`` is raw arguments text, sent verbatim by ``ScriptedOpenAIServer`` (for
+    malformed-arguments tests)."""
+    return {"type": "tool_use", "id": id, "name": name, "input": input if isinstance(input, str) else dict(input)}
 
 
 def server_tool_use(name: str, input: dict, id: str | None = None) -> dict:

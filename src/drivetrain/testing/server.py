@@ -161,23 +161,17 @@ class ScriptedServer:
     def _answer(self, req: Request, n: int) -> RawResponse | _Stream:
         """Decide the answer; called under the lock."""
         where = f"request {n} ({req.method} {req.path})"
-        if req.method == "POST" and req.path == COUNT_TOKENS_PATH:
-            return RawResponse(status=200, body={"input_tokens": estimate_tokens(req.body)})
-        if req.method != "POST" or req.path != MESSAGES_PATH:
+        free = self._answer_without_step(req)
+        if free is not None:
+            return free
+        if req.method != "POST" or req.path != self.endpoint:
             self.unexpected.append(f"{where}: no such endpoint")
-            return _error(404, "not_found_error", f"Not found: {req.method} {req.path}")
+            return self._error(404, "not_found_error", f"Not found: {req.method} {req.path}")
         if not self._steps:
             self.unexpected.append(f"{where}: unexpected call, the script is exhausted")
-            return _error(400, "invalid_request_error", "scripted server: no step left for this request")
+            return self._error(400, "invalid_request_error", "scripted server: no step left for this request")
         req.step, step = self._steps.popleft()
-        problems = validate(req.body)
-        if self._paused is not None:
-            messages = req.body.get("messages") if isinstance(req.body, dict) else None
-            last = messages[-1] if isinstance(messages, list) and messages else None
-            if not (isinstance(last, dict) and last.get("role") == "assistant"
-                    and same_content(last.get("content"), self._paused)):
-                problems.append("after a pause_turn response the request must end with that assistant message, "
-                                "unchanged (no user message after it)")
+        problems = self._validate(req.body)
         if step.expect is not None and isinstance(req.body, dict):
             try:
                 if step.expect(req.body) is False:  # a bare comparison in a lambda must not pass silently
@@ -186,14 +180,46 @@ class ScriptedServer:
                 problems.append(f"expect failed ({type(e).__name__}): {e}")
         if problems:
             self.violations += [f"{where}, step {req.step}: {p}" for p in problems]
-            return _error(400, "invalid_request_error", "; ".join(problems))
+            return self._error(400, "invalid_request_error", "; ".join(problems))
         if isinstance(step, RawResponse):
             return step
-        message = build_message(step, req.body, f"msg_scripted_{n:04d}")
+        return self._reply(step, req.body, n)
+
+    # -- the Messages API dialect (ScriptedOpenAIServer overrides these)
+
+    endpoint = MESSAGES_PATH
+
+    def _answer_without_step(self, req: Request) -> RawResponse | None:
+        if req.method == "POST" and req.path == COUNT_TOKENS_PATH:
+            return RawResponse(status=200, body={"input_tokens": estimate_tokens(req.body)})
+        return None
+
+    def _validate(self, body: Any) -> list[str]:
+        problems = validate(body)
+        if self._paused is not None:
+            messages = body.get("messages") if isinstance(body, dict) else None
+            last = messages[-1] if isinstance(messages, list) and messages else None
+            if not (isinstance(last, dict) and last.get("role") == "assistant"
+                    and same_content(last.get("content"), self._paused)):
+                problems.append("after a pause_turn response the request must end with that assistant message, "
+                                "unchanged (no user message after it)")
+        return problems
+
+    def _reply(self, step: Respond, body: dict, n: int) -> RawResponse | _Stream:
+        message = build_message(step, body, f"msg_scripted_{n:04d}")
         self._paused = message["content"] if step.stop_reason == "pause_turn" else None
-        if req.body.get("stream"):
-            return _Stream(message, step)
+        if body.get("stream"):
+            return _Stream([f"event: {e}\ndata: {json.dumps(d)}\n\n".encode() for e, d in sse_events(message)], step)
         return RawResponse(status=200, body=message, delay=step.delay)
+
+    def _error(self, status: int, error_type: str, message: str) -> RawResponse:
+        return RawResponse(status=status, body={"type": "error", "error": {"type": error_type, "message": message}})
+
+    def _error_event(self, step: Respond) -> bytes:
+        data = {"type": "error", "error": {"type": step.error_type, "message": "scripted mid-stream error"}}
+        return f"event: error\ndata: {json.dumps(data)}\n\n".encode()
+
+    # -- sending
 
     def _send_stream(self, h: _Handler, answer: _Stream, n: int) -> None:
         h.send_response(200)
@@ -202,31 +228,26 @@ class ScriptedServer:
             h.send_header(name, value)
         h.end_headers()
         step = answer.step
-        for k, (event, data) in enumerate(sse_events(answer.message)):
+        for k, chunk in enumerate(answer.chunks):
             if k == step.stall_after_events and self._closing.wait(step.stall_seconds):
                 h.close_connection = True
                 return
             if k == step.error_after_events:
-                event, data = "error", {"type": "error", "error": {"type": step.error_type, "message": "scripted mid-stream error"}}
-            chunk = f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
+                chunk = self._error_event(step)
             h.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
-            if event == "error":
+            if k == step.error_after_events:
                 break
         h.wfile.write(b"0\r\n\r\n")
 
 
 @dataclass
 class _Stream:
-    message: dict
+    chunks: list[bytes]  # the SSE events, encoded
     step: Respond
 
     @property
     def delay(self) -> float:
         return self.step.delay
-
-
-def _error(status: int, error_type: str, message: str) -> RawResponse:
-    return RawResponse(status=status, body={"type": "error", "error": {"type": error_type, "message": message}})
 
 
 def _send(h: _Handler, status: int, payload: bytes, content_type: str, headers: dict, n: int) -> None:

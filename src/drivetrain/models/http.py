@@ -1,0 +1,73 @@
+"""What the HTTP providers share: retry timing, and error text a person can act on."""
+
+from __future__ import annotations
+
+import email.utils
+import os
+import random
+import time
+
+try:  # the transport the SDKs are built on: raised as is when a stream breaks after it started
+    import httpx2 as httpx
+except ImportError:  # older SDKs
+    import httpx  # type: ignore[no-redef]
+
+__all__ = ["PROXY_VARS", "api_message", "httpx", "retry_after", "retry_delay", "root_cause", "unreachable_message"]
+
+PROXY_VARS = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
+MAX_DELAY = 60.0
+
+
+def retry_after(headers) -> float | None:
+    """Seconds the server asked us to wait (``retry-after-ms``, ``retry-after`` seconds or HTTP date)."""
+    ms = headers.get("retry-after-ms")
+    if ms:
+        try:
+            return float(ms) / 1000
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        try:
+            parsed = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        return max(0.0, parsed.timestamp() - time.time())
+
+
+def retry_delay(e: Exception, attempt: int, backoff: float) -> float:
+    """The server's retry-after if it gave one, else jittered exponential backoff; never over a minute."""
+    headers = getattr(getattr(e, "response", None), "headers", None) or {}
+    wait = retry_after(headers)
+    if wait is None:
+        wait = backoff * (2 ** attempt) * (0.75 + random.random() / 2)
+    return min(wait, MAX_DELAY)
+
+
+def api_message(e) -> str:
+    """The server's own words from an SDK status error (``{"error": {"message": …}}`` in either API's shape)."""
+    body = getattr(e, "body", None)
+    if isinstance(body, dict):
+        err = body.get("error", body)
+        if isinstance(err, dict) and err.get("message"):
+            return str(err["message"])
+    return str(getattr(e, "message", e))
+
+
+def root_cause(e: BaseException) -> str:
+    while e.__cause__ is not None or e.__context__ is not None:
+        e = e.__cause__ or e.__context__  # type: ignore[assignment]
+    return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+
+
+def unreachable_message(url: str, e: BaseException, *, timed_out: bool, idle_timeout: float, origin: str) -> str:
+    """``url`` could not be reached or went quiet: say so, with the proxy in the way and where the URL came from."""
+    proxies = [f"{v}={os.environ[v]}" for v in PROXY_VARS if os.environ.get(v)]
+    via = f" through the proxy {', '.join(proxies)}" if proxies else ""
+    kind = f"timed out (no data for {idle_timeout:g} s)" if timed_out else "could not be reached"
+    return (f"{url} {kind}{via} ({root_cause(e)}). The URL came from {origin}; "
+            f"check it{' and the proxy setting' if proxies else ''}.")
