@@ -254,3 +254,17 @@ async def test_thinking_and_server_blocks_go_back_verbatim_with_signatures():
     with ScriptedServer([respond(first), reply("ok", expect=check)]) as server:
         result = await agent_for(server).run("go")
     assert result.result == "ok" and calls == ["t"]
+
+
+async def test_cancelling_a_run_during_tools_leaves_a_valid_history():
+    steps = [respond([tool_call("slow", {"label": "long", "seconds": 30})])]
+    with ScriptedServer(steps) as server:
+        run = agent_for(server).start("go")
+        task = asyncio.ensure_future(run.finish())
+        while not calls:
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    assert not lint(run.history) and "Interrupted" in run.history[-1].content[0].text
+    assert isinstance(run.state, CallModel)  # the conversation can go on

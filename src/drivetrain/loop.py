@@ -317,8 +317,14 @@ class Run:
         if any(isinstance(v, Defer) for v in verdicts.values()):
             decided = {k: v for k, v in verdicts.items() if not isinstance(v, Defer)}
             return AwaitApproval(s.calls, decided)
-        outcomes = await asyncio.gather(*(calls.execute(self, c, verdicts[c.id]) for c in s.calls),
-                                        return_exceptions=True)
+        try:
+            outcomes = await asyncio.gather(*(calls.execute(self, c, verdicts[c.id]) for c in s.calls),
+                                            return_exceptions=True)
+        except asyncio.CancelledError:  # interrupted (Ctrl-C): answer every call so the history stays valid
+            text = "Interrupted by the user before this call finished."
+            self.history.append(Message("user", tuple(ToolResultBlock(c.id, text, True) for c in s.calls)))
+            self.state = CallModel()
+            raise
         failure = next((o for o in outcomes if isinstance(o, BaseException)), None)
         results = []
         for call, outcome in zip(s.calls, outcomes):
