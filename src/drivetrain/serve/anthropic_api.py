@@ -1,0 +1,155 @@
+"""``POST /v1/messages``: the Anthropic Messages API in front of the served Model.
+
+Requests are checked with the scripted server's validator (``drivetrain.testing.validate``),
+so the API's rules live in one place; the SSE events are built by its ``wire`` module too.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from drivetrain.messages import Message, block_from_wire
+from drivetrain.models.base import ModelResponse
+from drivetrain.serve.exchange import Exchange, HTTPError, StreamWriter, stream_call
+from drivetrain.testing.wire import _block_events, estimate_tokens, sse_events, validate
+
+
+def messages(ex: Exchange) -> None:
+    body = ex.json_body()
+    fields = request_fields(body)
+    msg_id, model = f"msg_{uuid.uuid4().hex[:24]}", ex.server.model.name
+    if body.get("stream") is True:
+        call = ex.call(stream=True, **fields)
+        stream_call(call, _Events(ex, msg_id, model), commit_after=ex.server.commit_after,
+                    keepalive_every=ex.server.keepalive_every)
+    else:
+        response = ex.respond(ex.call(**fields))
+        ex.send_json(to_message(response, msg_id, model))
+
+
+def count_tokens(ex: Exchange) -> None:
+    """An estimate (about four characters a token): the served model may not have a tokenizer to ask."""
+    body = ex.json_body()
+    problems = validate(dict(body, max_tokens=1) if isinstance(body, dict) else body)
+    if problems:
+        raise HTTPError(400, "; ".join(problems))
+    ex.send_json({"input_tokens": estimate_tokens(body)})
+
+
+def request_fields(body: Any) -> dict:
+    """The ModelRequest fields of a Messages request body; HTTPError 400 naming the field if it is wrong."""
+    problems = validate(body)
+    if not problems:
+        problems = _extra_problems(body)
+    if problems:
+        raise HTTPError(400, "; ".join(problems))
+    history = []
+    for i, m in enumerate(body["messages"]):
+        content = m["content"]
+        if isinstance(content, str):
+            history.append(Message.from_wire(m))
+            continue
+        blocks = []
+        for j, b in enumerate(content):
+            try:
+                blocks.append(block_from_wire(b))
+            except KeyError as e:
+                raise HTTPError(400, f"messages.{i}.content.{j}.{e.args[0]}: field required") from None
+        history.append(Message(m["role"], tuple(blocks)))
+    system = body.get("system") or ""
+    if isinstance(system, list):
+        system = "\n\n".join(b["text"] for b in system)
+    fields: dict[str, Any] = {"messages": history, "system": system, "tools": list(body.get("tools") or []),
+                              "max_tokens": body["max_tokens"]}
+    if body.get("stop_sequences"):
+        fields["stop_sequences"] = list(body["stop_sequences"])
+    return fields
+
+
+def _extra_problems(body: dict) -> list[str]:
+    """What ``validate`` leaves to the real API's schema check, which a server must do itself."""
+    problems = []
+    if "stream" in body and not isinstance(body["stream"], bool):
+        problems.append(f"stream: must be a boolean, got {body['stream']!r}")
+    system = body.get("system")
+    if system is not None and not isinstance(system, (str, list)):
+        problems.append("system: must be a string or a list of text blocks")
+    stops = body.get("stop_sequences")
+    if stops is not None and not (isinstance(stops, list) and all(isinstance(s, str) for s in stops)):
+        problems.append("stop_sequences: must be a list of strings")
+    for j, tool in enumerate(body.get("tools") or []):
+        if not isinstance(tool, dict):
+            problems.append(f"tools.{j}: must be an object")
+    return problems
+
+
+def to_message(response: ModelResponse, msg_id: str, model: str) -> dict:
+    return {
+        "id": msg_id, "type": "message", "role": "assistant", "model": model,
+        "content": [b.to_wire() for b in response.content],
+        "stop_reason": response.stop_reason, "stop_sequence": None,  # the Model seam does not say which one matched
+        "usage": response.usage.to_wire(),
+    }
+
+
+class _Events(StreamWriter):
+    """The Messages SSE stream. Text goes out as it is generated, as block 0; the other blocks once complete."""
+
+    keepalive_frame = b'event: ping\ndata: {"type": "ping"}\n\n'
+
+    def __init__(self, ex: Exchange, msg_id: str, model: str):
+        super().__init__(ex)
+        self.msg_id, self.model = msg_id, model
+        self.text_open = False
+
+    def open(self) -> None:
+        usage = {"input_tokens": 0, "output_tokens": 0, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+        start = {"id": self.msg_id, "type": "message", "role": "assistant", "model": self.model, "content": [],
+                 "stop_reason": None, "stop_sequence": None, "usage": usage}
+        self.send("message_start", {"type": "message_start", "message": start})
+        self.exchange.send_frame(self.keepalive_frame)
+
+    def text(self, piece: str) -> None:
+        if not self.text_open:
+            self.send("content_block_start", {"type": "content_block_start", "index": 0,
+                                              "content_block": {"type": "text", "text": ""}})
+            self.text_open = True
+        self.send("content_block_delta", _text_delta(piece))
+
+    def finish(self, response: ModelResponse, streamed: str) -> None:
+        message = to_message(response, self.msg_id, self.model)
+        for event, data in tail_events(message, streamed):
+            self.send(event, data)
+
+    def error(self, e: HTTPError) -> None:
+        self.send("error", {"type": "error", "error": {"type": "api_error", "message": e.message}})
+
+    def send(self, event: str, data: dict) -> None:
+        self.exchange.send_event(data, event)
+
+
+def tail_events(message: dict, streamed: str) -> list[tuple[str, dict]]:
+    """The events after message_start that make a client's accumulated message equal ``message``,
+    given that ``streamed`` text was already sent as text block 0."""
+    events = sse_events(message)
+    if not streamed:
+        return [e for e in events if e[0] not in ("message_start", "ping")]
+    blocks = message["content"]
+    if blocks and blocks[0].get("type") == "text" and blocks[0]["text"].startswith(streamed):
+        rest_text, rest = blocks[0]["text"][len(streamed):], blocks[1:]
+    else:
+        # The text was spread over several blocks (or reshaped after streaming): what was sent stands as
+        # block 0, the rest of the text joins it, and the other blocks follow in their order.
+        all_text = "".join(b["text"] for b in blocks if b.get("type") == "text")
+        rest_text = all_text[len(streamed):] if all_text.startswith(streamed) else ""
+        rest = [b for b in blocks if b.get("type") != "text"]
+    out = [("content_block_delta", _text_delta(rest_text))] if rest_text else []
+    out.append(("content_block_stop", {"type": "content_block_stop", "index": 0}))
+    for i, block in enumerate(rest, start=1):
+        out += _block_events(i, block)
+    return out + events[-2:]  # message_delta (stop_reason, final usage) and message_stop
+
+
+def _text_delta(piece: str, index: int = 0) -> dict:
+    return {"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": piece}}
