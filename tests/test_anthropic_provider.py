@@ -185,3 +185,11 @@ async def test_idle_stream_times_out_with_a_clear_error():
         with pytest.raises(ModelError, match="timed out"):
             await model.respond(request())
         assert time.monotonic() - started < 3
+
+
+async def test_x_should_retry_false_is_honoured():
+    steps = [http_error(502, "api_error", "backend gave up", {"x-should-retry": "false"})]
+    with ScriptedServer(steps) as server:
+        with pytest.raises(ModelError, match="backend gave up"):
+            await model_for(server).respond(request())
+        assert len(server.requests) == 1

@@ -175,9 +175,13 @@ class AnthropicModel:
 def _retryable(e: Exception) -> bool:
     if isinstance(e, (anthropic.APIConnectionError, httpx.TransportError)):
         return True
+    if not isinstance(e, anthropic.APIError):
+        return False
+    response = getattr(e, "response", None)
+    if response is not None and response.headers.get("x-should-retry") == "false":
+        return False  # the server (e.g. `drivetrain serve`, whose own backend already retried) says don't
     if isinstance(e, anthropic.APIStatusError) and e.status_code in RETRYABLE_STATUS:
         return True
     # an `error` event in the middle of a stream arrives with the stream's 200 status
-    body = getattr(e, "body", None) if isinstance(getattr(e, "body", None), dict) else {}
-    err = body.get("error", body) if isinstance(body, dict) else {}
+    err = e.body.get("error", e.body) if isinstance(e.body, dict) else None
     return isinstance(err, dict) and err.get("type") in RETRYABLE_ERROR_TYPES
