@@ -35,7 +35,7 @@ class TablePolicy:
     def __init__(self, **table):
         self.table = table
 
-    def decide(self, tool_name, tool_input):
+    def decide(self, tool_name, tool_input, ctx):
         word = tool_input.get("command", "").split()[0]
         return Decision(self.table.get(word, "ask"), f"{word} is {self.table.get(word, 'unlisted')}")
 

@@ -47,7 +47,7 @@ class PendingCall:
 class Policy(Protocol):
     """Decides what a tool call may do before anyone is asked (see ``drivetrain.permissions``)."""
 
-    def decide(self, tool_name: str, tool_input: dict) -> Any: ...  # .behavior allow|ask|deny, .reason, .source
+    def decide(self, tool_name: str, tool_input: dict, ctx: Any) -> Any: ...  # .behavior allow|ask|deny, .reason, .source
 
 
 Approver = Callable[[PendingCall], Union[Verdict, Awaitable[Verdict]]]

@@ -62,7 +62,8 @@ async def _decide(run: Run, call: ToolUseBlock) -> Verdict:
             tool_input = out.updated_input
         hook_says = out.decision
     changed = tool_input if tool_input is not call.input else None
-    decision = agent.policy.decide(call.name, tool_input) if agent.policy is not None else None
+    ctx = ToolContext(cwd=agent.cwd)
+    decision = agent.policy.decide(call.name, tool_input, ctx) if agent.policy is not None else None
     behavior = decision.behavior if decision is not None else "allow"
     source = f"{decision.source}" if decision is not None else "no policy"
     reason = decision.reason if decision is not None else ""

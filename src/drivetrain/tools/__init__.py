@@ -14,6 +14,6 @@ __all__ = [
 ]
 
 
-def builtin_tools() -> list[Tool]:
-    """One instance of each built-in tool: Read, Write, Edit, Bash, Grep, Glob."""
-    return [Read(), Write(), Edit(), Bash(), Grep(), Glob()]
+def builtin_tools(sandbox=None) -> list[Tool]:
+    """One instance of each built-in tool: Read, Write, Edit, Bash, Grep, Glob. Bash runs in ``sandbox`` if given."""
+    return [Read(), Write(), Edit(), Bash(sandbox=sandbox), Grep(), Glob()]

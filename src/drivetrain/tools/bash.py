@@ -7,8 +7,12 @@ import codecs
 import os
 import signal
 import subprocess
+from typing import TYPE_CHECKING
 
 from .base import ToolContext, ToolResult
+
+if TYPE_CHECKING:
+    from drivetrain.sandbox import Sandbox
 
 DEFAULT_TIMEOUT_MS = 120_000
 MAX_TIMEOUT_MS = 600_000
@@ -126,8 +130,9 @@ class Bash:
         "required": ["command"],
     }
 
-    def __init__(self, kill_grace: float = KILL_GRACE_S):
+    def __init__(self, kill_grace: float = KILL_GRACE_S, sandbox: Sandbox | None = None):
         self.kill_grace = kill_grace
+        self.sandbox = sandbox  # when set, every command runs inside it or not at all
 
     async def call(self, input: dict, ctx: ToolContext) -> ToolResult:
         command = input.get("command")
@@ -145,11 +150,16 @@ class Bash:
         return await self._run(command, timeout, ctx)
 
     async def _run(self, command: str, timeout_ms: float, ctx: ToolContext) -> ToolResult:
+        argv = ["/bin/bash", "-c", command]
+        if self.sandbox is not None:
+            # Fail closed: SandboxUnavailable (a HarnessError) ends the run; the command never runs bare.
+            await asyncio.to_thread(self.sandbox.check)
+            argv = self.sandbox.wrap(argv, cwd=ctx.cwd)
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         try:
             proc = await asyncio.create_subprocess_exec(
-                "/bin/bash", "-c", command, cwd=ctx.cwd, stdin=subprocess.DEVNULL,
+                *argv, cwd=ctx.cwd, stdin=subprocess.DEVNULL,
                 stdout=out_w, stderr=err_w, start_new_session=True)
         except BaseException:
             for fd in (out_r, err_r):
@@ -183,10 +193,14 @@ class Bash:
             for t in transports:
                 t.close()
         text = _combine(out, err)
+        meta: dict = {"exit_code": proc.returncode}
+        if self.sandbox is not None:
+            meta["sandboxed"] = True
         if timed_out:
             return ToolResult(f"Command timed out after {timeout_ms:g} ms and was killed."
-                              + (f" Output so far:\n{text}" if text else ""), is_error=True)
+                              + (f" Output so far:\n{text}" if text else ""), is_error=True,
+                              meta={**meta, "timed_out": True})
         if proc.returncode != 0:
             return ToolResult((text + "\n" if text else "") + _exit_text(proc.returncode),
-                              is_error=True)
-        return ToolResult(text or "(no output)")
+                              is_error=True, meta=meta)
+        return ToolResult(text or "(no output)", meta=meta)
