@@ -27,7 +27,8 @@ def main() -> int:
     expected = sum(text.count("\n") for text in FILES.values())
     print(f"workspace: {ws}\ntask: {TASK}\n", flush=True)
     drivetrain = Path(sys.executable).parent / "drivetrain"
-    proc = subprocess.run([str(drivetrain), "-p", TASK, "--verbose", "--max-turns", "12"], cwd=ws)
+    proc = subprocess.run([str(drivetrain), "-p", TASK, "--verbose", "--max-turns", "12",
+                           "--permission-mode", "acceptEdits"], cwd=ws)
     total = ws / "total.txt"
     written = total.read_text().strip() if total.exists() else "(not written)"
     print(f"\ntotal.txt: {written}   expected: {expected}")

@@ -51,7 +51,7 @@ def test_seed_line_count_task_end_to_end(tmp_path):
     ws = seed_workspace(tmp_path)
     with ScriptedServer(line_count_script()) as server:
         proc = cli(server.url, "-p", "Count the lines of each .py file, write the total to total.txt, report it.",
-                   cwd=ws)
+                   "--permission-mode", "acceptEdits", cwd=ws)
     assert proc.returncode == 0, proc.stderr
     assert (ws / "total.txt").read_text() == "15\n"
     assert "15 lines" in proc.stdout
@@ -60,10 +60,14 @@ def test_seed_line_count_task_end_to_end(tmp_path):
 def test_stream_json_events(tmp_path):
     ws = seed_workspace(tmp_path)
     with ScriptedServer(line_count_script()) as server:
-        proc = cli(server.url, "-p", "count", "--output-format", "stream-json", cwd=ws)
+        proc = cli(server.url, "-p", "count", "--output-format", "stream-json", "--allowedTools", "Write", cwd=ws)
     assert proc.returncode == 0, proc.stderr
-    events = [json.loads(line) for line in proc.stdout.splitlines()]
+    lines = [json.loads(line) for line in proc.stdout.splitlines()]
+    permissions = [e for e in lines if e.get("subtype") == "permission"]
+    events = [e for e in lines if e.get("subtype") != "permission"]
     assert [e["type"] for e in events] == ["system", "assistant", "user", "assistant", "user", "assistant", "result"]
+    assert [(p["tool_name"], p["decision"]) for p in permissions] == [("Read", "allow")] * 3 + [("Write", "allow")]
+    assert permissions[-1]["decided_by"] == "--allowedTools" and "mode:default" in permissions[0]["decided_by"]
     init = events[0]
     assert init["subtype"] == "init" and init["cwd"] == str(ws) and init["model"] == "claude-sonnet-4-6"
     assert init["tools"] == ["Read", "Write", "Edit", "Bash", "Grep", "Glob"] and init["permissionMode"] == "default"
@@ -95,7 +99,7 @@ def test_unknown_model_has_null_cost(tmp_path):
 def test_verbose_turn_log(tmp_path):
     ws = seed_workspace(tmp_path)
     with ScriptedServer(line_count_script()) as server:
-        proc = cli(server.url, "-p", "count", "--verbose", cwd=ws)
+        proc = cli(server.url, "-p", "count", "--verbose", "--permission-mode", "acceptEdits", cwd=ws)
     err = proc.stderr
     assert "[turn 1] stop_reason=tool_use" in err and "[turn 3] stop_reason=end_turn" in err
     assert '→ Read {"file_path": "a.py"}' in err and "3\\t# end" in err
@@ -162,3 +166,61 @@ def test_unreachable_server_is_a_clear_error(tmp_path):
 def test_missing_prompt_is_a_usage_error(tmp_path):
     proc = cli("http://127.0.0.1:9", "-p", cwd=tmp_path)
     assert proc.returncode == 2 and "needs a prompt" in proc.stderr
+
+
+def test_print_mode_denies_what_would_ask_and_the_run_goes_on(tmp_path):
+    def check(body):
+        res = body["messages"][-1]["content"][0]
+        assert res["is_error"] and "denied" in res["content"].lower() and "rm" in res["content"]
+
+    steps = [respond([tool_call("Bash", {"command": "git status; rm -rf build"}, id="toolu_rm")]),
+             reply("I could not delete it.", expect=check)]
+    with ScriptedServer(steps) as server:
+        proc = cli(server.url, "-p", "clean", "--output-format", "json", "--allowedTools", "Bash(git status:*)",
+                   cwd=tmp_path)
+    result = json.loads(proc.stdout)
+    assert proc.returncode == 0 and result["result"] == "I could not delete it."
+    assert result["permission_denials"] == [{"tool_name": "Bash", "tool_use_id": "toolu_rm",
+                                             "tool_input": {"command": "git status; rm -rf build"}}]
+
+
+def test_disallowed_tools_win_even_in_bypass_mode(tmp_path):
+    def check(body):
+        assert body["messages"][-1]["content"][0]["is_error"]
+
+    steps = [respond([tool_call("Bash", {"command": "git push origin main"})]), reply("ok", expect=check)]
+    with ScriptedServer(steps) as server:
+        proc = cli(server.url, "-p", "push", "--permission-mode", "bypassPermissions",
+                   "--disallowedTools", "Bash(git push:*)", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_sandboxed_bash_cannot_write_outside_the_workspace(tmp_path):
+    ws, outside = tmp_path / "ws", tmp_path / "outside"
+    ws.mkdir(), outside.mkdir()
+
+    def check(body):
+        inside, escape, root = body["messages"][-1]["content"]
+        assert root["is_error"] and "Read-only file system" in root["content"]
+        assert not inside.get("is_error"), inside
+        # the sandbox's /tmp is private, so the outside folder is either absent or read-only in there
+        assert escape["is_error"] and ("Read-only file system" in escape["content"]
+                                       or "No such file or directory" in escape["content"])
+
+    steps = [respond([tool_call("Bash", {"command": "touch made-inside"}),
+                      tool_call("Bash", {"command": f"touch {outside}/escaped"}),
+                      tool_call("Bash", {"command": "touch /drivetrain-sandbox-escape"})]), reply("ok", expect=check)]
+    with ScriptedServer(steps) as server:
+        proc = cli(server.url, "-p", "touch", "--permission-mode", "bypassPermissions", "--sandbox", cwd=ws)
+    assert proc.returncode == 0, proc.stderr
+    assert (ws / "made-inside").exists() and not (outside / "escaped").exists()
+    assert not Path("/drivetrain-sandbox-escape").exists()
+
+
+def test_malformed_settings_file_is_a_clear_error(tmp_path):
+    (tmp_path / ".drivetrain").mkdir()
+    (tmp_path / ".drivetrain" / "settings.json").write_text('{"permissions": {"allow": ["Bash(git status"]}}')
+    with ScriptedServer([]) as server:
+        proc = cli(server.url, "-p", "hi", cwd=tmp_path)
+    assert proc.returncode == 1 and "settings.json" in proc.stderr and "Bash(git status" in proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -16,7 +16,7 @@ from drivetrain.approval import Allow, Defer, Deny, PendingCall, Verdict, ask
 from drivetrain.errors import HarnessError
 from drivetrain.events import PermissionDecided, ToolStarted
 from drivetrain.messages import ToolResultBlock, ToolUseBlock
-from drivetrain.tools.base import ToolContext, ToolError, ToolResult
+from drivetrain.tools.base import ToolError, ToolResult
 
 if TYPE_CHECKING:
     from drivetrain.loop import Run
@@ -62,8 +62,7 @@ async def _decide(run: Run, call: ToolUseBlock) -> Verdict:
             tool_input = out.updated_input
         hook_says = out.decision
     changed = tool_input if tool_input is not call.input else None
-    ctx = ToolContext(cwd=agent.cwd)
-    decision = agent.policy.decide(call.name, tool_input, ctx) if agent.policy is not None else None
+    decision = agent.policy.decide(call.name, tool_input, run.tool_context()) if agent.policy is not None else None
     behavior = decision.behavior if decision is not None else "allow"
     source = f"{decision.source}" if decision is not None else "no policy"
     reason = decision.reason if decision is not None else ""
@@ -98,7 +97,7 @@ async def execute(run: Run, call: ToolUseBlock, verdict: Verdict) -> tuple[ToolR
 
 async def _call_tool(run: Run, name: str, tool_input: dict) -> ToolResult:
     try:
-        return await run.tools[name].call(tool_input, ToolContext(cwd=run.agent.cwd))
+        return await run.tools[name].call(tool_input, run.tool_context())
     except (HarnessError, asyncio.CancelledError):
         raise
     except Exception as e:  # tool failures are data: the model sees the real error

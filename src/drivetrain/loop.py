@@ -23,7 +23,7 @@ from drivetrain.events import (
 from drivetrain.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, Usage, ensure_valid
 from drivetrain.models.base import Model, ModelRequest, ModelResponse
 from drivetrain.pricing import cost_usd
-from drivetrain.tools.base import Tool, tool_spec
+from drivetrain.tools.base import Tool, ToolContext, tool_spec
 
 # ---------------------------------------------------------------- states
 
@@ -356,6 +356,10 @@ class Run:
         return CallModel()
 
     # -- helpers
+
+    def tool_context(self) -> ToolContext:
+        roots = getattr(self.agent.policy, "roots", None)  # a policy that confines files names the workspace
+        return ToolContext(cwd=self.agent.cwd, roots=roots(self.agent.cwd) if roots else [])
 
     def hook_payload(self, event: str, **fields: Any) -> dict:
         return {"session_id": self.session_id, "cwd": str(self.agent.cwd), "hook_event_name": event, **fields}

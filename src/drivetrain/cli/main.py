@@ -7,14 +7,14 @@ import asyncio
 import json
 import select
 import sys
+import uuid
 from pathlib import Path
 
+from drivetrain.cli import build
 from drivetrain.errors import HarnessError
 from drivetrain.events import Finished, ModelResponded, PermissionDecided, ResultsSent, ToolCalled, ToolFinished
-from drivetrain.loop import Agent, Run
-from drivetrain.models.resolve import PROVIDERS, resolve_model
-from drivetrain.prompts import default_system_prompt
-from drivetrain.tools import builtin_tools
+from drivetrain.loop import Run
+from drivetrain.models.resolve import PROVIDERS
 
 PERMISSION_MODES = ("default", "acceptEdits", "plan", "bypassPermissions")
 OUTPUT_FORMATS = ("text", "json", "stream-json")
@@ -34,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--system-prompt", default=None, help="replace the default system prompt")
     p.add_argument("--append-system-prompt", default=None, help="add to the system prompt")
     p.add_argument("--verbose", action="store_true", help="print the turn log on stderr")
+    build.add_arguments(p)
     return p
 
 
@@ -43,10 +44,9 @@ def main(argv: list[str] | None = None) -> int:
         from drivetrain.cli.serve import main as serve_main
         return serve_main(argv[1:])
     args = build_parser().parse_args(argv)
-    prompt = _read_prompt(args)
     if not args.print_mode:
-        print("drivetrain: interactive mode is not built yet; run a task with -p \"PROMPT\".", file=sys.stderr)
-        return 2
+        return _interactive(args)
+    prompt = _read_prompt(args)
     if not prompt:
         print("drivetrain: -p needs a prompt (as an argument or on stdin).", file=sys.stderr)
         return 2
@@ -69,28 +69,39 @@ def _read_prompt(args: argparse.Namespace) -> str:
     return prompt.strip()
 
 
-def _system_prompt(args: argparse.Namespace, cwd: Path) -> str:
-    system = args.system_prompt if args.system_prompt is not None else default_system_prompt(cwd)
-    if args.append_system_prompt:
-        system = f"{system}\n\n{args.append_system_prompt}"
-    return system
-
-
 async def _print_mode(args: argparse.Namespace, prompt: str) -> int:
     cwd = Path.cwd()
+    session_id = str(uuid.uuid4())
     try:
-        model = resolve_model(args.provider, args.model)
+        agent = build.build_agent(args, cwd, session_id)
     except HarnessError as e:
         return _fail(args, str(e))
-    agent = Agent(model=model, tools=builtin_tools(), system=_system_prompt(args, cwd),
-                  max_turns=args.max_turns, cwd=cwd)
-    run = agent.start(prompt)
+    run = agent.start(prompt, session_id=session_id)
     out = Output(args, run)
     out.init()
     async for event in run:
         out.event(event)
-    result = run.result
-    return 1 if result.is_error else 0
+    return 1 if run.result.is_error else 0
+
+
+def _interactive(args: argparse.Namespace) -> int:
+    from drivetrain.cli.interactive import interactive
+
+    if not sys.stdin.isatty():
+        print("drivetrain: interactive mode needs a terminal; use -p \"PROMPT\" in scripts.", file=sys.stderr)
+        return 2
+    cwd = Path.cwd()
+    session_id = str(uuid.uuid4())
+
+    def make_agent(approver_factory):
+        return build.build_agent(args, cwd, session_id, approver_factory=approver_factory)
+
+    try:
+        return asyncio.run(interactive(make_agent, args.prompt or "", session_id,
+                                       f"drivetrain · {args.permission_mode} mode · {cwd} · /exit to leave"))
+    except HarnessError as e:
+        print(f"drivetrain: {e}", file=sys.stderr)
+        return 1
 
 
 def _fail(args: argparse.Namespace, message: str) -> int:
@@ -110,6 +121,7 @@ class Output:
         self.verbose = args.verbose
         self.args = args
         self.run = run
+        self.denials: list[dict] = []
 
     def _emit(self, obj: dict) -> None:
         sys.stdout.write(json.dumps(obj) + "\n")
@@ -139,6 +151,13 @@ class Output:
                         "usage": r.usage.to_wire()}, "session_id": sid})
             case ToolCalled(call=c):
                 self._log(f"  → {c.name} {json.dumps(c.input, ensure_ascii=False)[:200]}")
+            case PermissionDecided(call=c, behavior=behavior, by=by, reason=reason):
+                if behavior != "allow":
+                    self._log(f"  ! {c.name} {behavior} by {by}: {reason[:200]}")
+                    self.denials.append({"tool_name": c.name, "tool_use_id": c.id, "tool_input": c.input})
+                if self.format == "stream-json":
+                    self._emit({"type": "system", "subtype": "permission", "tool_use_id": c.id, "tool_name": c.name,
+                                "decision": behavior, "decided_by": by, "reason": reason, "session_id": sid})
             case ToolFinished(result=res):
                 mark = "✗" if res.is_error else "←"
                 self._log(f"  {mark} {res.text[:100]!r}")
@@ -158,7 +177,7 @@ class Output:
             elif res.result:
                 print(res.result)
         else:
-            self._emit(res.to_json())
+            self._emit({**res.to_json(), "permission_denials": self.denials})
 
 
 if __name__ == "__main__":

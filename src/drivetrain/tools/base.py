@@ -29,6 +29,8 @@ class ToolContext:
     """What a tool may know about the run it serves."""
 
     cwd: Path
+    # Folders file writes must stay inside, written without following symlinks (empty: not confined).
+    roots: list[Path] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def resolve(self, file_path: str) -> Path:

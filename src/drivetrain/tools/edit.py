@@ -96,14 +96,14 @@ class Edit:
         if old == new:
             return ToolResult("old_string and new_string are identical, so there is nothing to "
                               "change. Pass the new text in new_string.", is_error=True)
-        return await asyncio.to_thread(self._edit, ctx.resolve(file_path), old, new, replace_all)
+        return await asyncio.to_thread(self._edit, ctx.resolve(file_path), old, new, replace_all, ctx.roots)
 
-    def _edit(self, path: Path, old: str, new: str, replace_all: bool) -> ToolResult:
+    def _edit(self, path: Path, old: str, new: str, replace_all: bool, roots: list[Path]) -> ToolResult:
         if path.is_dir():
             return ToolResult(f"{path} is a directory, not a file.", is_error=True)
         if not path.exists():
             if old == "":
-                return self._save(path, new, f"Created {path}", 1, new.count("\n") + 1)
+                return self._save(roots, path, new, f"Created {path}", 1, new.count("\n") + 1)
             return ToolResult(missing_file_message(path) + " To create it, use Write.", is_error=True)
         try:
             # newline="" keeps \r\n as is, so the file's line endings survive the edit.
@@ -117,7 +117,7 @@ class Edit:
             if text:
                 return ToolResult("old_string is empty, but the file is not. Give the exact text to "
                                   "replace, or use Write to overwrite the whole file.", is_error=True)
-            return self._save(path, new, f"Wrote {path}", 1, new.count("\n") + 1)
+            return self._save(roots, path, new, f"Wrote {path}", 1, new.count("\n") + 1)
         if old not in text and "\r\n" in text and "\r\n" not in old:
             # The model writes \n; a CRLF file should still match, and keep CRLF.
             old, new = old.replace("\n", "\r\n"), new.replace("\n", "\r\n")
@@ -138,11 +138,11 @@ class Edit:
         start = _line_of(result, pos)
         n = count if replace_all else 1
         what = f"Replaced {n} occurrence{'s' if n != 1 else ''} in {path}"
-        return self._save(path, result, what, start, start + new.count("\n"))
+        return self._save(roots, path, result, what, start, start + new.count("\n"))
 
-    def _save(self, path: Path, text: str, what: str, start: int, end: int) -> ToolResult:
+    def _save(self, roots: list[Path], path: Path, text: str, what: str, start: int, end: int) -> ToolResult:
         try:
-            atomic_write(path, text.encode("utf-8"))
+            atomic_write(path, text.encode("utf-8"), roots)
         except OSError as e:
             return ToolResult(f"Cannot write {path}: {e.strerror or e}", is_error=True)
         snippet = _snippet(text, start, end)

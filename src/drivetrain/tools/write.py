@@ -7,36 +7,31 @@ import os
 import stat
 import tempfile
 from pathlib import Path
+from typing import Sequence
+
+from drivetrain.permissions.paths import confined_write, confining_root, default_file_mode, real_roots
 
 from .base import ToolContext, ToolResult
 
 
-def _default_file_mode() -> int:
-    """0o666 less the umask, read without os.umask() (which would race with other threads)."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("Umask:"):
-                    return 0o666 & ~int(line.split()[1], 8)
-    except OSError:
-        pass
-    return 0o644
-
-
-def atomic_write(path: Path, data: bytes) -> bool:
+def atomic_write(path: Path, data: bytes, roots: Sequence[Path] = ()) -> bool:
     """Write ``data`` to ``path`` via a temp file in the same folder and os.replace.
 
     Readers never see a half-written file, and a failure leaves the old file intact.
     Creates parent folders, keeps an existing file's mode and writes through a symlink
-    to its target. Returns True if the file already existed.
+    to its target. Returns True if the file already existed. A path inside ``roots`` (the
+    workspace) is written through folder descriptors opened without following symlinks, so
+    a folder swapped for a symlink after the permission check cannot carry the write outside.
     """
+    if roots and _in_workspace(path, roots):
+        return confined_write(roots, path, data)
     path = Path(os.path.realpath(path))  # replacing a symlink itself would turn it into a file
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         mode = stat.S_IMODE(path.stat().st_mode)
         existed = True
     except FileNotFoundError:
-        mode, existed = _default_file_mode(), False
+        mode, existed = default_file_mode(), False
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
@@ -52,6 +47,13 @@ def atomic_write(path: Path, data: bytes) -> bool:
             pass
         raise
     return existed
+
+
+def _in_workspace(path: Path, roots: Sequence[Path]) -> bool:
+    """Meant for the workspace: as written (a symlink swapped in later must not carry it out) or as resolved."""
+    candidates = [*roots, *real_roots(roots)]
+    return any(confining_root(p, candidates) is not None
+               for p in (Path(os.path.normpath(path)), Path(os.path.realpath(path))))
 
 
 def count_lines(text: str) -> int:
@@ -86,7 +88,7 @@ class Write:
             return ToolResult(f"{path} is a directory; give a file path to write.", is_error=True)
         data = content.encode("utf-8")
         try:
-            existed = await asyncio.to_thread(atomic_write, path, data)
+            existed = await asyncio.to_thread(atomic_write, path, data, ctx.roots)
         except OSError as e:
             return ToolResult(f"Cannot write {path}: {e.strerror or e}", is_error=True)
         verb = "Overwrote" if existed else "Created"

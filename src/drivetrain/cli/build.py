@@ -1,0 +1,64 @@
+"""Assemble an Agent from the command line and the settings files: model, tools, policy, hooks, audit log."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Callable
+
+from drivetrain.approval import Approver
+from drivetrain.audit import AuditLog
+from drivetrain.hooks import Hooks
+from drivetrain.loop import Agent
+from drivetrain.models.resolve import resolve_model
+from drivetrain.permissions import Policy, load_settings
+from drivetrain.prompts import default_system_prompt
+from drivetrain.sandbox import Sandbox
+from drivetrain.tools import builtin_tools
+
+ApproverFactory = Callable[[Path, Callable[[str], None]], Approver]
+
+
+def system_prompt(args: argparse.Namespace, cwd: Path) -> str:
+    system = args.system_prompt if args.system_prompt is not None else default_system_prompt(cwd)
+    if args.append_system_prompt:
+        system = f"{system}\n\n{args.append_system_prompt}"
+    return system
+
+
+def build_agent(args: argparse.Namespace, cwd: Path, session_id: str, *,
+                approver_factory: ApproverFactory | None = None) -> Agent:
+    """Raises HarnessError (ConfigError, SettingsError …) with a message for the person."""
+    settings = load_settings(cwd)
+    raw = [(path, json.loads(path.read_text())) for path in settings.files]
+    policy = Policy.load(cwd, mode=args.permission_mode, allowed_tools=args.allowed_tools,
+                         disallowed_tools=args.disallowed_tools, add_dirs=args.add_dir,
+                         interactive=approver_factory is not None)
+    sandbox = None
+    if args.sandbox or any(d.get("sandbox", {}).get("enabled") for _, d in raw):
+        network = any(d.get("sandbox", {}).get("network") for _, d in raw)
+        sandbox = Sandbox(cwd, extra_writable=policy.additional_dirs, allow_network=network)
+        sandbox.check()  # fail closed, before the model is even asked
+    audit = AuditLog.for_session(session_id)
+    agent = Agent(
+        model=resolve_model(args.provider, args.model), tools=builtin_tools(sandbox=sandbox),
+        system=system_prompt(args, cwd), max_turns=args.max_turns, cwd=cwd, policy=policy,
+        hooks=Hooks.from_settings(raw), observers=[audit.observe],
+    )
+    if approver_factory is not None:
+        agent.approver = approver_factory(cwd, policy.allow_rule)
+    return agent
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The permission and sandbox flags, with Claude Code's names (and kebab-case twins)."""
+    p.add_argument("--allowedTools", "--allowed-tools", dest="allowed_tools", nargs="+", action="extend", default=[],
+                   metavar="RULE", help='rules to allow, e.g. "Bash(git status:*)" Edit')
+    p.add_argument("--disallowedTools", "--disallowed-tools", dest="disallowed_tools", nargs="+", action="extend",
+                   default=[], metavar="RULE", help="rules to deny")
+    p.add_argument("--add-dir", dest="add_dir", nargs="+", action="extend", default=[], metavar="DIR",
+                   help="more folders the file tools may use")
+    p.add_argument("--sandbox", action="store_true",
+                   help="run Bash inside bubblewrap: workspace writable, the rest read-only, no network")
+

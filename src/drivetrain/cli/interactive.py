@@ -1,0 +1,84 @@
+"""Interactive mode: a conversation in the terminal, with approvals asked as they come up.
+
+Ctrl-C stops the current run (its history stays valid, so the conversation goes
+on); Ctrl-D or /exit leaves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import sys
+from typing import Callable
+
+from drivetrain.events import ApprovalRequired, Finished, ModelResponded, PermissionDecided, ToolCalled, ToolFinished
+from drivetrain.loop import Agent
+from drivetrain.messages import Message
+
+
+def render(event, say: Callable[[str], None]) -> None:
+    match event:
+        case ModelResponded(response=r):
+            if r.message.text.strip():
+                say(r.message.text.strip())
+        case ToolCalled(call=c):
+            say(f"→ {c.name} {json.dumps(c.input, ensure_ascii=False)[:200]}")
+        case PermissionDecided(behavior="deny", reason=reason):
+            say(f"✗ denied: {reason[:200]}")
+        case ToolFinished(result=res):
+            first = res.text.strip().splitlines()[0][:120] if res.text.strip() else ""
+            say(f"{'✗' if res.is_error else '←'} {first}")
+        case ApprovalRequired(pending=p):
+            say(f"(paused: {len(p)} call(s) waiting for approval)")
+        case Finished(result=res) if res.is_error:
+            say(f"[{res.subtype}] {res.note or res.result}")
+
+
+async def interactive(make_agent: Callable[..., Agent], first_prompt: str, session_id: str, banner: str) -> int:
+    from prompt_toolkit import PromptSession  # only interactive mode needs it
+
+    from drivetrain.cli.approve import TerminalApprover
+
+    session: PromptSession = PromptSession()
+
+    def say(text: str) -> None:
+        print(text, flush=True)
+
+    async def ask(question: str) -> str:
+        return await session.prompt_async(question)
+
+    agent = make_agent(lambda cwd, on_rule: TerminalApprover(ask, say, cwd, on_rule))
+    say(banner)
+    history: list[Message] = []
+    prompt = first_prompt
+    loop = asyncio.get_running_loop()
+    while True:
+        if not prompt:
+            try:
+                prompt = (await session.prompt_async("> ")).strip()
+            except EOFError:
+                return 0
+            except KeyboardInterrupt:
+                continue
+            if not prompt:
+                continue
+        if prompt in ("/exit", "/quit"):
+            return 0
+        run = agent.start(prompt, history=history, session_id=session_id)
+        task = asyncio.ensure_future(_drive(run, say))
+        loop.add_signal_handler(signal.SIGINT, task.cancel)
+        try:
+            await task
+        except asyncio.CancelledError:
+            say("(interrupted)")
+        finally:
+            loop.remove_signal_handler(signal.SIGINT)
+        history = run.history
+        prompt = ""
+
+
+async def _drive(run, say) -> None:
+    async for event in run:
+        render(event, say)
+        sys.stdout.flush()

@@ -1,0 +1,26 @@
+"""Permissions: modes, rules, shell parsing and path confinement, combined into one decision.
+
+    policy = Policy.load(project_dir, mode="default", allowed_tools=["Bash(git status:*)"])
+    decision = policy.decide("Bash", {"command": "git status; rm -rf ~"}, ctx)
+    decision.behavior  # "ask": `rm -rf ~` is not allowed by any rule
+
+Modules: ``policy`` (Policy, Decision; file tools, WebFetch, user tools) and ``bash_policy``
+(the Bash half); ``rules`` (rule syntax, path patterns) and ``settings`` (files, flags);
+``shell`` (bashlex → simple commands) and ``words`` (quotes, substitutions); ``commands``
+(wrappers, nested shells → parts), ``programs`` (the read-only set) and ``analyzers`` (git,
+find, sed, awk, escape hatches); ``paths`` (resolution, confinement, confined_write).
+"""
+
+from .commands import Part, analyze_command
+from .paths import ConfinementError, Resolved, confined_write, is_within, resolve
+from .policy import Decision, Policy
+from .rules import PathPattern, Rule, RuleError, SettingsError, parse_rule, split_tool_list
+from .settings import MODES, Settings, drivetrain_home, load_settings, load_settings_file
+from .shell import ParsedShell, SimpleCommand, Word, decode_word, parse_shell
+
+__all__ = [
+    "MODES", "ConfinementError", "Decision", "ParsedShell", "Part", "PathPattern", "Policy", "Resolved",
+    "Rule", "RuleError", "Settings", "SettingsError", "SimpleCommand", "Word", "analyze_command",
+    "confined_write", "decode_word", "drivetrain_home", "is_within", "load_settings", "load_settings_file",
+    "parse_rule", "parse_shell", "resolve", "split_tool_list",
+]

@@ -1,0 +1,190 @@
+"""Shell parsing: words decoded as bash decodes them, every command found, the rest reported."""
+
+from __future__ import annotations
+
+import random
+import shutil
+import subprocess
+
+import pytest
+
+from drivetrain.permissions import analyze_command, decode_word, parse_shell
+from drivetrain.permissions.analyzers import sed_script_ok
+from drivetrain.permissions.words import substitution_spans
+
+HOME = "/home/u"
+
+
+@pytest.mark.parametrize("raw, value", [
+    ("git", "git"), ('g""it', "git"), ("'r'm", "rm"), ('"rm"', "rm"), ("\\rm", "rm"), ("r\\m", "rm"),
+    ("$'\\x72m'", "rm"), ("$'\\162m'", "rm"), ("$'\\u0072m'", "rm"), ("$'a\\'b'", "a'b"),
+    ("$'\\n'", "\n"), ('"a\\"b"', 'a"b'), ('"a\\$b"', "a$b"), ('"a\\b"', "a\\b"), ("'a\"b'", 'a"b'),
+    ('$"x"', "x"), ("~", HOME), ("~/x", HOME + "/x"), ('"~"/x', "~/x"), ("a=~/x", "a=/home/u/x"),
+    ("a=b:~/z", "a=b:/home/u/z"),
+    ("--f=~/y", "--f=~/y"), ("x~/q", "x~/q"), ("a='~'/x", "a=~/x"),
+    ("{}", "{}"), ("{a}", "{a}"), ("a\\\nb", "ab"), ("$", "$"), ("a$", "a$"), ("100%", "100%"),
+])
+def test_decode_static_words(raw, value):
+    assert decode_word(raw, HOME).value == value
+
+
+@pytest.mark.parametrize("raw", [
+    "$x", "${x}", "${x:-rm}", "$IFS", "rm${IFS}x", "$(rm)", "`rm`", '"$(rm)"', '"$x"', "~root", "~+", "~-",
+    "{a,b}", "{1..3}", "<(ls)", "$1", "$@", "$'\\x00'", "'unterminated",
+])
+def test_decode_dynamic_words(raw):
+    assert decode_word(raw, HOME).value is None
+
+
+def test_glob_words_keep_their_pattern():
+    w = decode_word("src/*.py", HOME)
+    assert (w.value, w.glob) == ("src/*.py", True)
+    assert not decode_word("'*.py'", HOME).glob
+    assert not decode_word("[", HOME).glob  # the test command, not a pattern
+
+
+def words(command: str) -> list[list[str | None]]:
+    return [[w.value for w in c.words] for c in parse_shell(command, HOME).commands]
+
+
+def test_every_simple_command_is_found():
+    assert words("a; b && c || d | e & f\ng") == [["a"], ["b"], ["c"], ["d"], ["e"], ["f"], ["g"]]
+    assert words("(a; b) && { c; }") == [["a"], ["b"], ["c"]]
+    assert words("if a; then b; elif c; then d; else e; fi") == [["a"], ["b"], ["c"], ["d"], ["e"]]
+    assert words("echo $(a $(b)) `c` <(d) >(e)")[:5] == [["b"], ["a", None], ["c"], ["d"], ["e"]]
+
+
+def test_substitutions_inside_quotes_and_assignments_are_found():
+    assert ["rm"] in words('echo "$(rm)"')
+    assert ["rm"] in words("x=$(rm)")
+    assert ["rm"] in words("echo > $(rm)")
+    assert ["rm"] in words("cat <<< $(rm)")
+    assert ["rm"] not in words("echo '$(rm)'")
+
+
+@pytest.mark.parametrize("command", [
+    "f() { rm; }; f", "echo $((1+2))", "echo $[1+2]", "[[ -f x ]]", "case x in a) rm;; esac",
+    "git status\rrm", "ls\x00rm", "ls\u202erm", "echo 'unterminated", "cat <<EOF\n$(rm)\nEOF",
+    "echo ${x:-$(rm)}", "echo $(echo hi # )\nrm -rf ~)", "echo 'x'\"$(ls)\"'$(rm)'", "ls )",
+    "select x in a; do rm; done", "coproc rm", "echo a'$(rm)'",
+])
+def test_what_is_not_understood_is_reported(command):
+    assert parse_shell(command, HOME).problems
+
+
+def test_time_keyword_is_looked_through():
+    parsed = parse_shell("time -p git status && ls | time cat", HOME)
+    assert parsed.problems == []
+    assert [[w.value for w in c.words] for c in parsed.commands] == [
+        ["time", "-p", "git", "status"], ["ls"], ["time", "cat"]]
+
+
+def test_substitution_spans_follow_bash_quoting():
+    assert substitution_spans("a$(b)c`d`") == [(1, 5, "$"), (6, 9, "`")]
+    assert substitution_spans("'$(x)'") == []
+    assert substitution_spans("$'\\'$(x)'") == []
+    assert substitution_spans('"$(echo ")")"') == [(1, 12, "$")]
+    assert substitution_spans("$(echo hi # )\nrm)") == [(0, 17, "$")]
+    assert substitution_spans("$((1))") is None
+
+
+def parts(command: str):
+    ps, problems = analyze_command(command, HOME)
+    return ps, problems
+
+
+def test_wrappers_are_looked_through():
+    ps, _ = parts("FOO=1 timeout -s KILL 5 nice -n 3 env BAR=2 nohup stdbuf -o0 command git status")
+    (p,) = ps
+    assert [w.value for w in p.words] == ["git", "status"]
+    assert len(p.layers) == 7
+    assert [n for n, _ in p.assigns] == ["FOO", "BAR"]
+
+
+def test_shell_strings_are_parsed_again():
+    ps, problems = parts("bash -c 'git status; rm -rf x' && sh -c \"ls\"")
+    assert problems == []
+    assert [[w.value for w in p.words][:2] for p in ps] == [
+        ["bash", "-c"], ["git", "status"], ["rm", "-rf"], ["sh", "-c"], ["ls"]]
+    ps, _ = parts("bash -c \"$X\"")
+    assert ps[0].problems
+
+
+def test_xargs_and_find_exec_become_parts_of_their_own():
+    ps, _ = parts("ls | xargs -0 rm -f")
+    assert [w.value for w in ps[1].words] == ["rm", "-f", None]
+    ps, _ = parts("find . -name x -exec grep -l y {} + -execdir rm {} \\;")
+    assert [[w.value for w in p.words] for p in ps[1:]] == [["grep", "-l", "y", "."], ["rm", None]]
+
+
+def test_dangers_are_tied_to_the_word_that_causes_them():
+    ps, _ = parts("git -c core.pager=x log --output=/tmp/x")
+    assert [i for i, _ in ps[0].fx.dangers] == [1, 4]
+    ps, _ = parts("sed -n -e p -e 'w /x' f")
+    assert [i for i, _ in ps[0].fx.dangers] == [5]
+    ps, _ = parts("find . -delete")
+    assert [i for i, _ in ps[0].fx.dangers] == [2]
+
+
+@pytest.mark.parametrize("script, ok", [
+    ("p", True), ("1,5p", True), ("$d", True), ("/foo/d", True), ("s/a/b/g", True), ("s|a|b|2", True),
+    ("s/a\\/b/c/", True), ("1~2p;3q", True), ("y/abc/xyz/", True), ("1i header", True), ("/x/!d", True),
+    ("1{p}", True), ("w /tmp/x", False), ("s/a/b/w /tmp/x", False), ("s/a/b/e", False), ("1e id", False),
+    ("r /etc/shadow", False), ("R x", False), ("W x", False), ("1{w x}", False), ("1!w x", False),
+    ("s/a/b", False), ("F", False), ("v", False), ("e", False),
+])
+def test_sed_scripts(script, ok):
+    assert sed_script_ok(script) is ok
+
+
+def test_read_only_classification():
+    ro = {c: parts(c)[0][0].fx for c in [
+        "ls -la", "cat a", "git status", "git log -p", "git branch", "git branch -a", "find . -name x",
+        "sort -u a", "sed -n 1p a", "grep -r x .", "rg x", "echo hi", "tree", "date +%s"]}
+    assert all(fx.readonly and not fx.dangers for fx in ro.values())
+    not_ro = [parts(c)[0][0].fx for c in [
+        "find . -delete", "sort -o x a", "git branch -D x", "sed -i s/a/b/ f", "git diff --ext-diff",
+        "rg --pre sh x", "uniq a b", "tree -o x", "date -s now", "git branch new", "git config a.b c"]]
+    assert all(fx.dangers for fx in not_ro)
+    assert not parts("awk '{print}' f")[0][0].fx.readonly
+    assert not parts("npm test")[0][0].fx.readonly
+
+
+# ---------------------------------------------------------------- differential test against bash
+
+FRAGMENTS = ["a", "b", "-x", "x=", "~/", ":~", "'q r'", '"d q"', "\\ ", "\\'", '\\"', "$'\\x41'", "$'\\n'",
+             "$'\\''", '"\\$"', '"\\\\"', "=", "~", "%", ",", "{a}", "''", '""', "\\\\", "'#'", "x#y", "\\;",
+             '"$"', "@", "+", ".", "/"]
+SEPARATORS = [" ; ", " && ", "\n", " ;\n", " # c\n"]
+
+
+def random_command(rng: random.Random) -> str:
+    cmds = []
+    for _ in range(rng.randint(1, 3)):
+        ws = ["".join(rng.choice(FRAGMENTS) for _ in range(rng.randint(1, 3))) for _ in range(rng.randint(1, 4))]
+        cmds.append("printf '[%s]' " + " ".join(ws))
+    out = cmds[0]
+    for c in cmds[1:]:
+        out += rng.choice(SEPARATORS) + c
+    return out
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_words_and_commands_match_what_bash_runs(tmp_path):
+    """Run random printf commands in bash and compare each word it received with ours."""
+    rng = random.Random(20240611)
+    checked = 0
+    for _ in range(600):
+        command = random_command(rng)
+        parsed = parse_shell(command, str(tmp_path))
+        if parsed.problems:
+            continue
+        ws = [c.words for c in parsed.commands]
+        if any(w.value is None or w.glob for c in ws for w in c):
+            continue
+        expected = "".join("".join(f"[{w.value}]" for w in c[2:]) if len(c) > 2 else "[]" for c in ws)
+        got = subprocess.run(["bash", "-c", command], cwd=tmp_path, capture_output=True, text=True,
+                             env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}).stdout
+        assert got == expected, command
+        checked += 1
+    assert checked > 300
