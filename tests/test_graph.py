@@ -23,3 +23,12 @@ async def test_a_real_run_only_walks_declared_edges(tmp_path):
         await run.finish()
     assert run.path == ["SubmitPrompt", "CallModel", "Recover", "CallModel", "RunTools", "CallModel", "Done"]
     assert set(zip(run.path, run.path[1:])) <= set(edges())
+
+
+def test_graph_subcommand_prints_mermaid():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    out = subprocess.run([str(Path(sys.executable).parent / "drivetrain"), "graph"], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.strip() == mermaid()

@@ -43,6 +43,10 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["serve"]:
         from drivetrain.cli.serve import main as serve_main
         return serve_main(argv[1:])
+    if argv[:1] == ["graph"]:  # the loop's states and edges, as Mermaid, drawn from the code
+        from drivetrain.graph import mermaid
+        print(mermaid())
+        return 0
     args = build_parser().parse_args(argv)
     if not args.print_mode:
         return _interactive(args)
