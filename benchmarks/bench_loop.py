@@ -27,8 +27,8 @@ from drivetrain.tools.base import ToolContext
 
 
 @tool
-def noop(n: int) -> str:
-    """Does nothing."""
+async def noop(n: int) -> str:
+    """Does nothing (async: no thread hop, so the figure is the loop's own cost)."""
     return f"ok {n}"
 
 

@@ -131,6 +131,10 @@ class Message:
         return cls(data["role"], tuple(block_from_wire(b) for b in content))
 
     def to_wire(self) -> dict:
+        return self._wire
+
+    @cached_property  # immutable, and sent again with every later request of the run: convert once
+    def _wire(self) -> dict:
         return {"role": self.role, "content": [b.to_wire() for b in self.content]}
 
     @cached_property  # messages are immutable and the loop asks this of every message each turn
