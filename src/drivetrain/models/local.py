@@ -1,0 +1,338 @@
+"""The embedded local model: a Qwen2.5-Coder GGUF run in-process by llama.cpp (llama-cpp-python).
+
+The canonical (Anthropic-shaped) history is rendered with Qwen's ChatML template, token by
+token, so the prompt of turn n+1 starts with exactly the tokens of turn n (the history only
+grows at the end) and llama.cpp's KV cache evaluates only the new suffix. Replies the model
+generated are replayed from their original tokens for the same reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+import ctypes
+import functools
+import json
+import os
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from drivetrain.errors import ConfigError, ModelError
+from drivetrain.messages import Block, Message, TextBlock, ToolUseBlock, Usage
+from drivetrain.models.base import ModelRequest, ModelResponse
+from drivetrain.models.toolcall import (
+    AnswerStream,
+    assistant_text,
+    parse_tool_calls,
+    system_text,
+    tool_call_grammar,
+    user_turns,
+)
+from drivetrain.models.weights import ENV_MODEL, bundled_spec, resolve_model
+
+_REPLAY_SIZE = 128  # generated replies remembered for exact replay
+
+
+@dataclass(frozen=True)
+class GenerationStats:
+    prompt_tokens: int  # length of the whole prompt
+    prompt_eval_tokens: int  # of those, how many llama.cpp actually evaluated (the rest came from the KV cache)
+    output_tokens: int
+    time_to_first_token_s: float
+    generation_s: float  # from the first token to the last
+
+    @property
+    def generation_tokens_per_s(self) -> float:
+        return (self.output_tokens - 1) / self.generation_s if self.output_tokens > 1 and self.generation_s else 0.0
+
+
+@functools.cache
+def _llama_class():
+    try:
+        from llama_cpp import Llama
+    except ImportError as exc:
+        raise ConfigError(
+            f"the local model needs llama-cpp-python ({exc}). Install it with: pip install 'drivetrain[local]'"
+        ) from None
+
+    import llama_cpp as lc
+    import numpy as np
+
+    token_data = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)], align=True)
+
+    class CountingLlama(Llama):
+        """Llama that counts the tokens it evaluates (so KV reuse is measured, not assumed) and
+        samples with a grammar the way llama.cpp's own tools do: sample freely, check that one
+        token against the grammar, and filter the whole vocabulary only when it is rejected.
+        Llama.generate filters all 151k tokens at every step, which costs ~30 ms a token here.
+        """
+
+        evaluated = 0
+        _grammar_sampler = None
+
+        def eval(self, tokens):
+            self.evaluated += len(tokens)
+            return super().eval(tokens)
+
+        def _init_sampler(self, *args, grammar=None, **kwargs):  # called by generate(); the chain gets no grammar
+            if self._grammar_sampler is not None:
+                lc.llama_sampler_free(self._grammar_sampler)
+                self._grammar_sampler = None
+            if grammar is not None:
+                self._grammar_sampler = lc.llama_sampler_init_grammar(self._model.vocab, grammar._grammar.encode(), b"root")
+            return super()._init_sampler(*args, **kwargs)
+
+        def sample(self, *args, idx=None, **kwargs):
+            token = super().sample(*args, idx=idx, **kwargs)
+            if self._grammar_sampler is None:
+                return token
+            if not self._allowed(token):
+                n = self._n_vocab
+                cands = np.empty(n, dtype=token_data)
+                cands["id"] = np.arange(n)
+                logits = lc.llama_get_logits_ith(self._ctx.ctx, idx - self.n_tokens if idx is not None else -1)
+                cands["logit"], cands["p"] = np.ctypeslib.as_array(logits, shape=(n,)), 0.0
+                cur = lc.llama_token_data_array(cands.ctypes.data_as(lc.llama_token_data_p), n, -1, False)
+                lc.llama_sampler_apply(self._grammar_sampler, ctypes.byref(cur))
+                lc.llama_sampler_apply(self._sampler.sampler, ctypes.byref(cur))  # the usual chain, ending in dist
+                token = cur.data[cur.selected].id
+            lc.llama_sampler_accept(self._grammar_sampler, token)
+            return token
+
+        def _allowed(self, token: int) -> bool:
+            one = (lc.llama_token_data * 1)(lc.llama_token_data(token, 0.0, 0.0))
+            lc.llama_sampler_apply(self._grammar_sampler, ctypes.byref(lc.llama_token_data_array(one, 1, -1, False)))
+            return one[0].logit != float("-inf")
+
+    return CountingLlama
+
+
+class LocalModel:
+    """The Model protocol on an in-process llama.cpp model. Loads lazily, on first use or ``load()``."""
+
+    def __init__(
+        self,
+        model: str | os.PathLike | None = None,
+        *,
+        n_ctx: int = 8192,
+        n_threads: int | None = None,
+        temperature: float = 0.2,
+        top_p: float = 0.8,
+        top_k: int = 20,
+        seed: int | None = None,
+        constrained: bool = True,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        """``model``: "default" (1.5B), "small" (0.5B) or a .gguf path; None reads $DRIVETRAIN_LOCAL_MODEL.
+
+        ``env`` (default ``os.environ``) supplies $DRIVETRAIN_LOCAL_MODEL and the cache directory variables.
+        ``constrained`` makes the model answer with text or valid tool calls only (a llama.cpp grammar).
+        A low temperature by default: small models pick tools and arguments far more reliably at 0.2
+        than at Qwen's chat default of 0.7. ``seed`` fixes the sampling seed of every call.
+        """
+        self._env = dict(os.environ if env is None else env)
+        choice = os.fspath(model) if model is not None else self._env.get(ENV_MODEL, "")
+        self._model_arg = model
+        spec = bundled_spec(choice)
+        self.name = f"local/{spec.key if spec else Path(choice).stem}"
+        self.n_ctx = n_ctx
+        self.n_threads = n_threads or _cpu_count()
+        self.sampling = {"temp": temperature, "top_p": top_p, "top_k": top_k, "min_p": 0.0, "repeat_penalty": 1.0}
+        self.seed = seed
+        self.constrained = constrained
+        self.last_stats: GenerationStats | None = None
+        self._llm = None
+        self._lock = threading.Lock()  # llama.cpp contexts are not thread-safe
+        self._grammars: dict[str, object] = {}
+        self._replay: OrderedDict[str, list[int]] = OrderedDict()
+        self._next_id = 1
+
+    @classmethod
+    def from_env(cls, model: str | None = None, env: Mapping[str, str] | None = None) -> LocalModel:
+        """The provider factory's entry point: ``model`` as for the constructor, else $DRIVETRAIN_LOCAL_MODEL."""
+        return cls(model, env=env)
+
+    @property
+    def last_prompt_eval_tokens(self) -> int:
+        """Prompt tokens llama.cpp evaluated in the last call; the rest of the prompt was reused from the KV cache."""
+        return self.last_stats.prompt_eval_tokens if self.last_stats else 0
+
+    def load(self) -> None:
+        """Assemble/verify the weights and load them. Idempotent; ``respond`` calls it if needed."""
+        with self._lock:
+            self._load_locked()
+
+    def _load_locked(self) -> None:
+        if self._llm is not None:
+            return
+        path = resolve_model(self._model_arg, env=self._env)
+        try:
+            self._llm = _llama_class()(
+                model_path=str(path), n_ctx=self.n_ctx, n_threads=self.n_threads,
+                n_threads_batch=self.n_threads, verbose=False,
+            )
+        except (ValueError, RuntimeError) as exc:
+            raise ConfigError(f"llama.cpp could not load {path}: {exc}. Is it a valid .gguf file?") from exc
+
+    async def respond(self, request: ModelRequest) -> ModelResponse:
+        cancel = threading.Event()
+        loop = asyncio.get_running_loop()
+        on_text = request.on_text
+        sink = (lambda s: loop.call_soon_threadsafe(on_text, s)) if on_text else None
+        try:
+            return await asyncio.to_thread(self._respond_blocking, request, sink, cancel)
+        except asyncio.CancelledError:
+            cancel.set()  # the worker thread stops at its next token
+            raise
+
+    # ----------------------------------------------------------------- generation
+
+    def _respond_blocking(self, request: ModelRequest, sink: Callable[[str], None] | None, cancel: threading.Event) -> ModelResponse:
+        with self._lock:
+            self._load_locked()
+            prompt = self._prompt(request)
+            budget = min(request.max_tokens, self.n_ctx - len(prompt))
+            if budget <= 0:
+                raise ModelError(
+                    f"the prompt is {len(prompt)} tokens; the local model's context holds {self.n_ctx}. Compact the history."
+                )
+            grammar = self._grammar(request.tools) if self.constrained and request.tools else None
+            try:
+                tokens, text, stop, stream = self._generate(prompt, budget, grammar, request.stop_sequences, sink, cancel)
+            except RuntimeError as exc:
+                raise ModelError(f"llama.cpp failed while generating: {exc}") from exc
+            parsed = parse_tool_calls(text, [t["name"] for t in request.tools])
+            content: list[Block] = [TextBlock(parsed.text)] if parsed.text else []
+            content += [ToolUseBlock(self._new_id(request.messages), c.name, c.arguments) for c in parsed.calls]
+            if not parsed.calls:
+                stream.finish(parsed.text)
+            if stop != "stop_sequence":  # the tokens hold the stop sequence the text was cut before
+                self._remember(tuple(content), tokens)
+            stats = self.last_stats
+        return ModelResponse(
+            content=tuple(content),
+            stop_reason="tool_use" if parsed.calls else stop,
+            usage=Usage(
+                input_tokens=stats.prompt_eval_tokens,
+                output_tokens=stats.output_tokens,
+                cache_read_input_tokens=stats.prompt_tokens - stats.prompt_eval_tokens,
+            ),
+            model=self.name,
+            id=f"msg_local_{uuid.uuid4().hex[:24]}",
+        )
+
+    def _generate(self, prompt, budget, grammar, stops, sink, cancel) -> tuple[list[int], str, str, AnswerStream]:
+        llm = self._llm
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        stream = AnswerStream(sink, stops)
+        tokens: list[int] = []
+        text, stop = "", "max_tokens"
+        llm.evaluated = 0
+        if self.seed is not None:
+            llm.set_seed(self.seed)
+        prompt_eval = 0
+        started = time.perf_counter()
+        first = started
+        gen = llm.generate(prompt, grammar=grammar, reset=True, **self.sampling)
+        try:
+            for token in gen:
+                if not tokens:
+                    first, prompt_eval = time.perf_counter(), llm.evaluated
+                if cancel.is_set() or _is_end_of_generation(llm, token):
+                    stop = "end_turn"
+                    break
+                tokens.append(token)
+                piece = decoder.decode(llm.detokenize([token]))
+                text += piece
+                hit = next((s for s in stops if s in text[-(len(s) + len(piece)):]), None)
+                if hit is not None:
+                    text, stop = text[: text.index(hit)], "stop_sequence"
+                    break
+                stream.feed(text)
+                if len(tokens) >= budget:
+                    break
+        finally:
+            gen.close()
+        text += decoder.decode(b"", final=True)
+        self.last_stats = GenerationStats(
+            prompt_tokens=len(prompt), prompt_eval_tokens=prompt_eval, output_tokens=len(tokens),
+            time_to_first_token_s=first - started, generation_s=time.perf_counter() - first,
+        )
+        return tokens, text, stop, stream
+
+    def _grammar(self, tools: list[dict]):
+        key = json.dumps([[t["name"], t.get("input_schema")] for t in tools], sort_keys=True)
+        if key not in self._grammars:
+            self._grammars[key] = compile_grammar(self._llm, tool_call_grammar(tools))
+        return self._grammars[key]
+
+    def _new_id(self, history: list[Message]) -> str:
+        # Continue after any local ids already in the history, so a resumed session never reuses one.
+        for msg in history:
+            for use in msg.tool_uses:
+                tail = use.id.removeprefix("toolu_local_")
+                if tail != use.id and tail.isdigit():
+                    self._next_id = max(self._next_id, int(tail) + 1)
+        n, self._next_id = self._next_id, self._next_id + 1
+        return f"toolu_local_{n}"
+
+    # ----------------------------------------------------------------- prompt rendering
+
+    def _remember(self, content: tuple[Block, ...], tokens: list[int]) -> None:
+        self._replay[_fingerprint(content)] = tokens
+        while len(self._replay) > _REPLAY_SIZE:
+            self._replay.popitem(last=False)
+
+    def _prompt(self, request: ModelRequest) -> list[int]:
+        """Qwen2.5's chat template, tokenized one message at a time so earlier turns never change."""
+        tok = self._tokenize
+        start, end, nl = tok("<|im_start|>", True), tok("<|im_end|>", True), tok("\n")
+        out = start + tok("system\n" + system_text(request.system, request.tools)) + end + nl
+        for i, msg in enumerate(request.messages):
+            last = i == len(request.messages) - 1
+            if msg.role == "assistant":
+                replay = self._replay.get(_fingerprint(msg.content))
+                body = replay if replay is not None else tok(assistant_text(msg))
+                out += start + tok("assistant\n") + body + ([] if last else end + nl)
+            else:
+                for text in user_turns(msg):
+                    out += start + tok(text) + end + nl
+        if not request.messages or request.messages[-1].role != "assistant":
+            out += start + tok("assistant\n")
+        return out
+
+    def _tokenize(self, text: str, special: bool = False) -> list[int]:
+        return self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=special)
+
+
+def compile_grammar(llm, gbnf: str):
+    """A LlamaGrammar, checked by llama.cpp's own parser now rather than failing later inside sampling."""
+    import llama_cpp
+
+    sampler = llama_cpp.llama_sampler_init_grammar(llm._model.vocab, gbnf.encode("utf-8"), b"root")
+    if not sampler:
+        raise ModelError("llama.cpp rejected the tool-call grammar (see stderr for the parse error)")
+    llama_cpp.llama_sampler_free(sampler)
+    return llama_cpp.LlamaGrammar.from_string(gbnf)
+
+
+def _is_end_of_generation(llm, token: int) -> bool:
+    import llama_cpp
+
+    return bool(llama_cpp.llama_vocab_is_eog(llm._model.vocab, token))
+
+
+def _fingerprint(content) -> str:
+    return json.dumps([b.to_wire() for b in content], sort_keys=True, ensure_ascii=False)
+
+
+def _cpu_count() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
