@@ -268,3 +268,22 @@ async def test_cancelling_a_run_during_tools_leaves_a_valid_history():
             await task
     assert not lint(run.history) and "Interrupted" in run.history[-1].content[0].text
     assert isinstance(run.state, CallModel)  # the conversation can go on
+
+
+async def test_a_repeated_call_with_the_same_result_is_pointed_out():
+    def first(body):
+        assert "same slow call" not in body["messages"][-1]["content"][0]["content"]
+        return True
+
+    def second(body):
+        text = body["messages"][-1]["content"][0]["content"]
+        assert text.startswith("slept r") and "same slow call you made in turn 1" in text
+        return True
+
+    call = {"label": "r", "seconds": 0}
+    steps = [respond([tool_call("slow", call)]), respond([tool_call("slow", call)], expect=first),
+             respond([tool_call("slow", {"label": "other", "seconds": 0})], expect=second),
+             reply("ok", expect=lambda b: "same" not in b["messages"][-1]["content"][0]["content"])]
+    with ScriptedServer(steps) as server:
+        result = await agent_for(server).run("go")
+    assert result.result == "ok"

@@ -8,6 +8,7 @@ tool_result: a denial or a failure is a result the model reads, never a gap.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import time
 from typing import TYPE_CHECKING
@@ -90,9 +91,28 @@ async def execute(run: Run, call: ToolUseBlock, verdict: Verdict) -> tuple[ToolR
     started = time.monotonic()
     result = await _call_tool(run, call.name, tool_input)
     content = result.content if result.content not in ("", []) else "(no output)"
+    content = _note_repeat(run, call.name, tool_input, content)
     if run.agent.hooks:
         content = await _post_hooks(run, call, tool_input, content, result.is_error)
     return ToolResultBlock(call.id, content, result.is_error), (time.monotonic() - started) * 1000, result.meta
+
+
+def _note_repeat(run: Run, name: str, tool_input: dict, content):
+    """A call repeated with the same input and the same result is a loop, not progress: say so.
+
+    Small models especially re-issue a call after reading its result; telling them plainly that
+    nothing changed is the cheapest way out. The result itself is passed on unchanged.
+    """
+    if not isinstance(content, str):
+        return content
+    key = f"{name}\0{json.dumps(tool_input, sort_keys=True, default=str)}"
+    digest = hashlib.sha256(content.encode()).hexdigest()
+    seen = run.seen_calls.get(key)
+    run.seen_calls[key] = (run.num_turns, digest) if seen is None or seen[1] != digest else seen
+    if seen is None or seen[1] != digest:
+        return content
+    return (f"{content}\n\n[drivetrain: this is the same {name} call you made in turn {seen[0]}, with the same "
+            "result. Repeating it will not change anything: use this result, or do something different.]")
 
 
 async def _call_tool(run: Run, name: str, tool_input: dict) -> ToolResult:
