@@ -15,7 +15,7 @@ import asyncio
 import os
 import time
 
-from drivetrain.messages import Message, ToolResultBlock
+from drivetrain.messages import Message, ToolResultBlock, ToolUseBlock
 from drivetrain.models.base import ModelRequest
 from drivetrain.models.local import GenerationStats, LocalModel
 from drivetrain.tools import builtin_tools, tool_spec
@@ -57,14 +57,52 @@ async def bench(choice: str, gen: int) -> None:
         print(row(f"free text, grammar {'on' if constrained else 'off'}", model.last_stats))
 
 
+def history_of(model: LocalModel, tokens: int) -> list[Message]:
+    """A coding-session history of about ``tokens`` tokens (system prompt included): reads of source files."""
+    code = "".join(f"def helper_{i}(x):\n    return x * {i} + {i % 7}\n\n" for i in range(40))
+    per_read = len(model._llm.tokenize(code.encode(), add_bos=False)) + 30  # + the call and the turn markers
+    history, n, i = [Message.user(TASK)], 1750, 0  # the system prompt with the tools is ~1,750 tokens
+    while n + per_read <= tokens:
+        call = ToolUseBlock(f"toolu_h{i}", "Read", {"file_path": f"mod_{i}.py"})
+        history += [Message.assistant(call), Message.user(ToolResultBlock(call.id, code))]
+        n, i = n + per_read, i + 1
+    return history
+
+
+async def history_latency(choice: str, sizes: list[int]) -> None:
+    """Turn latency on a long history, with the KV cache of the previous turn reused, and without."""
+    model = LocalModel(choice, seed=0)
+    model.load()
+    tools = [tool_spec(t) for t in builtin_tools()]
+    for size in sizes:
+        history = history_of(model, size)
+        await model.respond(ModelRequest(history, system=SYSTEM, tools=tools, max_tokens=1))  # the previous turn
+        nxt = history + [Message.assistant(ToolUseBlock("toolu_next", "Read", {"file_path": "app.py"})),
+                         Message.user(ToolResultBlock("toolu_next", APP))]
+        started = time.perf_counter()
+        await model.respond(ModelRequest(nxt, system=SYSTEM, tools=tools, max_tokens=16))
+        warm, warm_stats = time.perf_counter() - started, model.last_stats
+        model._llm.reset()  # forget the cache: the whole prompt is evaluated again
+        started = time.perf_counter()
+        await model.respond(ModelRequest(nxt, system=SYSTEM, tools=tools, max_tokens=16))
+        cold, cold_stats = time.perf_counter() - started, model.last_stats
+        print(f"  history ~{cold_stats.prompt_tokens:>5} tok: turn with KV reuse {warm:6.2f} s "
+              f"(evaluated {warm_stats.prompt_eval_tokens} tok), without {cold:6.2f} s "
+              f"(evaluated {cold_stats.prompt_eval_tokens} tok): {cold / warm:5.1f}x")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=["small", "default"], help="small, default, or .gguf paths")
     parser.add_argument("--gen", type=int, default=64, help="tokens of free text to generate")
+    parser.add_argument("--history", nargs="*", type=int, default=[2000, 6000],
+                        help="history sizes (tokens) for the turn-latency comparison; none to skip")
     args = parser.parse_args()
     print(f"cores available: {len(os.sched_getaffinity(0))}")
     for choice in args.models:
         asyncio.run(bench(choice, args.gen))
+        if args.history:
+            asyncio.run(history_latency(choice, args.history))
 
 
 if __name__ == "__main__":

@@ -24,15 +24,11 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from drivetrain.events import HookReported, PermissionDecided, ToolFinished, ToolStarted
+from drivetrain.home import drivetrain_home
 from drivetrain.redact import redact
 
 AUDIT_VERSION = 1  # each record's "v"
 _HEADER = {"ts", "session_id", "seq", "kind", "v"}  # seq must precede the fields: see _last_seq
-
-
-def drivetrain_home() -> Path:
-    """``$DRIVETRAIN_HOME``, or ``~/.drivetrain``. Not created here."""
-    return Path(os.environ.get("DRIVETRAIN_HOME") or "~/.drivetrain").expanduser()
 
 
 def _iso(t: float | datetime) -> str:

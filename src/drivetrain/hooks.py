@@ -51,10 +51,11 @@ import logging
 import os
 import re
 import shutil
-import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Awaitable, Callable
+
+from drivetrain.procs import kill_group
 
 log = logging.getLogger("drivetrain.hooks")
 
@@ -248,25 +249,11 @@ async def _run_command(h: _Hook, payload: dict) -> HookOutcome:
 
 async def _kill_group(proc: asyncio.subprocess.Process, grace: float) -> None:
     """SIGTERM the hook's process group, SIGKILL what is left after ``grace`` seconds, reap the shell."""
-    loop = asyncio.get_running_loop()
-    if grace > 0 and _signal_group(proc.pid, signal.SIGTERM):
-        deadline = loop.time() + grace
-        while loop.time() < deadline and _signal_group(proc.pid, 0):
-            await asyncio.sleep(0.05)
-    _signal_group(proc.pid, signal.SIGKILL)  # always: a shell that obeyed may leave children that did not
+    await kill_group(proc.pid, grace)
     try:
         await asyncio.wait_for(proc.wait(), 5)
     except asyncio.TimeoutError:
         log.warning("hook process %d did not exit after SIGKILL", proc.pid)
-
-
-def _signal_group(pgid: int, sig: int) -> bool:
-    """Signal the whole group; False once no process is left in it."""
-    try:
-        os.killpg(pgid, sig)
-        return True
-    except (ProcessLookupError, PermissionError):
-        return False
 
 
 # ---------------------------------------------------------------- reading answers

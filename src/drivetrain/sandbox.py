@@ -24,8 +24,8 @@ import subprocess
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from drivetrain.audit import drivetrain_home
 from drivetrain.errors import HarnessError
+from drivetrain.home import drivetrain_home
 
 INSTALL_HINT = ("Install bubblewrap (Debian/Ubuntu: `sudo apt-get install bubblewrap`; Fedora: "
                 "`sudo dnf install bubblewrap`; Arch: `sudo pacman -S bubblewrap`).")

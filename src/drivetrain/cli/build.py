@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Callable
 
@@ -30,8 +29,7 @@ def system_prompt(args: argparse.Namespace, cwd: Path) -> str:
 def build_agent(args: argparse.Namespace, cwd: Path, session_id: str, *,
                 approver_factory: ApproverFactory | None = None) -> Agent:
     """Raises HarnessError (ConfigError, SettingsError …) with a message for the person."""
-    settings = load_settings(cwd)
-    raw = [(path, json.loads(path.read_text())) for path in settings.files]
+    raw = load_settings(cwd).raw
     policy = Policy.load(cwd, mode=args.permission_mode, allowed_tools=args.allowed_tools,
                          disallowed_tools=args.disallowed_tools, add_dirs=args.add_dir,
                          interactive=approver_factory is not None)

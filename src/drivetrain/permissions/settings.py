@@ -21,17 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
+from drivetrain.home import drivetrain_home
+
 from .rules import BEHAVIORS, Rule, RuleError, SettingsError, parse_rule
 
 MODES = ("default", "acceptEdits", "plan", "bypassPermissions")
 PERMISSION_KEYS = (*BEHAVIORS, "additionalDirectories", "defaultMode")
-
-
-def drivetrain_home(env: Mapping[str, str] | None = None, home: Path | None = None) -> Path:
-    env = os.environ if env is None else env
-    if env.get("DRIVETRAIN_HOME"):
-        return Path(os.path.expanduser(env["DRIVETRAIN_HOME"])).absolute()
-    return (home or Path.home()) / ".drivetrain"
 
 
 @dataclass
@@ -40,6 +35,7 @@ class Settings:
     additional_dirs: list[Path] = field(default_factory=list)
     default_mode: str | None = None
     files: list[Path] = field(default_factory=list)  # the files that were found and read
+    raw: list[tuple[Path, dict]] = field(default_factory=list)  # each file's whole JSON, in the order of files
 
 
 def settings_files(project_dir: Path, env: Mapping[str, str] | None = None,
@@ -70,7 +66,7 @@ def load_settings_file(path: Path, home: Path) -> Settings | None:
                             f"column {e.colno}") from None
     if not isinstance(data, dict):
         raise SettingsError(f"Settings file {path} must hold a JSON object, not {type(data).__name__}")
-    out = Settings(files=[path])
+    out = Settings(files=[path], raw=[(path, data)])
     perms = data.get("permissions")
     if perms is None:
         return out
@@ -116,6 +112,7 @@ def load_settings(project_dir: Path, env: Mapping[str, str] | None = None, home:
         merged.rules.extend(s.rules)
         merged.additional_dirs.extend(s.additional_dirs)
         merged.files.append(path)
+        merged.raw.extend(s.raw)
         if merged.default_mode is None:
             merged.default_mode = s.default_mode
     return merged

@@ -1,7 +1,8 @@
 """``POST /v1/messages``: the Anthropic Messages API in front of the served Model.
 
-Requests are checked with the scripted server's validator (``drivetrain.testing.validate``),
-so the API's rules live in one place; the SSE events are built by its ``wire`` module too.
+Requests are checked with the validator the scripted test server uses too
+(``drivetrain.models.anthropic_wire.validate``), so the API's rules live in one place; the SSE
+events are built by that module as well.
 """
 
 from __future__ import annotations
@@ -10,9 +11,9 @@ import uuid
 from typing import Any
 
 from drivetrain.messages import Message, block_from_wire
+from drivetrain.models.anthropic_wire import block_events, estimate_tokens, sse_events, validate
 from drivetrain.models.base import ModelResponse
 from drivetrain.serve.exchange import Exchange, HTTPError, StreamWriter, stream_call
-from drivetrain.testing.wire import _block_events, estimate_tokens, sse_events, validate
 
 
 def messages(ex: Exchange) -> None:
@@ -147,7 +148,7 @@ def tail_events(message: dict, streamed: str) -> list[tuple[str, dict]]:
     out = [("content_block_delta", _text_delta(rest_text))] if rest_text else []
     out.append(("content_block_stop", {"type": "content_block_stop", "index": 0}))
     for i, block in enumerate(rest, start=1):
-        out += _block_events(i, block)
+        out += block_events(i, block)
     return out + events[-2:]  # message_delta (stop_reason, final usage) and message_stop
 
 

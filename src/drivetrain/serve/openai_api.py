@@ -12,10 +12,10 @@ import time
 import uuid
 from typing import Any
 
+from drivetrain.models.anthropic_wire import validate
 from drivetrain.models.base import ModelResponse
 from drivetrain.models.openai_wire import from_chat_messages, from_chat_tools, to_chat_completion
 from drivetrain.serve.exchange import Exchange, HTTPError, StreamWriter, stream_call
-from drivetrain.testing.wire import validate
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 

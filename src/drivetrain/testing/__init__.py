@@ -38,6 +38,8 @@ assistant or user message, ``model`` and ``messages`` present, …::
 ``tool_call("Read", '{"file_path": ')`` sends those raw (here malformed) arguments.
 """
 
+from drivetrain.models.anthropic_wire import validate
+
 from .script import (
     RawResponse,
     Respond,
@@ -53,7 +55,6 @@ from .script import (
 )
 from .chat import ScriptedOpenAIServer, validate_chat
 from .server import Headers, Request, ScriptedServer
-from .wire import validate
 
 __all__ = [
     "Headers",

@@ -23,9 +23,10 @@ import re
 import time
 from typing import Any
 
+from drivetrain.models.anthropic_wire import estimate_tokens, pieces
+
 from .script import RawResponse, Respond
 from .server import Request, ScriptedServer, _Stream
-from .wire import _pieces, estimate_tokens
 
 CHAT_PATH = "/v1/chat/completions"
 _FINISH = {"end_turn": "stop", "stop_sequence": "stop", "pause_turn": "stop", "tool_use": "tool_calls",
@@ -104,13 +105,13 @@ def completion_chunks(completion: dict, include_usage: bool) -> list[dict]:
         return out | {"usage": None} if include_usage else out
 
     chunks = [chunk({"role": "assistant", "content": "", "refusal": None})]
-    chunks += [chunk({"content": p}) for p in _pieces(message["content"] or "")]
+    chunks += [chunk({"content": p}) for p in pieces(message["content"] or "")]
     for i, call in enumerate(message.get("tool_calls") or []):
         head = {"index": i, "id": call["id"], "type": "function",
                 "function": {"name": call["function"]["name"], "arguments": ""}}
         chunks.append(chunk({"tool_calls": [head]}))
         chunks += [chunk({"tool_calls": [{"index": i, "function": {"arguments": p}}]})
-                   for p in _pieces(call["function"]["arguments"])]
+                   for p in pieces(call["function"]["arguments"])]
     chunks.append(chunk({}, choice["finish_reason"]))
     if include_usage:
         chunks.append(dict(base, choices=[], usage=completion["usage"]))

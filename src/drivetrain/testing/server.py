@@ -1,11 +1,13 @@
 """ScriptedServer: the Anthropic Messages API over real HTTP on 127.0.0.1, answering from a script.
 
-Every request is checked against the rules the real API enforces (``wire.validate``); a
-broken request is answered 400 ``invalid_request_error`` and recorded, so ``assert_complete`` fails.
+Every request is checked against the rules the real API enforces
+(``drivetrain.models.anthropic_wire.validate``); a broken request is answered 400
+``invalid_request_error`` and recorded, so ``assert_complete`` fails.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import socket
 import socketserver
@@ -15,8 +17,9 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Iterable
 
+from drivetrain.models.anthropic_wire import estimate_tokens, same_content, sse_events, validate
+
 from .script import RawResponse, Respond, Step, assign_ids
-from .wire import build_message, estimate_tokens, same_content, sse_events, validate
 
 MESSAGES_PATH = "/v1/messages"
 COUNT_TOKENS_PATH = "/v1/messages/count_tokens"
@@ -238,6 +241,23 @@ class ScriptedServer:
             if k == step.error_after_events:
                 break
         h.wfile.write(b"0\r\n\r\n")
+
+
+def build_message(step: Respond, body: Any, msg_id: str) -> dict:
+    """The Messages API response for a ``respond`` step."""
+    model = step.model or (body.get("model") if isinstance(body, dict) else None) or "scripted-model"
+    usage = {
+        "input_tokens": estimate_tokens(body),
+        "output_tokens": max(1, len(json.dumps(step.content)) // 4),
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": 0,
+    }
+    usage.update(step.usage or {})
+    return {
+        "id": msg_id, "type": "message", "role": "assistant", "model": model,
+        "content": copy.deepcopy(step.content),
+        "stop_reason": step.stop_reason, "stop_sequence": step.stop_sequence, "usage": usage,
+    }
 
 
 @dataclass

@@ -9,6 +9,8 @@ import signal
 import subprocess
 from typing import TYPE_CHECKING
 
+from drivetrain.procs import kill_group, signal_group
+
 from .base import ToolContext, ToolResult
 
 if TYPE_CHECKING:
@@ -65,27 +67,6 @@ async def _pipe_reader(fd: int) -> tuple[asyncio.StreamReader, asyncio.BaseTrans
     transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader),
                                                 os.fdopen(fd, "rb", buffering=0))
     return reader, transport
-
-
-def _signal_group(pgid: int, sig: int) -> bool:
-    """Signal the whole group; False once no process is left in it."""
-    try:
-        os.killpg(pgid, sig)
-        return True
-    except (ProcessLookupError, PermissionError):
-        return False
-
-
-async def _kill_group(pgid: int, grace: float) -> None:
-    """SIGTERM the group, give it ``grace`` seconds to exit, then SIGKILL what is left."""
-    if not _signal_group(pgid, signal.SIGTERM):
-        return
-    deadline = asyncio.get_running_loop().time() + grace
-    while asyncio.get_running_loop().time() < deadline:
-        await asyncio.sleep(0.05)
-        if not _signal_group(pgid, 0):
-            return
-    _signal_group(pgid, signal.SIGKILL)
 
 
 def _combine(out: _Capture, err: _Capture) -> str:
@@ -181,13 +162,13 @@ class Bash:
                 await asyncio.wait_for(proc.wait(), timeout_ms / 1000)
             except asyncio.TimeoutError:
                 timed_out = True
-                await _kill_group(proc.pid, self.kill_grace)
+                await kill_group(proc.pid, self.kill_grace)
                 await proc.wait()
             # Background grandchildren may hold the pipes open; take what came and move on.
             await asyncio.wait(pumps, timeout=DRAIN_S)
         finally:
             if proc.returncode is None:  # cancelled (or failed) while running: no grace, kill now
-                _signal_group(proc.pid, signal.SIGKILL)
+                signal_group(proc.pid, signal.SIGKILL)
             for task in pumps:
                 task.cancel()
             for t in transports:

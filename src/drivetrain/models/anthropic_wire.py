@@ -1,14 +1,14 @@
-"""The Messages API wire rules: request validation, response messages and their SSE event stream."""
+"""The Messages API wire rules: request validation and the SSE event stream of a response message.
+
+Shared by ``drivetrain serve`` and the scripted test server (``drivetrain.testing``).
+"""
 
 from __future__ import annotations
 
-import copy
 import json
 from typing import Any
 
-from .script import Respond
-
-# ----------------------------------------------------------------- answers
+# ----------------------------------------------------------------- responses
 
 
 def estimate_tokens(body: Any) -> int:
@@ -19,47 +19,32 @@ def estimate_tokens(body: Any) -> int:
     return max(1, len(json.dumps(seen)) // 4)
 
 
-def build_message(step: Respond, body: Any, msg_id: str) -> dict:
-    model = step.model or (body.get("model") if isinstance(body, dict) else None) or "scripted-model"
-    usage = {
-        "input_tokens": estimate_tokens(body),
-        "output_tokens": max(1, len(json.dumps(step.content)) // 4),
-        "cache_creation_input_tokens": 0,
-        "cache_read_input_tokens": 0,
-    }
-    usage.update(step.usage or {})
-    return {
-        "id": msg_id, "type": "message", "role": "assistant", "model": model,
-        "content": copy.deepcopy(step.content),
-        "stop_reason": step.stop_reason, "stop_sequence": step.stop_sequence, "usage": usage,
-    }
-
-
 def sse_events(message: dict) -> list[tuple[str, dict]]:
     """The event sequence the real API streams for ``message``."""
     skeleton = dict(message, content=[], stop_reason=None, stop_sequence=None, usage=dict(message["usage"], output_tokens=1))
     events = [("message_start", {"type": "message_start", "message": skeleton}), ("ping", {"type": "ping"})]
     for i, block in enumerate(message["content"]):
-        events += _block_events(i, block)
+        events += block_events(i, block)
     delta = {"stop_reason": message["stop_reason"], "stop_sequence": message["stop_sequence"]}
     events.append(("message_delta", {"type": "message_delta", "delta": delta, "usage": message["usage"]}))
     events.append(("message_stop", {"type": "message_stop"}))
     return events
 
 
-def _block_events(i: int, block: dict) -> list[tuple[str, dict]]:
+def block_events(i: int, block: dict) -> list[tuple[str, dict]]:
+    """The start, delta and stop events of content block ``block`` at index ``i``."""
     kind = block.get("type")
     if kind == "text":
         start = {k: v for k, v in block.items() if k != "citations"} | {"text": ""}
         deltas = [{"type": "citations_delta", "citation": c} for c in block.get("citations") or []]
-        deltas += [{"type": "text_delta", "text": p} for p in _pieces(block["text"])]
+        deltas += [{"type": "text_delta", "text": p} for p in pieces(block["text"])]
     elif kind in ("tool_use", "server_tool_use"):
         start = dict(block, input={})
         # the real API opens with an empty partial_json; clients must cope
-        deltas = [{"type": "input_json_delta", "partial_json": p} for p in ["", *_pieces(json.dumps(block["input"]))]]
+        deltas = [{"type": "input_json_delta", "partial_json": p} for p in ["", *pieces(json.dumps(block["input"]))]]
     elif kind == "thinking":
         start = dict(block, thinking="", signature="")
-        deltas = [{"type": "thinking_delta", "thinking": p} for p in _pieces(block["thinking"])]
+        deltas = [{"type": "thinking_delta", "thinking": p} for p in pieces(block["thinking"])]
         deltas.append({"type": "signature_delta", "signature": block.get("signature", "")})
     else:
         start, deltas = block, []
@@ -70,7 +55,8 @@ def _block_events(i: int, block: dict) -> list[tuple[str, dict]]:
     ]
 
 
-def _pieces(s: str, n: int = 3) -> list[str]:
+def pieces(s: str, n: int = 3) -> list[str]:
+    """``s`` cut into (at most) ``n`` pieces, as a stream would send it."""
     size = max(1, -(-len(s) // n))
     return [s[k : k + size] for k in range(0, len(s), size)]
 

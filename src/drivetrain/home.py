@@ -1,0 +1,18 @@
+"""Where drivetrain keeps its own files: user settings, audit logs."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Mapping
+
+
+def drivetrain_home(env: Mapping[str, str] | None = None, home: Path | None = None) -> Path:
+    """``$DRIVETRAIN_HOME`` (made absolute), or ``.drivetrain`` in ``home`` (default: the user's home).
+
+    ``env`` defaults to ``os.environ``. Nothing is created here.
+    """
+    env = os.environ if env is None else env
+    if env.get("DRIVETRAIN_HOME"):
+        return Path(os.path.expanduser(env["DRIVETRAIN_HOME"])).absolute()
+    return (home or Path.home()) / ".drivetrain"
