@@ -224,3 +224,14 @@ def test_malformed_settings_file_is_a_clear_error(tmp_path):
         proc = cli(server.url, "-p", "hi", cwd=tmp_path)
     assert proc.returncode == 1 and "settings.json" in proc.stderr and "Bash(git status" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_default_mode_comes_from_settings_unless_given(tmp_path):
+    (tmp_path / ".drivetrain").mkdir()
+    (tmp_path / ".drivetrain" / "settings.json").write_text('{"permissions": {"defaultMode": "plan"}}')
+    with ScriptedServer([reply("ok"), reply("ok")]) as server:
+        from_settings = cli(server.url, "-p", "hi", "--output-format", "stream-json", cwd=tmp_path)
+        from_flag = cli(server.url, "-p", "hi", "--output-format", "stream-json", "--permission-mode", "acceptEdits",
+                        cwd=tmp_path)
+    assert json.loads(from_settings.stdout.splitlines()[0])["permissionMode"] == "plan"
+    assert json.loads(from_flag.stdout.splitlines()[0])["permissionMode"] == "acceptEdits"

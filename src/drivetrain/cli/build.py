@@ -11,7 +11,7 @@ from drivetrain.audit import AuditLog
 from drivetrain.hooks import Hooks
 from drivetrain.loop import Agent
 from drivetrain.models.resolve import resolve_model
-from drivetrain.permissions import Policy, load_settings
+from drivetrain.permissions import Policy, SettingsError, load_settings
 from drivetrain.prompts import default_system_prompt
 from drivetrain.sandbox import Sandbox
 from drivetrain.tools import builtin_tools
@@ -29,24 +29,32 @@ def system_prompt(args: argparse.Namespace, cwd: Path) -> str:
 def build_agent(args: argparse.Namespace, cwd: Path, session_id: str, *,
                 approver_factory: ApproverFactory | None = None) -> Agent:
     """Raises HarnessError (ConfigError, SettingsError …) with a message for the person."""
-    raw = load_settings(cwd).raw
+    settings = load_settings(cwd)
+    sandbox_settings = [_sandbox_section(path, data) for path, data in settings.raw]
     policy = Policy.load(cwd, mode=args.permission_mode, allowed_tools=args.allowed_tools,
                          disallowed_tools=args.disallowed_tools, add_dirs=args.add_dir,
-                         interactive=approver_factory is not None)
+                         interactive=approver_factory is not None, settings=settings)
     sandbox = None
-    if args.sandbox or any(d.get("sandbox", {}).get("enabled") for _, d in raw):
-        network = any(d.get("sandbox", {}).get("network") for _, d in raw)
+    if args.sandbox or any(s.get("enabled") for s in sandbox_settings):
+        network = any(s.get("network") for s in sandbox_settings)
         sandbox = Sandbox(cwd, extra_writable=policy.additional_dirs, allow_network=network)
         sandbox.check()  # fail closed, before the model is even asked
     audit = AuditLog.for_session(session_id)
     agent = Agent(
         model=resolve_model(args.provider, args.model), tools=builtin_tools(sandbox=sandbox),
         system=system_prompt(args, cwd), max_turns=args.max_turns, cwd=cwd, policy=policy,
-        hooks=Hooks.from_settings(raw), observers=[audit.observe],
+        hooks=Hooks.from_settings(settings.raw), observers=[audit.observe],
     )
     if approver_factory is not None:
         agent.approver = approver_factory(cwd, policy.allow_rule)
     return agent
+
+
+def _sandbox_section(path: Path, data: dict) -> dict:
+    section = data.get("sandbox", {})
+    if not isinstance(section, dict):
+        raise SettingsError(f'In {path}: "sandbox" must be an object like {{"enabled": true, "network": false}}')
+    return section
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -35,7 +35,8 @@ def render(event, say: Callable[[str], None]) -> None:
             say(f"[{res.subtype}] {res.note or res.result}")
 
 
-async def interactive(make_agent: Callable[..., Agent], first_prompt: str, session_id: str, banner: str) -> int:
+async def interactive(make_agent: Callable[..., Agent], first_prompt: str, session_id: str,
+                      banner: Callable[[Agent], str]) -> int:
     from prompt_toolkit import PromptSession  # only interactive mode needs it
 
     from drivetrain.cli.approve import TerminalApprover
@@ -49,7 +50,7 @@ async def interactive(make_agent: Callable[..., Agent], first_prompt: str, sessi
         return await session.prompt_async(question)
 
     agent = make_agent(lambda cwd, on_rule: TerminalApprover(ask, say, cwd, on_rule))
-    say(banner)
+    say(banner(agent))
     history: list[Message] = []
     prompt = first_prompt
     loop = asyncio.get_running_loop()

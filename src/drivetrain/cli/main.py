@@ -30,7 +30,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default=None)
     p.add_argument("--provider", choices=PROVIDERS, default=None,
                    help="default: anthropic if ANTHROPIC_* is set, openai if OPENAI_* is set, else local")
-    p.add_argument("--permission-mode", choices=PERMISSION_MODES, default="default")
+    p.add_argument("--permission-mode", choices=PERMISSION_MODES, default=None,
+                   help="default: the settings files' defaultMode, else default")
     p.add_argument("--system-prompt", default=None, help="replace the default system prompt")
     p.add_argument("--append-system-prompt", default=None, help="add to the system prompt")
     p.add_argument("--verbose", action="store_true", help="print the turn log on stderr")
@@ -102,7 +103,8 @@ def _interactive(args: argparse.Namespace) -> int:
 
     try:
         return asyncio.run(interactive(make_agent, args.prompt or "", session_id,
-                                       f"drivetrain · {args.permission_mode} mode · {cwd} · /exit to leave"))
+                                       lambda agent: f"drivetrain · {agent.model.name} · {agent.policy.mode} mode"
+                                                     f" · {cwd} · /exit to leave"))
     except HarnessError as e:
         print(f"drivetrain: {e}", file=sys.stderr)
         return 1
@@ -141,7 +143,7 @@ class Output:
         if self.format == "stream-json":
             self._emit({"type": "system", "subtype": "init", "session_id": self.run.session_id,
                         "model": agent.model.name, "cwd": str(agent.cwd), "tools": [t.name for t in agent.tools],
-                        "permissionMode": self.args.permission_mode})
+                        "permissionMode": agent.policy.mode if agent.policy is not None else "bypassPermissions"})
 
     def event(self, event) -> None:
         sid = self.run.session_id

@@ -21,7 +21,7 @@ from urllib.parse import urlparse
 
 from .paths import HARMLESS_READS, HARMLESS_WRITES, Resolved, confining_root, expand, is_within, real_roots, resolve
 from .rules import Rule, parse_rule, split_tool_list
-from .settings import MODES, check_mode, drivetrain_home, load_settings
+from .settings import MODES, Settings, check_mode, drivetrain_home, load_settings
 from .shell import Word
 
 READ_TOOLS = ("Read", "Grep", "Glob")
@@ -65,11 +65,12 @@ class Policy:
     def load(cls, project_dir: str | os.PathLike, *, mode: str | None = None, allowed_tools: Iterable[str] = (),
              disallowed_tools: Iterable[str] = (), add_dirs: Iterable[str | os.PathLike] = (),
              interactive: bool = True, env: Mapping[str, str] | None = None,
-             home: str | os.PathLike | None = None) -> Policy:
-        """Settings files + ``--allowedTools``/``--disallowedTools``/``--add-dir``/``--permission-mode``."""
+             home: str | os.PathLike | None = None, settings: Settings | None = None) -> Policy:
+        """Settings files (or ``settings`` already loaded from them) + ``--allowedTools``/``--disallowedTools``/
+        ``--add-dir``/``--permission-mode``."""
         project = Path(project_dir).absolute()
         home_p = Path(home) if home is not None else Path.home()
-        settings = load_settings(project, env, home_p)
+        settings = settings if settings is not None else load_settings(project, env, home_p)
         rules = [parse_rule(t, "deny", "--disallowedTools", project, home_p)
                  for t in split_tool_list(disallowed_tools, "--disallowedTools")]
         rules += [parse_rule(t, "allow", "--allowedTools", project, home_p)
