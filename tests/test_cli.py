@@ -235,3 +235,13 @@ def test_default_mode_comes_from_settings_unless_given(tmp_path):
                         cwd=tmp_path)
     assert json.loads(from_settings.stdout.splitlines()[0])["permissionMode"] == "plan"
     assert json.loads(from_flag.stdout.splitlines()[0])["permissionMode"] == "acceptEdits"
+
+
+def test_no_provider_configured_means_the_local_model_said_in_one_line(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "OPENAI_"))}
+    env["DRIVETRAIN_LOCAL_MODEL"] = str(tmp_path / "missing.gguf")  # fails fast after the choice is announced
+    proc = subprocess.run([DRIVETRAIN, "-p", "hi"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, timeout=60)
+    lines = [line for line in proc.stderr.splitlines() if "embedded local model" in line]
+    assert len(lines) == 1 and "no ANTHROPIC_* or OPENAI_* settings" in lines[0]
+    assert proc.returncode == 1 and "missing.gguf" in proc.stderr and "Traceback" not in proc.stderr

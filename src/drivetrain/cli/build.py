@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from pathlib import Path
 from typing import Callable
 
@@ -10,7 +12,7 @@ from drivetrain.approval import Approver
 from drivetrain.audit import AuditLog
 from drivetrain.hooks import Hooks
 from drivetrain.loop import Agent
-from drivetrain.models.resolve import resolve_model
+from drivetrain.models.resolve import detect_provider, resolve_model
 from drivetrain.permissions import Policy, SettingsError, load_settings
 from drivetrain.prompts import default_system_prompt
 from drivetrain.sandbox import Sandbox
@@ -40,8 +42,12 @@ def build_agent(args: argparse.Namespace, cwd: Path, session_id: str, *,
         sandbox = Sandbox(cwd, extra_writable=policy.additional_dirs, allow_network=network)
         sandbox.check()  # fail closed, before the model is even asked
     audit = AuditLog.for_session(session_id)
+    model = resolve_model(args.provider, args.model)
+    if args.provider is None and detect_provider(dict(os.environ)) == "local":
+        print(f"drivetrain: no ANTHROPIC_* or OPENAI_* settings, so using the embedded local model ({model.name}).",
+              file=sys.stderr, flush=True)
     agent = Agent(
-        model=resolve_model(args.provider, args.model), tools=builtin_tools(sandbox=sandbox),
+        model=model, tools=builtin_tools(sandbox=sandbox),
         system=system_prompt(args, cwd), max_turns=args.max_turns, cwd=cwd, policy=policy,
         hooks=Hooks.from_settings(settings.raw), observers=[audit.observe],
     )
