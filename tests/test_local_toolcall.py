@@ -253,3 +253,10 @@ def test_grammar_without_text_requires_a_call(vocab):
 def test_grammar_needs_a_tool():
     with pytest.raises(ValueError):
         tool_call_grammar([])
+
+
+def test_a_generation_stuck_in_a_short_cycle_is_stopped():
+    from drivetrain.models.local import _stuck
+
+    assert _stuck([5] * 128) and _stuck([1, 2, 3] * 60) and _stuck(list(range(10)) + [7, 8] * 80)
+    assert not _stuck(list(range(200))) and not _stuck([5] * 127) and not _stuck([0, 0, 1] * 20 + list(range(100)))

@@ -254,7 +254,7 @@ class LocalModel:
                     text, stop = text[: text.index(hit)], "stop_sequence"
                     break
                 stream.feed(text)
-                if len(tokens) >= budget:
+                if len(tokens) >= budget or _stuck(tokens):
                     break
         finally:
             gen.close()
@@ -336,3 +336,12 @@ def _cpu_count() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:
         return os.cpu_count() or 1
+
+
+def _stuck(tokens: list[int], window: int = 128) -> bool:
+    """A small model can fall into repeating one short cycle of tokens ("0000…") until max_tokens,
+    which at CPU speed costs minutes; stop it as if the budget ran out."""
+    if len(tokens) < window:
+        return False
+    tail = tokens[-window:]
+    return any(all(tail[i] == tail[i - period] for i in range(period, window)) for period in (1, 2, 3, 4))
