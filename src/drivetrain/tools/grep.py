@@ -161,7 +161,11 @@ def format_hits(hits: list[FileHits], q: Query, cwd: Path) -> str:
     """One output format for both back-ends; files in path order (rg's own order varies)."""
     hits = sorted(hits, key=lambda h: h.path.as_posix())
     if not hits:
-        return "No matches found."
+        # Say what was searched: a model that took Grep for a file-name search needs to learn it here.
+        where = display_path(q.root, cwd) or "."
+        scope = f" in files matching {q.glob!r}" if q.glob else ""
+        return (f"No matches found: no line in {where}{scope} matches the regex {q.pattern!r}. Grep searches "
+                "file contents; to find files by name, use Glob.")
     if q.mode == "files_with_matches":
         header = f"Found {_plural(len(hits), 'file')}"
         out = [display_path(h.path, cwd) for h in hits]
