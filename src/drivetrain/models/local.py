@@ -126,6 +126,7 @@ class LocalModel:
         top_k: int = 20,
         seed: int | None = None,
         constrained: bool = True,
+        max_output_tokens: int = 2048,
         env: Mapping[str, str] | None = None,
     ) -> None:
         """``model``: "default" (1.5B), "small" (0.5B) or a .gguf path; None reads $DRIVETRAIN_LOCAL_MODEL.
@@ -134,6 +135,8 @@ class LocalModel:
         ``constrained`` makes the model answer with text or valid tool calls only (a llama.cpp grammar).
         A low temperature by default: small models pick tools and arguments far more reliably at 0.2
         than at Qwen's chat default of 0.7. ``seed`` fixes the sampling seed of every call.
+        ``max_output_tokens`` caps one reply whatever the request asks: at CPU speed (~12 tokens/s for the
+        1.5B) the 8,192 a cloud model is given would be an 11-minute turn.
         """
         self._env = dict(os.environ if env is None else env)
         choice = os.fspath(model) if model is not None else self._env.get(ENV_MODEL, "")
@@ -145,6 +148,7 @@ class LocalModel:
         self.sampling = {"temp": temperature, "top_p": top_p, "top_k": top_k, "min_p": 0.0, "repeat_penalty": 1.0}
         self.seed = seed
         self.constrained = constrained
+        self.max_output_tokens = max_output_tokens
         self.last_stats: GenerationStats | None = None
         self._llm = None
         self._lock = threading.Lock()  # llama.cpp contexts are not thread-safe
@@ -196,7 +200,7 @@ class LocalModel:
         with self._lock:
             self._load_locked()
             prompt = self._prompt(request)
-            budget = min(request.max_tokens, self.n_ctx - len(prompt))
+            budget = min(request.max_tokens, self.max_output_tokens, self.n_ctx - len(prompt))
             if budget <= 0:
                 raise ModelError(
                     f"the prompt is {len(prompt)} tokens; the local model's context holds {self.n_ctx}. Compact the history."
