@@ -287,3 +287,17 @@ async def test_a_repeated_call_with_the_same_result_is_pointed_out():
     with ScriptedServer(steps) as server:
         result = await agent_for(server).run("go")
     assert result.result == "ok"
+
+
+async def test_a_call_repeated_with_the_same_result_three_times_is_not_run_a_fourth_time():
+    call = {"label": "again", "seconds": 0}
+
+    def refused(body):
+        res = body["messages"][-1]["content"][0]
+        assert res["is_error"] and res["content"].startswith("Not run: you have made this exact slow call 3 times")
+        return True
+
+    steps = [respond([tool_call("slow", call)]) for _ in range(4)] + [reply("ok", expect=refused)]
+    with ScriptedServer(steps) as server:
+        await agent_for(server).run("go")
+    assert calls == ["again"] * 3

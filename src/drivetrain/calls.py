@@ -87,6 +87,9 @@ async def execute(run: Run, call: ToolUseBlock, verdict: Verdict) -> tuple[ToolR
         return ToolResultBlock(call.id, verdict.message, True), 0.0, None
     assert not isinstance(verdict, Defer), "deferred calls are never executed"
     tool_input = verdict.updated_input if verdict.updated_input is not None else call.input
+    refusal = _refuse_repeat(run, call, tool_input)
+    if refusal is not None:
+        return refusal, 0.0, None
     run.emit(ToolStarted(call, tool_input, verdict.by))  # the audit log's intent record: before the call runs
     started = time.monotonic()
     result = await _call_tool(run, call.name, tool_input)
@@ -97,6 +100,23 @@ async def execute(run: Run, call: ToolUseBlock, verdict: Verdict) -> tuple[ToolR
     return ToolResultBlock(call.id, content, result.is_error), (time.monotonic() - started) * 1000, result.meta
 
 
+REPEAT_LIMIT = 3  # the same call with the same result this many times: the next identical one is not run
+
+
+def _repeat_key(name: str, tool_input: dict) -> str:
+    return f"{name}\0{json.dumps(tool_input, sort_keys=True, default=str)}"
+
+
+def _refuse_repeat(run: Run, call: ToolUseBlock, tool_input: dict) -> ToolResultBlock | None:
+    """A call already made REPEAT_LIMIT times, each with the same result, is a loop: answer without running it."""
+    seen = run.seen_calls.get(_repeat_key(call.name, tool_input))
+    if seen is None or seen[2] < REPEAT_LIMIT:
+        return None
+    return ToolResultBlock(call.id, f"Not run: you have made this exact {call.name} call {seen[2]} times (first in "
+                           f"turn {seen[0]}) and got the same result each time. Do something different: use "
+                           "the result you already have, call another tool, or change the input.", True)
+
+
 def _note_repeat(run: Run, name: str, tool_input: dict, content):
     """A call repeated with the same input and the same result is a loop, not progress: say so.
 
@@ -105,12 +125,13 @@ def _note_repeat(run: Run, name: str, tool_input: dict, content):
     """
     if not isinstance(content, str):
         return content
-    key = f"{name}\0{json.dumps(tool_input, sort_keys=True, default=str)}"
+    key = _repeat_key(name, tool_input)
     digest = hashlib.sha256(content.encode()).hexdigest()
     seen = run.seen_calls.get(key)
-    run.seen_calls[key] = (run.num_turns, digest) if seen is None or seen[1] != digest else seen
     if seen is None or seen[1] != digest:
+        run.seen_calls[key] = (run.num_turns, digest, 1)
         return content
+    run.seen_calls[key] = (seen[0], digest, seen[2] + 1)
     return (f"{content}\n\n[drivetrain: this is the same {name} call you made in turn {seen[0]}, with the same "
             "result. Repeating it will not change anything: use this result, or do something different.]")
 

@@ -156,7 +156,7 @@ class Run:
         self.continuations = 0
         self.stop_refusals = 0
         self.tools = {t.name: t for t in agent.tools}
-        self.seen_calls: dict[str, tuple[int, str]] = {}  # call -> (turn, result digest), to spot repeats
+        self.seen_calls: dict[str, tuple[int, str, int]] = {}  # call -> (first turn, result digest, times)
         self._started = time.monotonic()
         self._result: RunResult | None = None
         self._sent: list[Message] = []  # the history as last sent (and linted)

@@ -110,9 +110,8 @@ class Policy:
     def _decide(self, tool: str, input: Mapping[str, Any], cwd: Path) -> Decision:
         if tool in READ_TOOLS:
             key = "file_path" if tool == "Read" else "path"
-            path = input.get(key, None if tool == "Read" else ".")
-            if tool != "Read" and path is None:
-                path = "."
+            # an empty optional path means the default, as the tools take it
+            path = input.get(key) or (None if tool == "Read" else ".")
             if tool == "Glob" and isinstance(path, str) and isinstance(input.get("pattern"), str):
                 prefix = glob_literal_prefix(input["pattern"])  # Glob searches from path/prefix
                 path = os.path.join(path, prefix) if prefix else path
