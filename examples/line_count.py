@@ -31,8 +31,11 @@ def main() -> int:
                            "--permission-mode", "acceptEdits"], cwd=ws)
     total = ws / "total.txt"
     written = total.read_text().strip() if total.exists() else "(not written)"
-    print(f"\ntotal.txt: {written}   expected: {expected}")
-    return proc.returncode
+    verdict = "right" if written == str(expected) else "not right"
+    print(f"\ntotal.txt: {written}   expected: {expected}   ({verdict}; drivetrain exited {proc.returncode})")
+    # The demo is the loop turning on this machine; whether a 1.5B model gets the sum right is reported
+    # above (see the README's benchmark figures), not treated as a failure of the command.
+    return 0 if proc.returncode in (0, 1) else proc.returncode
 
 
 if __name__ == "__main__":
