@@ -9,15 +9,15 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import socket
-import socketserver
 import sys
 import threading
 import time
 import traceback
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any, Callable
 from urllib.parse import unquote
 
+from drivetrain.httpd import QuickHTTPServer
 from drivetrain.models.base import Model
 from drivetrain.serve import anthropic_api, openai_api
 from drivetrain.serve.exchange import ClientGone, Exchange, HTTPError
@@ -129,15 +129,8 @@ class ModelServer:
             raise HTTPError(404, f"model {asked!r} not found; this server serves {name!r}", param="model")
 
 
-class _HTTPServer(ThreadingHTTPServer):
-    daemon_threads = True
-    block_on_close = False
+class _HTTPServer(QuickHTTPServer):
     owner: ModelServer
-
-    def server_bind(self) -> None:
-        # skip HTTPServer.server_bind: its getfqdn() can block on a slow resolver
-        socketserver.TCPServer.server_bind(self)
-        self.server_name, self.server_port = self.server_address[:2]
 
 
 class _Handler(BaseHTTPRequestHandler):

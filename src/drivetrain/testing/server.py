@@ -10,13 +10,13 @@ from __future__ import annotations
 import copy
 import json
 import socket
-import socketserver
 import threading
 from collections import deque
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any, Iterable
 
+from drivetrain.httpd import QuickHTTPServer
 from drivetrain.models.anthropic_wire import estimate_tokens, same_content, sse_events, validate
 
 from .script import RawResponse, Respond, Step, assign_ids
@@ -290,15 +290,8 @@ def _describe(step: Step) -> str:
     return f"response {step.status} {str(step.body)[:80]}"
 
 
-class _HTTPServer(ThreadingHTTPServer):
-    daemon_threads = True
-    block_on_close = False
+class _HTTPServer(QuickHTTPServer):
     owner: ScriptedServer
-
-    def server_bind(self) -> None:
-        # skip HTTPServer.server_bind: its getfqdn() can block on a slow resolver
-        socketserver.TCPServer.server_bind(self)
-        self.server_name, self.server_port = self.server_address[:2]
 
 
 class _Handler(BaseHTTPRequestHandler):
