@@ -297,7 +297,13 @@ async def test_a_call_repeated_with_the_same_result_three_times_is_not_run_a_fou
         assert res["is_error"] and res["content"].startswith("Not run: you have made this exact slow call 3 times")
         return True
 
-    steps = [respond([tool_call("slow", call)]) for _ in range(4)] + [reply("ok", expect=refused)]
+    def hotter(body):
+        return body.get("temperature") == 0.7
+
+    steps = [respond([tool_call("slow", call)], expect=lambda b: "temperature" not in b) for _ in range(4)]
+    steps += [respond([tool_call("slow", call)], expect=lambda b: refused(b) and hotter(b)),
+              respond([tool_call("slow", {"label": "new", "seconds": 0})], expect=lambda b: b["temperature"] == 1.0),
+              reply("ok", expect=lambda b: "temperature" not in b)]
     with ScriptedServer(steps) as server:
         await agent_for(server).run("go")
-    assert calls == ["again"] * 3
+    assert calls == ["again"] * 3 + ["new"]

@@ -157,6 +157,7 @@ class Run:
         self.stop_refusals = 0
         self.tools = {t.name: t for t in agent.tools}
         self.seen_calls: dict[str, tuple[int, str, int]] = {}  # call -> (first turn, result digest, times)
+        self.stuck_turns = 0  # turns in a row whose calls included a refused repeat
         self._started = time.monotonic()
         self._result: RunResult | None = None
         self._sent: list[Message] = []  # the history as last sent (and linted)
@@ -271,7 +272,8 @@ class Run:
         self.history = ensure_valid(self.history, strict=a.strict, start=self._unchanged_prefix())
         self._sent = list(self.history)
         max_tokens = s.max_tokens or a.max_tokens
-        request = ModelRequest(self.history, a.system, [tool_spec(t) for t in a.tools], max_tokens)
+        request = ModelRequest(self.history, a.system, [tool_spec(t) for t in a.tools], max_tokens,
+                               temperature=self._temperature())
         try:
             response = await a.model.respond(request)
         except HarnessError as e:
@@ -314,6 +316,7 @@ class Run:
         return CallModel()
 
     async def _run_tools(self, s: RunTools) -> AwaitApproval | CallModel | Done:
+        stuck_before = self.stuck_turns
         verdicts = await calls.decide_all(self, s.calls, s.verdicts)
         if any(isinstance(v, Defer) for v in verdicts.values()):
             decided = {k: v for k, v in verdicts.items() if not isinstance(v, Defer)}
@@ -334,6 +337,8 @@ class Run:
             block, ms, meta = outcome
             results.append(block)
             self.emit(ToolFinished(call, block, ms, meta))
+        if self.stuck_turns == stuck_before:
+            self.stuck_turns = 0  # no call of this turn was a refused repeat
         message = Message("user", tuple(results))
         self.history.append(message)  # always answered, even on failure: the history stays valid
         self.emit(ResultsSent(message))
@@ -357,6 +362,12 @@ class Run:
         return CallModel()
 
     # -- helpers
+
+    def _temperature(self) -> float | None:
+        """The provider's default, unless the model is stuck repeating a refused call: then sample hotter,
+        more so each turn it stays stuck (0.7, 1.0, 1.3), since the same prompt at a low temperature
+        brings back the same call."""
+        return None if self.stuck_turns == 0 else min(0.4 + 0.3 * self.stuck_turns, 1.3)
 
     def tool_context(self) -> ToolContext:
         roots = getattr(self.agent.policy, "roots", None)  # a policy that confines files names the workspace

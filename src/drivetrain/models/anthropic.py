@@ -114,6 +114,8 @@ class AnthropicModel:
             params["tools"] = request.tools
         if request.stop_sequences:
             params["stop_sequences"] = request.stop_sequences
+        if request.temperature is not None:  # this SDK's stream() no longer takes it as an argument
+            params["extra_body"] = {"temperature": min(request.temperature, 1.0)}
         async with self._client.messages.stream(**params) as stream:
             await self._check_shape(stream.response)
             async for event in stream:

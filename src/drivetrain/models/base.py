@@ -21,6 +21,9 @@ class ModelRequest:
     tools: list[dict] = field(default_factory=list)  # Anthropic `tools` entries
     max_tokens: int = 8192
     stop_sequences: list[str] = field(default_factory=list)
+    # None: the provider's default. The loop raises it for the turn after it refused a repeated call,
+    # to shake a small model out of a loop that low-temperature sampling keeps it in.
+    temperature: float | None = None
     # Called with each piece of streamed text as it arrives; optional.
     on_text: Callable[[str], None] | None = None
 

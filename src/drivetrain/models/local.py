@@ -207,7 +207,9 @@ class LocalModel:
                 )
             grammar = self._grammar(request.tools) if self.constrained and request.tools else None
             try:
-                tokens, text, stop, stream = self._generate(prompt, budget, grammar, request.stop_sequences, sink, cancel)
+                sampling = {**self.sampling, **({"temp": request.temperature} if request.temperature is not None else {})}
+                tokens, text, stop, stream = self._generate(prompt, budget, grammar, request.stop_sequences, sink,
+                                                            cancel, sampling)
             except RuntimeError as exc:
                 raise ModelError(f"llama.cpp failed while generating: {exc}") from exc
             parsed = parse_tool_calls(text, [t["name"] for t in request.tools])
@@ -230,7 +232,8 @@ class LocalModel:
             id=f"msg_local_{uuid.uuid4().hex[:24]}",
         )
 
-    def _generate(self, prompt, budget, grammar, stops, sink, cancel) -> tuple[list[int], str, str, AnswerStream]:
+    def _generate(self, prompt, budget, grammar, stops, sink, cancel,
+                  sampling: dict) -> tuple[list[int], str, str, AnswerStream]:
         llm = self._llm
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         stream = AnswerStream(sink, stops)
@@ -242,7 +245,7 @@ class LocalModel:
         prompt_eval = 0
         started = time.perf_counter()
         first = started
-        gen = llm.generate(prompt, grammar=grammar, reset=True, **self.sampling)
+        gen = llm.generate(prompt, grammar=grammar, reset=True, **sampling)
         try:
             for token in gen:
                 if not tokens:

@@ -126,6 +126,8 @@ class OpenAIModel:
             params["tools"] = to_chat_tools(request.tools)
         if request.stop_sequences:
             params["stop"] = request.stop_sequences
+        if request.temperature is not None:
+            params["temperature"] = request.temperature
         return params
 
     async def _stream_once(self, request: ModelRequest) -> ModelResponse:
