@@ -100,6 +100,9 @@ class AuditLog:
                 text = res.text
                 self.outcome(c.id, c.name, self._started.pop(c.id, ended - ms / 1000), ended, res.is_error,
                              meta.get("exit_code"), text[:500] if res.is_error else None, len(text.encode()))
+            case ToolFinished(call=c, result=res) if c.id in self._decided:  # allowed, yet never started
+                self._decided.pop(c.id)
+                self.write("not_run", call_id=c.id, tool=c.name, reason=res.text[:500])
             case HookReported(event=name, errors=errors):
                 self.write("hook_error", hook_event=name, errors=list(errors))
 

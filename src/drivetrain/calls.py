@@ -89,7 +89,7 @@ async def execute(run: Run, call: ToolUseBlock, verdict: Verdict) -> tuple[ToolR
     tool_input = verdict.updated_input if verdict.updated_input is not None else call.input
     refusal = _refuse_repeat(run, call, tool_input)
     if refusal is not None:
-        run.stuck_turns += 1  # the next request samples hotter (Run.request_temperature)
+        run.stuck_turns += 1  # the next request samples hotter (Run._temperature)
         return refusal, 0.0, None
     run.emit(ToolStarted(call, tool_input, verdict.by))  # the audit log's intent record: before the call runs
     started = time.monotonic()
