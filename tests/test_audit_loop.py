@@ -55,3 +55,20 @@ async def test_every_executed_call_has_an_intent_record_written_before_it_runs(t
     assert "tok-9f8e7d6c5b4a3210" not in audit.path.read_text()  # the echoed secret is redacted
     intent = next(r for r in records if r["kind"] == "intent" and r["call_id"] == "toolu_p")
     assert intent["decided_by"] == "rule:test" and intent["session_id"] == "sess-1"
+
+
+async def test_a_refused_repeat_leaves_a_not_run_record(tmp_path):
+    audit = AuditLog(tmp_path / "a.jsonl", session_id="s")
+
+    @tool
+    def same() -> str:
+        """Always the same."""
+        return "same"
+
+    steps = [respond([tool_call("same", {}, id=f"toolu_{i}")]) for i in range(4)] + [reply("ok")]
+    with ScriptedServer(steps) as server:
+        model = AnthropicModel.from_env(None, {"ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_API_KEY": "k"})
+        await Agent(model=model, tools=[same], cwd=tmp_path, observers=[audit.observe]).run("go")
+    kinds = [(r["kind"], r["call_id"]) for r in read_audit(audit.path)]
+    assert ("not_run", "toolu_3") in kinds and ("intent", "toolu_3") not in kinds
+    assert [k for k, _ in kinds].count("outcome") == 3
