@@ -325,10 +325,9 @@ def summary(label: str, rows: list[RunOutcome], load_s: float | None = None) -> 
     if solved_turns:
         line += f" (solved runs: {statistics.median(solved_turns):g})"
     line += f", median wall {med_wall:.1f} s"
-    line += f" (median CPU {statistics.median(r.cpu_s for r in rows):.0f} s)"
     if load_s is not None:
         line += f" incl. model load, {med_wall - load_s:.1f} s excl. (load {load_s:.1f} s)"
-    return line
+    return line + f"; median CPU {statistics.median(r.cpu_s for r in rows):.0f} s"
 
 
 # ---------------------------------------------------------------- main
