@@ -89,7 +89,7 @@ async def execute(run: Run, call: ToolUseBlock, verdict: Verdict) -> tuple[ToolR
     tool_input = verdict.updated_input if verdict.updated_input is not None else call.input
     refusal = _refuse_repeat(run, call, tool_input)
     if refusal is not None:
-        run.stuck_turns += 1  # the next request samples hotter (Run._temperature)
+        run.stuck_turns += 1
         return refusal, 0.0, None
     run.emit(ToolStarted(call, tool_input, verdict.by))  # the audit log's intent record: before the call runs
     started = time.monotonic()
@@ -106,6 +106,17 @@ REPEAT_LIMIT = 3  # the same call with the same result this many times: the next
 
 def _repeat_key(name: str, tool_input: dict) -> str:
     return f"{name}\0{json.dumps(tool_input, sort_keys=True, default=str)}"
+
+
+def forbidden(run: Run) -> tuple[tuple[str, dict], ...]:
+    """Calls made twice or more with the same result each time: the model may not make them again
+    (a provider that decodes under a grammar leaves them out of it)."""
+    out = []
+    for key, (_, _, times) in run.seen_calls.items():
+        if times >= 2:
+            name, _, raw = key.partition("\0")
+            out.append((name, json.loads(raw)))
+    return tuple(out)
 
 
 def _refuse_repeat(run: Run, call: ToolUseBlock, tool_input: dict) -> ToolResultBlock | None:
@@ -133,6 +144,8 @@ def _note_repeat(run: Run, name: str, tool_input: dict, content):
         run.seen_calls[key] = (run.num_turns, digest, 1)
         return content
     run.seen_calls[key] = (seen[0], digest, seen[2] + 1)
+    if run.agent.profile.collapse:
+        return content  # the model's view collapses the copies and says so (context.collapse_repeats)
     return (f"{content}\n\n[drivetrain: this is the same {name} call you made in turn {seen[0]}, with the same "
             "result. Repeating it will not change anything: use this result, or do something different.]")
 

@@ -20,7 +20,8 @@ def snapshot(run: Run) -> dict:
         "format": FORMAT, "version": VERSION, "session_id": run.session_id,
         "history": [m.to_wire() for m in run.history], "state": _state_to_json(run.state),
         "num_turns": run.num_turns, "usage": run.usage.to_wire(), "trajectory": list(run.trajectory),
-        "continuations": run.continuations, "stop_refusals": run.stop_refusals,
+        "continuations": run.continuations, "stop_refusals": run.stop_refusals, "nudges": run.nudges,
+        "stuck_turns": run.stuck_turns, "seen_calls": {k: list(v) for k, v in run.seen_calls.items()},
     }
 
 
@@ -36,6 +37,9 @@ def restore(agent: Agent, data: dict) -> Run:
     run.trajectory = list(data["trajectory"])
     run.continuations = data.get("continuations", 0)
     run.stop_refusals = data.get("stop_refusals", 0)
+    run.nudges = data.get("nudges", 0)
+    run.stuck_turns = data.get("stuck_turns", 0)
+    run.seen_calls = {k: tuple(v) for k, v in data.get("seen_calls", {}).items()}
     run._sent = []
     return run
 
@@ -48,8 +52,8 @@ def _state_to_json(state: State) -> dict:
     match state:
         case SubmitPrompt(prompt=p):
             return {"type": "SubmitPrompt", "prompt": p}
-        case CallModel(max_tokens=m):
-            return {"type": "CallModel", "max_tokens": m}
+        case CallModel(max_tokens=m, tool_choice=c, final=f):
+            return {"type": "CallModel", "max_tokens": m, "tool_choice": c, "final": f}
         case RunTools(calls=c, verdicts=v) | AwaitApproval(calls=c, verdicts=v):
             return {"type": type(state).__name__, "calls": _calls(c),
                     "verdicts": {k: verdict_to_json(x) for k, x in v.items()}}
@@ -68,7 +72,7 @@ def _state_from_json(d: dict) -> State:
         case "SubmitPrompt":
             return SubmitPrompt(d["prompt"])
         case "CallModel":
-            return CallModel(d.get("max_tokens"))
+            return CallModel(d.get("max_tokens"), d.get("tool_choice"), d.get("final", ""))
         case "RunTools" | "AwaitApproval":
             calls = tuple(block_from_wire(c) for c in d["calls"])
             verdicts = {k: verdict_from_json(v) for k, v in d["verdicts"].items()}

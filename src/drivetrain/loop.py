@@ -8,6 +8,7 @@ manual loop) or driven to the end (``Agent.run``).
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ from typing import Any, AsyncIterator, Callable, Union
 
 from drivetrain import calls
 from drivetrain.approval import Approver, Defer, PendingCall, Policy, Verdict
+from drivetrain.context import model_view
 from drivetrain.errors import HarnessError
 from drivetrain.events import (
     ApprovalRequired, Event, Finished, HookReported, ModelResponded, ResultsSent, ToolCalled, ToolFinished,
@@ -23,6 +25,7 @@ from drivetrain.events import (
 from drivetrain.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, Usage, ensure_valid
 from drivetrain.models.base import Model, ModelRequest, ModelResponse
 from drivetrain.pricing import cost_usd
+from drivetrain.profiles import FULL, Profile
 from drivetrain.tools.base import Tool, ToolContext, tool_spec
 
 # ---------------------------------------------------------------- states
@@ -36,6 +39,8 @@ class SubmitPrompt:
 @dataclass(frozen=True)
 class CallModel:
     max_tokens: int | None = None  # raised above the default while recovering from a cut-off tool call
+    tool_choice: str | None = None  # "any": the model must act (it described calls instead of making them)
+    final: str = ""  # why this is the last request, made without tools for the answer ("" when it is not)
 
 
 @dataclass(frozen=True)
@@ -69,6 +74,25 @@ class Done:
 
 
 State = Union[SubmitPrompt, CallModel, RunTools, AwaitApproval, Recover, Done]
+
+MAX_NUDGES = 2  # replies that only describe calls, sent back with a request to act
+STUCK_LIMIT = 2  # turns in a row with a refused repeat before the run asks for the answer
+NUDGE = ("Nothing was run: your reply described tool calls in text instead of making them. "
+         "Make the next call now.")
+FINAL_ASK = {
+    "turn_limit": "This is your last turn: no more tools can run. Answer now with the result of the task "
+                  "as far as you got it: what you found or changed, and what is left undone.",
+    "stuck": "You keep repeating a call that was refused, so no more tools will run. Answer now with the "
+             "result of the task from what you already have, and say what is left undone.",
+    "empty": "Your reply was empty. Answer now: give the result of the task in a few sentences.",
+}
+_NARRATED = re.compile(r'```(?:json|bash|sh|python)?\s*\n\s*(?:\{\s*"name"\s*:|\S)|<tool_call>|\{\s*"name"\s*:\s*"\w+"\s*,'
+                       r'\s*"(?:arguments|parameters)"')
+
+
+def narrates_calls(text: str) -> bool:
+    """Does a final answer describe calls (a tool call in JSON, a command in a fence) instead of making them?"""
+    return bool(_NARRATED.search(text))
 
 # ---------------------------------------------------------------- result
 
@@ -124,6 +148,7 @@ class Agent:
     hooks: Any = None  # drivetrain.hooks.Hooks
     observers: list[Callable[[Event], None]] = field(default_factory=list)  # see each event as it happens
     strict: bool = False  # raise on a history the linter rejects (tests) instead of repairing it
+    profile: Profile = FULL  # the aids the loop gives a small model (profiles.py)
 
     def start(self, prompt: str | None = None, history: list[Message] | None = None,
               session_id: str | None = None) -> Run:
@@ -158,6 +183,7 @@ class Run:
         self.tools = {t.name: t for t in agent.tools}
         self.seen_calls: dict[str, tuple[int, str, int]] = {}  # call -> (first turn, result digest, times)
         self.stuck_turns = 0  # turns in a row whose calls included a refused repeat
+        self.nudges = 0  # replies that described calls instead of making them, sent back
         self._started = time.monotonic()
         self._result: RunResult | None = None
         self._sent: list[Message] = []  # the history as last sent (and linted)
@@ -265,15 +291,21 @@ class Run:
         return CallModel()
 
     async def _call_model(self, s: CallModel) -> RunTools | Recover | CallModel | Done:
-        a = self.agent
+        a, p = self.agent, self.agent.profile
         if a.max_turns is not None and self.num_turns >= a.max_turns:
             return Done("error_max_turns", self.trajectory[-1] if self.trajectory else None,
                         note=f"Stopped after reaching the turn limit ({a.max_turns}).")
+        if p.final and not s.final and a.max_turns is not None and self.num_turns == a.max_turns - 1 > 0:
+            s = CallModel(s.max_tokens, final="turn_limit")
+        if s.final:
+            self._ask(FINAL_ASK[s.final])
         self.history = ensure_valid(self.history, strict=a.strict, start=self._unchanged_prefix())
         self._sent = list(self.history)
         max_tokens = s.max_tokens or a.max_tokens
-        request = ModelRequest(self.history, a.system, [tool_spec(t) for t in a.tools], max_tokens,
-                               temperature=self._temperature())
+        choice = "none" if s.final else s.tool_choice or ("any" if p.act and self.num_turns == 0 else None)
+        request = ModelRequest(model_view(self.history, collapse=p.collapse, shorten=p.context), a.system,
+                               [tool_spec(t) for t in a.tools], max_tokens, tool_choice=choice,
+                               forbidden_calls=calls.forbidden(self) if p.exclude else ())
         try:
             response = await a.model.respond(request)
         except HarnessError as e:
@@ -282,6 +314,8 @@ class Run:
         self.usage = self.usage + response.usage
         self.trajectory.append(response.stop_reason)
         self.emit(ModelResponded(self.num_turns, response))
+        if s.final:
+            return self._final(s.final, response)
         next_state = self._after_response(response, max_tokens)
         if isinstance(next_state, Done) and next_state.subtype == "success" and a.hooks:
             return await self._stop_hooks(next_state)
@@ -304,10 +338,37 @@ class Run:
                 self.emit(ToolCalled(call))
             return RunTools(tuple(response.message.tool_uses))
         note = f"The answer was cut off at max_tokens ({max_tokens})." if reason == "max_tokens" else ""
-        return Done("success", reason, response.message.text, note)
+        text = response.message.text
+        if self.agent.profile.act and self.nudges < MAX_NUDGES and narrates_calls(text):
+            self.nudges += 1
+            self._ask(NUDGE)
+            return CallModel(tool_choice="any")
+        if self.agent.profile.final and not text.strip() and reason == "end_turn":
+            self.history.pop()  # it says nothing, and an empty text block is not valid history
+            return CallModel(final="empty")
+        return Done("success", reason, text, note)
+
+    def _final(self, why: str, response: ModelResponse) -> Done:
+        """The answer to the last request, made without tools: the run ends with it either way."""
+        self.history.append(Message("assistant", tuple(b for b in response.content if not isinstance(b, ToolUseBlock))
+                                    or (TextBlock("(no answer)"),)))
+        text = response.message.text
+        if why == "turn_limit":
+            return Done("error_max_turns", response.stop_reason, text,
+                        note=f"Reached the turn limit ({self.agent.max_turns}); the last turn asked for the answer.")
+        return Done("success", response.stop_reason, text)
+
+    def _ask(self, text: str) -> None:
+        """Tell the model something: added to the last user message (after its results), or as a new one."""
+        last = self.history[-1] if self.history else None
+        if last is not None and last.role == "user":
+            self.history[-1] = Message("user", (*last.content, TextBlock(text)))
+        else:
+            self.history.append(Message.user(text))
 
     async def _stop_hooks(self, done: Done) -> CallModel | Done:
-        out = await self.agent.hooks.run("Stop", self.hook_payload("Stop", stop_hook_active=self.stop_refusals > 0))
+        out = await self.agent.hooks.run("Stop", self.hook_payload("Stop", stop_hook_active=self.stop_refusals > 0,
+                                                                   last_assistant_message=done.result))
         self.report_hooks("Stop", out)
         if not out.block or self.stop_refusals >= self.agent.max_stop_refusals:
             return done
@@ -346,6 +407,8 @@ class Run:
             if not isinstance(failure, Exception):
                 raise failure  # cancellation, KeyboardInterrupt: after the history is made valid
             return Done("error_during_execution", None, str(failure))
+        if self.agent.profile.final and self.stuck_turns >= STUCK_LIMIT:
+            return CallModel(final="stuck")
         return CallModel()
 
     def _recover(self, s: Recover) -> CallModel:
@@ -362,12 +425,6 @@ class Run:
         return CallModel()
 
     # -- helpers
-
-    def _temperature(self) -> float | None:
-        """The provider's default, unless the model is stuck repeating a refused call: then sample hotter,
-        more so each turn it stays stuck (0.7, 1.0, 1.3), since the same prompt at a low temperature
-        brings back the same call."""
-        return None if self.stuck_turns == 0 else min(0.4 + 0.3 * self.stuck_turns, 1.3)
 
     def tool_context(self) -> ToolContext:
         roots = getattr(self.agent.policy, "roots", None)  # a policy that confines files names the workspace

@@ -10,10 +10,12 @@ from typing import Callable
 
 from drivetrain.approval import Approver
 from drivetrain.audit import AuditLog
+from drivetrain.errors import ConfigError
 from drivetrain.hooks import Hooks
 from drivetrain.loop import Agent
 from drivetrain.models.resolve import detect_provider, resolve_model
 from drivetrain.permissions import Policy, SettingsError, load_settings
+from drivetrain.profiles import equip, select_profile
 from drivetrain.prompts import default_system_prompt
 from drivetrain.sandbox import Sandbox
 from drivetrain.tools import builtin_tools
@@ -21,8 +23,10 @@ from drivetrain.tools import builtin_tools
 ApproverFactory = Callable[[Path, Callable[[str], None]], Approver]
 
 
-def system_prompt(args: argparse.Namespace, cwd: Path) -> str:
-    system = args.system_prompt if args.system_prompt is not None else default_system_prompt(cwd)
+def system_prompt(args: argparse.Namespace, cwd: Path, profile_default: str | None = None) -> str:
+    system = args.system_prompt
+    if system is None:
+        system = profile_default if profile_default is not None else default_system_prompt(cwd)
     if args.append_system_prompt:
         system = f"{system}\n\n{args.append_system_prompt}"
     return system
@@ -43,13 +47,19 @@ def build_agent(args: argparse.Namespace, cwd: Path, session_id: str, *,
         sandbox.check()  # fail closed, before the model is even asked
     audit = AuditLog.for_session(session_id)
     model = resolve_model(args.provider, args.model)
-    if args.provider is None and detect_provider(dict(os.environ)) == "local":
+    provider = args.provider or detect_provider(dict(os.environ))
+    if args.provider is None and provider == "local":
         print(f"drivetrain: no ANTHROPIC_* or OPENAI_* settings, so using the embedded local model ({model.name}).",
               file=sys.stderr, flush=True)
+    try:
+        profile = select_profile(model.name, provider, args.profile, os.environ)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    hooks = Hooks.from_settings(settings.raw)
+    model, tools, system = equip(profile, model, builtin_tools(sandbox=sandbox), hooks, cwd)
     agent = Agent(
-        model=model, tools=builtin_tools(sandbox=sandbox),
-        system=system_prompt(args, cwd), max_turns=args.max_turns, cwd=cwd, policy=policy,
-        hooks=Hooks.from_settings(settings.raw), observers=[audit.observe],
+        model=model, tools=tools, system=system_prompt(args, cwd, system), max_turns=args.max_turns, cwd=cwd,
+        policy=policy, hooks=hooks, observers=[audit.observe], profile=profile,
     )
     if approver_factory is not None:
         agent.approver = approver_factory(cwd, policy.allow_rule)
@@ -71,6 +81,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    default=[], metavar="RULE", help="rules to deny")
     p.add_argument("--add-dir", dest="add_dir", nargs="+", action="extend", default=[], metavar="DIR",
                    help="more folders the file tools may use")
+    p.add_argument("--profile", choices=["small", "full"], default=None,
+                   help="how much the loop helps the model; default: small for the embedded model and small "
+                        "OpenAI-compatible models (by name), full otherwise")
     p.add_argument("--sandbox", action="store_true",
                    help="run Bash inside bubblewrap: workspace writable, the rest read-only, no network")
 

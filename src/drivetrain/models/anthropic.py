@@ -112,6 +112,8 @@ class AnthropicModel:
             params["system"] = request.system
         if request.tools:
             params["tools"] = request.tools
+            if request.tool_choice:
+                params["tool_choice"] = {"type": request.tool_choice}
         if request.stop_sequences:
             params["stop_sequences"] = request.stop_sequences
         if request.temperature is not None:  # this SDK's stream() no longer takes it as an argument

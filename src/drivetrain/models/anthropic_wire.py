@@ -78,6 +78,7 @@ def validate(body: Any) -> list[str]:
     _check_thinking(body.get("thinking"), max_tokens, problems)
     _check_system(body.get("system"), problems)
     tool_names = _check_tools(body.get("tools"), problems)
+    _check_tool_choice(body.get("tool_choice"), tool_names, problems)
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         problems.append("messages: field required (a non-empty list)")
@@ -121,6 +122,18 @@ def _check_tools(tools: Any, problems: list[str]) -> set[str] | None:
         if tool.get("type", "custom") == "custom" and not isinstance(tool.get("input_schema"), dict):
             problems.append(f"tools.{j}: input_schema required for custom tool {name!r}")
     return names
+
+
+def _check_tool_choice(choice: Any, tool_names: set[str] | None, problems: list[str]) -> None:
+    if choice is None:
+        return
+    kind = choice.get("type") if isinstance(choice, dict) else None
+    if kind not in ("auto", "any", "tool", "none"):
+        problems.append(f"tool_choice.type: must be one of auto, any, tool, none; got {kind!r}")
+    elif kind == "tool" and choice.get("name") not in (tool_names or set()):
+        problems.append(f"tool_choice.name: {choice.get('name')!r} is not one of the tools")
+    elif kind in ("any", "tool") and not tool_names:
+        problems.append(f"tool_choice: {kind!r} needs tools")
 
 
 def _blocks(content: Any) -> list[Any]:

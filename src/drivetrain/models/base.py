@@ -21,9 +21,14 @@ class ModelRequest:
     tools: list[dict] = field(default_factory=list)  # Anthropic `tools` entries
     max_tokens: int = 8192
     stop_sequences: list[str] = field(default_factory=list)
-    # None: the provider's default. The loop raises it for the turn after it refused a repeated call,
-    # to shake a small model out of a loop that low-temperature sampling keeps it in.
-    temperature: float | None = None
+    temperature: float | None = None  # None: the provider's default
+    # "auto" (None): text or calls; "any": the reply must call a tool; "none": it must not.
+    tool_choice: str | None = None
+    # Calls (tool name, input) the model must not make this turn: refused repeats. Providers that decode
+    # under a grammar (local) leave them out of it; the others ignore this (the loop refuses them anyway).
+    forbidden_calls: tuple[tuple[str, dict], ...] = ()
+    # A GBNF grammar the whole reply must follow, for providers that can constrain decoding (local).
+    grammar: str | None = None
     # Called with each piece of streamed text as it arrives; optional.
     on_text: Callable[[str], None] | None = None
 

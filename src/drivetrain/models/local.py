@@ -33,7 +33,7 @@ from drivetrain.models.toolcall import (
     tool_call_grammar,
     user_turns,
 )
-from drivetrain.models.weights import ENV_MODEL, bundled_spec, resolve_model
+from drivetrain.models.weights import ENV_MODEL, bundled_spec, cache_dir, resolve_model
 
 _REPLAY_SIZE = 128  # generated replies remembered for exact replay
 
@@ -150,6 +150,10 @@ class LocalModel:
         self.constrained = constrained
         self.max_output_tokens = max_output_tokens
         self.last_stats: GenerationStats | None = None
+        # Keep the KV state of the fixed prompt prefix (the system turn) on disk, so a new process starts
+        # generating in a second instead of evaluating ~1k tokens first. The small profile turns it on.
+        self.prefix_cache = False
+        self.prefix_cache_hit: bool | None = None  # for the last call: None when not used
         self._llm = None
         self._lock = threading.Lock()  # llama.cpp contexts are not thread-safe
         self._grammars: dict[str, object] = {}
@@ -200,12 +204,14 @@ class LocalModel:
         with self._lock:
             self._load_locked()
             prompt = self._prompt(request)
+            if self.prefix_cache:
+                self._restore_prefix(self._system_tokens(request))
             budget = min(request.max_tokens, self.max_output_tokens, self.n_ctx - len(prompt))
             if budget <= 0:
                 raise ModelError(
                     f"the prompt is {len(prompt)} tokens; the local model's context holds {self.n_ctx}. Compact the history."
                 )
-            grammar = self._grammar(request.tools) if self.constrained and request.tools else None
+            grammar = self._grammar(request)
             try:
                 sampling = {**self.sampling, **({"temp": request.temperature} if request.temperature is not None else {})}
                 tokens, text, stop, stream = self._generate(prompt, budget, grammar, request.stop_sequences, sink,
@@ -272,11 +278,18 @@ class LocalModel:
         )
         return tokens, text, stop, stream
 
-    def _grammar(self, tools: list[dict]):
-        key = json.dumps([[t["name"], t.get("input_schema")] for t in tools], sort_keys=True)
-        if key not in self._grammars:
-            self._grammars[key] = compile_grammar(self._llm, tool_call_grammar(tools))
-        return self._grammars[key]
+    def _grammar(self, request: ModelRequest):
+        """The request's own grammar, else (when constrained) one for its tools and tool_choice."""
+        gbnf = request.grammar
+        if gbnf is None and self.constrained and request.tools and request.tool_choice != "none":
+            gbnf = tool_call_grammar(request.tools, allow_text=request.tool_choice != "any")
+        if gbnf is None:
+            return None
+        if gbnf not in self._grammars:
+            self._grammars[gbnf] = compile_grammar(self._llm, gbnf)
+            while len(self._grammars) > 16:  # grammars with refused calls left out change from turn to turn
+                del self._grammars[next(iter(self._grammars))]
+        return self._grammars[gbnf]
 
     def _new_id(self, history: list[Message]) -> str:
         # Continue after any local ids already in the history, so a resumed session never reuses one.
@@ -295,11 +308,40 @@ class LocalModel:
         while len(self._replay) > _REPLAY_SIZE:
             self._replay.popitem(last=False)
 
+    def _system_tokens(self, request: ModelRequest) -> list[int]:
+        tok = self._tokenize
+        return (tok("<|im_start|>", True) + tok("system\n" + system_text(request.system, request.tools))
+                + tok("<|im_end|>", True) + tok("\n"))
+
+    def _restore_prefix(self, prefix: list[int]) -> None:
+        """Put the prefix's KV state in the context: from the disk cache, or evaluated once and saved there."""
+        llm = self._llm
+        if llm.n_tokens >= len(prefix) and list(llm.input_ids[: len(prefix)]) == prefix:
+            self.prefix_cache_hit = None  # already in memory: the ordinary KV reuse
+            return
+        path = self._prefix_path(prefix)
+        self.prefix_cache_hit = load_prefix(llm, path, prefix)
+        if not self.prefix_cache_hit:
+            llm.reset()
+            llm.eval(prefix)
+            save_prefix(llm, path, prefix)
+
+    def _prefix_path(self, prefix: list[int]) -> Path:
+        import hashlib
+
+        import llama_cpp
+
+        model_file = Path(self._llm.model_path)
+        stat = model_file.stat()
+        key = hashlib.sha256(json.dumps([str(model_file), stat.st_size, stat.st_mtime_ns, self.n_ctx,
+                                         llama_cpp.__version__, prefix]).encode()).hexdigest()[:32]
+        return cache_dir(self._env).parent / "kv" / f"{key}.bin"
+
     def _prompt(self, request: ModelRequest) -> list[int]:
         """Qwen2.5's chat template, tokenized one message at a time so earlier turns never change."""
         tok = self._tokenize
         start, end, nl = tok("<|im_start|>", True), tok("<|im_end|>", True), tok("\n")
-        out = start + tok("system\n" + system_text(request.system, request.tools)) + end + nl
+        out = self._system_tokens(request)
         for i, msg in enumerate(request.messages):
             last = i == len(request.messages) - 1
             if msg.role == "assistant":
@@ -326,6 +368,39 @@ def compile_grammar(llm, gbnf: str):
         raise ModelError("llama.cpp rejected the tool-call grammar (see stderr for the parse error)")
     llama_cpp.llama_sampler_free(sampler)
     return llama_cpp.LlamaGrammar.from_string(gbnf)
+
+
+def load_prefix(llm, path: Path, prefix: list[int]) -> bool:
+    """Load a saved KV state of exactly ``prefix`` into ``llm``; False when there is none (or it is unusable)."""
+    import llama_cpp
+
+    if not path.is_file():
+        return False
+    tokens = (llama_cpp.llama_token * len(prefix))()
+    count = ctypes.c_size_t(0)
+    llm.reset()
+    ok = llama_cpp.llama_state_load_file(llm._ctx.ctx, str(path).encode(), tokens, len(prefix), ctypes.byref(count))
+    if not ok or list(tokens[: count.value]) != prefix:
+        llm.reset()
+        llm._ctx.kv_cache_clear()
+        return False
+    llm.input_ids[: len(prefix)] = prefix
+    llm.n_tokens = len(prefix)
+    return True
+
+
+def save_prefix(llm, path: Path, prefix: list[int]) -> None:
+    """Save the context's KV state (holding exactly ``prefix``), atomically; a cache, so failures are ignored."""
+    import llama_cpp
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        tokens = (llama_cpp.llama_token * len(prefix))(*prefix)
+        if llama_cpp.llama_state_save_file(llm._ctx.ctx, str(tmp).encode(), tokens, len(prefix)):
+            os.replace(tmp, path)
+    except OSError:
+        pass
 
 
 def _is_end_of_generation(llm, token: int) -> bool:

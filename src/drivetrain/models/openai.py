@@ -124,6 +124,8 @@ class OpenAIModel:
         params["max_completion_tokens" if is_openai else "max_tokens"] = request.max_tokens
         if request.tools:  # an empty list is an error on OpenAI's API
             params["tools"] = to_chat_tools(request.tools)
+            if request.tool_choice:
+                params["tool_choice"] = {"any": "required"}.get(request.tool_choice, request.tool_choice)
         if request.stop_sequences:
             params["stop"] = request.stop_sequences
         if request.temperature is not None:

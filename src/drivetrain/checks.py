@@ -1,0 +1,193 @@
+"""Checks before stopping: what the harness can verify about any task, sent back as the only feedback.
+
+A small model often says it is done when it is not: the file the task names was never written, a
+placeholder was written instead of a value, the answer and the file disagree, "the tests pass" was
+said without running them, or a file was rewritten from memory without being read. None of this
+needs to know the task: the prompt, the workspace before and after, and the calls made are enough.
+
+``WorkChecks`` is plain hooks (UserPromptSubmit to see the task, PostToolUse to watch the calls, Stop
+to refuse the stop), the same mechanism a user's own Stop hook uses. It refuses at most ``limit``
+times, then lets the run end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from drivetrain.hooks import Hooks
+from drivetrain.procs import kill_group
+
+SKIP_DIRS = {".git", ".venv", "venv", "node_modules", "__pycache__", ".drivetrain", ".mypy_cache", ".pytest_cache"}
+MAX_FILES = 2000
+MAX_BYTES = 256 * 1024
+TEST_RUN_TIMEOUT_S = 120
+
+_FILE_NAME = re.compile(r"(?<![\w/.-])((?:[\w-]+/)*[\w-]+\.(?:txt|md|json|csv|tsv|py|ya?ml|toml|ini|cfg|log|sh|js|ts|"
+                        r"html|css|xml|sql|rs|go|c|h|cpp|java|rb|out))\b")
+_WRITE_VERBS = re.compile(r"\b(write|save|create|put|store|output|record|generate|produce|make|add)\b", re.I)
+_TEST_WORDS = re.compile(r"\btests?\b|\bfailing\b", re.I)
+_TEST_CMD = re.compile(r"\b(pytest|unittest|npm (run )?test|make (check|test)|go test|cargo test|tox)\b|"
+                       r"(^|[\s/])(test_\w+|\w+_test)\.py\b")
+_PLACEHOLDER = re.compile(
+    r"<(?:your[ _-]?)?[a-z][a-z _-]{0,24}>|\{(?:total|count|result|value|answer|sum|number|n)\}|"
+    r"\$\{?(?:total|count|result|value|answer|sum)\}?|\b(?:PLACEHOLDER|TBD|FIXME: fill)\b|\[insert [^\]]*\]", re.I)
+_HTML_TAGS = {"html", "head", "body", "div", "span", "p", "a", "b", "i", "ul", "li", "ol", "br", "hr", "table",
+              "tr", "td", "th", "title", "script", "style", "pre", "code", "h1", "h2", "h3", "em", "strong"}
+_NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w.]*\d)")
+
+
+def snapshot(cwd: Path) -> dict[str, bytes]:
+    """Relative path -> content, for the workspace's ordinary files (bounded in count and size)."""
+    out: dict[str, bytes] = {}
+    for root, dirs, files in os.walk(cwd):
+        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
+        for name in sorted(files):
+            path = Path(root, name)
+            try:
+                if path.is_symlink() or path.stat().st_size > MAX_BYTES:
+                    continue
+                out[str(path.relative_to(cwd))] = path.read_bytes()
+            except OSError:
+                continue
+            if len(out) >= MAX_FILES:
+                return out
+    return out
+
+
+@dataclass
+class _Call:
+    text: str  # the call's input and its output, as the model saw them
+    command: str = ""
+    failed: bool = False
+
+
+@dataclass
+class WorkChecks:
+    cwd: Path
+    limit: int = 2  # refusals before the stop is let through
+    prompt: str = ""
+    before: dict[str, bytes] = field(default_factory=dict)
+    calls: list[_Call] = field(default_factory=list)
+    unread: list[str] = field(default_factory=list)  # existing files changed before their content was shown
+    refusals: int = 0
+    _last: dict[str, bytes] = field(default_factory=dict)
+
+    def install(self, hooks: Hooks) -> Hooks:
+        hooks.add("UserPromptSubmit", self.on_prompt)
+        hooks.add("PostToolUse", self.on_tool)
+        hooks.add("Stop", self.on_stop)
+        return hooks
+
+    # -- hooks
+
+    async def on_prompt(self, payload: dict) -> None:
+        self.prompt = payload.get("prompt", "")
+        self.before = await asyncio.to_thread(snapshot, self.cwd)
+        self._last = dict(self.before)
+
+    async def on_tool(self, payload: dict) -> None:
+        tool_input = payload.get("tool_input") or {}
+        response = payload.get("tool_response") or {}
+        now = await asyncio.to_thread(snapshot, self.cwd)
+        for path, content in now.items():
+            if path in self.before and self._last.get(path) != content and not self._shown(path):
+                if path not in self.unread:
+                    self.unread.append(path)
+        self._last = now
+        command = str(tool_input.get("command", "")) if payload.get("tool_name") == "Bash" else ""
+        self.calls.append(_Call(f"{tool_input}\n{response.get('content', '')}", command,
+                                bool(response.get("is_error"))))
+
+    async def on_stop(self, payload: dict) -> dict | None:
+        if self.refusals >= self.limit:
+            return None
+        failures = await self.failures(payload.get("last_assistant_message") or "")
+        if not failures:
+            return None
+        self.refusals += 1
+        return {"decision": "block", "reason": "Before you finish, fix this:\n" + "\n".join(f"- {f}" for f in failures)}
+
+    # -- the checks
+
+    async def failures(self, answer: str) -> list[str]:
+        now = await asyncio.to_thread(snapshot, self.cwd)
+        changed = {p: c for p, c in now.items() if self.before.get(p) != c}
+        out = self._missing_outputs(now) + self._placeholders(changed) + self._mismatch(changed, answer)
+        unread, self.unread = [p for p in self.unread if p in changed], []  # said once per file
+        out += [f"You changed {p} without looking at its content first, so what you wrote may be invented. "
+                f"Show it (cat -n {p}), check your change against what was there, and fix it if needed."
+                for p in unread]
+        out += await self._tests()
+        return out
+
+    def _missing_outputs(self, now: dict[str, bytes]) -> list[str]:
+        if not _WRITE_VERBS.search(self.prompt):
+            return []
+        named = dict.fromkeys(m.group(1) for m in _FILE_NAME.finditer(self.prompt))
+        return [f"The task asks for {name}, but it does not exist. Create it with the right content."
+                for name in named if name not in self.before and name not in now and not (self.cwd / name).exists()]
+
+    @staticmethod
+    def _placeholders(changed: dict[str, bytes]) -> list[str]:
+        out = []
+        for path, content in changed.items():
+            text = content.decode("utf-8", "replace")
+            for m in _PLACEHOLDER.finditer(text):
+                inner = m.group(0).strip("<>/ ").lower()
+                if m.group(0).startswith("<") and (inner in _HTML_TAGS or not path.endswith((".txt", ".md", ".csv"))
+                                                   and len(text) > 200):
+                    continue
+                out.append(f"{path} contains the placeholder {m.group(0)!r} instead of a real value. Compute the "
+                           "value with a command and write it.")
+                break
+        return out
+
+    @staticmethod
+    def _mismatch(changed: dict[str, bytes], answer: str) -> list[str]:
+        said = set(_NUMBER.findall(answer))
+        out = []
+        for path, content in changed.items():
+            value = content.decode("utf-8", "replace").strip()
+            if said and _NUMBER.fullmatch(value) and value not in said:
+                out.append(f"You wrote {value} to {path}, but your answer says {', '.join(sorted(said))}. Find out "
+                           "which is right (recompute it), fix the file or the answer, then answer again.")
+        return out
+
+    async def _tests(self) -> list[str]:
+        ran = [c for c in self.calls if c.command and _TEST_CMD.search(c.command)]
+        if not ran:
+            if _TEST_WORDS.search(self.prompt) and self._has_tests():
+                return ["The task is about tests, but you have not run them. Run them and make sure they pass."]
+            return []
+        command = ran[-1].command
+        code, output = await _run(command, self.cwd)
+        if code == 0:
+            return []
+        return [f"The test command `{command}` fails now (exit code {code}):\n{output[-1500:]}"]
+
+    def _has_tests(self) -> bool:
+        return any(re.search(r"(^|/)(test_\w+|\w+_test)\.py$|(^|/)tests?/", p) for p in self.before)
+
+    def _shown(self, path: str) -> bool:
+        """Was the file's original content (some line of it) in an earlier call or result?"""
+        lines = [ln.strip() for ln in self.before[path].decode("utf-8", "replace").splitlines() if len(ln.strip()) >= 6]
+        if not lines:
+            return any(Path(path).name in c.text for c in self.calls)
+        return any(ln in c.text for c in self.calls for ln in lines[:50])
+
+
+async def _run(command: str, cwd: Path) -> tuple[int, str]:
+    proc = await asyncio.create_subprocess_exec("/bin/bash", "-c", command, cwd=cwd, stdin=asyncio.subprocess.DEVNULL,
+                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+                                                start_new_session=True)
+    try:
+        out, _ = await asyncio.wait_for(proc.communicate(), TEST_RUN_TIMEOUT_S)
+    except asyncio.TimeoutError:
+        await kill_group(proc.pid, 1.0)
+        await proc.wait()
+        return -1, f"(timed out after {TEST_RUN_TIMEOUT_S} s)"
+    return proc.returncode or 0, out.decode("utf-8", "replace")

@@ -1,0 +1,123 @@
+"""What the model sees of the history: the log keeps everything, the request may show less.
+
+- ``collapse_repeats``: a round (one assistant turn of calls and the results that answer it) that
+  is repeated later with the same calls and the same results is left out; the last copy says how
+  many times it was made. Repetition feeds itself the more copies sit in the context.
+- ``shorten_outputs``: a long tool result is shown head and tail; once the results no longer fit
+  the budget, the oldest rounds' results are cut to a stub that says how to get them again. The cut
+  advances ``step`` rounds at a time, so the prompt prefix (and a prompt cache) is rewritten rarely.
+
+Both keep the history valid: a round is dropped whole, and a shortened result keeps its call.
+"""
+
+from __future__ import annotations
+
+import json
+
+from drivetrain.messages import Message, TextBlock, ToolResultBlock
+
+
+def _round_key(assistant: Message, user: Message) -> str | None:
+    uses = assistant.tool_uses
+    results = [b for b in user.content if isinstance(b, ToolResultBlock)]
+    if not uses or len(results) != len(user.content) or len(results) != len(uses):
+        return None  # not a plain round (text in it, or not answered one for one): never dropped
+    return json.dumps([[u.name, u.input] for u in uses] + [[r.text, r.is_error] for r in results],
+                      sort_keys=True, default=str)
+
+
+def collapse_repeats(history: list[Message]) -> list[Message]:
+    keys: dict[int, str] = {}
+    for i in range(len(history) - 1):
+        a, u = history[i], history[i + 1]
+        if a.role == "assistant" and u.role == "user":
+            key = _round_key(a, u)
+            if key is not None:
+                keys[i] = key
+    last: dict[str, int] = {}
+    count: dict[str, int] = {}
+    for i, key in keys.items():
+        last[key] = i
+        count[key] = count.get(key, 0) + 1
+    if all(n == 1 for n in count.values()):
+        return history
+    out: list[Message] = []
+    skip = set()
+    for i, key in keys.items():
+        if last[key] != i:
+            skip |= {i, i + 1}
+    for i, msg in enumerate(history):
+        if i in skip:
+            continue
+        key = keys.get(i - 1)
+        if key is not None and count[key] > 1 and last[key] == i - 1:
+            note = (f"[drivetrain: you have made this same call {count[key]} times and got this same result "
+                    "each time. Do not make it again: use this result, or do something else.]")
+            msg = Message("user", tuple(_append(b, note) for b in msg.content))
+        out.append(msg)
+    return out
+
+
+def _append(block, note: str):
+    if isinstance(block, ToolResultBlock) and isinstance(block.content, str):
+        return ToolResultBlock(block.tool_use_id, f"{block.content}\n{note}", block.is_error)
+    return block
+
+
+def clip(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return (f"{text[:half]}\n[... {len(text) - 2 * half} characters not shown: print less at a time "
+            f"(head, tail, sed -n 'A,Bp', grep) ...]\n{text[-half:]}")
+
+
+def shorten_outputs(history: list[Message], *, per_result: int = 3000, budget: int = 12000,
+                    keep_rounds: int = 3, step: int = 4) -> list[Message]:
+    """Clip each result to ``per_result`` characters; past ``budget`` characters of results, cut old rounds."""
+    rounds = [i for i, m in enumerate(history) if m.role == "user" and any(
+        isinstance(b, ToolResultBlock) for b in m.content)]
+    sizes = [min(len(b.text), per_result) for i in rounds for b in history[i].content if isinstance(b, ToolResultBlock)]
+    cut = 0  # results in rounds[:cut] become stubs
+    if sum(sizes) > budget:
+        per_round = [sum(min(len(b.text), per_result) for b in history[i].content if isinstance(b, ToolResultBlock))
+                     for i in rounds]
+        cut = step
+        while cut < len(rounds) - keep_rounds and sum(per_round[cut:]) > budget:
+            cut += step
+        cut = min(cut, max(len(rounds) - keep_rounds, 0))
+    stubbed = set(rounds[:cut])
+    out = []
+    for i, msg in enumerate(history):
+        if msg.role == "user" and any(isinstance(b, ToolResultBlock) and len(b.text) > per_result or i in stubbed
+                                      for b in msg.content if isinstance(b, ToolResultBlock)):
+            msg = Message("user", tuple(_shorten(b, per_result, i in stubbed) for b in msg.content))
+        out.append(msg)
+    return out
+
+
+def _shorten(block, per_result: int, stub: bool):
+    if not isinstance(block, ToolResultBlock):
+        return block
+    text = block.text
+    if stub and len(text) > 200:
+        text = f"{text[:200]}\n[... older output shortened; run the command again if you need it ...]"
+    else:
+        text = clip(text, per_result)
+    if text == block.text:
+        return block
+    return ToolResultBlock(block.tool_use_id, text, block.is_error)
+
+
+def model_view(history: list[Message], *, collapse: bool, shorten: bool) -> list[Message]:
+    if collapse:
+        history = collapse_repeats(history)
+    if shorten:
+        history = shorten_outputs(history)
+    return history
+
+
+def with_text(history: list[Message], text: str) -> list[Message]:
+    """The history with ``text`` added to its last (user) message: results first, then the text."""
+    last = history[-1]
+    return [*history[:-1], Message("user", (*last.content, TextBlock(text)))]

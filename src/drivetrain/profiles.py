@@ -1,0 +1,108 @@
+"""Profiles: how much help the loop gives the model.
+
+A 1.5B model makes one well-scoped decision reliably but cannot carry a long multi-turn loop. The
+``small`` profile asks it for fewer, simpler decisions and does in code what a strong model does by
+itself: it answers in code blocks (see ``models/codeact.py``), must act on its first turn, cannot
+sample a refused repeat again, sees repeats collapsed and old output shortened, is checked before it
+may stop, and always ends with an answer. ``full`` is the plain loop, for models that need none of it.
+
+Each aid can be switched off alone (``DRIVETRAIN_ABLATE=checks,collapse``) to measure what it is worth.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Mapping
+
+if TYPE_CHECKING:
+    from drivetrain.hooks import Hooks
+    from drivetrain.models.base import Model
+    from drivetrain.tools.base import Tool
+
+AIDS = ("codeact", "example", "act", "exclude", "collapse", "context", "final", "checks", "prefixcache")
+ENV_ABLATE = "DRIVETRAIN_ABLATE"
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    codeact: bool = False  # answer in fenced bash/python blocks instead of JSON tool calls
+    example: bool = False  # a short system prompt with one worked example
+    act: bool = False  # the first turn must call a tool; prose that describes calls is sent back
+    exclude: bool = False  # a call repeated with the same result cannot be sampled again (grammar)
+    collapse: bool = False  # earlier copies of a repeated call and its result leave the context
+    context: bool = False  # long outputs shown head and tail; old outputs shortened when context fills
+    final: bool = False  # at the turn cap or when stuck, one last request without tools, for the answer
+    checks: bool = False  # generic checks before the model may stop (see checks.py)
+    prefixcache: bool = False  # the fixed prompt prefix's KV state kept on disk (local model)
+
+    def without(self, *aids: str) -> Profile:
+        unknown = [a for a in aids if a not in AIDS]
+        if unknown:
+            raise ValueError(f"unknown aid(s) {', '.join(unknown)}; known: {', '.join(AIDS)}")
+        return replace(self, **{a: False for a in aids})
+
+    @property
+    def aids(self) -> list[str]:
+        return [f.name for f in fields(self) if f.name != "name" and getattr(self, f.name)]
+
+
+FULL = Profile("full")
+SMALL = Profile("small", **{a: True for a in AIDS})
+
+# Parameter counts in model names: "qwen2.5-coder:1.5b", "Llama-3.2-3B-Instruct", "phi-3-mini-4k".
+_SIZE = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?)\s*[bB](?![a-zA-Z])")
+_SMALL_NAMES = re.compile(r"mini|tiny|small|nano|smol", re.IGNORECASE)
+SMALL_MAX_BILLIONS = 8.0
+
+
+def is_small(model_name: str, provider: str) -> bool:
+    """The embedded model, and OpenAI-compatible models whose name says they have ≤ 8B parameters."""
+    if provider == "local" or model_name.startswith("local/"):
+        return True
+    if provider != "openai":
+        return False  # Anthropic's models are large
+    size = _SIZE.search(model_name)
+    if size:
+        return float(size.group(1)) <= SMALL_MAX_BILLIONS
+    return bool(_SMALL_NAMES.search(model_name)) and not model_name.startswith(("gpt-", "o1", "o3", "o4"))
+
+
+def select_profile(model_name: str, provider: str, choice: str | None = None,
+                   env: Mapping[str, str] | None = None) -> Profile:
+    """``choice`` ("small" | "full" | None for automatic), less the aids named in $DRIVETRAIN_ABLATE."""
+    if choice not in (None, "small", "full"):
+        raise ValueError(f"unknown profile {choice!r}; choose small or full")
+    small = choice == "small" or (choice is None and is_small(model_name, provider))
+    profile = SMALL if small else FULL
+    ablate = [a.strip() for a in (env or {}).get(ENV_ABLATE, "").split(",") if a.strip()]
+    return profile.without(*ablate) if ablate and small else profile
+
+
+SMALL_TOOLS = ("Read", "Write", "Edit", "Bash")  # without code blocks: four tools that do not overlap
+
+
+def equip(profile: Profile, model: Model, tools: list[Tool], hooks: Hooks, cwd: Path,
+          system: str | None = None) -> tuple[Model, list[Tool], str | None]:
+    """The model, tools and system prompt a profile runs with (``system`` None: the profile's own);
+    its hooks (workspace context, checks) are added to ``hooks``."""
+    if profile.name != "small":
+        return model, tools, system
+    from drivetrain.checks import WorkChecks
+    from drivetrain.models.codeact import CodeActionModel
+    from drivetrain.prompts import small_system_prompt, workspace_context
+
+    if profile.codeact:
+        model, tools = CodeActionModel(model), [t for t in tools if t.name == "Bash"]
+    else:
+        tools = [t for t in tools if t.name in SMALL_TOOLS]
+    if profile.prefixcache and hasattr(model, "prefix_cache"):
+        model.prefix_cache = True
+    # The listing goes with the task, not in the system prompt, which stays fixed (and cacheable).
+    hooks.add("UserPromptSubmit", lambda _: {"hookSpecificOutput": {
+        "hookEventName": "UserPromptSubmit", "additionalContext": workspace_context(cwd)}})
+    if profile.checks:
+        WorkChecks(cwd).install(hooks)
+    return model, tools, system if system is not None else small_system_prompt(profile.codeact, profile.example)

@@ -1,0 +1,237 @@
+"""The small-model profile's mechanisms, each driven through the loop against the scripted server."""
+
+import json
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from drivetrain import Agent
+from drivetrain.checks import WorkChecks
+from drivetrain.hooks import Hooks
+from drivetrain.loop import FINAL_ASK, NUDGE
+from drivetrain.models.anthropic import AnthropicModel
+from drivetrain.models.codeact import CodeActionModel, grammar, parse_reply, render_assistant, to_block, to_command
+from drivetrain.profiles import FULL, SMALL, equip, is_small, select_profile
+from drivetrain.testing import ScriptedServer, reply, respond, tool_call
+from drivetrain.tools import builtin_tools
+
+
+class Recording:
+    """A real model (over HTTP) whose requests are kept: what the loop asked for, grammar fields included."""
+
+    def __init__(self, inner):
+        self.inner, self.name, self.requests = inner, inner.name, []
+
+    async def respond(self, request):
+        self.requests.append(request)
+        return await self.inner.respond(request)
+
+
+def anthropic(server):
+    return AnthropicModel.from_env("claude-sonnet-4-6", {"ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_API_KEY": "k"},
+                                   backoff=0.01)
+
+
+def small_agent(server, tmp_path, profile=SMALL, codeact=True, record=False, **kw):
+    hooks = Hooks()
+    model, tools, system = equip(replace(profile, codeact=codeact), anthropic(server), builtin_tools(), hooks, tmp_path)
+    if record:
+        model = Recording(model)
+    return Agent(model=model, tools=tools, system=system, cwd=tmp_path, hooks=hooks, profile=profile, strict=True, **kw)
+
+
+def texts(body):
+    """Each message of a request body as one string."""
+    out = []
+    for m in body["messages"]:
+        content = m["content"]
+        out.append(content if isinstance(content, str) else "\n".join(
+            b.get("text", "") or json.dumps(b.get("input", b.get("content", ""))) for b in content))
+    return out
+
+
+# ---------------------------------------------------------------- code as action
+
+
+async def test_a_code_block_runs_as_a_bash_call_and_the_model_sees_text(tmp_path):
+    (tmp_path / "a.txt").write_text("one\ntwo\n")
+    steps = [reply("Count the lines.\n```bash\nwc -l < a.txt\n```"),
+             reply("Say it with python.\n```python\nprint(len(open('a.txt').read().splitlines()) * 10)\n```"),
+             reply("DONE: a.txt has 2 lines.")]
+    with ScriptedServer(steps) as server:
+        result = await small_agent(server, tmp_path, profile=SMALL.without("checks")).run("How many lines in a.txt?")
+    assert (result.subtype, result.result) == ("success", "a.txt has 2 lines.")
+    uses = [b for m in result.history for b in m.content if getattr(b, "type", "") == "tool_use"]
+    assert [u.name for u in uses] == ["Bash", "Bash"]
+    assert uses[0].input == {"command": "wc -l < a.txt"}
+    assert uses[1].input["command"].startswith("python3 - <<'PY'\n")
+    bodies = [r.body for r in server.requests]
+    assert all("tools" not in b for b in bodies)  # the model speaks in blocks, not JSON calls
+    second, third = texts(bodies[1]), texts(bodies[2])
+    assert second[1] == "Count the lines.\n```bash\nwc -l < a.txt\n```"  # exactly as written: KV reuse holds
+    assert second[2].startswith("Output:\n2")
+    assert third[4] == "Output:\n20"
+
+
+def test_blocks_and_commands_convert_both_ways():
+    for lang, code in [("bash", "ls -la\necho hi"), ("python", "import os\nprint(os.getcwd())")]:
+        assert to_block(to_command(lang, code)) == (lang, code)
+    raw = "List the files.\n```bash\nls\n```"
+    text, block = parse_reply(raw)
+    assert (text, block) == ("List the files.", ("bash", "ls"))
+    from drivetrain.messages import Message, TextBlock, ToolUseBlock
+    msg = Message("assistant", (TextBlock(text), ToolUseBlock("t1", "Bash", {"command": to_command(*block)})))
+    assert render_assistant(msg) == raw
+    assert parse_reply("DONE: all good") == ("all good", None)
+
+
+def test_the_grammar_leaves_out_only_the_forbidden_bodies():
+    g = grammar("auto", [("bash", "ls -la"), ("bash", "ls")])
+    assert "root ::= act | done" in g
+    assert grammar("any").startswith("root ::= act\n") and grammar("none").startswith("root ::= done\n")
+    # the trie: after "ls" + newline the body may not close, but may go on
+    assert 'bash-body ::= "l" bash-body-' in g
+    with pytest.raises(ValueError):
+        SMALL.without("nonsense")
+
+
+# ---------------------------------------------------------------- act, don't narrate
+
+
+async def test_the_first_turn_must_act_and_narration_is_sent_back(tmp_path):
+    narration = 'I will run:\n```json\n{"name": "Bash", "arguments": {"command": "ls"}}\n```'
+    steps = [reply(narration), respond([tool_call("Bash", {"command": "echo ok"})]), reply("it printed ok")]
+    with ScriptedServer(steps) as server:
+        result = await small_agent(server, tmp_path, codeact=False, profile=SMALL.without("checks")).run("run ls")
+    assert (result.subtype, result.result) == ("success", "it printed ok")
+    bodies = [r.body for r in server.requests]
+    assert bodies[0]["tool_choice"] == {"type": "any"}  # the first turn must call a tool
+    assert bodies[1]["tool_choice"] == {"type": "any"} and texts(bodies[1])[-1].endswith(NUDGE)
+    assert "tool_choice" not in bodies[2]
+    assert sorted(t["name"] for t in bodies[0]["tools"]) == ["Bash", "Edit", "Read", "Write"]
+
+
+async def test_the_full_profile_sends_no_tool_choice_and_ends_on_narration(tmp_path):
+    with ScriptedServer([reply("```bash\nls\n```")]) as server:
+        model = anthropic(server)
+        result = await Agent(model=model, tools=builtin_tools(), cwd=tmp_path, strict=True).run("run ls")
+    assert result.subtype == "success" and "tool_choice" not in server.requests[0].body
+
+
+# ---------------------------------------------------------------- loops broken
+
+
+async def test_a_repeated_call_is_forbidden_collapsed_and_ends_in_an_answer(tmp_path):
+    same = "Show it.\n```bash\necho same\n```"
+    steps = [reply(same)] * 5 + [reply("DONE: it prints same")]
+    with ScriptedServer(steps) as server:
+        agent = small_agent(server, tmp_path, profile=SMALL.without("checks"), record=True)
+        result = await agent.run("what does echo print?")
+    reqs = agent.model.requests  # the loop's requests, before the code-block translation
+    assert reqs[1].forbidden_calls == () and reqs[2].forbidden_calls == (("Bash", {"command": "echo same"}),)
+    # two copies of the same round in the history, one in what the model sees, with a note
+    seen = texts(server.requests[2].body)
+    assert sum(t == same for t in seen) == 1 and "this same call 2 times" in seen[-1]
+    # the 4th and 5th identical calls are refused: two strikes, and the run asks for the answer without tools
+    assert "Not run" in texts(server.requests[4].body)[-1]
+    assert reqs[-1].tool_choice == "none" and FINAL_ASK["stuck"] in texts(server.requests[-1].body)[-1]
+    assert (result.subtype, result.result) == ("success", "it prints same")
+
+
+async def test_the_last_turn_under_the_cap_asks_for_the_answer_without_tools(tmp_path):
+    steps = [reply("One.\n```bash\necho 1\n```"), reply("Two.\n```bash\necho 2\n```"), reply("DONE: got 1 and 2")]
+    with ScriptedServer(steps) as server:
+        agent = small_agent(server, tmp_path, profile=SMALL.without("checks"), record=True, max_turns=3)
+        result = await agent.run("echo things")
+    assert [r.tool_choice for r in agent.model.requests] == ["any", None, "none"]
+    assert FINAL_ASK["turn_limit"] in texts(server.requests[2].body)[-1]
+    assert (result.subtype, result.result, result.num_turns) == ("error_max_turns", "got 1 and 2", 3)
+
+
+async def test_an_empty_answer_is_asked_for_again(tmp_path):
+    with ScriptedServer([respond([tool_call("Bash", {"command": "true"})]), reply(""), reply("nothing to do")]) as s:
+        agent = small_agent(s, tmp_path, codeact=False, profile=SMALL.without("checks"))
+        result = await agent.run("do nothing")
+    assert result.result == "nothing to do" and FINAL_ASK["empty"] in texts(s.requests[2].body)[-1]
+
+
+# ---------------------------------------------------------------- checks before stopping
+
+
+async def test_checks_send_back_a_missing_output_file_then_a_wrong_value_at_most_twice(tmp_path):
+    (tmp_path / "a.py").write_text("x = 1\ny = 2\n")
+    steps = [reply("Count.\n```bash\nwc -l a.py\n```"),
+             reply("DONE: the total is 2"),  # total.txt never written
+             reply("Write it.\n```bash\necho 3 > total.txt\n```"),
+             reply("DONE: the total is 2"),  # the file says 3
+             reply("Write it again.\n```bash\necho 4 > total.txt\n```"),
+             reply("DONE: the total is 2")]  # still wrong, but the checks only refuse twice
+    with ScriptedServer(steps) as server:
+        result = await small_agent(server, tmp_path).run("Count the lines of the .py files and write the total to total.txt")
+    second_try, third_try = texts(server.requests[2].body)[-1], texts(server.requests[4].body)[-1]
+    assert "total.txt, but it does not exist" in second_try
+    assert "You wrote 3 to total.txt, but your answer says 2" in third_try
+    assert result.subtype == "success" and len(server.requests) == 6
+
+
+async def test_checks_rerun_the_tests_the_model_ran_and_flag_unread_rewrites(tmp_path):
+    (tmp_path / "calc.py").write_text("def add(a, b):\n    return a - b\n")
+    (tmp_path / "test_calc.py").write_text("from calc import add\nassert add(2, 2) == 4, 'add is wrong'\n")
+    steps = [reply("Run the test.\n```bash\npython3 test_calc.py\n```"),
+             reply("Rewrite calc.py.\n```bash\necho 'def add(a, b): return a * b' > calc.py\n```"),
+             reply("DONE: fixed, the tests pass"),
+             reply("Fix for real.\n```bash\necho 'def add(a, b): return a + b' > calc.py\n```"),
+             reply("DONE: fixed")]
+    with ScriptedServer(steps) as server:
+        result = await small_agent(server, tmp_path).run("The test fails. Fix the bug in calc.py.")
+    feedback = texts(server.requests[3].body)[-1]
+    assert "You changed calc.py without looking at its content first" in feedback
+    assert "`python3 test_calc.py` fails now" not in feedback  # 2*2 == 4: the test passes with the wrong fix
+    assert result.result == "fixed"
+    checks = WorkChecks(tmp_path)
+    await checks.on_prompt({"prompt": "make the tests pass"})
+    assert await checks.failures("") == ["The task is about tests, but you have not run them. Run them and make "
+                                         "sure they pass."]
+
+
+async def test_placeholders_in_written_files_are_sent_back(tmp_path):
+    checks = WorkChecks(tmp_path)
+    await checks.on_prompt({"prompt": "write the sum to sum.txt"})
+    (tmp_path / "sum.txt").write_text("Total: <total>\n")
+    assert any("placeholder '<total>'" in f for f in await checks.failures("done"))
+    (tmp_path / "sum.txt").write_text("Total: 12\n")
+    assert await checks.failures("the sum is 12") == []
+
+
+# ---------------------------------------------------------------- profile selection
+
+
+def test_profile_selection_by_provider_and_model_name():
+    assert is_small("local/qwen2.5-coder-1.5b", "local")
+    assert is_small("qwen2.5-coder:1.5b", "openai") and is_small("Llama-3.2-3B-Instruct", "openai")
+    assert not is_small("qwen2.5-coder:32b", "openai") and not is_small("gpt-4o-mini", "openai")
+    assert not is_small("claude-haiku-4-5", "anthropic")
+    assert select_profile("x", "anthropic") is FULL and select_profile("x", "anthropic", "small") is SMALL
+    assert select_profile("local/q", "local", "full") is FULL
+    ablated = select_profile("local/q", "local", env={"DRIVETRAIN_ABLATE": "checks, collapse"})
+    assert not ablated.checks and not ablated.collapse and ablated.codeact
+
+
+def test_cli_profile_flag_and_automatic_choice(tmp_path):
+    exe = Path(sys.executable).parent / "drivetrain"
+    for flag, expect_choice in ((["--profile", "small"], True), ([], False)):
+        with ScriptedServer([reply("Look.\n```bash\necho hi\n```") if flag else reply("hi"),
+                             *([reply("DONE: hi")] if flag else [])]) as server:
+            env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "DRIVETRAIN_HOME": str(tmp_path / "home"),
+                   "ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_API_KEY": "k"}
+            proc = subprocess.run([str(exe), "-p", "say hi", "--output-format", "json", "--permission-mode",
+                                   "bypassPermissions", *flag], cwd=tmp_path, env=env, capture_output=True, text=True,
+                                  timeout=60)
+            assert proc.returncode == 0, proc.stderr
+            first = server.requests[0].body
+        assert json.loads(proc.stdout)["result"] == "hi"
+        assert ("tools" not in first) == expect_choice  # small: code blocks, no JSON tools
+        assert ("working folder" in str(first.get("system"))) == expect_choice
