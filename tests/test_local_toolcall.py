@@ -260,3 +260,6 @@ def test_a_generation_stuck_in_a_short_cycle_is_stopped():
 
     assert _stuck([5] * 128) and _stuck([1, 2, 3] * 60) and _stuck(list(range(10)) + [7, 8] * 80)
     assert not _stuck(list(range(200))) and not _stuck([5] * 127) and not _stuck([0, 0, 1] * 20 + list(range(100)))
+    sentence = list(range(100, 150))  # a sentence of 50 tokens said over and over
+    assert _stuck(list(range(40)) + sentence * 4) and not _stuck(list(range(40)) + sentence * 2 + list(range(8)))
+    assert not _stuck(list(range(100)) + [9] * 8 + list(range(200, 220)) + [9] * 8 + list(range(300, 400)))

@@ -84,7 +84,11 @@ async def _decide(run: Run, call: ToolUseBlock) -> Verdict:
 async def execute(run: Run, call: ToolUseBlock, verdict: Verdict) -> tuple[ToolResultBlock, float, dict | None]:
     """Run one decided call. Returns its result block, duration in ms, and the tool's metadata."""
     if isinstance(verdict, Deny):
-        return ToolResultBlock(call.id, verdict.message, True), 0.0, None
+        # A denial repeated unchanged is a loop too: counted like a result, so it is forbidden, then ends the run.
+        text = _note_repeat(run, call.name, call.input, verdict.message)
+        if run.seen_calls[_repeat_key(call.name, call.input)][2] > REPEAT_LIMIT:
+            run.stuck_turns += 1
+        return ToolResultBlock(call.id, text, True), 0.0, None
     assert not isinstance(verdict, Defer), "deferred calls are never executed"
     tool_input = verdict.updated_input if verdict.updated_input is not None else call.input
     refusal = _refuse_repeat(run, call, tool_input)

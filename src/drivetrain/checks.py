@@ -127,9 +127,15 @@ class WorkChecks:
     def _missing_outputs(self, now: dict[str, bytes]) -> list[str]:
         if not _WRITE_VERBS.search(self.prompt):
             return []
-        named = dict.fromkeys(m.group(1) for m in _FILE_NAME.finditer(self.prompt))
-        return [f"The task asks for {name}, but it does not exist. Create it with the right content."
-                for name in named if name not in self.before and name not in now and not (self.cwd / name).exists()]
+        out = []
+        for name in dict.fromkeys(m.group(1) for m in _FILE_NAME.finditer(self.prompt)):
+            if self.before.get(name):
+                continue  # it had content before the run: an input, or a file to change
+            if name not in now and not (self.cwd / name).exists():
+                out.append(f"The task asks for {name}, but it does not exist. Create it with the right content.")
+            elif name in now and not now[name].strip():
+                out.append(f"{name} is empty. Write the result the task asks for into it.")
+        return out
 
     @staticmethod
     def _placeholders(changed: dict[str, bytes]) -> list[str]:
@@ -152,9 +158,14 @@ class WorkChecks:
         out = []
         for path, content in changed.items():
             value = content.decode("utf-8", "replace").strip()
-            if said and _NUMBER.fullmatch(value) and value not in said:
+            if not _NUMBER.fullmatch(value) or value in said:
+                continue
+            if said:
                 out.append(f"You wrote {value} to {path}, but your answer says {', '.join(sorted(said))}. Find out "
                            "which is right (recompute it), fix the file or the answer, then answer again.")
+            else:
+                out.append(f"Your answer does not give the value you wrote to {path} ({value}). Check it, then "
+                           "answer with the value.")
         return out
 
     async def _tests(self) -> list[str]:

@@ -57,7 +57,7 @@ def render_result(r: ToolResultBlock) -> str:
     if r.is_error:
         return f"Error:\n{text}"
     if text.strip() in ("", "(no output)"):
-        return "Done: the command printed nothing (exit code 0)."
+        return "(no output, exit code 0)"
     return f"Output:\n{text}"
 
 

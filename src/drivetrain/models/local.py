@@ -153,6 +153,7 @@ class LocalModel:
         # Keep the KV state of the fixed prompt prefix (the system turn) on disk, so a new process starts
         # generating in a second instead of evaluating ~1k tokens first. The small profile turns it on.
         self.prefix_cache = False
+        self.prefix_cache_dir: Path | None = None  # default: kv/ beside the assembled models' cache folder
         self.prefix_cache_hit: bool | None = None  # for the last call: None when not used
         self._llm = None
         self._lock = threading.Lock()  # llama.cpp contexts are not thread-safe
@@ -204,6 +205,7 @@ class LocalModel:
         with self._lock:
             self._load_locked()
             prompt = self._prompt(request)
+            self._llm.evaluated = 0  # counts the prefix too, when it is evaluated (not loaded) below
             if self.prefix_cache:
                 self._restore_prefix(self._system_tokens(request))
             budget = min(request.max_tokens, self.max_output_tokens, self.n_ctx - len(prompt))
@@ -245,7 +247,6 @@ class LocalModel:
         stream = AnswerStream(sink, stops)
         tokens: list[int] = []
         text, stop = "", "max_tokens"
-        llm.evaluated = 0
         if self.seed is not None:
             llm.set_seed(self.seed)
         prompt_eval = 0
@@ -335,7 +336,7 @@ class LocalModel:
         stat = model_file.stat()
         key = hashlib.sha256(json.dumps([str(model_file), stat.st_size, stat.st_mtime_ns, self.n_ctx,
                                          llama_cpp.__version__, prefix]).encode()).hexdigest()[:32]
-        return cache_dir(self._env).parent / "kv" / f"{key}.bin"
+        return (self.prefix_cache_dir or cache_dir(self._env).parent / "kv") / f"{key}.bin"
 
     def _prompt(self, request: ModelRequest) -> list[int]:
         """Qwen2.5's chat template, tokenized one message at a time so earlier turns never change."""
@@ -421,9 +422,18 @@ def _cpu_count() -> int:
 
 
 def _stuck(tokens: list[int], window: int = 128) -> bool:
-    """A small model can fall into repeating one short cycle of tokens ("0000…") until max_tokens,
-    which at CPU speed costs minutes; stop it as if the budget ran out."""
+    """A small model can fall into repeating a cycle of tokens until max_tokens, which at CPU speed costs
+    minutes: a short one ("0000…"), or a sentence or two over and over. Stop it as if the budget ran out."""
     if len(tokens) < window:
         return False
     tail = tokens[-window:]
-    return any(all(tail[i] == tail[i - period] for i in range(period, window)) for period in (1, 2, 3, 4))
+    if any(all(tail[i] == tail[i - period] for i in range(period, window)) for period in (1, 2, 3, 4)):
+        return True
+    if len(tokens) % 16:
+        return False  # the long cycles are looked for every 16 tokens
+    n = len(tokens)
+    for p in range(8, min(400, n // 3) + 1):
+        reps = max(3, -(-window // p))  # the repeated stretch spans at least ``window`` tokens
+        if reps * p <= n and all(tokens[n - k * p:n - (k - 1) * p] == tokens[n - p:] for k in range(2, reps + 1)):
+            return True
+    return False

@@ -1,0 +1,95 @@
+"""The small profile on the real 0.5B model: the code-block grammar as llama.cpp runs it, and the prefix cache."""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+
+import pytest
+
+from drivetrain.messages import Message
+from drivetrain.models.base import ModelRequest
+from drivetrain.models.codeact import CodeActionModel, grammar
+from drivetrain.prompts import small_system_prompt
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("llama_cpp") is None, reason="llama-cpp-python (drivetrain[local-small]) is not installed"
+)
+
+BASH = {"name": "Bash", "description": "Run a shell command.", "input_schema": {
+    "type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}
+
+
+@pytest.fixture(scope="module")
+def model():
+    from drivetrain.errors import ConfigError
+    from drivetrain.models.local import LocalModel
+
+    m = LocalModel("small", n_ctx=4096, seed=7, temperature=0.0)
+    try:
+        m.load()
+    except ConfigError as exc:
+        pytest.skip(f"the 0.5B model is not installed: {exc}")
+    return m
+
+
+def accepts(llm, gbnf: str, text: str) -> bool:
+    """Does llama.cpp's grammar sampler let the model write exactly ``text`` (and then stop)?"""
+    import llama_cpp as lc
+
+    sampler = lc.llama_sampler_init_grammar(llm._model.vocab, gbnf.encode(), b"root")
+    assert sampler, "llama.cpp rejected the grammar"
+    try:
+        tokens = llm.tokenize(text.encode(), add_bos=False, special=False) + [llm.token_eos()]
+        for token in tokens:
+            one = (lc.llama_token_data * 1)(lc.llama_token_data(token, 0.0, 0.0))
+            lc.llama_sampler_apply(sampler, ctypes.byref(lc.llama_token_data_array(one, 1, -1, False)))
+            if one[0].logit == float("-inf"):
+                return False
+            if token != llm.token_eos():
+                lc.llama_sampler_accept(sampler, token)
+        return True
+    finally:
+        lc.llama_sampler_free(sampler)
+
+
+def test_the_grammar_allows_one_block_or_the_answer_and_never_a_forbidden_block(model):
+    llm = model._llm
+    auto = grammar("auto", [("bash", "ls -la"), ("python", "print(1)")])
+    assert accepts(llm, auto, "List the files.\n```bash\nls -l\n```")
+    assert accepts(llm, auto, "```bash\nls -la *.py\n```")  # longer than a forbidden body: fine
+    assert accepts(llm, auto, "```python\nprint(2)\n```")
+    assert accepts(llm, auto, "DONE: there are 3 files")
+    assert not accepts(llm, auto, "List the files.\n```bash\nls -la\n```")  # the refused call, exactly
+    assert not accepts(llm, auto, "```python\nprint(1)\n```")
+    assert not accepts(llm, auto, "I think there are 3 files.")  # prose is neither
+    assert not accepts(llm, auto, "```bash\nls\n```\n```bash\npwd\n```")  # one block per reply
+    assert not accepts(llm, grammar("any"), "DONE: nothing to do")
+    assert not accepts(llm, grammar("none"), "```bash\nls\n```")
+
+
+async def test_a_reply_under_the_grammar_is_a_bash_call(model):
+    wrapped = CodeActionModel(model)
+    request = ModelRequest([Message.user("Show the files in this folder.")], small_system_prompt(True, True),
+                           [BASH], max_tokens=80, tool_choice="any")
+    response = await wrapped.respond(request)
+    assert response.stop_reason == "tool_use"
+    assert [b.name for b in response.content if b.type == "tool_use"] == ["Bash"]
+
+
+async def test_the_prefix_cache_saves_the_system_turn_and_a_new_process_loads_it(model, tmp_path):
+    from drivetrain.models.local import LocalModel
+
+    request = ModelRequest([Message.user("Say hello.")], small_system_prompt(True, True), [], max_tokens=8,
+                           grammar=grammar("none"))
+    fresh = []
+    for _ in range(2):  # two new models: as two CLI starts
+        m = LocalModel("small", n_ctx=4096, seed=7, temperature=0.0)
+        m.prefix_cache, m.prefix_cache_dir = True, tmp_path
+        fresh.append((await m.respond(request), m.prefix_cache_hit, m.last_stats))
+        del m
+    (first, hit1, stats1), (second, hit2, stats2) = fresh
+    assert (hit1, hit2) == (False, True) and len(list(tmp_path.glob("*.bin"))) == 1
+    prefix = len(model._system_tokens(request))
+    assert stats2.prompt_eval_tokens < stats1.prompt_eval_tokens - prefix // 2  # the prefix was not evaluated again
+    assert first.content == second.content  # the same state: the same greedy answer
