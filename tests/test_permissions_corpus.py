@@ -43,7 +43,8 @@ def adversarial() -> list[str]:
 
 def safe() -> list[tuple[str, str]]:
     lines = (DATA / "safe_commands.txt").read_text(encoding="utf-8").splitlines()
-    return [tuple(line.split("\t", 1)) for line in lines if line.strip() and not line.startswith("#")]
+    pairs = [line.split("\t", 1) for line in lines if line.strip() and not line.startswith("#")]
+    return [(rules, decode(command)) for rules, command in pairs]
 
 
 def workspace(tmp: Path) -> tuple[Path, Path]:

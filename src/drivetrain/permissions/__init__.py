@@ -6,7 +6,7 @@
 
 Modules: ``policy`` (Policy, Decision; file tools, WebFetch, user tools) and ``bash_policy``
 (the Bash half); ``rules`` (rule syntax, path patterns) and ``settings`` (files, flags);
-``shell`` (bashlex → simple commands) and ``words`` (quotes, substitutions); ``commands``
+``shell`` (tree-sitter → simple commands) and ``words`` (quotes, substitutions); ``commands``
 (wrappers, nested shells → parts), ``programs`` (the read-only set) and ``analyzers`` (git,
 find, sed, awk, escape hatches); ``paths`` (resolution, confinement, confined_write).
 """
