@@ -15,44 +15,17 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from functools import cache
 
-from .words import (Word, decode_word, dynamic, expansion_problems, heredoc_substitution_spans, parameter_problem,
-                    substitution_spans, unescape_backticks, word_end)
+from .grammar import STATEMENTS, SUBSTITUTIONS, TOKENS, UNSUPPORTED, WORDS, first_error, parse_tree, rightmost_command
+from .redirects import REDIRECTS, Redirect, Redirections
+from .words import Word, decode_word, dynamic, parameter_problem, substitution_spans, unescape_backticks, word_end
 
 # Control characters other than tab and newline (\r among them), and Unicode characters that
 # make the text a person approves look unlike what bash runs (line separators, bidi overrides).
 _BAD_CHARS = re.compile("[\x00-\x08\x0b-\x1f\x7f\x85\u2028\u2029\u202a-\u202e\u2066-\u2069\ufeff]")
 _GAP_OK = re.compile(r"(?:[ \t\n]|\\\n)*")
-_BLANKS = re.compile(r"(?:[ \t]|\\\n)*")
+BLANKS = re.compile(r"(?:[ \t]|\\\n)*")
 MAX_DEPTH = 8  # bash -c inside bash -c inside …: deeper than this is not worth understanding
-
-WORDS = {"word", "string", "raw_string", "ansi_c_string", "translated_string", "number", "concatenation",
-         "simple_expansion", "expansion", "command_substitution", "process_substitution", "brace_expression",
-         "command_name", "variable_name"}
-SUBSTITUTIONS = ("command_substitution", "process_substitution")
-REDIRECTS = ("file_redirect", "heredoc_redirect", "herestring_redirect")
-TERMS = {";", "&", "\n"}
-# The operators and reserved words each construct may hold (anything else: not understood).
-TOKENS = {
-    "program": TERMS, "subshell": TERMS | {"(", ")"}, "compound_statement": TERMS | {"{", "}"},
-    "do_group": TERMS | {"do", "done"}, "if_statement": TERMS | {"if", "then", "fi"},
-    "elif_clause": TERMS | {"elif", "then"}, "else_clause": TERMS | {"else"},
-    "while_statement": TERMS | {"while", "until"}, "list": {"&&", "||"}, "pipeline": {"|", "|&"},
-    "negated_command": {"!"}, "for_statement": TERMS | {"for", "in"},
-}
-STATEMENTS = set(TOKENS) - {"program", "do_group", "elif_clause", "else_clause"} | {
-    "command", "redirected_statement", "variable_assignment", "variable_assignments", "declaration_command",
-    "unset_command", "test_command", "c_style_for_statement", "case_statement", "function_definition"}
-UNSUPPORTED = {"case_statement": "a case statement", "c_style_for_statement": "an arithmetic for loop",
-               "function_definition": "defines a shell function (it could shadow any command name)"}
-
-
-@dataclass(frozen=True)
-class Redirect:
-    op: str  # >, >>, >|, &>, &>>, <, <&, >&, <<, <<-, <<<
-    fd: int | None
-    target: Word | int | None  # a file word, an fd number (2>&1), or None (here-doc, >&-)
 
 
 @dataclass
@@ -73,18 +46,8 @@ class ParsedShell:
         return not self.problems
 
 
-@cache
-def _language():
-    import tree_sitter_bash
-    from tree_sitter import Language
-
-    return Language(tree_sitter_bash.language())
-
-
 def parse_shell(command: str, home: str | None = None, _depth: int = 0) -> ParsedShell:
     """Every simple command ``command`` would run (substitutions first), and what was not understood."""
-    from tree_sitter import Parser
-
     result = ParsedShell([], [])
     bad = _BAD_CHARS.search(command)
     if bad:
@@ -100,7 +63,7 @@ def parse_shell(command: str, home: str | None = None, _depth: int = 0) -> Parse
         return result
     walker = _Walker(command, source, result, home, _depth)
     try:
-        walker.walk_all(Parser(_language()).parse(source).root_node)
+        walker.walk_all(parse_tree(source))
     except RecursionError:
         result.problems.append("nested too deeply to analyse")
     except Exception as e:  # an AST shape this walker does not know: not understood, never allowed
@@ -108,7 +71,7 @@ def parse_shell(command: str, home: str | None = None, _depth: int = 0) -> Parse
     return result
 
 
-class _Walker:
+class _Walker(Redirections):
     def __init__(self, src: str, source: bytes, result: ParsedShell, home: str | None, depth: int):
         self.src, self.result, self.home, self.depth = src, result, home, depth
         self.chars = None if src.isascii() else [i for i, ch in enumerate(src) for _ in ch.encode("utf-8")]
@@ -145,13 +108,13 @@ class _Walker:
         """The parts of one simple command (or redirection) are separated by blanks only: a newline
         between them ends the command in bash, whatever the grammar made of it (``echo != =~⏎rm``)."""
         for prev, nxt in zip(nodes, nodes[1:]):
-            if not _BLANKS.fullmatch(self.src[self.span(prev)[1]:self.span(nxt)[0]]):
+            if not BLANKS.fullmatch(self.src[self.span(prev)[1]:self.span(nxt)[0]]):
                 self.problem(f"cannot tell where the command ends: {self.text(node)[:60]!r}")
                 return
 
     def walk_all(self, root) -> None:
         if root.has_error:
-            bad = _first_error(root)
+            bad = first_error(root)
             at = self.text(bad)[:40] if bad is not None else ""
             self.problem(f"the shell parser does not understand it{f' (at {at!r})' if at else ''}")
         self.container(root)
@@ -239,7 +202,7 @@ class _Walker:
             else:
                 self.problem(f"unsupported shell construct in a for loop: {child.type}")
 
-    def command(self, node, extra: list | None = None) -> SimpleCommand:
+    def command(self, node) -> SimpleCommand:
         cmd = SimpleCommand([], [], [], self.text(node))
         named = False
         for child in node.children:
@@ -285,7 +248,7 @@ class _Walker:
         body = node.child_by_field_name("body")
         if body is not None:
             self.statement(body)
-        target = self.made.get(_rightmost_command(body).id) if body is not None else None
+        target = self.made.get(rightmost_command(body).id) if body is not None else None
         cmd = target or SimpleCommand([], [], [], self.text(node))
         prev = body
         for child in node.children:
@@ -311,7 +274,7 @@ class _Walker:
         (it loses the ``-`` of ``python3 - <<'PY'``): those are read by bash's rules and kept."""
         a, b = self.span(before)[1], self.span(after)[0]
         gap = self.src[a:b]
-        if _BLANKS.fullmatch(gap):
+        if BLANKS.fullmatch(gap):
             return
         if not re.fullmatch(r"(?:[ \t]+[-\w./=:,+%@]+)+[ \t]+", gap):
             self.problem(f"cannot tell where the command ends: {self.text(before)[:30]!r}…{gap[:30]!r}")
@@ -319,125 +282,6 @@ class _Walker:
         for m in re.finditer(r"[^ \t]+", gap):
             self.cover((a + m.start(), a + m.end()))
             cmd.words.append(decode_word(m.group(), self.home))
-
-    # ------------------------------------------------------------ redirections
-
-    def redirect(self, node, cmd: SimpleCommand) -> None:
-        """Adds the redirection to ``cmd``; words the grammar hangs on a redirection (``> out extra``)
-        are the command's own words, as bash reads them."""
-        if node.type == "heredoc_redirect":
-            return self.heredoc(node, cmd)
-        fd, op, targets = None, None, []
-        for child in node.children:
-            if child.type == "file_descriptor":
-                fd = child
-            elif child.type == "comment":
-                self.comment(child)
-            elif not child.is_named and op is None:
-                op = child.type
-                self.cover(child)
-                if fd is not None and (fd.end_byte != child.start_byte or not self.text(fd).isdigit()):
-                    self.problem(f"unsupported file descriptor in {self.text(node)[:40]!r}")
-            elif child.type in WORDS:
-                targets.append(child)
-            else:
-                self.problem(f"unsupported redirection: {self.text(node)[:40]!r}")
-                return
-        if fd is not None:
-            self.cover(fd)
-        self.one_line(node.children, node)
-        if op is None:
-            self.problem(f"unsupported redirection: {self.text(node)[:40]!r}")
-            return
-        number = int(self.text(fd)) if fd is not None and self.text(fd).isdigit() else None
-        if op in (">&-", "<&-"):
-            cmd.redirects.append(Redirect(op[:2], number, None))
-        elif not targets:
-            self.problem(f"a redirection without a target: {self.text(node)[:40]!r}")
-        else:
-            first = targets.pop(0)
-            raw = self.text(first)
-            if op in (">&", "<&") and raw.isdigit():
-                self.cover(first)
-                cmd.redirects.append(Redirect(op, number, int(raw)))
-            else:
-                word = self.word(first)
-                if word.static and re.fullmatch(r"/dev/(tcp|udp)/.*", word.value or ""):
-                    self.problem(f"redirection to a network socket: {word.value}")
-                cmd.redirects.append(Redirect(op, number, word))
-        cmd.words.extend(self.word(t) for t in targets)
-
-    def heredoc(self, node, cmd: SimpleCommand) -> None:
-        fd, op, start, body, end = None, "", None, None, None
-        for child in node.children:
-            kind = child.type
-            if kind == "file_descriptor":
-                fd = child
-                self.cover(child)
-            elif kind in ("<<", "<<-"):
-                op = kind
-                self.cover(child)
-            elif kind == "heredoc_start":
-                start = child
-            elif kind == "heredoc_body":
-                body = child
-            elif kind == "heredoc_end":
-                end = child
-            elif kind == "comment":
-                self.comment(child)
-            elif kind == "file_redirect":  # cat <<EOF > out
-                self.redirect(child, cmd)
-            elif kind == "pipeline":  # cat <<EOF | grep x: the grammar hangs the rest of the line here
-                self.container(child)
-            elif kind in STATEMENTS:  # cat <<EOF && rm x
-                self.statement(child)
-            elif not child.is_named and kind in ("&&", "||", "\n"):
-                self.cover(child)
-            else:
-                self.problem(f"unsupported shell construct after a here-document: {kind}")
-        if start is None or end is None or end.start_byte == end.end_byte or not op:
-            self.problem("cannot tell where a here-document ends")
-            return
-        number = int(self.text(fd)) if fd is not None and self.text(fd).isdigit() else None
-        cmd.redirects.append(Redirect(op, number, None))
-        self.heredoc_body(node, op, start, body, end)
-
-    def heredoc_body(self, node, op: str, start, body, end) -> None:
-        """Check the body ends where bash would end it, and look through what an unquoted one runs."""
-        src = self.src
-        raw = self.word_text(start)
-        delim = decode_word(raw, self.home).value
-        if delim is None:
-            self.problem(f"a here-document delimiter only known at run time: {raw}")
-            return
-        newline = src.find("\n", self.span(start)[1])  # bash reads the body from the next line on
-        body_from = newline + 1
-        line = [c for c in node.children if c.type not in ("heredoc_body", "heredoc_end")]
-        if newline < 0 or any(self.span(c)[1] > newline for c in line) or \
-                self.span(body if body is not None else end)[0] < body_from:
-            self.problem("a here-document whose command goes on over several lines")
-            return
-        end_a, end_b = self.span(end)
-        line_from = src.rfind("\n", 0, end_a) + 1
-        line_to = src.find("\n", end_a) % (len(src) + 1)  # -1 (the last line) becomes len(src)
-        strip = (lambda s: s.lstrip("\t")) if op == "<<-" else (lambda s: s)
-        lines = src[body_from:line_from].split("\n")[:-1]
-        if strip(src[line_from:line_to]) != delim or any(strip(x) == delim for x in lines):
-            self.problem(f"cannot tell where the here-document {delim!r} ends")
-            return
-        self.cover((body_from, line_to))
-        if re.search(r"[\\'\"]", raw):
-            return  # a quoted delimiter: the body is literal text
-        text = src[body_from:line_from]
-        theirs = {(a - body_from, b - body_from) for a, b in self.substitutions(body)} if body else set()
-        mine = heredoc_substitution_spans(text)
-        # The grammar does not look for `…` in a here-document: every substitution it found must be
-        # one our scanner found, and all of ours are looked through.
-        if mine is None or not theirs <= {(s, e) for s, e, _ in mine}:
-            self.problem(f"cannot tell for sure which commands the here-document {delim!r} substitutes")
-        for why in expansion_problems(text):
-            self.problem(f"in the here-document {delim!r}: {why}")
-        self.substituted(text, mine or [])
 
     # ------------------------------------------------------------ words
 
@@ -499,26 +343,6 @@ class _Walker:
         if a and self.src[a - 1] not in " \t\n;&|()":
             self.problem(f"a # that bash would not take for a comment: {self.src[a:b][:40]!r}")
         self.cover((a, b))
-
-
-def _first_error(node):
-    stack = [node]
-    while stack:
-        n = stack.pop()
-        if n.is_error or n.is_missing:
-            return n
-        stack.extend(reversed(n.children))
-    return None
-
-
-def _rightmost_command(node):
-    """The simple command a redirection after ``a && b | c`` belongs to in bash (c)."""
-    while node.type in ("pipeline", "list", "negated_command"):
-        kids = [c for c in node.named_children if c.type != "comment"]
-        if not kids:
-            break
-        node = kids[-1]
-    return node
 
 
 def _uncovered(text: str, spans: list[tuple[int, int]]) -> str:
