@@ -264,3 +264,10 @@ def test_here_documents(command, commands):
     parsed = parse_shell(command, HOME)
     assert parsed.problems == []
     assert [[w.value for w in c.words] for c in parsed.commands] == commands
+
+
+def test_the_small_model_profile_python_blocks_are_understood():
+    from drivetrain.models.codeact import to_command
+    code = 'import os\nx = "$(rm -rf ~)"\nprint(f"{x} `date`", os.listdir("."))\n'
+    parsed = parse_shell(to_command("python", code), HOME)
+    assert parsed.problems == [] and [[w.value for w in c.words] for c in parsed.commands] == [["python3", "-"]]
