@@ -349,3 +349,13 @@ def test_writing_or_untracking_a_read_denied_file_is_not_reading_it(ws, command)
     (ws / "notes.txt").write_text("n\n")
     p = make(ws, "acceptEdits", allow=["Bash(git rm:*)", "Bash(rm:*)"], deny=["Read(**/.env)"])
     assert p.decide("Bash", {"command": command}, ws).behavior == "allow"
+
+
+def test_a_folder_too_big_to_check_does_not_hide_a_denied_read_after_it(ws, monkeypatch):
+    from drivetrain.permissions import search
+    secret_workspace(ws)
+    monkeypatch.setattr(search, "WALK_LIMIT", 0)
+    p = make(ws, allow=["Bash(grep:*)", "Bash(cat:*)"], deny=["Read(**/.env)"])
+    d = p.decide("Bash", {"command": "grep -r x src; cat .env"}, ws)
+    assert d.behavior == "deny" and d.rule == "Read(**/.env)"
+    assert p.decide("Bash", {"command": "grep -r x src; cat README"}, ws).behavior == "ask"

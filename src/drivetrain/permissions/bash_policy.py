@@ -134,6 +134,7 @@ def decide_bash(policy: Policy, command: str, cwd: Path) -> Decision:
 def _deny_or_ask_rules(policy: Policy, command: str, parts: list[Part], cwds, problems: list[str],
                        cwd: Path) -> Decision | None:
     """Steps 1 and 2: deny rules, then ask rules, on every part and every file a part touches."""
+    unsure = None  # a folder too big to check against the Read rules: asked, unless something denies
     for behavior in ("deny", "ask"):
         if rule := policy._first(behavior, "Bash", lambda r: r.bare):
             return _by_rule(behavior, rule, f"every Bash command: {behavior}")
@@ -142,14 +143,17 @@ def _deny_or_ask_rules(policy: Policy, command: str, parts: list[Part], cwds, pr
             if rule := policy._first(behavior, "Bash", lambda r, ls=layers: any(r.match_words(x) for x in ls)):
                 return _by_rule(behavior, rule, f"`{_short(p.text)}`: {behavior}")
             if d := _file_rule(policy, behavior, p, cw, cwd):
-                return d
-        if not problems or behavior != "deny":
-            continue
-        for rule in (r for r in policy.rules if r.behavior == "deny" and r.tool == "Bash" and r.words):
-            name = rule.words[0].value or ""
-            if re.search(rf"(?<![\w.-]){re.escape(name)}(?![\w.-])", command):
-                return _by_rule("deny", rule, f"not fully understood ({problems[0]}) and it mentions "
-                                              f"{name!r}, which a deny rule names")
+                if d.behavior == behavior:
+                    return d
+                unsure = unsure or d
+        if problems and behavior == "deny":
+            for rule in (r for r in policy.rules if r.behavior == "deny" and r.tool == "Bash" and r.words):
+                name = rule.words[0].value or ""
+                if re.search(rf"(?<![\w.-]){re.escape(name)}(?![\w.-])", command):
+                    return _by_rule("deny", rule, f"not fully understood ({problems[0]}) and it mentions "
+                                                  f"{name!r}, which a deny rule names")
+        if unsure:
+            return unsure
     return None
 
 
