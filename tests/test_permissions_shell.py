@@ -69,7 +69,7 @@ def test_substitutions_inside_quotes_and_assignments_are_found():
     "ech\\\no x", "cat <<EOF", "cat <<EOF\nx\n EOF", "cat <<-EOF\nx\n  EOF",
     "cat <<EOF\n${x:-$(rm)}\nEOF", "cat <<EOF\n$((1+2))\nEOF", "cat <<$x\nx\n$x", "a=(1 2) ls",
     "{fd}>x ls", "echo \"${x:-\"a b\"}\"", "cat <<A <<B\na\nA\nb\nB", "ls <> x", "echo \"\ud800\"",
-    "[ a = b ] > out extra", "{ ls; } > out extra",
+    "[ a = b ] > out extra", "{ ls; } > out extra", "if a; then b", "(ls", "echo \"a", "ls && ",
 ])
 def test_what_is_not_understood_is_reported(command):
     assert parse_shell(command, HOME).problems
