@@ -27,6 +27,8 @@ ADVERSARIAL_RULES = [
     "Bash(tar:*)", "Bash(zip:*)", "Bash(man:*)", "Bash(less:*)", "Bash(vim:*)", "Bash(rsync -av:*)",
     "Bash(python -m pytest:*)", "Bash(make test:*)", "Bash(cargo test:*)", "Bash(base64:*)",
 ]
+# …and the Read deny rule they try to get around (the workspace holds .env and config/.env).
+ADVERSARIAL_DENY = ["Read(**/.env)"]
 MODES = ("default", "acceptEdits", "plan")
 
 
@@ -43,7 +45,8 @@ def adversarial() -> list[str]:
 
 def safe() -> list[tuple[str, str]]:
     lines = (DATA / "safe_commands.txt").read_text(encoding="utf-8").splitlines()
-    return [tuple(line.split("\t", 1)) for line in lines if line.strip() and not line.startswith("#")]
+    pairs = [line.split("\t", 1) for line in lines if line.strip() and not line.startswith("#")]
+    return [(rules, decode(command)) for rules, command in pairs]
 
 
 def workspace(tmp: Path) -> tuple[Path, Path]:
@@ -52,6 +55,9 @@ def workspace(tmp: Path) -> tuple[Path, Path]:
         d.mkdir(parents=True, exist_ok=True)
     for f in ("README.md", "a.txt", "b.txt", "data.txt", "build.log", "package.json", "src/app.py"):
         (ws / f).write_text("x\n")
+    (ws / "config").mkdir(exist_ok=True)
+    for f in (".env", "config/.env"):
+        (ws / f).write_text("API_KEY=sk-secret\n")
     (home / ".ssh").mkdir(exist_ok=True)
     (home / ".ssh" / "id_rsa").write_text("key")
     if not (ws / "vendor").is_symlink():
@@ -59,8 +65,9 @@ def workspace(tmp: Path) -> tuple[Path, Path]:
     return ws, home
 
 
-def policy_for(ws: Path, home: Path, rules: list[str], mode: str) -> Policy:
-    parsed = [parse_rule(r, "allow", "corpus", ws, home) for r in rules]
+def policy_for(ws: Path, home: Path, rules: list[str], mode: str, deny: list[str] = ADVERSARIAL_DENY) -> Policy:
+    parsed = [parse_rule(r, "deny", "corpus", ws, home) for r in deny]
+    parsed += [parse_rule(r, "allow", "corpus", ws, home) for r in rules]
     return Policy(mode=mode, rules=parsed, home=home)
 
 
@@ -77,7 +84,8 @@ def wrongly_refused(ws: Path, home: Path) -> list[tuple[str, str, str]]:
     for rules, command in safe():
         tokens = [] if rules == "-" else split_tool_list([rules], "corpus")
         mode = next((t.split(":", 1)[1] for t in tokens if t.startswith("mode:")), "default")
-        policy = policy_for(ws, home, [t for t in tokens if not t.startswith("mode:")], mode)
+        allow = [t for t in tokens if not t.startswith(("mode:", "deny:"))]
+        policy = policy_for(ws, home, allow, mode, [t[5:] for t in tokens if t.startswith("deny:")])
         d = policy.decide("Bash", {"command": command}, ws)
         if d.behavior != "allow":
             bad.append((command, rules, f"{d.behavior}: {d.reason}"))

@@ -64,12 +64,43 @@ def test_substitutions_inside_quotes_and_assignments_are_found():
 
 @pytest.mark.parametrize("command", [
     "f() { rm; }; f", "echo $((1+2))", "echo $[1+2]", "[[ -f x ]]", "case x in a) rm;; esac",
-    "git status\rrm", "ls\x00rm", "ls\u202erm", "echo 'unterminated", "cat <<EOF\n$(rm)\nEOF",
-    "echo ${x:-$(rm)}", "echo $(echo hi # )\nrm -rf ~)", "echo 'x'\"$(ls)\"'$(rm)'", "ls )",
-    "select x in a; do rm; done", "coproc rm", "echo a'$(rm)'",
+    "git status\rrm", "ls\x00rm", "ls\u202erm", "echo 'unterminated",
+    "echo ${x:-$(rm)}", "ls )", "select x in a; do rm; done", "((x++))", "for ((i=0; i<3; i++)); do rm; done",
+    "ech\\\no x", "cat <<EOF", "cat <<EOF\nx\n EOF", "cat <<-EOF\nx\n  EOF",
+    "cat <<EOF\n${x:-$(rm)}\nEOF", "cat <<EOF\n$((1+2))\nEOF", "cat <<$x\nx\n$x", "a=(1 2) ls",
+    "{fd}>x ls", "echo \"${x:-\"a b\"}\"", "cat <<A <<B\na\nA\nb\nB", "ls <> x", "echo \"\ud800\"",
+    "[ a = b ] > out extra", "{ ls; } > out extra", "if a; then b", "(ls", "echo \"a", "ls && ",
 ])
 def test_what_is_not_understood_is_reported(command):
     assert parse_shell(command, HOME).problems
+
+
+@pytest.mark.parametrize("command, commands", [
+    # a comment inside $( … ) runs to the end of the line, ) included
+    ("echo $(echo hi # )\nrm -rf ~)", [["echo", "hi"], ["rm", "-rf", HOME], ["echo", None]]),
+    ("echo 'x'\"$(ls)\"'$(rm)'", [["ls"], ["echo", None]]),  # the single-quoted one is text
+    ("echo a'$(rm)'", [["echo", "a$(rm)"]]),
+    ("echo a\\ ; rm", [["echo", "a "], ["rm"]]),
+    ("echo > out extra 2>&1 more", [["echo", "extra", "more"]]),  # words after a redirection are arguments
+    ("ls | grep x > out y", [["ls"], ["grep", "x", "y"]]),
+    ("export A=1 B; unset C", [["export", "A=1", "B"], ["unset", "C"]]),
+    ("[ -f 'a b' ] && test -n x", [["[", "-f", "a b", "]"], ["test", "-n", "x"]]),
+    ("! ls; time -p ls", [["ls"], ["time", "-p", "ls"]]),
+])
+def test_commands_are_read_as_bash_reads_them(command, commands):
+    parsed = parse_shell(command, HOME)
+    assert parsed.problems == []
+    assert [[w.value for w in c.words] for c in parsed.commands] == commands
+
+
+def test_redirections_are_attached_to_their_command():
+    (cmd,) = parse_shell("cat < in > out 2>&1 >&- 3>> log", HOME).commands
+    assert [(r.op, r.fd, r.target.value if hasattr(r.target, "value") else r.target) for r in cmd.redirects] == [
+        ("<", None, "in"), (">", None, "out"), (">&", 2, 1), (">&", None, None), (">>", 3, "log")]
+
+
+def test_coproc_is_not_understood():
+    assert analyze_command("coproc rm", HOME)[0][0].problems
 
 
 def test_time_keyword_is_looked_through():
@@ -154,8 +185,8 @@ def test_read_only_classification():
 
 FRAGMENTS = ["a", "b", "-x", "x=", "~/", ":~", "'q r'", '"d q"', "\\ ", "\\'", '\\"', "$'\\x41'", "$'\\n'",
              "$'\\''", '"\\$"', '"\\\\"', "=", "~", "%", ",", "{a}", "''", '""', "\\\\", "'#'", "x#y", "\\;",
-             '"$"', "@", "+", ".", "/"]
-SEPARATORS = [" ; ", " && ", "\n", " ;\n", " # c\n"]
+             '"$"', "@", "+", ".", "/", "==", "=~", "\\\n", "#", "-", "!"]
+SEPARATORS = [" ; ", " && ", "\n", " ;\n", " # c\n", " ;\\\n "]
 
 
 def random_command(rng: random.Random) -> str:
@@ -180,11 +211,63 @@ def test_words_and_commands_match_what_bash_runs(tmp_path):
         if parsed.problems:
             continue
         ws = [c.words for c in parsed.commands]
-        if any(w.value is None or w.glob for c in ws for w in c):
-            continue
+        if any(w.value is None or w.glob for c in ws for w in c) or any(c[0].value != "printf" for c in ws):
+            continue  # (a comment ending in a backslash leaves the next line to start with any word)
         expected = "".join("".join(f"[{w.value}]" for w in c[2:]) if len(c) > 2 else "[]" for c in ws)
         got = subprocess.run(["bash", "-c", command], cwd=tmp_path, capture_output=True, text=True,
                              env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}).stdout
         assert got == expected, command
         checked += 1
     assert checked > 300
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_here_documents_run_what_bash_runs(tmp_path):
+    """Random here-documents (quoted or not, <<-, odd delimiter lines): every command bash runs from
+    one is found, or the command is reported as not understood."""
+    delims = ["EOF", "EOF", "'EOF'", "'EOF'", '"EOF"', "\\EOF", "E\\OF", "'E'OF", "EOF'", "E$x"]
+    run = "printf %s_%s {0} {0} >&2"
+    lines = ["$(" + run + ")", "'$(" + run + ")'", "\\$(" + run + ")", "\\\\$(" + run + ")", "`" + run + "`",
+             '"$(' + run + ')"', "$'$(" + run + ")'", "# $(" + run + ")", "$(" + run, ")", "EOF", "\tEOF", " EOF",
+             "EOF ", "EOF\\", "x", "${{x:-a}}", "$x", "\\", "a\\", "x", "$x y", "a 'b' \"c\""]
+    rng = random.Random(20250101)
+    understood = 0
+    for _ in range(500):
+        body = "\n".join(rng.choice(lines) for _ in range(rng.randint(0, 4))).format("S")
+        command = (f"cat{rng.choice(['', ' -'])} {rng.choice(['<<', '<<-', '<< '])}{rng.choice(delims)}"
+                   f"{rng.choice(['', ' | cat', ' > /dev/null', ' && ' + run.format('U'), ';'])}\n{body}\nEOF"
+                   f"{rng.choice(['', chr(10) + run.format('T'), ' '])}")
+        parsed = parse_shell(command, str(tmp_path))
+        if parsed.problems:
+            continue
+        understood += 1
+        err = subprocess.run(["bash", "-c", command], cwd=tmp_path, capture_output=True, text=True,
+                             env={"PATH": "/usr/bin:/bin"}).stderr
+        ran = {c for c in "STU" if f"{c}_{c}" in err}
+        found = {c.words[2].value for c in parsed.commands if len(c.words) > 2 and c.words[0].value == "printf"}
+        assert ran <= found, command
+    assert understood > 100  # many are meant to be odd (delimiters that do not match, unbalanced $( )
+
+
+@pytest.mark.parametrize("command, commands", [
+    ("cat <<'EOF'\n$(rm -rf ~)\nEOF", [["cat"]]),  # a quoted delimiter: the body is text
+    ('cat <<"EOF"\n`rm -rf ~`\nEOF', [["cat"]]),
+    ("cat <<\\EOF\n$(rm -rf ~)\nEOF", [["cat"]]),
+    ("cat <<EOF\n$(rm -rf ~)\nEOF", [["cat"], ["rm", "-rf", HOME]]),  # unquoted: the body is expanded
+    ("cat <<EOF\n'$(rm -rf ~)'\nEOF", [["cat"], ["rm", "-rf", HOME]]),  # quotes are not special there
+    ("cat <<-EOF\n\tx `date`\n\tEOF\necho done", [["cat"], ["date"], ["echo", "done"]]),
+    ("python3 - <<'PY'\nprint(f\"{x} $(date)\")\nPY", [["python3", "-"]]),
+    ("cat <<EOF | sh\nrm -rf ~\nEOF", [["cat"], ["sh"]]),
+    ("cat > notes.md <<'EOF'\n# $(title)\nEOF", [["cat"]]),
+])
+def test_here_documents(command, commands):
+    parsed = parse_shell(command, HOME)
+    assert parsed.problems == []
+    assert [[w.value for w in c.words] for c in parsed.commands] == commands
+
+
+def test_the_small_model_profile_python_blocks_are_understood():
+    from drivetrain.models.codeact import to_command
+    code = 'import os\nx = "$(rm -rf ~)"\nprint(f"{x} `date`", os.listdir("."))\n'
+    parsed = parse_shell(to_command("python", code), HOME)
+    assert parsed.problems == [] and [[w.value for w in c.words] for c in parsed.commands] == [["python3", "-"]]

@@ -80,3 +80,18 @@ def test_helpers():
     assert split_literal_prefix("src/app/**/*.py") == ("src/app", "**/*.py")
     assert split_literal_prefix("/abs/*.py") == ("/abs", "*.py")
     assert split_literal_prefix("README.md") == ("", "README.md")
+
+
+async def test_files_a_read_deny_rule_covers_are_skipped_and_counted(ctx):
+    from drivetrain.permissions import Policy, parse_rule
+    make(ctx.cwd, "src/.env", 7_000, "API_KEY=x")
+    make(ctx.cwd, "src/pkg/.env", 7_000, "API_KEY=y")
+    rules = [parse_rule("Read(**/.env)", "deny", "test", ctx.cwd, ctx.cwd)]
+    guarded = ToolContext(cwd=ctx.cwd, read_filter=Policy(rules=rules, home=ctx.cwd).search_filter(ctx.cwd))
+    r = await Glob().call({"pattern": "src/**/*"}, guarded)
+    assert ".env" not in r.content.replace("Read(**/.env)", "")
+    assert r.content.splitlines()[-1] == "(2 files skipped: denied by Read(**/.env))"
+    r = await Glob().call({"pattern": "**/.env"}, guarded)
+    assert r.content == f"No files match **/.env in {ctx.cwd}. (2 files skipped: denied by Read(**/.env))"
+    r = await Glob().call({"pattern": "**/.env"}, ctx)  # no policy: nothing is hidden
+    assert r.content.splitlines() == ["src/.env", "src/pkg/.env"]

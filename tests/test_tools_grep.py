@@ -132,3 +132,43 @@ def test_gitignore_rules():
     assert stack.ignored("/r/deep/x.o", False)
     assert not stack.ignored("/r/keep.o", False)        # negation, last rule wins
     assert stack.ignored("/r/out", True) and not stack.ignored("/r/out", False)  # dir only
+
+
+def guarded(ctx: ToolContext, *deny: str, ask: tuple[str, ...] = ()) -> ToolContext:
+    """The tree with the real Policy's search filter, as the loop hands it to the tools."""
+    from drivetrain.permissions import Policy, parse_rule
+    rules = [parse_rule(r, "deny", "test", ctx.cwd, ctx.cwd) for r in deny]
+    rules += [parse_rule(r, "ask", "test", ctx.cwd, ctx.cwd) for r in ask]
+    return ToolContext(cwd=ctx.cwd, read_filter=Policy(rules=rules, home=ctx.cwd).search_filter(ctx.cwd))
+
+
+async def test_files_a_read_deny_rule_covers_are_skipped_and_counted(grep, tree):
+    (tree.cwd / ".env").write_text("API_KEY=sk-live-123\n")
+    (tree.cwd / "lib" / ".env").write_text("OTHER=nothing to see\n")
+    ctx = guarded(tree, "Read(**/.env)")
+    r = await grep.call({"pattern": "API_KEY|hello|main", "output_mode": "content"}, ctx)
+    assert "sk-live" not in r.content and ".env" not in r.content.split("\n\n")[0]
+    assert r.content.endswith("\n\n(2 files skipped: denied by Read(**/.env))")
+    assert "app.py" in r.content
+    # Counted whether or not they match: the count tells nothing of what they hold.
+    r = await grep.call({"pattern": "no such text"}, ctx)
+    assert r.content.endswith("(2 files skipped: denied by Read(**/.env))")
+    r = await grep.call({"pattern": "hello", "path": "lib"}, ctx)
+    assert r.content.splitlines()[-1] == "(1 file skipped: denied by Read(**/.env))"
+    r = await grep.call({"pattern": "hello"}, guarded(tree, "Read(~/.ssh/**)"))
+    assert "skipped" not in r.content
+
+
+async def test_a_symlink_to_a_denied_file_is_skipped_too(grep, tree):
+    (tree.cwd / ".env").write_text("API_KEY=sk-live-123\n")
+    (tree.cwd / "lib" / "notes.txt").symlink_to(tree.cwd / ".env")
+    r = await grep.call({"pattern": "API_KEY", "output_mode": "content"}, guarded(tree, "Read(**/.env)"))
+    assert "sk-live" not in r.content and "skipped: denied by Read(**/.env)" in r.content  # (rg: no symlinks)
+
+
+async def test_files_an_ask_rule_covers_are_skipped_unless_searched_directly(grep, tree):
+    ctx = guarded(tree, ask=("Read(lib/**)",))
+    r = await grep.call({"pattern": "hello"}, ctx)
+    assert "lib/" not in r.content.split("\n\n")[0] and "2 files skipped: Read(lib/**) asks" in r.content
+    r = await grep.call({"pattern": "hello", "path": "lib"}, ctx)  # the person was asked about lib
+    assert r.content.splitlines() == ["Found 2 files", "lib/notes.md", "lib/util.py"]

@@ -428,7 +428,9 @@ class Run:
 
     def tool_context(self) -> ToolContext:
         roots = getattr(self.agent.policy, "roots", None)  # a policy that confines files names the workspace
-        return ToolContext(cwd=self.agent.cwd, roots=roots(self.agent.cwd) if roots else [])
+        hide = getattr(self.agent.policy, "search_filter", None)  # and the files a search must skip
+        return ToolContext(cwd=self.agent.cwd, roots=roots(self.agent.cwd) if roots else [],
+                           read_filter=hide(self.agent.cwd) if hide else None)
 
     def hook_payload(self, event: str, **fields: Any) -> dict:
         return {"session_id": self.session_id, "cwd": str(self.agent.cwd), "hook_event_name": event, **fields}

@@ -6,9 +6,11 @@
 
 Modules: ``policy`` (Policy, Decision; file tools, WebFetch, user tools) and ``bash_policy``
 (the Bash half); ``rules`` (rule syntax, path patterns) and ``settings`` (files, flags);
-``shell`` (bashlex → simple commands) and ``words`` (quotes, substitutions); ``commands``
-(wrappers, nested shells → parts), ``programs`` (the read-only set) and ``analyzers`` (git,
-find, sed, awk, escape hatches); ``paths`` (resolution, confinement, confined_write).
+``shell`` (tree-sitter → simple commands), ``grammar`` (the node types it knows), ``redirects``
+(redirections, here-documents) and ``words`` (quotes, substitutions, word ends: the cross-check);
+``commands`` (wrappers, nested shells → parts), ``programs`` (the read-only set) and
+``analyzers`` (git, find, sed, awk, escape hatches); ``paths`` (resolution, confinement,
+confined_write); ``search`` (Read rules inside a folder: what Grep/Glob skip, ``grep -r``).
 """
 
 from .commands import Part, analyze_command

@@ -27,6 +27,9 @@ GIT_READONLY: dict[str, tuple[str, tuple[str, ...]]] = {
                              "for-each-ref", "count-objects", "check-ignore", "check-attr", "version")},
     "grep": ("O", ("open-files-in-pager",)),
 }
+# Subcommands that print what files hold (a Read rule on a file named in their arguments applies).
+GIT_SHOWS = {"log", "show", "diff", "whatchanged", "diff-tree", "diff-index", "diff-files", "range-diff", "blame",
+             "annotate", "cat-file", "grep", "archive", "format-patch", "stash", "shortlog", "apply", "am"}
 # Flags of other git subcommands that run a program of the caller's choosing.
 GIT_ESCAPES: dict[str, tuple[str, tuple[str, ...]]] = {
     "rebase": ("x", ("exec",)), "difftool": ("xt", ("extcmd", "tool")), "mergetool": ("t", ("tool",)),
@@ -51,6 +54,8 @@ def git_effects(words: list[Word]) -> Effects:
     if sub is None:
         fx.dangers.append((si, "the git subcommand is only known at run time"))
         return fx
+    if sub in GIT_SHOWS:
+        fx.mentions.extend(rest[1:])  # pathspecs and REV:path name files whose contents git shows
     for j, w in enumerate(rest[1:], si + 1):
         if runtime(w):
             fx.dangers.append((j, f"{w.raw} is only known at run time and could be an option"))
@@ -193,6 +198,7 @@ def find_effects(words: list[Word]) -> Effects:
                 return fx
             fx.nested.append([_placeholder(x, fx.reads[:max(starts, 1)] if v in ("-exec", "-ok") else [])
                               for x in words[i + 1:j]])
+            fx.trees.extend(w for w in fx.reads[:max(starts, 1)] if w not in fx.trees)  # {} is any file there
             i = j
         elif v == "-delete":
             fx.dangers.append((i, "find -delete deletes files"))
@@ -335,9 +341,14 @@ ESCAPES: dict[str, tuple[str, tuple[str, ...], bool]] = {
 }
 
 
+ARCHIVERS = {"tar", "zip", "rsync"}  # their file arguments are folders whose every file they read
+
+
 def escape_effects(words: list[Word]) -> Effects:
     short, long, plus = ESCAPES[words[0].value or ""]
-    fx = Effects()
+    fx = Effects(mentions=words[1:])
+    if words[0].value in ARCHIVERS:
+        fx.trees.extend(words[i] for i, role in scan(words) if role == "arg")
     old_style = words[0].value == "tar" and len(words) > 1 and re.fullmatch(r"[A-Za-z]+", words[1].value or "-")
     if old_style and any(c in short for c in words[1].value or ""):  # bundled options: tar xIf …
         fx.dangers.append((1, "tar option runs a program"))

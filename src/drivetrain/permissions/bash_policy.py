@@ -24,6 +24,7 @@ from .commands import Part, analyze_command, known_program, program_name
 from .paths import confining_root
 from .policy import Decision, _by_rule, harmless, word_paths
 from .rules import Rule
+from .search import covered_under
 from .shell import Word
 
 if TYPE_CHECKING:
@@ -69,14 +70,37 @@ def _cwds(parts: list[Part], cwd: Path) -> list[list[Path] | None]:
     return out
 
 
-def _file_rule(policy: Policy, behavior: str, p: Part, cw, cwd: Path) -> tuple[Rule, str] | None:
-    for tool, words, bare_ok in (("Read", p.fx.reads, False), ("Write", p.fx.writes, True)):
+def _file_rule(policy: Policy, behavior: str, p: Part, cw, cwd: Path) -> Decision | None:
+    """A Read rule on a file the part reads (or may read: an unknown program's arguments, every file
+    under a folder it reads whole), or a Write rule on a file it writes."""
+    label = _short(p.text)
+    reads = p.fx.reads + [m for w in p.fx.mentions for m in _mentioned_paths(w)]
+    for tool, words, bare_ok in (("Read", reads, False), ("Write", p.fx.writes, True)):
         for w in words:
             for res in word_paths(w, cw, policy.home) or []:
                 rule = policy._file_rule(behavior, tool, res, cwd)
                 if rule and (bare_ok or not rule.bare):
-                    return rule, f"`{_short(p.text)}` {'reads' if tool == 'Read' else 'writes'} {res.lexical}"
+                    return _by_rule(behavior, rule, f"`{label}` {'reads' if tool == 'Read' else 'writes'} "
+                                                    f"{res.lexical}")
+    for w in p.fx.trees:
+        for res in word_paths(w, cw, policy.home) or []:
+            hit = covered_under(policy, behavior, res, cwd)
+            if isinstance(hit, str):
+                return Decision("ask", f"`{label}` reads every file under {res.lexical}, and {hit}", "builtin")
+            if hit:
+                return _by_rule(behavior, hit[0], f"`{label}` reads every file under {res.lexical}, {hit[1]} "
+                                                  "among them (the Grep tool searches a folder and skips such files)")
     return None
+
+
+def _mentioned_paths(w: Word) -> list[Word]:
+    """A word an unknown program gets, as the file names it may stand for: itself, what follows
+    ``--opt=``, ``REV:`` or ``host:``, and ``@file``."""
+    v = w.value
+    if v is None:
+        return []
+    out = [w] + [Word(w.raw, v.split(sep, 1)[1]) for sep in "=:" if sep in v]
+    return out + [Word(w.raw, v[1:])] if v.startswith("@") else out
 
 
 def decide_bash(policy: Policy, command: str, cwd: Path) -> Decision:
@@ -110,6 +134,7 @@ def decide_bash(policy: Policy, command: str, cwd: Path) -> Decision:
 def _deny_or_ask_rules(policy: Policy, command: str, parts: list[Part], cwds, problems: list[str],
                        cwd: Path) -> Decision | None:
     """Steps 1 and 2: deny rules, then ask rules, on every part and every file a part touches."""
+    unsure = None  # a folder too big to check against the Read rules: asked, unless something denies
     for behavior in ("deny", "ask"):
         if rule := policy._first(behavior, "Bash", lambda r: r.bare):
             return _by_rule(behavior, rule, f"every Bash command: {behavior}")
@@ -117,15 +142,18 @@ def _deny_or_ask_rules(policy: Policy, command: str, parts: list[Part], cwds, pr
             layers = _layers(p, deny=behavior == "deny")
             if rule := policy._first(behavior, "Bash", lambda r, ls=layers: any(r.match_words(x) for x in ls)):
                 return _by_rule(behavior, rule, f"`{_short(p.text)}`: {behavior}")
-            if hit := _file_rule(policy, behavior, p, cw, cwd):
-                return _by_rule(behavior, hit[0], hit[1])
-        if not problems or behavior != "deny":
-            continue
-        for rule in (r for r in policy.rules if r.behavior == "deny" and r.tool == "Bash" and r.words):
-            name = rule.words[0].value or ""
-            if re.search(rf"(?<![\w.-]){re.escape(name)}(?![\w.-])", command):
-                return _by_rule("deny", rule, f"not fully understood ({problems[0]}) and it mentions "
-                                              f"{name!r}, which a deny rule names")
+            if d := _file_rule(policy, behavior, p, cw, cwd):
+                if d.behavior == behavior:
+                    return d
+                unsure = unsure or d
+        if problems and behavior == "deny":
+            for rule in (r for r in policy.rules if r.behavior == "deny" and r.tool == "Bash" and r.words):
+                name = rule.words[0].value or ""
+                if re.search(rf"(?<![\w.-]){re.escape(name)}(?![\w.-])", command):
+                    return _by_rule("deny", rule, f"not fully understood ({problems[0]}) and it mentions "
+                                                  f"{name!r}, which a deny rule names")
+        if unsure:
+            return unsure
     return None
 
 

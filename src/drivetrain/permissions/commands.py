@@ -200,7 +200,7 @@ def _shell(words: list[Word], part: Part, parts: list[Part], home: str | None, d
     if not has_c:
         if i >= n:
             part.problems.append(f"{words[0].value} reads its commands from standard input")
-        return Effects()
+        return Effects(mentions=words[i:i + 1])  # a script file
     if i >= n or words[i].value is None:
         part.problems.append(f"the string given to {words[0].value} -c is only known at run time"
                              if i < n else f"{words[0].value} -c without a command string")
@@ -223,7 +223,7 @@ def _program(words: list[Word], part: Part, parts: list[Part], home: str | None,
                 part.assigns.append((key.rstrip("+"), Word(val, val)))
     if name in CODE_BUILTINS and CODE_BUILTINS[name]:
         part.problems.append(CODE_BUILTINS[name])
-        return Effects()
+        return Effects(mentions=words[1:])
     if name in SHELLS:
         return _shell(words, part, parts, home, depth)
     if name == "git":
@@ -240,7 +240,7 @@ def _program(words: list[Word], part: Part, parts: list[Part], home: str | None,
         return writer_effects(words)
     if name in ESCAPES:
         return escape_effects(words)
-    return Effects()
+    return Effects(mentions=words[1:])  # any argument may be a file it reads
 
 
 def _redirects(cmd: SimpleCommand, fx: Effects) -> None:
@@ -276,7 +276,7 @@ def _simple(cmd: SimpleCommand, parts: list[Part], home: str | None, depth: int)
             continue
         inner_fx = _program(words, part, parts, home, depth)
         break
-    for attr in ("dangers", "reads", "writes"):
+    for attr in ("dangers", "reads", "writes", "trees", "mentions"):
         getattr(part.fx, attr).extend(getattr(inner_fx, attr))
     part.fx.edit_ok, part.fx.cd, part.fx.changes_dir = inner_fx.edit_ok, inner_fx.cd, inner_fx.changes_dir
     part.problems.extend(inner_fx.problems)

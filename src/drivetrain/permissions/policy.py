@@ -21,6 +21,7 @@ from urllib.parse import urlparse
 
 from .paths import HARMLESS_READS, HARMLESS_WRITES, Resolved, confining_root, expand, is_within, real_roots, resolve
 from .rules import Rule, parse_rule, split_tool_list
+from .search import SearchFilter
 from .settings import MODES, Settings, check_mode, drivetrain_home, load_settings
 from .shell import Word
 
@@ -102,10 +103,9 @@ class Policy:
         """The workspace: the working directory and the additional directories, symlinks resolved."""
         return real_roots([cwd, *self.additional_dirs])
 
-    def read_denied(self, path: str | os.PathLike, cwd: str | os.PathLike) -> bool:
-        """For Grep/Glob to skip files a deny rule hides, while searching an allowed folder."""
-        res = resolve(path, cwd, self.home)
-        return self._file_rule("deny", "Read", res, Path(cwd)) is not None
+    def search_filter(self, cwd: str | os.PathLike) -> SearchFilter:
+        """For Grep and Glob: the files a search of an allowed folder must skip (Read deny rules…)."""
+        return SearchFilter(self, Path(cwd).absolute())
 
     def _decide(self, tool: str, input: Mapping[str, Any], cwd: Path) -> Decision:
         if tool in READ_TOOLS:

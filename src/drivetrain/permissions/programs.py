@@ -29,6 +29,10 @@ class Effects:
     edit_ok: bool = False  # a file-editing command acceptEdits may allow inside the workspace
     cd: Word | None = None  # cd's target (a dynamic word when unknown)
     changes_dir: bool = False
+    # For Read deny/ask rules only: folders whose every file it reads (grep -r, rg, cp -r, tar), and
+    # words that may name a file it reads (the arguments of a program drivetrain does not know).
+    trees: list[Word] = field(default_factory=list)
+    mentions: list[Word] = field(default_factory=list)
 
 
 def runtime(w: Word) -> bool:
@@ -145,6 +149,34 @@ def _test(words: list[Word], fx: Effects) -> None:
             fx.dangers.append((i, "test -v evaluates an array subscript"))
 
 
+def _search(words: list[Word], fx: Effects) -> None:
+    """grep and rg: the first argument is the pattern (unless -e/-f give it), not a file; with -r (rg:
+    always, unless it only lists file names) every file under each folder is read."""
+    rg = words[0].value == "rg"
+    spec = READONLY[words[0].value or ""]
+    roles = list(scan(words, spec.value_short, spec.value_long))
+    opts = [words[i].value or "" for i, role in roles if role == "opt"]
+    args = [i for i, role in roles if role == "arg"]
+    listing = rg and any(v in ("--files", "--type-list") for v in opts)
+    patterns = [words[i] for i, role in roles if role == "val" and
+                ((words[i - 1].value or "") == "--regexp" or re.fullmatch(r"-[^-]*e", words[i - 1].value or ""))]
+    if args and not listing and not any(opt_hits(v, "ef", ("regexp", "file")) for v in opts):
+        patterns.append(words[args.pop(0)])
+    fx.reads[:] = [r for r in fx.reads if not any(r is w for w in patterns)]
+    vals = [words[i].value for i, role in roles if role == "val" and words[i - 1].value in ("-d", "--directories")]
+    recursive = rg or any(opt_hits(v, "rR", ("recursive", "dereference-recursive")) or v == "--directories=recurse"
+                          for v in opts) or "recurse" in vals
+    if recursive and not listing:
+        fx.trees.extend([words[i] for i in args] or [Word(".", ".")])
+        if not args and not rg:
+            fx.reads.append(Word(".", "."))
+
+
+def _diff(words: list[Word], fx: Effects) -> None:
+    if any(opt_hits(words[i].value or "", "r", ("recursive",)) for i, role in scan(words) if role == "opt"):
+        fx.trees.extend(words[i] for i, role in scan(words) if role == "arg")
+
+
 def _cd(words: list[Word], fx: Effects) -> None:
     fx.reads.clear()
     args = [words[i] for i, role in scan(words) if role == "arg"]
@@ -167,11 +199,15 @@ def _dirstack(words: list[Word], fx: Effects) -> None:
 READONLY: dict[str, Spec] = {
     **{n: Spec(inert=True) for n in (
         "cat", "head", "tail", "wc", "stat", "nl", "tac", "rev", "od", "hexdump", "hd", "strings",
-        "cut", "paste", "column", "fold", "expand", "unexpand", "cmp", "comm", "diff", "md5sum",
+        "cut", "paste", "column", "fold", "expand", "unexpand", "cmp", "comm", "md5sum",
         "sha1sum", "sha224sum", "sha256sum", "sha384sum", "sha512sum", "b2sum", "cksum", "sum",
         "readlink", "realpath", "jq")},
-    **{n: Spec(inert=True, follow_short="R", follow_long=("dereference-recursive",)) for n in (
-        "grep", "egrep", "fgrep")},
+    "diff": Spec(inert=True, check=_diff),
+    **{n: Spec(inert=True, follow_short="R", follow_long=("dereference-recursive",), check=_search,
+               value_short="efmABCdD", value_long=("regexp", "file", "max-count", "after-context",
+                                                   "before-context", "context", "directories", "devices",
+                                                   "include", "exclude", "exclude-dir", "exclude-from", "label"))
+       for n in ("grep", "egrep", "fgrep")},
     **{n: Spec(inert=True, implicit_cwd=True, follow_short="L", follow_long=("dereference",))
        for n in ("ls", "du")},
     "df": Spec(inert=True),
@@ -187,8 +223,8 @@ READONLY: dict[str, Spec] = {
     "tree": Spec(bad_short="oR", bad_long=("output",), implicit_cwd=True, value_short="LPIHTo", follow_short="l",
                  follow_long=("follow",)),
     "rg": Spec(bad_long=("pre", "pre-glob", "hostname-bin"), implicit_cwd=True, follow_short="L",
-               follow_long=("follow",),
-               value_short="ABCEegfjmMtTr", value_long=("pre", "glob", "type", "max-count", "context")),
+               follow_long=("follow",), check=_search, value_short="ABCEegfjmMtTr",
+               value_long=("pre", "glob", "type", "max-count", "context", "regexp", "file")),
     "sort": Spec(bad_short="o", bad_long=("output", "compress-program", "files0-from"), value_short="kotST"),
     "uniq": Spec(value_short="fsw", check=_second_is_output),
     "xxd": Spec(value_short="clgos", check=_second_is_output),
@@ -208,12 +244,20 @@ WRITERS: dict[str, tuple[str, tuple[str, ...], int]] = {  # name: (short value f
     "tee": ("", ("output-error",), 0),
 }
 EDIT_OK = {"mkdir", "touch", "cp", "mv", "tee"}  # acceptEdits allows these inside the workspace
+COPIERS = {"cp", "mv", "ln", "install"}  # their file arguments are read (or carried away) as well
 
 
 def writer_effects(words: list[Word]) -> Effects:
     name = words[0].value or ""
     vs, vl, skip = WRITERS[name]
     fx = Effects(edit_ok=name in EDIT_OK)
+    if name in COPIERS:  # the sources: every file argument but the last, unless -t names the target
+        recursive = name == "mv" or any(opt_hits(w.value or "", "rRa", ("recursive", "archive")) for w in words[1:])
+        args = [i for i, role in scan(words, vs, vl) if role == "arg"]
+        targeted = any(opt_hits(w.value or "", "t", ("target-directory",)) for w in words[1:])
+        sources = [words[i] for i in (args if targeted else args[:-1])]
+        fx.reads.extend(sources)
+        fx.trees.extend(sources if recursive else [])
     for i, role in scan(words, vs, vl):
         w = words[i]
         if role == "arg":

@@ -42,6 +42,26 @@ class PathPattern:
     text: str
     base: Path | None  # None: the working directory at decision time
     regex: re.Pattern
+    glob: str = "**"  # the pattern below its base ("**/name" for a name without a slash)
+
+    def may_match_under(self, folder: Path, cwd: Path) -> bool:
+        """Whether some path inside ``folder`` could match, so that reading the whole folder
+        (``grep -r``, a search tool) could read a file the rule covers."""
+        base = self.base if self.base is not None else cwd
+        try:
+            rel = folder.relative_to(base).as_posix()
+        except ValueError:
+            return folder == base or base.is_relative_to(folder)  # the rule's whole tree is inside
+        parts = [] if rel == "." else rel.split("/")
+        segments = [s for s in self.glob.split("/") if s]
+        for k, part in enumerate(parts):
+            if k >= len(segments):
+                return True  # the folder is inside a path the pattern matches
+            if "**" in segments[k]:
+                return True
+            if not re.fullmatch(glob_to_regex(segments[k]), part, re.DOTALL):
+                return False
+        return True
 
     def matches(self, path: Path, cwd: Path) -> bool:
         base = self.base if self.base is not None else cwd
@@ -105,7 +125,8 @@ def parse_path_pattern(text: str, root: Path, home: Path) -> PathPattern:
     regex = glob_to_regex(glob)
     if base is None and "/" not in glob and glob not in ("", "**"):
         regex = "(?:.*/)?" + regex  # gitignore: a name without a slash matches at any depth
-    return PathPattern(c, base, re.compile(regex, re.DOTALL))
+        glob = "**/" + glob
+    return PathPattern(c, base, re.compile(regex, re.DOTALL), glob)
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,14 @@
 """Parse a shell command into the simple commands bash would run, with every word decoded.
 
-bashlex (a port of bash's own grammar) finds the structure; this module decodes each word
-from the source text itself (quotes, escapes, ``$'…'``), so ``g""it``, ``'r'm`` and ``\\rm``
-come out as ``git``, ``rm`` and ``rm``. Anything whose value is only known at run time
-(``$x``, ``$(…)``, ``~user``, brace expansion) is *dynamic*: it never matches a rule word.
-What cannot be understood at all is reported in ``ParsedShell.problems`` and must be asked
-about, never allowed.
+tree-sitter's Bash grammar finds the structure; this module checks it against bash's own rules
+and decodes each word from the source text itself (quotes, escapes, ``$'…'``), so ``g""it``,
+``'r'm`` and ``\\rm`` come out as ``git``, ``rm`` and ``rm``. Every word boundary and every
+substitution the grammar reports is found a second time by drivetrain's scanner of bash's
+quoting rules (``words``), and every character of the command must belong to a word, an
+operator, a here-document or a comment; where the two disagree, or the grammar reports an
+error, the command is not understood. Anything whose value is only known at run time (``$x``,
+``$(…)``, ``~user``, brace expansion) is *dynamic*: it never matches a rule word. What is not
+understood is reported in ``ParsedShell.problems`` and must be asked about, never allowed.
 """
 
 from __future__ import annotations
@@ -13,23 +16,16 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-import bashlex
-from bashlex import parser as _bl_parser
-
-from .words import Word, decode_word, dynamic, parameter_problem, substitution_spans, unescape_backticks
+from .grammar import STATEMENTS, SUBSTITUTIONS, TOKENS, UNSUPPORTED, WORDS, first_error, parse_tree, rightmost_command
+from .redirects import REDIRECTS, Redirect, Redirections
+from .words import Word, decode_word, dynamic, parameter_problem, substitution_spans, unescape_backticks, word_end
 
 # Control characters other than tab and newline (\r among them), and Unicode characters that
 # make the text a person approves look unlike what bash runs (line separators, bidi overrides).
 _BAD_CHARS = re.compile("[\x00-\x08\x0b-\x1f\x7f\x85\u2028\u2029\u202a-\u202e\u2066-\u2069\ufeff]")
-_LEFTOVER_OK = re.compile(r"(?:[ \t\n;&]|#[^\n]*)*")
+_GAP_OK = re.compile(r"(?:[ \t\n]|\\\n)*")
+BLANKS = re.compile(r"(?:[ \t]|\\\n)*")
 MAX_DEPTH = 8  # bash -c inside bash -c inside …: deeper than this is not worth understanding
-
-
-@dataclass(frozen=True)
-class Redirect:
-    op: str  # >, >>, >|, &>, &>>, <, <>, <<, <<-, <<<, >&, <&
-    fd: int | None
-    target: Word | int | None  # a file word, an fd number (2>&1), or None (here-doc)
 
 
 @dataclass
@@ -50,9 +46,6 @@ class ParsedShell:
         return not self.problems
 
 
-# ---------------------------------------------------------------- parsing
-
-
 def parse_shell(command: str, home: str | None = None, _depth: int = 0) -> ParsedShell:
     """Every simple command ``command`` would run (substitutions first), and what was not understood."""
     result = ParsedShell([], [])
@@ -64,22 +57,13 @@ def parse_shell(command: str, home: str | None = None, _depth: int = 0) -> Parse
         result.problems.append("shells nested too deeply")
         return result
     try:
-        nodes = bashlex.parse(_neutralize_time(command))
-    except Exception as e:  # bashlex raises ParsingError, NotImplementedError and friends
-        msg = str(e).split("\n")[0] or type(e).__name__
-        result.problems.append(f"the shell parser does not understand it ({msg})")
+        source = command.encode("utf-8")
+    except UnicodeEncodeError:
+        result.problems.append("contains text that is not valid Unicode")
         return result
-    spans: list[tuple[int, int]] = []
-    for node in nodes:
-        spans.append(node.pos)
-        spans.extend(_heredoc_spans(node))
-    leftover = _uncovered(command, spans)
-    if not _leftover_ok(command, leftover):
-        result.problems.append(f"part of it was not parsed: {leftover.strip()[:60]!r}")
-    walker = _Walker(command, result, home, _depth)
+    walker = _Walker(command, source, result, home, _depth)
     try:
-        for node in nodes:
-            walker.walk(node)
+        walker.walk_all(parse_tree(source))
     except RecursionError:
         result.problems.append("nested too deeply to analyse")
     except Exception as e:  # an AST shape this walker does not know: not understood, never allowed
@@ -87,108 +71,256 @@ def parse_shell(command: str, home: str | None = None, _depth: int = 0) -> Parse
     return result
 
 
-def _neutralize_time(command: str) -> str:
-    """bashlex rejects the `time` keyword; spell it TIME (same length) and treat it as a wrapper."""
-    if "time" not in command:
-        return command
-    try:
-        toks = [t for t in _bl_parser._parser(command).tok if t.ttype and t.ttype.name == "TIME"]
-    except Exception:
-        return command
-    chars = list(command)
-    for t in toks:
-        if command[t.lexpos:t.lexpos + 4] == "time":
-            chars[t.lexpos:t.lexpos + 4] = "TIME"
-    return "".join(chars)
-
-
-def _leftover_ok(command: str, leftover: str) -> bool:
-    """Outside the parsed nodes only blanks, ; & and comments, each comment starting a word."""
-    if not _LEFTOVER_OK.fullmatch(leftover):
-        return False
-    return all(m.start() == 0 or command[m.start() - 1] in " \t\n;&|()"
-               for m in re.finditer(r"#[^\n]*", leftover))
-
-
-def _heredoc_spans(node) -> list[tuple[int, int]]:
-    found = []
-
-    class V(bashlex.ast.nodevisitor):
-        def visitheredoc(self, n, value):
-            found.append(n.pos)
-
-    V().visit(node)
-    return found
-
-
-def _uncovered(text: str, spans: list[tuple[int, int]]) -> str:
-    covered = bytearray(len(text))
-    for a, b in spans:
-        covered[a:b] = b"\x01" * (min(b, len(text)) - a)
-    return "".join(" " if covered[k] else ch for k, ch in enumerate(text))
-
-
-class _Walker:
-    def __init__(self, src: str, result: ParsedShell, home: str | None, depth: int):
+class _Walker(Redirections):
+    def __init__(self, src: str, source: bytes, result: ParsedShell, home: str | None, depth: int):
         self.src, self.result, self.home, self.depth = src, result, home, depth
+        self.chars = None if src.isascii() else [i for i, ch in enumerate(src) for _ in ch.encode("utf-8")]
+        self.covered: list[tuple[int, int]] = []
+        self.made: dict[int, SimpleCommand] = {}  # command node id -> its SimpleCommand
+
+    # ------------------------------------------------------------ helpers
 
     def problem(self, msg: str) -> None:
         if msg not in self.result.problems:
             self.result.problems.append(msg)
 
-    def walk(self, node) -> None:
-        kind = node.kind
-        if kind in ("list", "pipeline"):
-            for part in node.parts:
-                if part.kind not in ("operator", "pipe", "reservedword"):
-                    self.walk(part)
-        elif kind == "compound":
-            for part in node.list:
-                if part.kind != "reservedword":
-                    self.walk(part)
-            self._redirect_only(node)
-        elif kind in ("if", "while", "until", "for"):
-            words = [p for p in node.parts if p.kind == "word"]
-            if kind == "for" and words:  # the loop variable is assigned each value
-                self.result.commands.append(SimpleCommand(
-                    [], [(words[0].word, dynamic(words[0].word, "loop variable"))], [], self._text(node)))
-                for w in words[1:]:
-                    self._word(w)
-            for part in node.parts:
-                if part.kind not in ("reservedword", "word"):
-                    self.walk(part)
-            self._redirect_only(node)
-        elif kind == "function":
-            self.problem("defines a shell function (it could shadow any command name)")
-            for part in node.parts:
-                if part.kind not in ("reservedword", "word"):
-                    self.walk(part)
-        elif kind == "command":
-            self._command(node)
+    def span(self, node) -> tuple[int, int]:
+        if self.chars is None:
+            return node.start_byte, node.end_byte
+        c = self.chars
+        return (c[node.start_byte] if node.start_byte < len(c) else len(self.src),
+                c[node.end_byte] if node.end_byte < len(c) else len(self.src))
+
+    def text(self, node) -> str:
+        a, b = self.span(node)
+        return self.src[a:b]
+
+    def cover(self, node_or_span) -> None:
+        self.covered.append(node_or_span if isinstance(node_or_span, tuple) else self.span(node_or_span))
+
+    def token(self, node, allowed: set[str] | tuple[str, ...], where: str) -> None:
+        if node.type in allowed:
+            self.cover(node)
         else:
-            self.problem(f"unsupported shell construct: {kind}")
+            self.problem(f"unexpected {self.text(node)[:20]!r} in {where.replace('_', ' ')}")
 
-    def _text(self, node) -> str:
-        return self.src[node.pos[0]:node.pos[1]]
+    def one_line(self, nodes: list, node) -> None:
+        """The parts of one simple command (or redirection) are separated by blanks only: a newline
+        between them ends the command in bash, whatever the grammar made of it (``echo != =~⏎rm``)."""
+        for prev, nxt in zip(nodes, nodes[1:]):
+            if not BLANKS.fullmatch(self.src[self.span(prev)[1]:self.span(nxt)[0]]):
+                self.problem(f"cannot tell where the command ends: {self.text(node)[:60]!r}")
+                return
 
-    def _redirect_only(self, node) -> None:
-        redirects = [self._redirect(r) for r in getattr(node, "redirects", None) or []]
-        if redirects:
-            self.result.commands.append(SimpleCommand([], [], redirects, self._text(node)))
+    def walk_all(self, root) -> None:
+        if root.has_error:
+            bad = first_error(root)
+            at = self.text(bad)[:40] if bad is not None else ""
+            self.problem(f"the shell parser does not understand it{f' (at {at!r})' if at else ''}")
+        self.container(root)
+        gaps = _uncovered(self.src, self.covered)
+        if not self.result.problems and not _GAP_OK.fullmatch(gaps):
+            self.problem(f"part of it was not parsed: {gaps.strip()[:60]!r}")
 
-    def _word(self, node) -> Word:
+    # ------------------------------------------------------------ statements
+
+    def container(self, node) -> None:
+        """program, subshell, { … }, do … done, if, while, &&/||, |, !: statements and their operators."""
+        allowed = TOKENS.get(node.type, set())
+        for child in node.children:
+            if child.type == "comment":
+                self.comment(child)
+            elif not child.is_named:
+                self.token(child, allowed, node.type)
+            elif child.type in STATEMENTS:
+                self.statement(child)
+            elif child.type in ("do_group", "elif_clause", "else_clause"):
+                self.container(child)
+            else:
+                self.problem(f"unsupported shell construct: {child.type.replace('_', ' ')}")
+
+    def statement(self, node) -> None:
+        kind = node.type
+        if kind == "command":
+            self.command(node)
+        elif kind == "redirected_statement":
+            self.redirected(node)
+        elif kind in ("variable_assignment", "variable_assignments"):
+            pairs = [node] if kind == "variable_assignment" else node.named_children
+            cmd = SimpleCommand([], [self.assignment(a) for a in pairs if a.type == "variable_assignment"],
+                                text=self.text(node))
+            if any(a.type not in ("variable_assignment", "comment") for a in pairs):
+                self.problem(f"unsupported assignment: {self.text(node)[:60]}")
+            self.one_line(node.children, node)
+            self.result.commands.append(cmd)
+        elif kind in ("declaration_command", "unset_command"):
+            self.flat(node, node.type.split("_")[0] + " command")
+        elif kind == "test_command":
+            opener = node.children[0].type if node.children else ""
+            if opener != "[":
+                self.problem(f"unsupported shell construct: {opener} … (a test or arithmetic command that "
+                             "evaluates arithmetic, which can run commands)")
+            self.flat(node, "[ … ]")
+        elif kind == "for_statement":
+            self.for_loop(node)
+        elif kind in UNSUPPORTED:
+            self.problem(UNSUPPORTED[kind])
+            self.salvage(node)
+        else:
+            self.container(node)
+
+    def salvage(self, node) -> None:
+        """In a construct that is not understood, still find the commands inside (for deny rules)."""
+        for child in node.named_children:
+            if child.type in STATEMENTS:
+                self.statement(child)
+            elif child.type in ("do_group", "compound_statement", "case_item", "subshell"):
+                self.salvage(child)
+
+    def for_loop(self, node) -> None:
+        if node.children and node.children[0].type == "select":
+            self.problem("a select loop")
+        var = node.child_by_field_name("variable")
+        if var is not None:
+            self.cover(var)
+            name = self.text(var)
+            self.result.commands.append(SimpleCommand([], [(name, dynamic(name, "loop variable"))], [],
+                                                      self.text(node)))
+        header = [c for c in node.children if c.type in WORDS or c.type in ("for", "select", "in")]
+        self.one_line(header, node)
+        for child in node.children:
+            if child == var:
+                continue
+            if child.type == "comment":
+                self.comment(child)
+            elif child.type == "do_group":
+                self.container(child)
+            elif not child.is_named:
+                self.token(child, TOKENS["for_statement"] | {"select"}, "a for loop")
+            elif child.type in WORDS:
+                self.word(child)
+            else:
+                self.problem(f"unsupported shell construct in a for loop: {child.type}")
+
+    def command(self, node) -> SimpleCommand:
+        cmd = SimpleCommand([], [], [], self.text(node))
+        named = False
+        for child in node.children:
+            kind = child.type
+            if kind == "comment":
+                self.comment(child)
+            elif kind == "variable_assignment" and not named:
+                cmd.assigns.append(self.assignment(child))
+            elif kind in REDIRECTS:
+                self.redirect(child, cmd)
+            elif kind in WORDS or (not child.is_named and kind in ("$", "==", "=~", "=")):
+                named = True
+                cmd.words.append(self.word(child))
+            else:
+                self.problem(f"unsupported shell construct in a command: {kind}")
+        self.one_line(node.children, node)
+        self.result.commands.append(cmd)
+        self.made[node.id] = cmd
+        return cmd
+
+    def flat(self, node, where: str) -> None:
+        """declare/export/local/unset and ``[ … ]``, as one simple command of blank-separated words
+        (each checked to be one word by bash's rules)."""
+        cmd = SimpleCommand([], [], [], self.text(node))
+        stack, pieces = list(reversed(node.children)), []
+        while stack:
+            child = stack.pop()
+            pieces.append(child)
+            if child.type == "comment":
+                self.comment(child)
+            elif child.type in ("unary_expression", "binary_expression", "parenthesized_expression"):
+                pieces.pop()
+                stack.extend(reversed(child.children))
+            elif child.type in WORDS or child.type in ("variable_assignment", "test_operator", "regex") \
+                    or not child.is_named:
+                cmd.words.append(self.word(child))
+            else:
+                self.problem(f"unsupported shell construct in {where}: {child.type}")
+        self.one_line(pieces, node)
+        self.result.commands.append(cmd)
+
+    def redirected(self, node) -> None:
+        body = node.child_by_field_name("body")
+        if body is not None:
+            self.statement(body)
+        target = self.made.get(rightmost_command(body).id) if body is not None else None
+        cmd = target or SimpleCommand([], [], [], self.text(node))
+        prev = body
+        for child in node.children:
+            if body is not None and child == body:
+                continue
+            if child.type == "comment":
+                self.comment(child)
+                continue
+            if prev is not None:
+                self.lost_words(prev, child, cmd)
+            prev = child
+            if child.type in REDIRECTS:
+                self.redirect(child, cmd)
+            else:
+                self.problem(f"unsupported shell construct in a redirection: {child.type}")
+        if target is None and cmd.words:
+            self.problem(f"words after a redirection of a compound command: {self.text(node)[:60]}")
+        if target is None and (cmd.redirects or cmd.words):
+            self.result.commands.append(cmd)
+
+    def lost_words(self, before, after, cmd: SimpleCommand) -> None:
+        """Between a command and its redirections only blanks, or plain words the grammar dropped
+        (it loses the ``-`` of ``python3 - <<'PY'``): those are read by bash's rules and kept."""
+        a, b = self.span(before)[1], self.span(after)[0]
+        gap = self.src[a:b]
+        if BLANKS.fullmatch(gap):
+            return
+        if not re.fullmatch(r"(?:[ \t]+[-\w./=:,+%@]+)+[ \t]+", gap):
+            self.problem(f"cannot tell where the command ends: {self.text(before)[:30]!r}…{gap[:30]!r}")
+            return
+        for m in re.finditer(r"[^ \t]+", gap):
+            self.cover((a + m.start(), a + m.end()))
+            cmd.words.append(decode_word(m.group(), self.home))
+
+    # ------------------------------------------------------------ words
+
+    def word_text(self, node) -> str:
+        """The node's text, once bash's own rules agree that it is exactly one word."""
+        a, b = self.span(node)
+        self.cover((a, b))
+        if word_end(self.src, a) != b:
+            self.problem(f"cannot tell where the word {self.src[a:b][:40]!r} ends")
+        return self.src[a:b]
+
+    def substitutions(self, node) -> list[tuple[int, int]]:
+        """The outermost $(…), `…`, <(…) and >(…) the grammar found under ``node``."""
+        found, stack = [], [node]
+        while stack:
+            n = stack.pop()
+            if n.type in SUBSTITUTIONS:
+                found.append(self.span(n))
+            else:
+                stack.extend(n.children)
+        return found
+
+    def substituted(self, raw: str, spans: list[tuple[int, int, str]]) -> None:
+        """Parse the commands inside each substitution from the text our scanner found."""
+        for start, end, kind in spans:
+            body = raw[start + 1:end - 1] if kind == "`" else raw[start + 2:end - 1]
+            inner = parse_shell(unescape_backticks(body) if kind == "`" else body, self.home, self.depth + 1)
+            self.result.commands.extend(inner.commands)
+            for p in inner.problems:
+                self.problem(f"in {raw[start:end][:40]}: {p}")
+
+    def word(self, node) -> Word:
         """Decode a word node, and parse the commands substituted into it.
 
-        The substitutions are found twice, by bashlex and by our own scanner of bash's quoting
-        rules; they must agree (bashlex has been seen to miss one after a comment, or inside
-        'x'"$(…)"'…'). The commands inside are then parsed from the text our scanner found.
+        The substitutions are found twice, by the grammar and by our own scanner of bash's quoting
+        rules; they must agree. The commands inside are then parsed from the text our scanner found.
         """
-        raw, base = self._text(node), node.pos[0]
-        theirs = sorted((p.pos[0] - base, p.pos[1] - base) for p in getattr(node, "parts", None) or []
-                        if p.kind in ("commandsubstitution", "processsubstitution"))
-        for part in getattr(node, "parts", None) or []:
-            if part.kind not in ("parameter", "tilde", "commandsubstitution", "processsubstitution"):
-                self.problem(f"unsupported shell construct in a word: {part.kind}")
+        raw, base = self.word_text(node), self.span(node)[0]
+        theirs = sorted((a - base, b - base) for a, b in self.substitutions(node))
         mine = substitution_spans(raw)
         if mine is None or [(s, e) for s, e, _ in mine] != theirs:
             self.problem(f"cannot tell for sure which commands this word substitutes: {raw[:60]}")
@@ -196,51 +328,25 @@ class _Walker:
             self.problem(f"command substitution inside a parameter expansion: {raw[:60]}")
         if "${" in raw and (why := parameter_problem(raw)):
             self.problem(f"{why}: {raw[:60]}")
-        for start, end, kind in mine or []:
-            body = raw[start + 1:end - 1] if kind == "`" else raw[start + 2:end - 1]
-            inner = parse_shell(unescape_backticks(body) if kind == "`" else body, self.home, self.depth + 1)
-            self.result.commands.extend(inner.commands)
-            for p in inner.problems:
-                self.problem(f"in {raw[start:end][:40]}: {p}")
+        self.substituted(raw, mine or [])
         return decode_word(raw, self.home)
 
-    def _redirect(self, node) -> Redirect:
-        op = node.type
-        fd = node.input if isinstance(getattr(node, "input", None), int) else None
-        target = node.output
-        if op in ("<<", "<<-"):
-            delim = self._text(target)
-            doc = getattr(node, "heredoc", None)
-            body = self.src[doc.pos[0]:doc.pos[1]] if doc else ""
-            lines = [line.lstrip("\t") if op == "<<-" else line for line in body.split("\n")]
-            if not doc or lines[-1] != delim or delim in lines[:-1]:  # where bash would end it
-                self.problem(f"cannot tell where the here-document {delim!r} ends")
-            if not re.search(r"[\\'\"]", delim) and re.search(r"\$[({\[]|`", body):
-                self.problem("a here-document substitutes commands or parameters")
-            return Redirect(op, fd, None)
-        if isinstance(target, int):
-            return Redirect(op, fd, target)
-        if isinstance(target, str):  # >&- and <&- close a descriptor
-            if target != "-":
-                self.problem(f"unsupported redirection target {target!r}")
-            return Redirect(op, fd, None)
-        word = self._word(target)
-        if word.static and re.fullmatch(r"/dev/(tcp|udp)/.*", word.value or ""):
-            self.problem(f"redirection to a network socket: {word.value}")
-        return Redirect(op, fd, word)
+    def assignment(self, node) -> tuple[str, Word]:
+        raw = self.text(node)
+        self.word(node)  # the whole NAME=value is one word; walk substitutions in the value
+        name, _, value = raw.partition("=")
+        return name.rstrip("+"), decode_word(value, self.home)
 
-    def _command(self, node) -> None:
-        cmd = SimpleCommand([], [], [], self._text(node))
-        for part in node.parts:
-            if part.kind == "word":
-                cmd.words.append(self._word(part))
-            elif part.kind == "assignment":
-                raw = self._text(part)
-                name, _, value = raw.partition("=")
-                self._word(part)  # walk substitutions in the value
-                cmd.assigns.append((name.rstrip("+"), decode_word(value, self.home)))
-            elif part.kind == "redirect":
-                cmd.redirects.append(self._redirect(part))
-            else:
-                self.problem(f"unsupported shell construct in a command: {part.kind}")
-        self.result.commands.append(cmd)
+    def comment(self, node) -> None:
+        """bash starts a comment only at the start of a word."""
+        a, b = self.span(node)
+        if a and self.src[a - 1] not in " \t\n;&|()":
+            self.problem(f"a # that bash would not take for a comment: {self.src[a:b][:40]!r}")
+        self.cover((a, b))
+
+
+def _uncovered(text: str, spans: list[tuple[int, int]]) -> str:
+    covered = bytearray(len(text))
+    for a, b in spans:
+        covered[a:b] = b"\x01" * (min(b, len(text)) - a)
+    return "".join(" " if covered[k] else ch for k, ch in enumerate(text))

@@ -2,9 +2,9 @@
 
 ``decode_word`` turns ``g""it``, ``'r'm``, ``\\rm`` and ``$'\\x72m'`` into ``git``, ``rm``, ``rm``, ``rm``;
 anything only known at run time (``$x``, ``$(…)``, ``~user``, ``{a,b}``) has no value.
-``substitution_spans`` finds every ``$(…)``, backtick and ``<(…)``/``>(…)`` bash would run, by
-bash's quoting rules, so that the commands inside are checked even where the parser
-(bashlex) misreads them.
+``substitution_spans`` finds every ``$(…)``, backtick and ``<(…)``/``>(…)`` bash would run, and
+``word_end`` where bash ends a word, both by bash's quoting rules: the cross-check on the parser
+(tree-sitter), so that where the two disagree the command is not understood rather than misread.
 """
 
 from __future__ import annotations
@@ -47,10 +47,10 @@ def decode_word(raw: str, home: str | None = None) -> Word:
     i, n = 0, len(raw)
     if raw.startswith(("<(", ">(")) and raw.endswith(")"):
         return Word(raw, None, why="process substitution", procsub=True)
-    assign = re.match(r"[A-Za-z_][A-Za-z0-9_]*=", raw)  # bash expands ~ after = and : in NAME=…
+    assign = re.match(r"[A-Za-z_][A-Za-z0-9_]*\+?=", raw)  # bash expands ~ after = and : in NAME=…
     while i < n:
         c = raw[i]
-        if c == "~" and (i == 0 or (assign and i >= assign.end() and raw[i - 1] in "=:")):
+        if c == "~" and (i == 0 or (assign and (i == assign.end() or (i > assign.end() and raw[i - 1] == ":")))):
             stop = re.compile(r"[/:]" if assign and i else "/").search(raw, i)
             end = stop.start() if stop else n
             if end != i + 1:  # ~user, ~+, ~- : depend on the system or the shell's state
@@ -209,6 +209,129 @@ def substitution_spans(raw: str) -> list[tuple[int, int, str]] | None:
     return None if in_dq else spans
 
 
+def _dq_end(raw: str, i: int) -> int | None:
+    """The index just past the " closing a double-quoted string whose body starts at i."""
+    n = len(raw)
+    while i < n and raw[i] != '"':
+        if raw[i] == "\\":
+            i += 2
+        elif raw.startswith("$(", i):
+            i = _match_paren(raw, i + 2) or n + 1
+        elif raw[i] == "`":
+            i = _backtick_end(raw, i) or n + 1
+        else:
+            i += 1
+    return i + 1 if i < n else None
+
+
+def _brace_end(raw: str, i: int) -> int | None:
+    """The index just past the } closing a ${ whose body starts at i (quotes and substitutions skipped)."""
+    depth, n = 1, len(raw)
+    while i < n:
+        c = raw[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c == "'":
+            j = raw.find("'", i + 1)
+            end = j + 1 if j >= 0 else None
+        elif c == '"':
+            end = _dq_end(raw, i + 1)
+        elif raw.startswith(("$((", "$["), i):
+            return None
+        elif raw.startswith("$(", i):
+            end = _match_paren(raw, i + 2)
+        elif c == "`":
+            end = _backtick_end(raw, i)
+        else:
+            depth += (c == "{") - (c == "}")
+            if depth == 0:
+                return i + 1
+            end = i + 1
+        if end is None:
+            return None
+        i = end
+    return None
+
+
+def word_end(text: str, i: int) -> int | None:
+    """Where bash ends the word that starts at text[i], by its quoting rules; None if it cannot tell.
+
+    The cross-check on the parser's word boundaries: an unquoted blank or one of ; & | ( ) < >
+    ends a word, unless it is inside quotes, a substitution or a ${…}.
+    """
+    n = len(text)
+    while i < n:
+        c = text[i]
+        if c in "<>" and text.startswith("(", i + 1):
+            end = _match_paren(text, i + 2)
+        elif c in " \t\n;&|()<>":
+            return i
+        elif c == "\\":
+            end = i + 2 if i + 1 < n else None
+        elif c == "'":
+            j = text.find("'", i + 1)
+            end = j + 1 if j >= 0 else None
+        elif text.startswith("$'", i):
+            j = i + 2
+            while j < n and text[j] != "'":
+                j += 2 if text[j] == "\\" else 1
+            end = j + 1 if j < n else None
+        elif c == '"':
+            end = _dq_end(text, i + 1)
+        elif text.startswith(("$((", "$["), i):
+            return None
+        elif text.startswith("$(", i):
+            end = _match_paren(text, i + 2)
+        elif text.startswith("${", i):
+            end = _brace_end(text, i + 2)
+        elif c == "`":
+            end = _backtick_end(text, i)
+        else:
+            end = i + 1
+        if end is None:
+            return None
+        i = end
+    return i
+
+
+def heredoc_substitution_spans(body: str) -> list[tuple[int, int, str]] | None:
+    """Like ``substitution_spans``, for the body of an unquoted here-document: quotes are not special
+    there (``'$(rm)'`` runs rm), only a backslash before $, ` or \\ keeps them literal."""
+    spans: list[tuple[int, int, str]] = []
+    i, n = 0, len(body)
+    while i < n:
+        c = body[i]
+        if c == "\\":
+            i += 2
+        elif body.startswith(("$((", "$["), i):
+            return None
+        elif body.startswith("$(", i) or c == "`":
+            end = _match_paren(body, i + 2) if c == "$" else _backtick_end(body, i)
+            if end is None:
+                return None
+            spans.append((i, end, c))
+            i = end
+        else:
+            i += 1
+    return spans
+
+
+def expansion_problems(text: str) -> list[str]:
+    """Why any ${…} in this text could run commands: a substitution inside it, or ``parameter_problem``."""
+    out = []
+    for m in re.finditer(r"\$\{", text):
+        end = _brace_end(text, m.end())
+        piece = text[m.start():end] if end else text[m.start():]
+        if end is None:
+            out.append(f"cannot tell where {piece[:30]!r} ends")
+        elif re.search(r"\$\(|`|[<>]\(", piece):
+            out.append(f"command substitution inside a parameter expansion: {piece[:60]}")
+        elif why := parameter_problem(piece):
+            out.append(f"{why}: {piece[:60]}")
+    return out
+
+
 def _backtick_end(raw: str, i: int) -> int | None:
     j = i + 1
     while j < len(raw) and raw[j] != "`":
@@ -231,19 +354,10 @@ def _match_paren(raw: str, i: int) -> int | None:
                 return None
             i = j + 1
         elif c == '"':
-            j = i + 1
-            while j < n and raw[j] != '"':
-                if raw[j] == "\\":
-                    j += 2
-                elif raw.startswith("$(", j):
-                    j = _match_paren(raw, j + 2) or n + 1
-                elif raw[j] == "`":
-                    j = _backtick_end(raw, j) or n + 1
-                else:
-                    j += 1
-            if j >= n:
+            end = _dq_end(raw, i + 1)
+            if end is None:
                 return None
-            i = j + 1
+            i = end
         elif c == "`":
             end = _backtick_end(raw, i)
             if end is None:

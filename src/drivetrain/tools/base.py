@@ -24,6 +24,18 @@ class ToolResult:
     meta: dict = field(default_factory=dict)  # facts for the audit log (e.g. exit_code), never sent to the model
 
 
+class ReadFilter(Protocol):
+    """Files a search must leave out although its folder may be searched (Read deny rules)."""
+
+    def hidden(self, path: Path, searched: Path) -> str | None:
+        """Why a search of ``searched`` must skip ``path`` (e.g. "denied by Read(**/.env)"), or None."""
+        ...
+
+    def may_hide_under(self, folder: Path) -> bool:
+        """Whether any file under ``folder`` could be hidden (if not, nothing needs checking)."""
+        ...
+
+
 @dataclass
 class ToolContext:
     """What a tool may know about the run it serves."""
@@ -32,6 +44,7 @@ class ToolContext:
     # Folders file writes must stay inside, written without following symlinks (empty: not confined).
     roots: list[Path] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
+    read_filter: ReadFilter | None = None  # what Grep and Glob must skip (None: nothing)
 
     def resolve(self, file_path: str) -> Path:
         p = Path(file_path).expanduser()

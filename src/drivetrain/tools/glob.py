@@ -224,27 +224,50 @@ class Glob:
                               else f"Directory does not exist: {root}", is_error=True)
         prefix, rest = split_literal_prefix(pattern.removeprefix("./"))
         root = root / prefix if prefix else root
-        return await asyncio.to_thread(self._glob, root, rest, pattern, ctx.cwd)
+        return await asyncio.to_thread(self._glob, root, rest, pattern, ctx)
 
-    def _glob(self, root: Path, rest: str, pattern: str, cwd: Path) -> ToolResult:
+    def _glob(self, root: Path, rest: str, pattern: str, ctx: ToolContext) -> ToolResult:
         if not root.is_dir():
             return ToolResult(f"No files match {pattern} ({root} does not exist).")
         regex = compile_glob(rest)
         expanded = expand_braces(rest)
         max_depth = None if any("**" in p for p in expanded) else max(p.count("/") for p in expanded) + 1
         found = []
+        skipped = Skipped(ctx, root)
         base = root.as_posix().rstrip("/") + "/"
         for f in walk_files(root, max_depth):
-            if regex.match(f.as_posix()[len(base):]):
+            if regex.match(f.as_posix()[len(base):]) and not skipped.hides(f):
                 try:
                     found.append((f.stat().st_mtime, f))
                 except OSError:  # vanished, or a dangling symlink
                     continue
         if not found:
-            return ToolResult(f"No files match {pattern} in {root}.")
+            return ToolResult(f"No files match {pattern} in {root}.{skipped.note(' ')}")
         found.sort(key=lambda mf: (-mf[0], mf[1].as_posix()))
-        lines = [display_path(f, cwd) for _, f in found[:MAX_RESULTS]]
+        lines = [display_path(f, ctx.cwd) for _, f in found[:MAX_RESULTS]]
         if len(found) > MAX_RESULTS:
             lines.append(f"({len(found) - MAX_RESULTS} more files omitted: showing the "
                          f"{MAX_RESULTS} newest. Use a narrower pattern or path.)")
-        return ToolResult("\n".join(lines))
+        return ToolResult("\n".join(lines) + skipped.note("\n"))
+
+
+class Skipped:
+    """The files a search leaves out because a permission rule hides them, counted by reason."""
+
+    def __init__(self, ctx: ToolContext, root: Path):
+        self.filter = ctx.read_filter if ctx.read_filter and ctx.read_filter.may_hide_under(root) else None
+        self.root = root
+        self.counts: dict[str, int] = {}
+
+    def hides(self, path: Path) -> bool:
+        why = self.filter.hidden(path, self.root) if self.filter else None
+        if why:
+            self.counts[why] = self.counts.get(why, 0) + 1
+        return why is not None
+
+    def note(self, sep: str) -> str:
+        """``(1 file skipped: denied by Read(**/.env))``, after ``sep``; empty if none was."""
+        if not self.counts:
+            return ""
+        return sep + "(" + "; ".join(f"{n} file{'s' if n != 1 else ''} skipped: {why}"
+                                     for why, n in self.counts.items()) + ")"

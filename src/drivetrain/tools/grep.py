@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .base import ToolContext, ToolResult
-from .glob import compile_glob, display_path, walk_files
+from .glob import Skipped, compile_glob, display_path, walk_files
 from .read import int_field
 
 MODES = ("content", "files_with_matches", "count")
@@ -63,14 +63,14 @@ class Query:
         return self.mode == "files_with_matches"
 
 
-def search_python(q: Query) -> list[FileHits]:
+def search_python(q: Query, skipped: Skipped | None = None) -> list[FileHits]:
     """The fallback back-end: walk (honouring .gitignore), skip binary files, match line by line."""
     regex = re.compile(q.pattern, re.IGNORECASE if q.ignore_case else 0)
     keep = _path_filter(q, type_glob=compile_glob(TYPES[q.type]) if q.type else None)
     files = [q.root] if q.root.is_file() else (f for f in walk_files(q.root) if keep(f))
     hits = []
     for path in files:
-        if not path.is_file():  # FIFOs and sockets would block; dangling links fail
+        if not path.is_file() or (skipped and skipped.hides(path)):  # FIFOs and sockets would block
             continue
         try:
             data = path.read_bytes()
@@ -109,17 +109,29 @@ def _path_filter(q: Query, type_glob: re.Pattern | None = None):
     return keep
 
 
-async def search_rg(rg: str, q: Query) -> list[FileHits]:
-    args = [rg, "--json", "--no-config", "--no-require-git", "--hidden", "--glob", "!.git"]
-    if q.ignore_case:
-        args.append("-i")
-    if q.before or q.after:
-        args += ["-B", str(q.before), "-A", str(q.after)]
-    if q.files_only:
-        args += ["--max-count", "1"]
+async def search_rg(rg: str, q: Query, skipped: Skipped | None = None) -> list[FileHits]:
+    hits = await _run_rg(rg, q, files=False)
+    if not skipped or not skipped.filter:
+        return hits
+    # Count the files left out whether or not they match (a count of matching ones would tell
+    # what they hold), then drop their hits.
+    for path in await _run_rg(rg, q, files=True):
+        skipped.hides(path)
+    return [h for h in hits if not skipped.filter.hidden(h.path, skipped.root)]
+
+
+async def _run_rg(rg: str, q: Query, files: bool):
+    """ripgrep's hits, or (files=True) the files it would search."""
+    args = [rg, "--no-config", "--no-require-git", "--hidden", "--glob", "!.git"]
     if q.type:
         args += ["--type", q.type]
-    args += ["-e", q.pattern, "--", str(q.root)]
+    if files:
+        args.append("--files")
+    else:
+        args += ["--json"] + (["-i"] if q.ignore_case else []) + (["--max-count", "1"] if q.files_only else [])
+        args += ["-B", str(q.before), "-A", str(q.after)] if q.before or q.after else []
+        args += ["-e", q.pattern]
+    args += ["--", str(q.root)]
     proc = await asyncio.create_subprocess_exec(*args, stdout=asyncio.subprocess.PIPE,
                                                 stderr=asyncio.subprocess.PIPE)
     try:
@@ -130,6 +142,9 @@ async def search_rg(rg: str, q: Query) -> list[FileHits]:
     finally:
         if proc.returncode is None:  # timed out or cancelled
             proc.kill()
+    keep = _path_filter(q) if q.root.is_dir() else (lambda p: True)
+    if files:
+        return [p for p in (Path(os.fsdecode(line)) for line in out.splitlines()) if keep(p)]
     by_path: dict[str, FileHits] = {}
     for raw in out.splitlines():
         msg = json.loads(raw)
@@ -143,7 +158,6 @@ async def search_rg(rg: str, q: Query) -> list[FileHits]:
     # Exit 1 is "no match"; 2 with results means some files could not be read: keep the results.
     if proc.returncode == 2 and not by_path:
         raise GrepError(err.decode(errors="replace").strip() or "ripgrep failed")
-    keep = _path_filter(q) if q.root.is_dir() else (lambda p: True)
     return [h for h in by_path.values() if keep(h.path)]
 
 
@@ -252,16 +266,17 @@ class Grep:
     async def call(self, input: dict, ctx: ToolContext) -> ToolResult:
         try:
             q = self._parse(input, ctx)
+            skipped = Skipped(ctx, q.root)
             if self.rg:
-                hits = await search_rg(self.rg, q)
+                hits = await search_rg(self.rg, q, skipped)
             else:
-                hits = await asyncio.to_thread(search_python, q)
+                hits = await asyncio.to_thread(search_python, q, skipped)
         except GrepError as e:
             return ToolResult(str(e), is_error=True)
         except re.error as e:
             return ToolResult(f"Invalid regular expression {input.get('pattern')!r}: {e}. "
                               "Escape literal characters like ( [ { . with a backslash.", is_error=True)
-        return ToolResult(format_hits(hits, q, ctx.cwd))
+        return ToolResult(format_hits(hits, q, ctx.cwd) + skipped.note("\n\n"))
 
     def _parse(self, input: dict, ctx: ToolContext) -> Query:
         pattern = input.get("pattern")
