@@ -202,8 +202,10 @@ async def test_placeholders_in_written_files_are_sent_back(tmp_path):
     await checks.on_prompt({"prompt": "write the sum to sum.txt"})
     (tmp_path / "sum.txt").write_text("Total: <total>\n")
     assert any("placeholder '<total>'" in f for f in await checks.failures("done"))
-    (tmp_path / "sum.txt").write_text("Total: 12\n")
+    (tmp_path / "sum.txt").write_text("12\n")
     assert await checks.failures("the sum is 12") == []
+    (tmp_path / "sum.txt").write_text("  4 a.csv\n  8 b.csv\n 12 total\n")  # a command's whole output
+    assert any("holds more than that value" in f for f in await checks.failures("the sum is 12"))
 
 
 # ---------------------------------------------------------------- profile selection

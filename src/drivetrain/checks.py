@@ -117,6 +117,7 @@ class WorkChecks:
         now = await asyncio.to_thread(snapshot, self.cwd)
         changed = {p: c for p, c in now.items() if self.before.get(p) != c}
         out = self._missing_outputs(now) + self._placeholders(changed) + self._mismatch(changed, answer)
+        out += self._more_than_the_value(changed, answer)
         unread, self.unread = [p for p in self.unread if p in changed], []  # said once per file
         out += [f"You changed {p} without looking at its content first, so what you wrote may be invented. "
                 f"Show it (cat -n {p}), check your change against what was there, and fix it if needed."
@@ -166,6 +167,23 @@ class WorkChecks:
             else:
                 out.append(f"Your answer does not give the value you wrote to {path} ({value}). Check it, then "
                            "answer with the value.")
+        return out
+
+    def _more_than_the_value(self, changed: dict[str, bytes], answer: str) -> list[str]:
+        """The answer reports one value, and the output file the task named holds it among other text
+        (typically a command's whole output, such as wc's per-file lines and its total)."""
+        said = _NUMBER.findall(answer)
+        if len(set(said)) != 1:
+            return []
+        value = said[0]
+        out = []
+        for name in dict.fromkeys(m.group(1) for m in _FILE_NAME.finditer(self.prompt)):
+            text = changed.get(name, b"").decode("utf-8", "replace").strip()
+            if self.before.get(name) or not text or text == value or value not in _NUMBER.findall(text):
+                continue
+            if len(text.splitlines()) <= 20:
+                out.append(f"You reported {value}, but {name} holds more than that value:\n{text}\nIf the task "
+                           f"asks for the value, write only the value to {name}.")
         return out
 
     async def _tests(self) -> list[str]:
