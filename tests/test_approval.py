@@ -166,3 +166,22 @@ async def test_resume_needs_a_decision_for_every_pending_call():
         await run.finish()
     with pytest.raises(ValueError, match="no decision"):
         run.resume({run.pending[0].id: Allow()})
+
+
+@pytest.mark.parametrize("approver", [
+    pytest.param(lambda call: (_ for _ in ()).throw(RuntimeError("the approval service is down")), id="raises"),
+    pytest.param(lambda call: "yes please", id="not-a-verdict"),
+])
+async def test_a_failing_approver_denies_the_call_naming_the_failure_and_the_run_goes_on(approver):
+    def check(body):
+        (res,) = results(body)
+        assert res["is_error"] and "approval step failed" in res["content"]
+        assert "RuntimeError: the approval service is down" in res["content"] or "'yes please'" in res["content"]
+
+    steps = [respond([tool_call("shell", {"command": "deploy prod"})]), reply("I could not deploy.", expect=check)]
+    seen = []
+    with ScriptedServer(steps) as server:
+        result = await agent_for(server, policy=TablePolicy(), approver=approver, observers=[seen.append]).run("go")
+    assert ran == [] and result.subtype == "success" and result.result == "I could not deploy."
+    assert lint(result.history).problems == []
+    assert [(e.behavior, e.by) for e in seen if isinstance(e, PermissionDecided)] == [("deny", "approver-failure")]
