@@ -44,8 +44,8 @@ class PendingCall:
         return {"id": self.id, "name": self.name, "input": self.input, "reason": self.reason}
 
 
-class Policy(Protocol):
-    """Decides what a tool call may do before anyone is asked (see ``drivetrain.permissions``)."""
+class PermissionDecider(Protocol):
+    """Decides what a tool call may do before anyone is asked: ``drivetrain.Policy`` is one."""
 
     def decide(self, tool_name: str, tool_input: dict, ctx: Any) -> Any: ...  # .behavior allow|ask|deny, .reason, .source
 
