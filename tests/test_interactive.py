@@ -7,6 +7,7 @@ timeouts generous enough for a busy two-core machine to start Python and import 
 import json
 import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -18,6 +19,7 @@ DRIVETRAIN = str(Path(sys.executable).parent / "drivetrain")
 TIMEOUT = 180  # seconds: generous for a busy machine; on an idle one each step takes well under a second
 PROMPT = re.compile(r"\n(?:\x1b\[[0-9;?]*[A-Za-z])*>")  # a line that starts (after terminal codes) with ">"
 CHOICES_ALL = "[y] allow once  [s] allow for this session  [p] always allow in this project  [n] deny"
+CHOICES_ONCE = "[y] allow once  [n] deny"
 
 
 def env_for(server):
@@ -84,6 +86,30 @@ def test_deny_with_a_message_then_always_allow_for_the_project(tmp_path):
     settings = json.loads((ws / ".drivetrain" / "settings.local.json").read_text())
     assert settings == {"permissions": {"allow": ["Bash(touch made.txt)"]}}
     assert (ws / "made.txt").exists()
+
+
+def test_a_command_no_rule_can_express_is_allowed_once_and_the_project_still_starts(tmp_path):
+    command = "echo $(whoami) > who.txt"
+
+    def allowed(body):
+        res = body["messages"][-1]["content"][0]
+        assert not res.get("is_error"), res
+
+    steps = [respond([tool_call("Bash", {"command": command})]), reply("Wrote who.txt.", expect=allowed)]
+    with ScriptedServer(steps) as server:
+        child = spawn(server, tmp_path)
+        answer(child, "", "who am I?")
+        child.expect_exact(f"$ {command}")
+        child.expect_exact(f"No rule can allow exactly this call again: Bash({command}) is not a valid rule")
+        answer(child, CHOICES_ONCE, "p")  # not offered: asked again
+        answer(child, "Please answer y or n (got p).", "y")
+        child.expect_exact("Wrote who.txt.")
+        assert leave(child) == 0
+    assert (tmp_path / "who.txt").read_text().strip() and not (tmp_path / ".drivetrain").exists()
+    with ScriptedServer([reply("Still here.")]) as server:  # the next start in this project works
+        proc = subprocess.run([DRIVETRAIN, "-p", "hello"], cwd=tmp_path, env=env_for(server), capture_output=True,
+                              text=True, stdin=subprocess.DEVNULL, timeout=TIMEOUT)
+    assert proc.returncode == 0 and proc.stdout.strip() == "Still here.", proc.stderr
 
 
 def test_ctrl_d_leaves(tmp_path):
