@@ -1,9 +1,27 @@
-"""With DRIVETRAIN_NO_SKIP=1 (set by .ci/run), a skipped test fails: CI installs everything the tests need
+"""Every test runs with a home of its own, so a developer's ``~/.drivetrain`` (settings, rules, hooks) cannot
+change a result and no audit log lands in their real home.
+
+With DRIVETRAIN_NO_SKIP=1 (set by .ci/run), a skipped test fails: CI installs everything the tests need
 (ripgrep, bubblewrap, the local model), so a skip there means something is missing, not optional."""
 
 import os
 
 import pytest
+
+from drivetrain.models.weights import cache_dir
+
+
+@pytest.fixture(autouse=True)
+def _own_home(tmp_path_factory, monkeypatch):
+    """HOME and DRIVETRAIN_HOME point into a fresh folder; subprocesses (the CLI, the pty) inherit them.
+
+    The assembled local models stay where they are (DRIVETRAIN_CACHE_DIR): a gigabyte is not rebuilt per test.
+    """
+    home = tmp_path_factory.mktemp("home")
+    monkeypatch.setenv("DRIVETRAIN_CACHE_DIR", str(cache_dir().parent))
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("DRIVETRAIN_HOME", str(home / ".drivetrain"))
+    return home
 
 
 @pytest.hookimpl(hookwrapper=True)

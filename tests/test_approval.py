@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from drivetrain import Agent, Allow, Defer, Deny, PermissionDecided, ToolStarted, lint, tool
+from drivetrain import Agent, Allow, Defer, Deny, PendingCall, PermissionDecided, Policy, ToolStarted, lint, tool
 from drivetrain.models.anthropic import AnthropicModel
 from drivetrain.testing import ScriptedServer, reply, respond, tool_call
 
@@ -166,3 +166,89 @@ async def test_resume_needs_a_decision_for_every_pending_call():
         await run.finish()
     with pytest.raises(ValueError, match="no decision"):
         run.resume({run.pending[0].id: Allow()})
+
+
+@pytest.mark.parametrize("approver", [
+    pytest.param(lambda call: (_ for _ in ()).throw(RuntimeError("the approval service is down")), id="raises"),
+    pytest.param(lambda call: "yes please", id="not-a-verdict"),
+])
+async def test_a_failing_approver_denies_the_call_naming_the_failure_and_the_run_goes_on(approver):
+    def check(body):
+        (res,) = results(body)
+        assert res["is_error"] and "approval step failed" in res["content"]
+        assert "RuntimeError: the approval service is down" in res["content"] or "'yes please'" in res["content"]
+
+    steps = [respond([tool_call("shell", {"command": "deploy prod"})]), reply("I could not deploy.", expect=check)]
+    seen = []
+    with ScriptedServer(steps) as server:
+        result = await agent_for(server, policy=TablePolicy(), approver=approver, observers=[seen.append]).run("go")
+    assert ran == [] and result.subtype == "success" and result.result == "I could not deploy."
+    assert lint(result.history).problems == []
+    assert [(e.behavior, e.by) for e in seen if isinstance(e, PermissionDecided)] == [("deny", "approver-failure")]
+
+
+# ---------------------------------------------------------------- the terminal approver's "don't ask again"
+
+
+def terminal(ws, answers, said, policy=None):
+    """A TerminalApprover answered from a list, with the policy the CLI would build for ``ws``."""
+    from drivetrain.cli.approve import TerminalApprover
+
+    queue = list(answers)
+
+    async def ask(question):
+        said.append(question)
+        return queue.pop(0)
+
+    return TerminalApprover(ask, said.append, ws, policy or Policy.load(ws))
+
+
+def call(name, **input):
+    return PendingCall("toolu_1", name, input, "needs approval")
+
+
+async def test_no_project_rule_is_offered_for_a_command_no_rule_can_express(tmp_path):
+    said = []
+    approver = terminal(tmp_path, ["p", "s", "y"], said)
+    verdict = await approver(call("Bash", command="echo $(whoami) > who.txt"))
+    assert isinstance(verdict, Allow) and verdict.by == "person"
+    assert "[p]" not in said[2] and "[s]" not in said[2] and "[y] allow once  [n] deny" in said[2]
+    assert "No rule can allow exactly this call again: Bash(echo $(whoami) > who.txt) is not a valid rule" in said[1]
+    assert said[3] == "Please answer y or n (got p)."
+    assert not (tmp_path / ".drivetrain").exists()
+    Policy.load(tmp_path)  # the project still loads
+
+
+async def test_a_rule_that_would_not_match_the_call_is_not_offered(tmp_path):
+    said = []
+    verdict = await terminal(tmp_path, ["y"], said)(call("Write", file_path="a[1].py", content="x"))
+    assert isinstance(verdict, Allow)
+    assert "Edit(a[1].py) would not allow it" in said[1] and "[p]" not in said[2]
+
+
+async def test_always_allow_in_this_project_saves_a_checked_rule_the_next_start_loads(tmp_path):
+    (tmp_path / ".drivetrain").mkdir()
+    local = tmp_path / ".drivetrain" / "settings.local.json"
+    local.write_text(json.dumps({"permissions": {"deny": ["Bash(rm:*)"]}, "env": {"KEEP": "me"}}))
+    said = []
+    policy = Policy.load(tmp_path)
+    verdict = await terminal(tmp_path, ["p"], said, policy)(call("Bash", command="make test"))
+    assert verdict == Allow(by="person (project rule Bash(make test))")
+    assert json.loads(local.read_text()) == {"permissions": {"deny": ["Bash(rm:*)"], "allow": ["Bash(make test)"]},
+                                             "env": {"KEEP": "me"}}
+    assert policy.decide("Bash", {"command": "make test"}, tmp_path).behavior == "allow"  # learnt at once
+    assert Policy.load(tmp_path).decide("Bash", {"command": "make test"}, tmp_path).behavior == "allow"
+    assert [p.name for p in local.parent.iterdir()] == ["settings.local.json"]  # no temporary file left
+
+
+async def test_a_project_rule_that_cannot_be_saved_says_why_and_allows_once(tmp_path):
+    (tmp_path / ".drivetrain").mkdir()
+    local = tmp_path / ".drivetrain" / "settings.local.json"
+    said = []
+    policy = Policy.load(tmp_path)
+    local.write_text('{"permissions": {"allow": [')  # broken by hand while the session runs
+    verdict = await terminal(tmp_path, ["p"], said, policy)(call("Bash", command="make test"))
+    assert verdict == Allow(by="person")
+    assert "Could not add Bash(make test)" in said[-1] and "not valid JSON" in said[-1] and "Allowed once" in said[-1]
+    assert local.read_text() == '{"permissions": {"allow": ['  # left as it was
+    assert policy.decide("Bash", {"command": "make test"}, tmp_path).behavior == "ask"  # nothing learnt

@@ -245,3 +245,22 @@ def test_no_provider_configured_means_the_local_model_said_in_one_line(tmp_path)
     lines = [line for line in proc.stderr.splitlines() if "embedded local model" in line]
     assert len(lines) == 1 and "no ANTHROPIC_* or OPENAI_* settings" in lines[0]
     assert proc.returncode == 1 and "missing.gguf" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_the_developers_own_home_does_not_reach_the_tests(tmp_path):
+    """A developer's ~/.drivetrain (here a fake one, with a hook that leaves a mark and a rule that would change
+    a result) must not change what the tests see, and their audit logs must not land in it: run a CLI test as a
+    developer would, in a fresh pytest with HOME set to that home and no DRIVETRAIN_HOME."""
+    real_home, mark = tmp_path / "real-home", tmp_path / "hook-ran"
+    (real_home / ".drivetrain").mkdir(parents=True)
+    (real_home / ".drivetrain" / "settings.json").write_text(json.dumps({
+        "permissions": {"deny": ["Read"]},
+        "hooks": {"UserPromptSubmit": [{"hooks": [{"type": "command", "command": f"touch {mark}"}]}]}}))
+    env = {k: v for k, v in os.environ.items() if k not in ("DRIVETRAIN_HOME", "PYTEST_ADDOPTS")}
+    env["HOME"] = str(real_home)
+    test = f"{__file__}::test_stream_json_events"  # it fails if the Read deny rule applies
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test],
+                          cwd=Path(__file__).parent.parent, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert not mark.exists(), "the hook in the developer's home ran"
+    assert [p.name for p in (real_home / ".drivetrain").iterdir()] == ["settings.json"]  # no audit log there

@@ -5,11 +5,13 @@ feeds back a faithful tool_result, and asks again until the model ends its turn.
 """
 
 from drivetrain.errors import ConfigError, HarnessError, ModelError
-from drivetrain.approval import Allow, Defer, Deny, PendingCall
+from drivetrain.approval import Allow, Approver, Defer, Deny, PendingCall, PermissionDecider, Verdict
+from drivetrain.audit import AuditLog
 from drivetrain.events import (
     ApprovalRequired, Event, Finished, HookReported, ModelResponded, PermissionDecided, ResultsSent, ToolCalled,
     ToolFinished, ToolStarted,
 )
+from drivetrain.hooks import Hooks
 from drivetrain.loop import (
     Agent, AwaitApproval, CallModel, Done, Recover, Run, RunResult, RunTools, State, SubmitPrompt,
 )
@@ -18,11 +20,14 @@ from drivetrain.messages import (
     lint, repair,
 )
 from drivetrain.models.base import Model, ModelRequest, ModelResponse
+from drivetrain.permissions import Policy
+from drivetrain.tools import builtin_tools
 from drivetrain.tools.base import Tool, ToolContext, ToolError, ToolResult, tool
 
 __all__ = [
-    "Allow", "ApprovalRequired", "AwaitApproval", "Defer", "Deny", "HookReported", "PendingCall",
-    "PermissionDecided", "SubmitPrompt", "ToolStarted",
+    "Allow", "ApprovalRequired", "Approver", "AuditLog", "AwaitApproval", "Defer", "Deny", "HookReported", "Hooks",
+    "PendingCall", "PermissionDecided", "PermissionDecider", "Policy", "SubmitPrompt", "ToolStarted", "Verdict",
+    "builtin_tools",
     "Agent", "CallModel", "ConfigError", "Done", "Event", "Finished", "HarnessError", "Message", "Model",
     "ModelError", "ModelRequest", "ModelResponded", "ModelResponse", "RawBlock", "Recover", "RedactedThinkingBlock",
     "ResultsSent", "Run", "RunResult", "RunTools", "State", "TextBlock", "ThinkingBlock", "Tool", "ToolCalled",

@@ -44,8 +44,8 @@ class PendingCall:
         return {"id": self.id, "name": self.name, "input": self.input, "reason": self.reason}
 
 
-class Policy(Protocol):
-    """Decides what a tool call may do before anyone is asked (see ``drivetrain.permissions``)."""
+class PermissionDecider(Protocol):
+    """Decides what a tool call may do before anyone is asked: ``drivetrain.Policy`` is one."""
 
     def decide(self, tool_name: str, tool_input: dict, ctx: Any) -> Any: ...  # .behavior allow|ask|deny, .reason, .source
 
@@ -54,16 +54,24 @@ Approver = Callable[[PendingCall], Union[Verdict, Awaitable[Verdict]]]
 
 
 async def ask(approver: Approver | None, call: PendingCall) -> Verdict:
-    """Ask the approver; with none (non-interactive), what would ask is denied and the model is told why."""
+    """Ask the approver; with none (non-interactive), what would ask is denied and the model is told why.
+
+    An approver that fails (raises, or returns something that is not a verdict) denies the call, naming the
+    failure: the call still gets its result, so the history stays valid and the run goes on.
+    """
     if approver is None:
         return Deny(f"Permission to use {call.name} was denied: it needs approval ({call.reason or 'no rule allows it'}) "
                     "and nobody can approve it in this non-interactive run. Try another way, or ask the user to "
                     "allow it with --allowedTools or a settings rule.", by="non-interactive")
-    verdict = approver(call)
-    if inspect.isawaitable(verdict):
-        verdict = await verdict
-    if not isinstance(verdict, (Allow, Deny, Defer)):
-        raise TypeError(f"approver returned {verdict!r}; expected Allow, Deny or Defer")
+    try:
+        verdict = approver(call)
+        if inspect.isawaitable(verdict):
+            verdict = await verdict
+        if not isinstance(verdict, (Allow, Deny, Defer)):
+            raise TypeError(f"the approver returned {verdict!r}, not Allow, Deny or Defer")
+    except Exception as e:  # cancellation and KeyboardInterrupt still end the run
+        return Deny(f"Permission to use {call.name} was denied: the approval step failed "
+                    f"({type(e).__name__}: {e}), so the call was not run.", by="approver-failure")
     return verdict
 
 

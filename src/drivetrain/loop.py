@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, AsyncIterator, Callable, Union
 
 from drivetrain import calls
-from drivetrain.approval import Approver, Defer, PendingCall, Policy, Verdict
+from drivetrain.approval import Approver, Defer, PendingCall, PermissionDecider, Verdict
 from drivetrain.context import model_view
 from drivetrain.errors import HarnessError
 from drivetrain.events import (
@@ -143,7 +143,7 @@ class Agent:
     max_continuations: int = 10  # consecutive pause_turn resends
     max_stop_refusals: int = 10  # consecutive Stop-hook refusals
     cwd: Path = field(default_factory=Path.cwd)
-    policy: Policy | None = None  # None: every call is allowed
+    policy: PermissionDecider | None = None  # None: every call is allowed
     approver: Approver | None = None  # None: what would ask is denied (non-interactive)
     hooks: Any = None  # drivetrain.hooks.Hooks
     observers: list[Callable[[Event], None]] = field(default_factory=list)  # see each event as it happens

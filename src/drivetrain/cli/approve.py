@@ -1,22 +1,31 @@
 """Asking a person in the terminal: show the call (a diff for edits), then allow once, for the session,
-always for this project (a rule in .drivetrain/settings.local.json), or deny with a message for the model."""
+always for this project (a rule in .drivetrain/settings.local.json), or deny with a message for the model.
+
+"Don't ask again" is offered only with a rule that is checked first: it parses as the settings loader will
+parse it, and the policy with it added allows this very call. A rule that did not parse, once saved, would
+make every later start in the project fail.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import json
 import os
 import shlex
+import stat
 import tempfile
 from pathlib import Path
 from typing import Awaitable, Callable
 
 from drivetrain.approval import Allow, Deny, PendingCall, Verdict
+from drivetrain.permissions import Policy, RuleError, SettingsError, load_settings_file
 
 Ask = Callable[[str], Awaitable[str]]  # shows a question, returns the answer line
 Say = Callable[[str], None]
 
 CHOICES = "[y] allow once  [s] allow for this session  [p] always allow in this project  [n] deny"
+ONCE_CHOICES = "[y] allow once  [n] deny"
 
 
 def suggest_rule(call: PendingCall, cwd: Path) -> str:
@@ -33,6 +42,20 @@ def suggest_rule(call: PendingCall, cwd: Path) -> str:
             shown = "/" + path.resolve().as_posix()  # `//abs` in rule syntax: an absolute path
         return f"{'Edit' if call.name != 'Read' else 'Read'}({shown})"
     return call.name
+
+
+def checked_rule(call: PendingCall, policy: Policy, cwd: Path) -> tuple[str | None, str]:
+    """The rule to offer for "don't ask again", or None and why no rule can allow exactly this call."""
+    rule = suggest_rule(call, cwd)
+    trial = dataclasses.replace(policy, rules=list(policy.rules))  # the real policy learns it only if chosen
+    try:
+        trial.allow_rule(rule, source="check")
+    except RuleError as e:
+        return None, f"{rule} is not a valid rule ({e.why})"
+    decision = trial.decide(call.name, call.input, cwd)
+    if decision.behavior != "allow":
+        return None, f"{rule} would not allow it ({decision.reason})"
+    return rule, ""
 
 
 def describe(call: PendingCall, cwd: Path) -> str:
@@ -66,54 +89,77 @@ def _diff(call: PendingCall, cwd: Path) -> str:
     return "".join(lines).rstrip("\n") or f"  (no change to {inp['file_path']})"
 
 
-def add_project_rule(cwd: Path, rule: str) -> Path:
-    """Append an allow rule to .drivetrain/settings.local.json, keeping everything else in it."""
+def add_project_rule(cwd: Path, rule: str, home: Path) -> Path:
+    """Add an allow rule to .drivetrain/settings.local.json, keeping everything else in it.
+
+    The new file is read back with the settings loader before it atomically replaces the old one, so a file
+    the next start could not load is never left behind. Raises SettingsError or OSError saying why.
+    """
     path = cwd / ".drivetrain" / "settings.local.json"
-    data = json.loads(path.read_text()) if path.exists() else {}
+    current = load_settings_file(path, home)  # the file as it is now must load too: it is kept whole
+    data = current.raw[0][1] if current is not None else {}
     allow = data.setdefault("permissions", {}).setdefault("allow", [])
     if rule not in allow:
         allow.append(rule)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".settings.")
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f, indent=2)
-        f.write("\n")
-    os.replace(tmp, path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".settings.", suffix=".json")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=2)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        if current is not None:
+            os.chmod(tmp, stat.S_IMODE(path.stat().st_mode))
+        try:
+            load_settings_file(Path(tmp), home)
+        except SettingsError as e:
+            raise SettingsError(f"the file would not load ({e})") from None
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
     return path
 
 
 class TerminalApprover:
-    """An Approver that asks a person; remembers session allowances by suggested rule."""
+    """An Approver that asks a person; a rule they choose is learnt by ``policy`` at once."""
 
-    def __init__(self, ask: Ask, say: Say, cwd: Path, on_rule: Callable[[str], None] | None = None):
-        self.ask, self.say, self.cwd = ask, say, cwd
+    def __init__(self, ask: Ask, say: Say, cwd: Path, policy: Policy):
+        self.ask, self.say, self.cwd, self.policy = ask, say, cwd, policy
         self.session_rules: set[str] = set()
-        self.on_rule = on_rule  # lets the policy learn a rule at once (session or project)
 
     async def __call__(self, call: PendingCall) -> Verdict:
-        rule = suggest_rule(call, self.cwd)
-        if rule in self.session_rules:
+        rule, why_not = checked_rule(call, self.policy, self.cwd)
+        if rule is not None and rule in self.session_rules:
             return Allow(by=f"person (session rule {rule})")
         self.say(describe(call, self.cwd))
+        if rule is None:
+            self.say(f"(No rule can allow exactly this call again: {why_not}. It can be allowed once.)")
+        choices, letters = (CHOICES, "y, s, p or n") if rule is not None else (ONCE_CHOICES, "y or n")
         while True:
-            answer = (await self.ask(f"{CHOICES}\n> ")).strip().lower()
+            answer = (await self.ask(f"{choices}\n> ")).strip().lower()
             if answer in ("y", "yes"):
                 return Allow(by="person")
-            if answer == "s":
+            if answer == "s" and rule is not None:
                 self.session_rules.add(rule)
-                self._learn(rule)
+                self.policy.allow_rule(rule)
                 return Allow(by=f"person (for this session: {rule})")
-            if answer == "p":
-                path = add_project_rule(self.cwd, rule)
-                self._learn(rule)
-                self.say(f"Added {rule} to {path}")
-                return Allow(by=f"person (project rule {rule})")
+            if answer == "p" and rule is not None:
+                return self._add_to_project(rule)
             if answer in ("n", "no"):
                 message = (await self.ask("Message for the model (optional): ")).strip()
                 return Deny(f"The user denied this {call.name} call." + (f" They said: {message}" if message else ""),
                             by="person")
-            self.say(f"Please answer y, s, p or n (got {shlex.quote(answer)}).")
+            self.say(f"Please answer {letters} (got {shlex.quote(answer)}).")
 
-    def _learn(self, rule: str) -> None:
-        if self.on_rule is not None:
-            self.on_rule(rule)
+    def _add_to_project(self, rule: str) -> Verdict:
+        try:
+            path = add_project_rule(self.cwd, rule, self.policy.home)
+        except Exception as e:  # a full disk, a read-only folder, a settings file edited meanwhile
+            self.say(f"Could not add {rule} to {self.cwd / '.drivetrain' / 'settings.local.json'}: {e}. "
+                     "Allowed once instead.")
+            return Allow(by="person")
+        self.policy.allow_rule(rule, source=str(path))
+        self.say(f"Added {rule} to {path}")
+        return Allow(by=f"person (project rule {rule})")

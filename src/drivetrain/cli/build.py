@@ -20,7 +20,7 @@ from drivetrain.prompts import default_system_prompt
 from drivetrain.sandbox import Sandbox
 from drivetrain.tools import builtin_tools
 
-ApproverFactory = Callable[[Path, Callable[[str], None]], Approver]
+ApproverFactory = Callable[[Path, Policy], Approver]  # the approver may add rules to the policy
 
 
 def system_prompt(args: argparse.Namespace, cwd: Path, profile_default: str | None = None) -> str:
@@ -62,7 +62,7 @@ def build_agent(args: argparse.Namespace, cwd: Path, session_id: str, *,
         policy=policy, hooks=hooks, observers=[audit.observe], profile=profile,
     )
     if approver_factory is not None:
-        agent.approver = approver_factory(cwd, policy.allow_rule)
+        agent.approver = approver_factory(cwd, policy)
     return agent
 
 

@@ -49,7 +49,7 @@ async def interactive(make_agent: Callable[..., Agent], first_prompt: str, sessi
     async def ask(question: str) -> str:
         return await session.prompt_async(question)
 
-    agent = make_agent(lambda cwd, on_rule: TerminalApprover(ask, say, cwd, on_rule))
+    agent = make_agent(lambda cwd, policy: TerminalApprover(ask, say, cwd, policy))
     say(banner(agent))
     history: list[Message] = []
     prompt = first_prompt

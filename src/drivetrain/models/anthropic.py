@@ -17,7 +17,7 @@ import anthropic
 from drivetrain.errors import ConfigError, ModelError
 from drivetrain.messages import Usage, block_from_wire
 from drivetrain.models.base import ModelRequest, ModelResponse
-from drivetrain.models.http import api_message, httpx, retry_delay, unreachable_message
+from drivetrain.models.http import PerLoop, api_message, httpx, retry_delay, unreachable_message
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 DEFAULT_MODEL = "claude-sonnet-4-6"
@@ -65,11 +65,11 @@ class AnthropicModel:
         # token, which some gateways reject); ANTHROPIC_AUTH_TOKEN is the bearer token.
         headers = {"x-api-key": creds.api_key, "Authorization": anthropic.Omit()} if creds.api_key else {}
         # httpx's read timeout is per read, so on a stream it is an idle timeout.
-        self._client = anthropic.AsyncAnthropic(
+        self._clients = PerLoop(lambda: anthropic.AsyncAnthropic(
             api_key=creds.api_key, auth_token=creds.auth_token, base_url=self.base_url, max_retries=0,
             default_headers=headers,
             timeout=anthropic.Timeout(connect=connect_timeout, read=idle_timeout, write=60.0, pool=60.0),
-        )
+        ))
 
     @classmethod
     def from_env(cls, model: str | None = None, env: dict[str, str] | None = None, **kw) -> AnthropicModel:
@@ -118,7 +118,7 @@ class AnthropicModel:
             params["stop_sequences"] = request.stop_sequences
         if request.temperature is not None:  # this SDK's stream() no longer takes it as an argument
             params["extra_body"] = {"temperature": min(request.temperature, 1.0)}
-        async with self._client.messages.stream(**params) as stream:
+        async with self._clients.get().messages.stream(**params) as stream:
             await self._check_shape(stream.response)
             async for event in stream:
                 if request.on_text and event.type == "content_block_delta" and event.delta.type == "text_delta":

@@ -1,21 +1,49 @@
-"""What the HTTP providers share: retry timing, and error text a person can act on."""
+"""What the HTTP providers share: one SDK client per event loop, retry timing, and error text a person can
+act on."""
 
 from __future__ import annotations
 
+import asyncio
 import email.utils
 import os
 import random
 import time
+from typing import Callable, Generic, TypeVar
 
 try:  # the transport the SDKs are built on: raised as is when a stream breaks after it started
     import httpx2 as httpx
 except ImportError:  # older SDKs
     import httpx  # type: ignore[no-redef]
 
-__all__ = ["PROXY_VARS", "api_message", "httpx", "retry_after", "retry_delay", "root_cause", "unreachable_message"]
+__all__ = ["PROXY_VARS", "PerLoop", "api_message", "httpx", "retry_after", "retry_delay", "root_cause",
+           "unreachable_message"]
 
 PROXY_VARS = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
 MAX_DELAY = 60.0
+
+T = TypeVar("T")
+
+
+class PerLoop(Generic[T]):
+    """One object per event loop, made on first use in that loop.
+
+    An SDK client's connection pool belongs to the loop that opened its connections: used from another loop
+    (a second ``asyncio.run``), a request can go out on an old connection and its answer be lost, and a retry
+    then sends it again. So each loop gets its own client, and those of loops that have closed are dropped.
+    """
+
+    def __init__(self, make: Callable[[], T]):
+        self._make = make
+        self._by_loop: dict[asyncio.AbstractEventLoop, T] = {}
+
+    def get(self) -> T:
+        loop = asyncio.get_running_loop()
+        made = self._by_loop.get(loop)
+        if made is None:
+            for old in [lp for lp in self._by_loop if lp.is_closed()]:
+                del self._by_loop[old]
+            made = self._by_loop[loop] = self._make()
+        return made
 
 
 def retry_after(headers) -> float | None:

@@ -34,7 +34,7 @@ import openai
 from drivetrain.errors import ConfigError, ModelError
 from drivetrain.messages import Message, ToolUseBlock
 from drivetrain.models.base import ModelRequest, ModelResponse
-from drivetrain.models.http import api_message, httpx, retry_delay, unreachable_message
+from drivetrain.models.http import PerLoop, api_message, httpx, retry_delay, unreachable_message
 from drivetrain.models.openai_wire import from_chat_completion, to_chat_messages, to_chat_tools
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -76,11 +76,11 @@ class OpenAIModel:
         # Generous: a local server on a CPU may take minutes to read a long prompt before the first token.
         # httpx's read timeout is per read, so on a stream it is an idle timeout.
         self.idle_timeout = idle_timeout
-        self._client = openai.AsyncOpenAI(
+        self._clients = PerLoop(lambda: openai.AsyncOpenAI(
             api_key=self.api_key or NO_KEY, base_url=self.base_url, max_retries=0,
             organization=organization, project=project,
             timeout=openai.Timeout(connect=connect_timeout, read=idle_timeout, write=60.0, pool=60.0),
-        )
+        ))
 
     @classmethod
     def from_env(cls, model: str | None = None, env: dict[str, str] | None = None, **kw) -> OpenAIModel:
@@ -133,7 +133,7 @@ class OpenAIModel:
         return params
 
     async def _stream_once(self, request: ModelRequest) -> ModelResponse:
-        stream = await self._client.chat.completions.create(**self._params(request))
+        stream = await self._clients.get().chat.completions.create(**self._params(request))
         async with stream:
             whole = await self._check_shape(stream.response)
             if whole is not None:  # a server that ignored stream=true and sent the whole completion
