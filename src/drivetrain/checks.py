@@ -37,6 +37,7 @@ _PLACEHOLDER = re.compile(
     r"\$\{?(?:total|count|result|value|answer|sum)\}?|\b(?:PLACEHOLDER|TBD|FIXME: fill)\b|\[insert [^\]]*\]", re.I)
 _HTML_TAGS = {"html", "head", "body", "div", "span", "p", "a", "b", "i", "ul", "li", "ol", "br", "hr", "table",
               "tr", "td", "th", "title", "script", "style", "pre", "code", "h1", "h2", "h3", "em", "strong"}
+_ASKS_NUMBER = re.compile(r"\bhow (many|much|long|big)\b|\b(count|total|sum|number of)\b.*\b(report|tell|say|answer)", re.I)
 _NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w.]*\d)")
 
 
@@ -118,6 +119,8 @@ class WorkChecks:
         changed = {p: c for p, c in now.items() if self.before.get(p) != c}
         out = self._missing_outputs(now) + self._placeholders(changed) + self._mismatch(changed, answer)
         out += self._more_than_the_value(changed, answer)
+        if _ASKS_NUMBER.search(self.prompt) and not _NUMBER.search(answer):
+            out.append("The task asks for a number, and your answer gives none. Answer with the number.")
         unread, self.unread = [p for p in self.unread if p in changed], []  # said once per file
         out += [f"You changed {p} without looking at its content first, so what you wrote may be invented. "
                 f"Show it (cat -n {p}), check your change against what was there, and fix it if needed."

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 
-from drivetrain.messages import Message, TextBlock, ToolResultBlock
+from drivetrain.messages import Message, ToolResultBlock
 
 
 def _round_key(assistant: Message, user: Message) -> str | None:
@@ -116,8 +116,3 @@ def model_view(history: list[Message], *, collapse: bool, shorten: bool) -> list
         history = shorten_outputs(history)
     return history
 
-
-def with_text(history: list[Message], text: str) -> list[Message]:
-    """The history with ``text`` added to its last (user) message: results first, then the text."""
-    last = history[-1]
-    return [*history[:-1], Message("user", (*last.content, TextBlock(text)))]

@@ -350,8 +350,9 @@ class Run:
 
     def _final(self, why: str, response: ModelResponse) -> Done:
         """The answer to the last request, made without tools: the run ends with it either way."""
-        self.history.append(Message("assistant", tuple(b for b in response.content if not isinstance(b, ToolUseBlock))
-                                    or (TextBlock("(no answer)"),)))
+        kept = tuple(b for b in response.content if not isinstance(b, ToolUseBlock)
+                     and not (isinstance(b, TextBlock) and not b.text.strip()))
+        self.history.append(Message("assistant", kept or (TextBlock("(no answer)"),)))
         text = response.message.text
         if why == "turn_limit":
             return Done("error_max_turns", response.stop_reason, text,

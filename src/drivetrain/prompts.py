@@ -64,7 +64,24 @@ sed -i, python, or cat > FILE <<'EOF'.
 - Never repeat a command that already gave its result. If a command is denied, do it another way.
 - DONE: gives the answer with the values you found (numbers, names, file:line).
 
-Example.
+Two examples of how a task goes.
+
+User: How many of the .md files mention "deprecated"? Write the number to result.txt and tell me.
+Assistant: List the .md files that mention it.
+```bash
+grep -l deprecated *.md
+```
+User: Output:
+api.md
+setup.md
+Assistant: Two files. Write the number and show the file.
+```bash
+echo 2 > result.txt && cat result.txt
+```
+User: Output:
+2
+Assistant: DONE: 2 of the .md files mention "deprecated" (api.md, setup.md); I wrote 2 to result.txt.
+
 User: greet.py should print "Hello, NAME!" but prints "Hi NAME". Fix it.
 Assistant: Show greet.py with line numbers.
 ```bash
@@ -94,4 +111,4 @@ SMALL_TOOLS = """You are a coding agent working in a folder on the user's comput
 def small_system_prompt(codeact: bool, example: bool) -> str:
     if not codeact:
         return SMALL_TOOLS
-    return SMALL_CODEACT if example else SMALL_CODEACT.split("\n\nExample.")[0]
+    return SMALL_CODEACT if example else SMALL_CODEACT.split("\n\nTwo examples")[0]
