@@ -62,6 +62,8 @@ def test_the_grammar_allows_one_block_or_the_answer_and_never_a_forbidden_block(
     assert accepts(llm, auto, "DONE: there are 3 files")
     assert not accepts(llm, auto, "List the files.\n```bash\nls -la\n```")  # the refused call, exactly
     assert not accepts(llm, auto, "```python\nprint(1)\n```")
+    assert not accepts(llm, auto, "```bash\nls -la\necho more\n```")  # nor the refused call with lines added
+    assert accepts(llm, auto, "```bash\necho first\nls -la\n```")
     assert not accepts(llm, auto, "I think there are 3 files.")  # prose is neither
     assert not accepts(llm, auto, "```bash\nls\n```\n```bash\npwd\n```")  # one block per reply
     assert not accepts(llm, grammar("any"), "DONE: nothing to do")

@@ -133,20 +133,23 @@ def grammar(choice: str, forbidden: list[tuple[str, str]] = ()) -> str:
 
 
 def _body_rules(name: str, forbidden: list[str]) -> list[str]:
-    forbidden = [f for f in forbidden if "`" not in f]  # such a body cannot be generated anyway
+    """A body that does not start with any forbidden body (each a whole number of lines): the refused
+    command is left out, and so is the refused command with more lines added after it."""
+    forbidden = {f for f in forbidden if "`" not in f}  # such a body cannot be generated anyway
+    forbidden = [f for f in forbidden if not any(g != f and f.startswith(g) for g in forbidden)]
     if not forbidden:
         return [f"{name} ::= [^`] free"]
-    prefixes = sorted({f[:i] for f in forbidden for i in range(len(f) + 1)})
+    prefixes = sorted({f[:i] for f in forbidden for i in range(len(f))})
     node = {p: f"{name}-{i}" if p else name for i, p in enumerate(prefixes)}
     rules = []
     for p in prefixes:
-        children = sorted({f[len(p)] for f in forbidden if len(f) > len(p) and f.startswith(p)})
-        alts = [f"{_lit(c)} {node[p + c]}" for c in children]
+        children = sorted({f[len(p)] for f in forbidden if f.startswith(p)})
+        alts = [f"{_lit(c)} {node[p + c]}" for c in children if p + c in node]  # a completed one is a dead end
         if "\n" not in children:
             alts.append('"\\n" fresh' if p else '"\\n" free')
         alts.append(f"[^{_cls('`' + chr(10) + ''.join(children))}] free")
-        if p and p.endswith("\n") and p not in forbidden:
-            alts.append('"```"')
+        if p.endswith("\n"):
+            alts.append('"```"')  # p is no forbidden body: those are never reached
         rules.append(f"{node[p]} ::= " + " | ".join(alts))
     return rules
 
