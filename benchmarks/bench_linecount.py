@@ -23,15 +23,11 @@ workspaces are kept under ``--save`` (default: a new temporary folder, printed).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import gc
-import hashlib
 import json
 import os
 import re
-import resource
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -42,8 +38,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "examples"))
 from line_count import FILES, TASK  # noqa: E402  (the quick-start task itself, not a copy)
 
-from drivetrain.tools import Bash, Glob, Read, Write  # noqa: E402
-from drivetrain.tools.base import ToolContext  # noqa: E402
+from cli_runner import code_state, run_cli as run_drivetrain  # noqa: E402  (benchmarks/, next to this file)
+from naive import load_llama, run_naive as naive_loop, sampling_of  # noqa: E402
 
 MAX_TURNS = 12
 EXPECTED = sum(text.count("\n") for text in FILES.values())
@@ -78,21 +74,6 @@ def mentions_total(text: str) -> bool:
     return re.search(rf"(?<![\d.]){EXPECTED}(?!\d|\.\d)", text or "") is not None
 
 
-def code_state() -> tuple[str, str]:
-    """(HEAD commit and dirty flag, a digest of src/): the repository may change while a batch runs."""
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                              text=True).stdout.strip() or "?"
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "src"], cwd=ROOT, capture_output=True,
-                               text=True).stdout.strip()
-    except OSError:
-        head, dirty = "?", ""
-    digest = hashlib.sha256()
-    for f in sorted((ROOT / "src").rglob("*.py")):
-        digest.update(f.relative_to(ROOT).as_posix().encode() + b"\0" + f.read_bytes())
-    return head + (" + uncommitted changes in src/" if dirty else ""), digest.hexdigest()[:12]
-
-
 def make_workspace(base: Path) -> Path:
     ws = base / "ws"
     ws.mkdir(parents=True)
@@ -109,69 +90,18 @@ def check(ws: Path) -> str | None:
 # ---------------------------------------------------------------- drivetrain, through its CLI
 
 
-def cli_env(model: str, home: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "OPENAI_"))}
-    env["DRIVETRAIN_LOCAL_MODEL"] = model
-    env["DRIVETRAIN_HOME"] = str(home)  # audit logs go with the run; no user settings leak in
-    return env
-
-
-def trajectory_from_log(log: str) -> str:
-    """'Glob → Read+Read+Read → Write! → end_turn' from the --verbose turn log ('!' marks an is_error result)."""
-    turns: list[list[str]] = []
-    stops: list[str] = []
-    pending: list[int] = []  # indexes into the current turn's calls, waiting for their results
-    for line in log.splitlines():
-        if m := re.match(r"\[turn \d+\] stop_reason=(\S+)", line):
-            turns.append([])
-            stops.append(m.group(1))
-            pending = []
-        elif turns and (m := re.match(r"  → (\w+) ", line)):
-            turns[-1].append(m.group(1))
-            pending.append(len(turns[-1]) - 1)
-        elif turns and pending and re.match(r"  [✗←] ", line):
-            i = pending.pop(0)
-            if line.startswith("  ✗"):
-                turns[-1][i] += "!"
-    steps = ["+".join(calls) if calls else stop for calls, stop in zip(turns, stops)]
-    return " → ".join(steps)
-
-
 def run_cli(n: int, model: str, save: Path) -> RunOutcome:
     run_dir = save / "drivetrain" / f"run{n}"
     ws = make_workspace(run_dir)
     code, load_avg = code_state()[1], os.getloadavg()[0]
-    exe = Path(sys.executable).parent / "drivetrain"
-    argv = [str(exe), "-p", TASK, "--permission-mode", "acceptEdits", "--max-turns", str(MAX_TURNS),
-            "--output-format", "json", "--verbose", "--provider", "local"]
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    started = time.perf_counter()
-    try:
-        proc = subprocess.run(argv, cwd=ws, env=cli_env(model, run_dir / "home"), stdin=subprocess.DEVNULL,
-                              capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
-        stdout, stderr, timed_out = proc.stdout, proc.stderr, False
-    except subprocess.TimeoutExpired as e:
-        stdout, stderr, timed_out = _text(e.stdout), _text(e.stderr), True
-    wall = time.perf_counter() - started
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
-    (run_dir / "stdout.json").write_text(stdout)
-    (run_dir / "stderr.log").write_text(stderr)
-    result = next((json.loads(line) for line in reversed(stdout.splitlines())
-                   if line.startswith("{") and '"type": "result"' in line), {})
-    written = check(ws)
-    answer = result.get("result") or ""
-    subtype = "timeout" if timed_out else result.get("subtype", f"no result (exit {proc.returncode})")
-    out = RunOutcome(n, False, result.get("num_turns"), wall, written, answer, subtype, trajectory_from_log(stderr),
-                     code=code, cpu_s=cpu, load_avg=load_avg)
+    r = run_drivetrain(TASK, ws, run_dir, model=model, max_turns=MAX_TURNS, timeout_s=RUN_TIMEOUT_S,
+                       permission_mode="acceptEdits")
+    out = RunOutcome(n, False, r.num_turns, r.wall_s, check(ws), r.answer, r.subtype, r.trajectory,
+                     code=code, cpu_s=r.cpu_s, load_avg=load_avg)
     out.solved = out.file_ok and out.answer_ok
-    if result.get("note"):
-        out.notes.append(result["note"])
+    if r.result.get("note"):
+        out.notes.append(r.result["note"])
     return out
-
-
-def _text(b) -> str:
-    return b.decode(errors="replace") if isinstance(b, bytes) else (b or "")
 
 
 def measure_load(model: str) -> tuple[float, float, str]:
@@ -192,100 +122,14 @@ def measure_load(model: str) -> tuple[float, float, str]:
 
 # ---------------------------------------------------------------- the naive loop
 
-NAIVE_SYSTEM = """You are a helpful coding assistant. You can use tools to work with the files in the current directory.
-
-Tools:
-- Read: read a text file. Arguments: file_path (string), and optionally offset (integer, the first line to read) and limit (integer, how many lines).
-- Write: create or overwrite a file. Arguments: file_path (string), content (string, the whole new content).
-- Bash: run a shell command in the current directory. Arguments: command (string), and optionally timeout (integer, milliseconds).
-- Glob: find files whose path matches a glob pattern such as **/*.py. Arguments: pattern (string), and optionally path (string, the folder to search).
-
-To call a tool, answer with a JSON object inside <tool_call></tool_call> tags, for example:
-<tool_call>
-{"name": "Read", "arguments": {"file_path": "notes.txt"}}
-</tool_call>
-The result will be sent back to you. When the task is done, give your final answer without calling a tool."""
-
-TOOLS = {t.name: t for t in (Read(), Write(), Bash(), Glob())}
-_TAGGED = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|\Z)", re.DOTALL)
-_OBJECT = re.compile(r"\{.*\}", re.DOTALL)
-
-
-def find_calls(text: str) -> list[dict | str]:
-    """Tool calls in a reply: dicts, or a string saying why a call could not be read."""
-    found = _TAGGED.findall(text)
-    if not found:  # no tags: a bare JSON object with a "name" counts as a call
-        obj = _OBJECT.search(text)
-        if not obj:
-            return []
-        try:
-            value = json.loads(obj.group(0))
-        except ValueError:
-            return []
-        return [value] if isinstance(value, dict) and "name" in value else []
-    calls: list[dict | str] = []
-    for raw in found:
-        try:
-            value = json.loads(raw)
-        except ValueError as e:
-            calls.append(f"the tool call is not valid JSON ({e}): {raw[:200]}")
-            continue
-        calls.append(value if isinstance(value, dict) else f"the tool call is not a JSON object: {raw[:200]}")
-    return calls
-
-
-async def run_call(call: dict | str, ws: Path) -> tuple[str, str, bool]:
-    """(tool name, result text, is_error) for one call, run with drivetrain's own tool classes."""
-    if isinstance(call, str):
-        return "?", call, True
-    name = call.get("name")
-    args = call.get("arguments", call.get("parameters", {}))
-    if isinstance(args, str):
-        try:
-            args = json.loads(args)
-        except ValueError:
-            pass
-    if name not in TOOLS:
-        return str(name), f"unknown tool {name!r}; the tools are {', '.join(TOOLS)}", True
-    if not isinstance(args, dict):
-        return name, "arguments must be a JSON object", True
-    try:
-        res = await TOOLS[name].call(args, ToolContext(cwd=ws))
-    except Exception as e:
-        return name, f"{type(e).__name__}: {e}", True
-    text = res.content if isinstance(res.content, str) else json.dumps(res.content)
-    return name, text or "(no output)", res.is_error
-
-
 def run_naive(llm, n: int, sampling: dict, seed: int, save: Path, max_tokens: int | None) -> RunOutcome:
     run_dir = save / "naive" / f"run{n}"
     ws = make_workspace(run_dir)
     code, load_avg = code_state()[1], os.getloadavg()[0]
-    messages = [{"role": "system", "content": NAIVE_SYSTEM}, {"role": "user", "content": TASK}]
-    steps: list[str] = []
-    answer, subtype, turns = "", "error_max_turns", 0
-    started, cpu_started = time.perf_counter(), time.process_time()
-    while turns < MAX_TURNS:
-        turns += 1
-        reply = llm.create_chat_completion(messages, seed=seed + turns, max_tokens=max_tokens, **sampling)
-        text = reply["choices"][0]["message"]["content"] or ""
-        messages.append({"role": "assistant", "content": text})
-        calls = find_calls(text)
-        if not calls:
-            answer, subtype = text, "success"
-            steps.append(reply["choices"][0]["finish_reason"] == "length" and "max_tokens" or "end_turn")
-            break
-        parts, names = [], []
-        for call in calls:
-            name, result, is_error = asyncio.run(run_call(call, ws))
-            names.append(name + ("!" if is_error else ""))
-            parts.append(f"{'Error from' if is_error else 'Result of'} {name}:\n{result}")
-        steps.append("+".join(names))
-        messages.append({"role": "user", "content": "\n\n".join(parts)})
-    wall, cpu = time.perf_counter() - started, time.process_time() - cpu_started
-    (run_dir / "transcript.json").write_text(json.dumps(messages, indent=1, ensure_ascii=False))
-    out = RunOutcome(n, False, turns, wall, check(ws), answer, subtype, " → ".join(steps), code=code,
-                     cpu_s=cpu, load_avg=load_avg)
+    r = naive_loop(llm, TASK, ws, sampling=sampling, seed=seed, max_turns=MAX_TURNS, max_tokens=max_tokens)
+    (run_dir / "transcript.json").write_text(json.dumps(r.messages, indent=1, ensure_ascii=False))
+    out = RunOutcome(n, False, r.turns, r.wall_s, check(ws), r.answer, r.subtype, r.trajectory, code=code,
+                     cpu_s=r.cpu_s, load_avg=load_avg)
     out.solved = out.file_ok and out.answer_ok
     return out
 
@@ -349,9 +193,7 @@ def main() -> int:
     head, START_CODE = code_state()
     from drivetrain.models.local import LocalModel
     probe = LocalModel(args.model)  # not loaded: only its settings are read
-    sampling = {"temperature": probe.sampling["temp"], "top_p": probe.sampling["top_p"],
-                "top_k": probe.sampling["top_k"], "min_p": probe.sampling["min_p"],
-                "repeat_penalty": probe.sampling["repeat_penalty"]}
+    sampling = sampling_of(probe)
     print(f"task: {TASK}\nexpected total: {EXPECTED}   model: {probe.name}   runs: {args.runs}   "
           f"max turns: {MAX_TURNS}\nsampling (LocalModel defaults, both loops): {sampling}\n"
           f"code: {head} (src digest {START_CODE})   cores: {len(os.sched_getaffinity(0))}   "
@@ -371,14 +213,7 @@ def main() -> int:
         print(summaries[-1] + "\n", flush=True)
 
     if args.only in (None, "naive"):
-        from llama_cpp import Llama
-
-        from drivetrain.models.weights import resolve_model
-        path = resolve_model(args.model)
-        t = time.perf_counter()
-        llm = Llama(model_path=str(path), n_ctx=probe.n_ctx, n_threads=probe.n_threads,
-                    n_threads_batch=probe.n_threads, verbose=False)
-        load = time.perf_counter() - t
+        llm, _, load = load_llama(args.model)
         max_tokens = getattr(probe, "max_output_tokens", None)  # the same per-reply cap as LocalModel
         print(f"naive loop (llama_cpp.Llama.create_chat_completion, no grammar, no workspace context); "
               f"reply cap {max_tokens} tokens; loaded once in {load:.2f} s, NOT counted in the wall times below",

@@ -1,0 +1,117 @@
+"""drivetrain through its real command line, as a user runs it: one subprocess per task, and what it left behind."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import resource
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def code_state() -> tuple[str, str]:
+    """(HEAD commit and dirty flag, a digest of src/): the repository may change while a batch runs."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                              text=True).stdout.strip() or "?"
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "src"], cwd=ROOT, capture_output=True,
+                               text=True).stdout.strip()
+    except OSError:
+        head, dirty = "?", ""
+    digest = hashlib.sha256()
+    for f in sorted((ROOT / "src").rglob("*.py")):
+        digest.update(f.relative_to(ROOT).as_posix().encode() + b"\0" + f.read_bytes())
+    return head + (" + uncommitted changes in src/" if dirty else ""), digest.hexdigest()[:12]
+
+
+def cli_env(model: str, home: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("ANTHROPIC_", "OPENAI_")) and k != "DRIVETRAIN_ABLATE"}
+    env["DRIVETRAIN_LOCAL_MODEL"] = model
+    env["DRIVETRAIN_HOME"] = str(home)  # audit logs go with the run; no user settings leak in
+    env.update(extra or {})
+    return env
+
+
+def trajectory_from_log(log: str) -> str:
+    """'Glob → Read+Read+Read → Write! → end_turn' from the --verbose turn log ('!' marks an is_error result)."""
+    turns: list[list[str]] = []
+    stops: list[str] = []
+    pending: list[int] = []  # indexes into the current turn's calls, waiting for their results
+    for line in log.splitlines():
+        if m := re.match(r"\[turn \d+\] stop_reason=(\S+)", line):
+            turns.append([])
+            stops.append(m.group(1))
+            pending = []
+        elif turns and (m := re.match(r"  → (\w+) ", line)):
+            turns[-1].append(m.group(1))
+            pending.append(len(turns[-1]) - 1)
+        elif turns and pending and re.match(r"  [✗←] ", line):
+            i = pending.pop(0)
+            if line.startswith("  ✗"):
+                turns[-1][i] += "!"
+    steps = ["+".join(calls) if calls else stop for calls, stop in zip(turns, stops)]
+    return " → ".join(steps)
+
+
+@dataclass
+class CliRun:
+    result: dict  # the JSON result object ({} when there was none)
+    answer: str
+    subtype: str  # the result's subtype, "timeout", or "no result (exit N)"
+    num_turns: int | None
+    wall_s: float
+    cpu_s: float  # CPU time of the subprocess and its children (user + system)
+    trajectory: str
+    stdout: str
+    stderr: str
+
+
+def run_cli(prompt: str, ws: Path, run_dir: Path, *, model: str, max_turns: int, timeout_s: float,
+            permission_mode: str = "bypassPermissions", extra_args: Sequence[str] = (),
+            extra_env: Mapping[str, str] | None = None,
+            provider_args: Sequence[str] = ("--provider", "local")) -> CliRun:
+    """``drivetrain -p PROMPT --output-format json --verbose …`` in ``ws``; stdout/stderr kept in ``run_dir``."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    exe = Path(sys.executable).parent / "drivetrain"
+    argv = [str(exe), "-p", prompt, "--output-format", "json", "--verbose", *provider_args,
+            "--max-turns", str(max_turns), "--permission-mode", permission_mode, *extra_args]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    returncode = None
+    try:
+        proc = subprocess.run(argv, cwd=ws, env=cli_env(model, run_dir / "home", extra_env), stdin=subprocess.DEVNULL,
+                              capture_output=True, text=True, timeout=timeout_s)
+        stdout, stderr, timed_out, returncode = proc.stdout, proc.stderr, False, proc.returncode
+    except subprocess.TimeoutExpired as e:
+        stdout, stderr, timed_out = _text(e.stdout), _text(e.stderr), True
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    (run_dir / "stdout.json").write_text(stdout)
+    (run_dir / "stderr.log").write_text(stderr)
+    (run_dir / "argv.json").write_text(json.dumps(argv[1:], indent=1))
+    result = next((_json(line) for line in reversed(stdout.splitlines())
+                   if line.startswith("{") and '"type": "result"' in line), {})
+    subtype = "timeout" if timed_out else result.get("subtype", f"no result (exit {returncode})")
+    return CliRun(result, result.get("result") or "", subtype, result.get("num_turns"), wall, cpu,
+                  trajectory_from_log(stderr), stdout, stderr)
+
+
+def _json(line: str) -> dict:
+    try:
+        return json.loads(line)
+    except ValueError:
+        return {}
+
+
+def _text(b) -> str:
+    return b.decode(errors="replace") if isinstance(b, bytes) else (b or "")
