@@ -1,0 +1,257 @@
+"""Small coding tasks, end to end: how often the local model solves them through drivetrain vs a naive loop.
+
+Each task is a kind of task (``benchmarks/tasks.py`` lists them): a generator fills a fresh workspace
+from a seed and writes the user's prompt; a checker (a program) decides afterwards, from the workspace
+and the final answer, whether the task was solved, and says why. Every (task, run) pair gets one seed,
+so every config sees the same workspace; runs go task by task with the configs interleaved, so machine
+load falls on all of them alike.
+
+Configs (``--config``, repeatable; default ``drivetrain`` and ``naive``):
+  drivetrain                 ``drivetrain -p TASK --output-format json --verbose --provider local
+                             --max-turns 12 --permission-mode bypassPermissions`` + the task's arguments
+                             (e.g. ``--disallowedTools "Bash(wc:*)"``), a subprocess in the workspace
+  naive                      the same GGUF in llama_cpp.Llama (loaded once), plain prompt, regex parsing,
+                             drivetrain's own tool classes, no grammar (``benchmarks/naive.py``)
+  NAME=ITEM+ITEM…            drivetrain with: ``ablate:a,b`` (DRIVETRAIN_ABLATE=a,b: techniques switched
+                             off), ``profile:P`` (``--profile P``), ``arg:--flag`` (any CLI argument);
+                             or ``NAME=naive``. E.g. ``no-checks=ablate:checks``, ``full=profile:full``
+
+    python benchmarks/bench_tasks.py --runs 3 --results runs.jsonl [--resume] [--tasks a,b] [--config …]
+    python benchmarks/bench_tasks.py --report runs.jsonl [more.jsonl …]   # tables only
+    python benchmarks/bench_tasks.py --selftest                             # checkers vs reference solutions
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from report import print_line, print_tables  # noqa: E402
+from tasks import TASKS, selftest  # noqa: E402
+
+MAX_TURNS = 12
+RUN_TIMEOUT_S = 900
+
+
+@dataclass(frozen=True)
+class Config:
+    name: str
+    spec: str  # as given, kept in the results so a resumed batch only reuses runs of the same config
+    naive: bool = False
+    ablate: tuple[str, ...] = ()
+    args: tuple[str, ...] = ()
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {"DRIVETRAIN_ABLATE": ",".join(self.ablate)} if self.ablate else {}
+
+
+def parse_config(text: str) -> Config:
+    name, _, spec = text.partition("=")
+    if not spec:
+        if name in ("drivetrain", "naive"):
+            return Config(name, name, naive=name == "naive")
+        raise ValueError(f"config {text!r}: give NAME=SPEC, e.g. no-checks=ablate:checks (or drivetrain, naive)")
+    if not name:
+        raise ValueError(f"config {text!r} has no name")
+    ablate: list[str] = []
+    args: list[str] = []
+    naive = False
+    for item in spec.split("+"):
+        key, _, value = item.partition(":")
+        if key == "ablate" and value:
+            ablate += [v.strip() for v in value.split(",") if v.strip()]
+        elif key == "profile" and value:
+            args += ["--profile", value]
+        elif key == "arg" and value:
+            args.append(value)
+        elif item in ("naive", "drivetrain"):
+            naive = item == "naive"
+        else:
+            raise ValueError(f"config {text!r}: unknown item {item!r} (ablate:a,b  profile:P  arg:--flag  naive)")
+    if naive and (ablate or args):
+        raise ValueError(f"config {text!r}: the naive loop takes no ablations or drivetrain arguments")
+    return Config(name, spec, naive, tuple(ablate), tuple(args))
+
+
+def plan(task_names: list[str], configs: list[Config], runs: int, seed: int) -> list[tuple[str, int, int, Config]]:
+    """(task, run number, workspace seed, config) in running order: runs, then tasks, then the configs interleaved."""
+    return [(t, r, seed * 1000 + r, c) for r in range(1, runs + 1) for t in task_names for c in configs]
+
+
+def run_key(model: str, task: str, run: int, seed: int, config_name: str, spec: str) -> tuple:
+    return (model, task, run, seed, config_name, spec)
+
+
+def load_results(paths: list[Path]) -> list[dict]:
+    rows = []
+    for path in paths:
+        if not path.is_file():
+            continue
+        for line in path.read_text().splitlines():
+            try:
+                rows.append(json.loads(line))
+            except ValueError:
+                pass  # a line cut short by an interrupted write
+    return rows
+
+
+class Runner:
+    """Runs one (task, seed, config) and returns the result record. The naive loop's model loads on first use."""
+
+    def __init__(self, model: str, save: Path, max_turns: int, timeout_s: float,
+                 provider_args: tuple[str, ...] = ("--provider", "local"), env: dict[str, str] | None = None) -> None:
+        self.model, self.save, self.max_turns, self.timeout_s = model, save, max_turns, timeout_s
+        self.provider_args, self.env = provider_args, env or {}  # another provider: for tests
+        self._naive = None  # (llm, sampling, max_tokens)
+
+    def run(self, task_name: str, run: int, seed: int, config: Config) -> dict:
+        from cli_runner import code_state
+
+        task = TASKS[task_name]
+        run_dir = self.save / task_name / f"run{run}-seed{seed}" / config.name
+        if run_dir.exists():
+            shutil.rmtree(run_dir)  # a run cut short earlier: start it afresh
+        ws = run_dir / "ws"
+        inst = task.make(seed, ws)
+        expect = json.loads(json.dumps(inst.expect))
+        (run_dir / "instance.json").write_text(json.dumps({"prompt": inst.prompt, "deny": inst.deny,
+                                                           "cli_args": inst.cli_args, "expect": expect}, indent=1))
+        load_avg = os.getloadavg()[0]
+        if config.naive:
+            answer, subtype, turns, wall, cpu, trajectory = self._run_naive(inst, ws, run_dir, seed)
+        else:
+            answer, subtype, turns, wall, cpu, trajectory = self._run_cli(inst, ws, run_dir, config)
+        solved, reason = task.check(ws, answer, expect)
+        if not solved and subtype not in ("success", ""):
+            reason = f"{subtype}: {reason}"
+        return {"task": task_name, "config": config.name, "spec": config.spec, "model": self.model, "run": run,
+                "seed": seed, "solved": solved, "reason": reason, "turns": turns, "wall_s": round(wall, 2),
+                "cpu_s": round(cpu, 2), "subtype": subtype, "trajectory": trajectory, "answer": answer[:600],
+                "load_avg": round(load_avg, 2), "code": code_state()[1], "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
+
+    def _run_cli(self, inst, ws: Path, run_dir: Path, config: Config):
+        from cli_runner import run_cli
+
+        deny = ["--disallowedTools", *inst.deny] if inst.deny else []
+        r = run_cli(inst.prompt, ws, run_dir, model=self.model, max_turns=self.max_turns, timeout_s=self.timeout_s,
+                    extra_args=[*deny, *inst.cli_args, *config.args], extra_env={**self.env, **config.env},
+                    provider_args=self.provider_args)
+        subtype = r.subtype
+        if subtype.startswith("no result"):  # say why: the CLI's last words
+            last = [ln for ln in r.stderr.strip().splitlines() if ln.strip()][-1:] or [""]
+            subtype += f" {last[0][:160]}"
+        return r.answer, subtype, r.num_turns, r.wall_s, r.cpu_s, r.trajectory
+
+    def _run_naive(self, inst, ws: Path, run_dir: Path, seed: int):
+        from naive import deny_policy, load_llama, run_naive, sampling_of
+
+        if self._naive is None:
+            llm, probe, load_s = load_llama(self.model)
+            print(f"(naive loop: {probe.name} loaded in {load_s:.1f} s, once; not counted in its wall times)",
+                  flush=True)
+            self._naive = (llm, sampling_of(probe), probe.max_output_tokens)
+        llm, sampling, max_tokens = self._naive
+        r = run_naive(llm, inst.prompt, ws, sampling=sampling, seed=seed * 100, max_turns=self.max_turns,
+                      max_tokens=max_tokens, policy=deny_policy(inst.deny, ws, run_dir / "home"),
+                      timeout_s=self.timeout_s)
+        (run_dir / "transcript.json").write_text(json.dumps(r.messages, indent=1, ensure_ascii=False))
+        return r.answer, r.subtype, r.turns, r.wall_s, r.cpu_s, r.trajectory
+
+
+def run_selftest(seeds: int) -> int:
+    problems = selftest(seeds=range(1, seeds + 1))
+    for name, found in problems.items():
+        print(f"  {name:<16} {'ok' if not found else 'FAILED'}")
+        for p in found:
+            print(f"      {p}")
+    bad = sum(bool(v) for v in problems.values())
+    print(f"selftest: {len(problems) - bad}/{len(problems)} tasks ok over {seeds} seeds")
+    return 1 if bad else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--runs", type=int, default=1, help="runs per task per config")
+    p.add_argument("--tasks", default=None, help=f"comma-separated, of: {', '.join(TASKS)}")
+    p.add_argument("--config", action="append", default=None, metavar="NAME[=SPEC]",
+                   help="drivetrain, naive, or NAME=ablate:a,b+profile:P+arg:--flag (repeatable; "
+                        "default: drivetrain and naive)")
+    p.add_argument("--model", choices=["default", "small"], default="default",
+                   help="default: the bundled 1.5B; small: the 0.5B")
+    p.add_argument("--seed", type=int, default=1, help="run r of every task uses workspace seed seed*1000 + r")
+    p.add_argument("--max-turns", type=int, default=MAX_TURNS)
+    p.add_argument("--timeout", type=float, default=RUN_TIMEOUT_S, help="seconds per run")
+    p.add_argument("--save", type=Path, default=None, help="where to keep workspaces and logs (default: a temp dir)")
+    p.add_argument("--results", type=Path, default=None, help="append one JSON line per finished run")
+    p.add_argument("--resume", action="store_true", help="skip runs already in --results")
+    p.add_argument("--report", type=Path, nargs="+", default=None, metavar="FILE.jsonl",
+                   help="only print the tables from results files")
+    p.add_argument("--selftest", action="store_true", help="check every checker against its reference solution")
+    p.add_argument("--selftest-seeds", type=int, default=6)
+    args = p.parse_args(argv)
+
+    if args.selftest:
+        return run_selftest(args.selftest_seeds)
+    if args.report:
+        rows = load_results(args.report)
+        if not rows:
+            print("no results in " + ", ".join(map(str, args.report)))
+            return 1
+        print_tables(rows)
+        return 0
+    try:
+        configs = [parse_config(c) for c in (args.config or ["drivetrain", "naive"])]
+        names = [n.strip() for n in args.tasks.split(",")] if args.tasks else list(TASKS)
+        unknown = [n for n in names if n not in TASKS]
+        if unknown:
+            raise ValueError(f"unknown tasks {unknown}; the tasks are {', '.join(TASKS)}")
+        if len({c.name for c in configs}) < len(configs):
+            raise ValueError("two configs have the same name")
+        if args.resume and not args.results:
+            raise ValueError("--resume needs --results")
+    except ValueError as e:
+        p.error(str(e))
+
+    from cli_runner import code_state
+
+    save = args.save or Path(tempfile.mkdtemp(prefix="bench-tasks-"))
+    save.mkdir(parents=True, exist_ok=True)
+    done = {run_key(r.get("model"), r.get("task"), r.get("run"), r.get("seed"), r.get("config"), r.get("spec"))
+            for r in load_results([args.results])} if args.resume else set()
+    planned = plan(names, configs, args.runs, args.seed)
+    todo = [(t, r, s, c) for t, r, s, c in planned if run_key(args.model, t, r, s, c.name, c.spec) not in done]
+    head, digest = code_state()
+    print(f"tasks: {', '.join(names)}\nconfigs: {', '.join(f'{c.name} ({c.spec})' for c in configs)}\n"
+          f"model: {args.model}   runs: {args.runs}   max turns: {args.max_turns}   code: {head} ({digest})\n"
+          f"to run: {len(todo)} (skipped, already in {args.results}: {len(planned) - len(todo)})"
+          f"   workspaces and logs: {save}\n", flush=True)
+    runner = Runner(args.model, save, args.max_turns, args.timeout)
+    rows = []
+    for task, run, seed, config in todo:
+        row = runner.run(task, run, seed, config)
+        rows.append(row)
+        if args.results:
+            with args.results.open("a") as f:
+                f.write(json.dumps(row, ensure_ascii=False) + "\n")
+        print_line(row)
+    if args.results:  # the tables cover everything in the file for these tasks and configs, resumed runs included
+        keep = {(c.name, c.spec) for c in configs}
+        rows = [r for r in load_results([args.results]) if r.get("model") == args.model
+                and r.get("task") in names and (r.get("config"), r.get("spec")) in keep]
+    if rows:
+        print()
+        print_tables(rows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
