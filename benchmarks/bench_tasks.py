@@ -24,6 +24,7 @@ Configs (``--config``, repeatable; default ``drivetrain`` and ``naive``):
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import shutil
@@ -118,25 +119,36 @@ class Runner:
 
         task = TASKS[task_name]
         run_dir = self.save / task_name / f"run{run}-seed{seed}" / config.name
-        if run_dir.exists():
-            shutil.rmtree(run_dir)  # a run cut short earlier: start it afresh
-        ws = run_dir / "ws"
+        # The workspace path is in drivetrain's system prompt and in every pwd: it must not name the task or
+        # the config ("linecount-nowc/drivetrain/ws" would be a hint), so it is a neutral hash, linked from the logs.
+        ws = self.save / "work" / hashlib.sha1(f"{task_name}/{run}/{seed}/{config.name}".encode()).hexdigest()[:10]
+        for old in (run_dir, ws):
+            if old.exists():
+                shutil.rmtree(old)  # a run cut short earlier: start it afresh
         inst = task.make(seed, ws)
+        run_dir.mkdir(parents=True)
+        (run_dir / "ws").symlink_to(ws)
         expect = json.loads(json.dumps(inst.expect))
         (run_dir / "instance.json").write_text(json.dumps({"prompt": inst.prompt, "deny": inst.deny,
                                                            "cli_args": inst.cli_args, "expect": expect}, indent=1))
         load_avg = os.getloadavg()[0]
-        if config.naive:
-            answer, subtype, turns, wall, cpu, trajectory = self._run_naive(inst, ws, run_dir, seed)
-        else:
-            answer, subtype, turns, wall, cpu, trajectory = self._run_cli(inst, ws, run_dir, config)
+        started = time.perf_counter()
+        try:
+            if config.naive:
+                answer, subtype, turns, wall, cpu, trajectory = self._run_naive(inst, ws, run_dir, seed)
+            else:
+                answer, subtype, turns, wall, cpu, trajectory = self._run_cli(inst, ws, run_dir, config)
+        except Exception as e:  # one broken run must not end a long batch; it is recorded, and says why
+            answer, turns, cpu, trajectory = "", None, 0.0, ""
+            subtype, wall = f"bench error ({type(e).__name__}: {str(e)[:160]})", time.perf_counter() - started
         solved, reason = task.check(ws, answer, expect)
         if not solved and subtype not in ("success", ""):
             reason = f"{subtype}: {reason}"
         return {"task": task_name, "config": config.name, "spec": config.spec, "model": self.model, "run": run,
                 "seed": seed, "solved": solved, "reason": reason, "turns": turns, "wall_s": round(wall, 2),
                 "cpu_s": round(cpu, 2), "subtype": subtype, "trajectory": trajectory, "answer": answer[:600],
-                "load_avg": round(load_avg, 2), "code": code_state()[1], "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
+                "load_avg": round(load_avg, 2), "code": code_state()[1], "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                "workspace": str(ws)}
 
     def _run_cli(self, inst, ws: Path, run_dir: Path, config: Config):
         from cli_runner import run_cli

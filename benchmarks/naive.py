@@ -103,7 +103,7 @@ async def run_call(call: dict | str, ws: Path, policy=None) -> tuple[str, str, b
 @dataclass
 class NaiveRun:
     answer: str = ""
-    subtype: str = "error_max_turns"  # success | error_max_turns | timeout
+    subtype: str = "error_max_turns"  # success | error_max_turns | timeout | error_during_execution (why)
     turns: int = 0
     steps: list[str] = field(default_factory=list)  # per turn: 'Bash+Read!' ('!' an error result) or the stop
     messages: list[dict] = field(default_factory=list)
@@ -147,7 +147,12 @@ def run_naive(llm, task: str, ws: Path, *, sampling: dict, seed: int, max_turns:
             run.subtype = "timeout"
             break
         run.turns += 1
-        reply = llm.create_chat_completion(run.messages, seed=seed + run.turns, max_tokens=max_tokens, **sampling)
+        try:
+            reply = llm.create_chat_completion(run.messages, seed=seed + run.turns, max_tokens=max_tokens, **sampling)
+        except ValueError as e:  # llama-cpp-python: the history no longer fits the context window
+            run.subtype = f"error_during_execution ({str(e)[:120]})"
+            run.steps.append("error")
+            break
         text = reply["choices"][0]["message"]["content"] or ""
         run.messages.append({"role": "assistant", "content": text})
         calls = find_calls(text)

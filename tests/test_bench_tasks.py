@@ -179,7 +179,10 @@ def test_drivetrain_runner_through_the_real_cli(tmp_path):
         result = runner.run("linecount-nowc", 1, 3, config)
     assert result["solved"], result
     assert result["turns"] == 4 and result["trajectory"] == "Bash! → Bash → Write → end_turn"
-    assert (tmp_path / "save" / "linecount-nowc" / "run1-seed3" / "x" / "instance.json").is_file()
+    logs = tmp_path / "save" / "linecount-nowc" / "run1-seed3" / "x"
+    assert (logs / "instance.json").is_file() and (logs / "stderr.log").is_file()
+    assert (logs / "ws" / e["out"]).is_file()  # a link to the workspace, whose own path gives nothing away
+    assert "linecount" not in result["workspace"] and "/x/" not in result["workspace"]
 
 
 class ScriptedLlama:
@@ -210,3 +213,24 @@ def test_naive_loop_stops_at_the_turn_cap(tmp_path):
     llm = ScriptedLlama(['{"name": "Glob", "arguments": {"pattern": "*.py"}}'] * 3)
     run = naive.run_naive(llm, "go", tmp_path, sampling={}, seed=1, max_turns=3, max_tokens=None)
     assert (run.turns, run.subtype, run.trajectory) == (3, "error_max_turns", "Glob → Glob → Glob")
+
+
+def test_naive_loop_ends_cleanly_when_the_history_outgrows_the_context(tmp_path):
+    class Full(ScriptedLlama):
+        def create_chat_completion(self, messages, **kw):
+            if len(messages) > 3:
+                raise ValueError("Requested tokens (9000) exceed context window of 8192")
+            return super().create_chat_completion(messages, **kw)
+
+    llm = Full(['{"name": "Glob", "arguments": {"pattern": "*"}}'])
+    run = naive.run_naive(llm, "go", tmp_path, sampling={}, seed=1, max_turns=12, max_tokens=None)
+    assert run.subtype.startswith("error_during_execution (Requested tokens") and run.trajectory == "Glob → error"
+
+
+def test_a_run_that_cannot_start_is_recorded_with_its_reason(tmp_path):
+    runner = bench_tasks.Runner("small", tmp_path / "save", 12, 60)
+    result = runner.run("todos", 1, 1, bench_tasks.parse_config("odd=arg:--no-such-flag"))
+    assert not result["solved"] and "exit 2" in result["reason"] and "--no-such-flag" in result["reason"]
+    broken = bench_tasks.Runner(str(tmp_path / "missing.gguf"), tmp_path / "save", 12, 60)
+    result = broken.run("todos", 1, 1, bench_tasks.parse_config("naive"))
+    assert not result["solved"] and result["reason"].startswith("bench error (") and "missing.gguf" in result["reason"]
