@@ -3,11 +3,13 @@
 import asyncio
 import os
 import re
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
+from drivetrain.testing import ScriptedServer, reply, respond, tool_call
 from drivetrain.tools import Bash, ToolContext
 
 
@@ -109,3 +111,43 @@ async def test_stderr_survives_huge_stdout(ctx):
 async def test_bad_input(ctx, bad):
     r = await Bash().call(bad, ctx)
     assert r.is_error and ("command" in r.content or "timeout" in r.content)
+
+
+# ---------------------------------------------------------------- dying with the harness
+
+
+def test_cli_killed_with_sigkill_takes_its_commands_with_it(tmp_path):
+    from test_cli import DRIVETRAIN
+
+    # The shell and a backgrounded grandchild, each writing its pid; then the shell sleeps too.
+    command = "sleep 300 & echo $! > bg.pid; echo $$ > sh.pid; sleep 300"
+    server = ScriptedServer([respond([tool_call("Bash", {"command": command})]), reply("never sent")]).start()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "OPENAI_"))}
+    env.update({"ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_API_KEY": "sk-test",
+                "DRIVETRAIN_HOME": str(tmp_path / "home")})
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    proc = subprocess.Popen([DRIVETRAIN, "-p", "sleep", "--permission-mode", "bypassPermissions"], cwd=ws,
+                            env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    pids: list[int] = []
+    try:
+        deadline = time.monotonic() + 60
+        while len(pids) < 2 and time.monotonic() < deadline:
+            pids = [int(p.read_text()) for p in (ws / "bg.pid", ws / "sh.pid")
+                    if p.exists() and p.read_text().strip()]
+            time.sleep(0.05)
+        assert len(pids) == 2 and all(alive(p) for p in pids), "the Bash command did not start"
+        proc.kill()  # SIGKILL: no handler of drivetrain's runs
+        proc.wait(10)
+        deadline = time.monotonic() + 5
+        while any(alive(p) for p in pids) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not [p for p in pids if alive(p)], "the command outlived drivetrain"
+    finally:
+        proc.kill()
+        for p in pids:
+            try:
+                os.kill(p, 9)
+            except ProcessLookupError:
+                pass
+        server.close()

@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
-from drivetrain.procs import kill_group
+from drivetrain.procs import kill_group, watch_group
 
 log = logging.getLogger("drivetrain.hooks")
 
@@ -223,6 +223,7 @@ async def _run_command(h: _Hook, payload: dict) -> HookOutcome:
         shutil.which("bash") or "/bin/sh", "-c", h.command, cwd=h.cwd or payload.get("cwd") or None, env=env,
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         start_new_session=True)  # its own process group, so a timeout kills its children too
+    watch_group(proc.pid)
     try:
         out, err = await asyncio.wait_for(proc.communicate(json.dumps(payload, default=str).encode()), h.timeout)
     except asyncio.TimeoutError:

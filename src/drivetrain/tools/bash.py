@@ -1,4 +1,8 @@
-"""Bash: run a shell command in its own process group, with a timeout that really kills."""
+"""Bash: run a shell command in its own process group, with a timeout that really kills.
+
+Its process group is handed to the watchdog, so what it leaves running ends when drivetrain
+does, even on ``kill -9``.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +13,7 @@ import signal
 import subprocess
 from typing import TYPE_CHECKING
 
-from drivetrain.procs import kill_group, signal_group
+from drivetrain.procs import kill_group, signal_group, watch_group
 
 from .base import ToolContext, ToolResult
 
@@ -142,6 +146,7 @@ class Bash:
             proc = await asyncio.create_subprocess_exec(
                 *argv, cwd=ctx.cwd, stdin=subprocess.DEVNULL,
                 stdout=out_w, stderr=err_w, start_new_session=True)
+            watch_group(proc.pid)  # so what it leaves running ends with drivetrain, even on kill -9
         except BaseException:
             for fd in (out_r, err_r):
                 os.close(fd)
