@@ -1,7 +1,9 @@
 """The bubblewrap sandbox: workspace writable, the rest read-only, no network, fail closed."""
 
 import asyncio
+import json
 import os
+import secrets
 import shutil
 import socket
 import tempfile
@@ -12,6 +14,7 @@ import pytest
 
 from drivetrain.errors import HarnessError
 from drivetrain.sandbox import Sandbox, SandboxUnavailable
+from drivetrain.testing import ScriptedServer, reply, respond, tool_call
 from drivetrain.tools import Bash, ToolContext
 
 
@@ -201,3 +204,39 @@ async def test_unsandboxed_bash_reports_exit_code_meta(ws):
     slow = await Bash(kill_grace=0.1).call({"command": "sleep 5", "timeout": 100}, ToolContext(cwd=ws))
     assert ok.meta == {"exit_code": 0} and bad.meta == {"exit_code": 4}
     assert slow.meta["timed_out"] is True and slow.meta["exit_code"] < 0
+
+
+# ---------------------------------------------------------------- the environment inside
+
+
+@needs_bwrap
+def test_cli_sandboxed_bash_starts_from_an_allow_list(tmp_path):
+    from test_cli import cli  # the real `drivetrain` console script, as a subprocess
+
+    key = "sk-ant-api03-" + secrets.token_hex(20)
+    ws, home = tmp_path / "ws", tmp_path / "dthome"
+    (ws / ".drivetrain").mkdir(parents=True)
+    (ws / ".drivetrain" / "settings.local.json").write_text(
+        '{"shellEnvironment": {"passthrough": ["GITHUB_TOKEN", "MY_TOOL_*"]}}')
+    env = {"ANTHROPIC_API_KEY": key, "DRIVETRAIN_HOME": str(home), "GITHUB_TOKEN": "ghp_sandboxtoken0123456789",
+           "MY_TOOL_DIR": "/opt/tool", "SOME_PLAIN_SETTING": "not on the list", "LANG": "C.UTF-8"}
+
+    def check(body):
+        result = body["messages"][-1]["content"][0]
+        assert not result.get("is_error"), result
+        first, *rest = result["content"].splitlines()
+        assert first == "key=[]"
+        names = {line.split("=", 1)[0] for line in rest if "=" in line}
+        assert {"PATH", "HOME", "LANG", "GITHUB_TOKEN", "MY_TOOL_DIR"} <= names, names
+        assert not names & {"ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "SOME_PLAIN_SETTING", "DRIVETRAIN_HOME"}
+
+    steps = [respond([tool_call("Bash", {"command": 'echo "key=[$ANTHROPIC_API_KEY]"; env'})]),
+             reply("done", expect=check)]
+    with ScriptedServer(steps) as server:
+        proc = cli(server.url, "-p", "show the key", "--output-format", "stream-json", "--permission-mode",
+                   "bypassPermissions", "--sandbox", cwd=ws, env_extra=env)
+    assert proc.returncode == 0, proc.stderr
+    audit = "".join(p.read_text() for p in (home / "audit").glob("*.jsonl"))
+    assert "key=[]" in proc.stdout and audit
+    for text in (proc.stdout, proc.stderr, audit, *(json.dumps(r.body) for r in server.requests)):
+        assert key not in text

@@ -1,7 +1,13 @@
-"""The harness's child processes (Bash commands, shell hooks): ending them.
+"""The harness's child processes (Bash commands, shell hooks): the environment they start with, and ending them.
 
+- ``child_env()``: the harness's environment without its provider settings (``ANTHROPIC_*``,
+  ``OPENAI_*``) and without any variable whose name says it holds a secret (``*_API_KEY``,
+  ``*_TOKEN``, ``*_SECRET``, ``*PASSWORD*``, ``*_CREDENTIALS``, …), except the names passed through.
+  A prompt-injected ``echo $ANTHROPIC_API_KEY`` then prints nothing.
 - ``kill_group``: SIGTERM a child's whole process group, a grace period, then SIGKILL.
 - ``watch_group``: have a watchdog end a group when the harness dies, however it dies.
+- ``keep_environment_private``: without it, a child could still read the harness's environment
+  (its API key) from ``/proc/$PPID/environ``; the CLI calls it before any tool runs.
 
 Why a watchdog: each command runs in its own process group, so nothing else ends it, and a
 SIGKILL of the harness runs no handler. ``PR_SET_PDEATHSIG`` does not do it either: it reaches
@@ -20,15 +26,60 @@ the PID namespace catches those too.
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import fnmatch
 import logging
 import os
+import re
 import select
 import signal
 import sys
 import threading
 import time
+from typing import Iterable, Mapping
 
 log = logging.getLogger("drivetrain.procs")
+
+# ---------------------------------------------------------------- the environment children get
+
+PR_SET_DUMPABLE = 4
+PROVIDER_PREFIXES = ("ANTHROPIC_", "OPENAI_")  # the harness's own model settings: keys, and URLs that may carry them
+_SECRET_PARTS = {"key", "keys", "apikey", "token", "tokens", "secret", "secrets", "pass", "passwd", "password",
+                 "passphrase", "credential", "credentials"}
+_SECRET_INSIDE = ("PASSWORD", "PASSWD", "SECRET", "CREDENTIAL", "APIKEY")  # PGPASSWORD, MYSECRET
+_SECRET_END = ("TOKEN", "AUTH")  # GHTOKEN, NPM_CONFIG__AUTH; not SSH_AUTH_SOCK (that is a socket path)
+
+
+def withheld(name: str) -> bool:
+    """Is this variable kept from children by default: a provider setting, or named like a secret?"""
+    upper = name.upper()
+    if upper.startswith(PROVIDER_PREFIXES) or any(s in upper for s in _SECRET_INSIDE) or upper.endswith(_SECRET_END):
+        return True
+    return any(part in _SECRET_PARTS for part in re.split(r"[^a-z0-9]+", name.lower()))
+
+
+def passes(name: str, passthrough: Iterable[str]) -> bool:
+    """Does ``name`` match one of the ``passthrough`` names or globs (``AWS_*``)? Case matters, as in the shell."""
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in passthrough)
+
+
+def keep_environment_private() -> bool:
+    """Make this process non-dumpable (``prctl(PR_SET_DUMPABLE, 0)``), so a process of the same user cannot
+    read its environment from ``/proc/<pid>/environ`` nor its memory. It also turns off this process's core
+    dumps and same-user debuggers (py-spy, gdb then need root). Children are unaffected: exec resets it.
+    False where it cannot be done (not Linux)."""
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def child_env(passthrough: Iterable[str] = (), environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``environ`` (default ``os.environ``) without what ``withheld`` names, except the ``passthrough`` names."""
+    env = os.environ if environ is None else environ
+    passthrough = tuple(passthrough)
+    return {k: v for k, v in env.items() if not withheld(k) or passes(k, passthrough)}
+
 
 # ---------------------------------------------------------------- ending a group
 

@@ -13,6 +13,10 @@
   dies when the command ends (or when drivetrain dies: ``--die-with-parent``);
 - a new terminal session, so it cannot push keystrokes into a terminal.
 
+The command starts from an empty environment plus ``SANDBOX_ENV`` and the names passed through
+(``Sandbox.environment``): the bwrap process is started with exactly that environment rather than
+``--clearenv --setenv NAME VALUE``, because a command line is readable by every user of the machine.
+
 ``Sandbox.check()`` tries ``bwrap … true`` once and raises ``SandboxUnavailable`` when that
 fails. There is no fallback: a command that cannot be sandboxed is not run.
 """
@@ -26,6 +30,7 @@ from typing import Iterable, Sequence
 
 from drivetrain.errors import HarnessError
 from drivetrain.home import drivetrain_home
+from drivetrain.procs import child_env, passes
 
 INSTALL_HINT = ("Install bubblewrap (Debian/Ubuntu: `sudo apt-get install bubblewrap`; Fedora: "
                 "`sudo dnf install bubblewrap`; Arch: `sudo pacman -S bubblewrap`).")
@@ -36,6 +41,12 @@ USERNS_HINT = ("bubblewrap needs unprivileged user namespaces when not run as ro
 REFUSAL = ("drivetrain refuses to run Bash unsandboxed when --sandbox is set, so the command was not run; "
            "fix the sandbox or run without --sandbox.")
 CHECK_TIMEOUT_S = 10.0
+# What a sandboxed command may see of the environment (plus what settings pass through): names or globs.
+SANDBOX_ENV = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "LC_*", "TERM", "COLORTERM",
+               "NO_COLOR", "TZ", "VIRTUAL_ENV", "PYENV_ROOT", "PYENV_VERSION", "RUSTUP_HOME", "CARGO_HOME",
+               "GOPATH", "GOROOT", "JAVA_HOME", "NVM_DIR", "SSL_CERT_FILE", "SSL_CERT_DIR",
+               "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "NODE_EXTRA_CA_CERTS", "GIT_SSL_CAINFO",
+               "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy")
 
 
 class SandboxUnavailable(HarnessError):
@@ -73,7 +84,9 @@ class Sandbox:
         return sorted(found, key=lambda p: len(p.parts))
 
     def wrap(self, argv: Sequence[str], *, cwd: Path | None = None) -> list[str]:
-        """The bwrap command line that runs ``argv`` sandboxed, starting in ``cwd`` (default: the workspace)."""
+        """The bwrap command line that runs ``argv`` sandboxed, starting in ``cwd`` (default: the workspace).
+
+        Run it with ``env=self.environment()``: bwrap passes its own environment on."""
         cmd = [self._bwrap or shutil.which("bwrap") or "bwrap",
                "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
         for path in self.writable():
@@ -85,6 +98,13 @@ class Sandbox:
         cmd += ["--unshare-pid", "--die-with-parent", "--new-session",
                 "--chdir", str(Path(cwd).resolve() if cwd is not None else self.workspace), "--", *argv]
         return cmd
+
+    def environment(self, passthrough: Iterable[str] = ()) -> dict[str, str]:
+        """The whole environment of a sandboxed command: ``SANDBOX_ENV`` and the ``passthrough`` names
+        (or globs) from ours, minus the credentials not passed through."""
+        passthrough = tuple(passthrough)
+        keep = (*SANDBOX_ENV, *passthrough)
+        return {k: v for k, v in child_env(passthrough).items() if passes(k, keep)}
 
     # -- can it run here?
 
@@ -101,8 +121,8 @@ class Sandbox:
             return f"Cannot sandbox Bash: bubblewrap (bwrap) is not installed or not on PATH. {INSTALL_HINT} {REFUSAL}"
         self._bwrap = bwrap
         try:
-            done = subprocess.run(self.wrap(["true"]), stdin=subprocess.DEVNULL, capture_output=True,
-                                  timeout=CHECK_TIMEOUT_S, check=False)
+            done = subprocess.run(self.wrap(["true"]), env=self.environment(), stdin=subprocess.DEVNULL,
+                                  capture_output=True, timeout=CHECK_TIMEOUT_S, check=False)
         except (OSError, subprocess.TimeoutExpired) as e:
             why = str(e)
         else:
