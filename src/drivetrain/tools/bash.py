@@ -146,8 +146,11 @@ class Bash:
             # Fail closed: SandboxUnavailable (a HarnessError) ends the run; the command never runs bare.
             await asyncio.to_thread(self.sandbox.check)
             argv = self.sandbox.wrap(argv, cwd=ctx.cwd)
-            code, text, timed_out = await self._execute(
-                argv, self.sandbox.environment(self.env_passthrough), timeout_ms, ctx)
+            try:
+                code, text, timed_out = await self._execute(
+                    argv, self.sandbox.environment(self.env_passthrough), timeout_ms, ctx)
+            finally:
+                self.sandbox.release()
             meta = {"exit_code": code, "sandboxed": True}
         if timed_out:
             return ToolResult(f"Command timed out after {timeout_ms:g} ms and was killed."
