@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import fnmatch
+import functools
 import logging
 import os
 import re
@@ -50,6 +51,7 @@ _SECRET_INSIDE = ("PASSWORD", "PASSWD", "SECRET", "CREDENTIAL", "APIKEY")  # PGP
 _SECRET_END = ("TOKEN", "AUTH")  # GHTOKEN, NPM_CONFIG__AUTH; not SSH_AUTH_SOCK (that is a socket path)
 
 
+@functools.lru_cache(maxsize=1024)  # asked of every variable before every command: the names rarely change
 def withheld(name: str) -> bool:
     """Is this variable kept from children by default: a provider setting, or named like a secret?"""
     upper = name.upper()
