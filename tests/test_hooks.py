@@ -200,6 +200,29 @@ async def test_shell_hook_gets_payload_on_stdin_and_project_dir_env(tmp_path):
     assert env.read_text().strip() == f"{tmp_path}|{tmp_path}|{tmp_path}"
 
 
+async def test_shell_hook_gets_no_credentials_unless_passed_through(tmp_path, monkeypatch):
+    secrets = {"ANTHROPIC_API_KEY": "sk-ant-hook-0123456789", "OPENAI_API_KEY": "sk-openai-0123456789",
+               "GITHUB_TOKEN": "ghp_hooktoken0123456789", "DB_PASSWORD": "hunter2hunter2"}
+    for name, value in {**secrets, "HOOK_PLAIN_SETTING": "visible"}.items():
+        monkeypatch.setenv(name, value)
+    seen = tmp_path / "env"
+    cmd = f"env > {seen}"
+    for passthrough, visible in (((), set()), (("GITHUB_TOKEN", "DB_*"), {"GITHUB_TOKEN", "DB_PASSWORD"})):
+        hooks = Hooks(env_passthrough=passthrough)
+        hooks.add_command("Stop", cmd)
+        out = await hooks.run("Stop", payload(tmp_path))
+        assert out.errors == []
+        env = dict(line.split("=", 1) for line in seen.read_text().splitlines() if "=" in line)
+        assert env["HOOK_PLAIN_SETTING"] == "visible"
+        assert {name for name in secrets if name in env} == visible
+        assert not [v for name, v in secrets.items() if name not in visible and v in seen.read_text()]
+
+
+def test_from_settings_passes_the_passthrough_on(tmp_path):
+    hooks = Hooks.from_settings([(tmp_path / "s.json", {})], ["GITHUB_TOKEN"])
+    assert hooks.env_passthrough == ("GITHUB_TOKEN",)
+
+
 async def test_matching_hooks_run_concurrently(tmp_path):
     # Each hook waits for the other's marker: both succeed only if they run at the same time.
     hooks = Hooks()

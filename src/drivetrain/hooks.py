@@ -48,14 +48,13 @@ import copy
 import inspect
 import json
 import logging
-import os
 import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Iterable
 
-from drivetrain.procs import kill_group
+from drivetrain.procs import child_env, kill_group, watch_group
 
 log = logging.getLogger("drivetrain.hooks")
 
@@ -100,10 +99,15 @@ class _Hook:
 
 
 class Hooks:
-    """The hooks of a run: register with ``add``/``add_command``/``from_settings``, fire with ``run``."""
+    """The hooks of a run: register with ``add``/``add_command``/``from_settings``, fire with ``run``.
 
-    def __init__(self) -> None:
+    Shell hooks get the harness's environment without its credentials (``drivetrain.procs.child_env``),
+    plus the variables named in ``env_passthrough``.
+    """
+
+    def __init__(self, env_passthrough: Iterable[str] = ()) -> None:
         self._hooks: list[_Hook] = []
+        self.env_passthrough = tuple(env_passthrough)
 
     def add(self, event: str, fn: HookFn, *, matcher: str | None = None, timeout: float = 60) -> None:
         """A Python hook: ``fn(payload)`` returns what a shell hook would print, as a dict, or None."""
@@ -116,9 +120,9 @@ class Hooks:
         self._hooks.append(_Hook(event, command, timeout, _compile(event, matcher), command=command, cwd=cwd))
 
     @classmethod
-    def from_settings(cls, settings: list[tuple[Path, dict]]) -> Hooks:
+    def from_settings(cls, settings: list[tuple[Path, dict]], env_passthrough: Iterable[str] = ()) -> Hooks:
         """Read the ``hooks`` of Claude Code settings files, in order. Malformed entries raise ValueError."""
-        hooks = cls()
+        hooks = cls(env_passthrough)
         for path, data in settings:
             if not isinstance(data, dict):
                 raise ValueError(f"{path}: settings must be a JSON object, got {type(data).__name__}")
@@ -181,17 +185,17 @@ class Hooks:
             if h.event == event and h.matches(name) and key not in seen:
                 seen.add(key)
                 chosen.append(h)
-        results = await asyncio.gather(*(_run_one(h, payload) for h in chosen))
+        results = await asyncio.gather(*(_run_one(h, payload, self.env_passthrough) for h in chosen))
         return _merge(results)
 
 
 # ---------------------------------------------------------------- running one hook
 
 
-async def _run_one(h: _Hook, payload: dict) -> HookOutcome:
+async def _run_one(h: _Hook, payload: dict, env_passthrough: tuple[str, ...]) -> HookOutcome:
     try:
         if h.command is not None:
-            return await _run_command(h, payload)
+            return await _run_command(h, payload, env_passthrough)
         return await _run_callable(h, payload)
     except Exception as e:  # a broken hook must not end the run: report it and carry on
         return _failed(h, f"failed: {type(e).__name__}: {e}")
@@ -215,14 +219,15 @@ async def _run_callable(h: _Hook, payload: dict) -> HookOutcome:
     return _interpret(h, out)
 
 
-async def _run_command(h: _Hook, payload: dict) -> HookOutcome:
-    env = dict(os.environ)
+async def _run_command(h: _Hook, payload: dict, env_passthrough: tuple[str, ...]) -> HookOutcome:
+    env = child_env(env_passthrough)
     if payload.get("cwd"):
         env["CLAUDE_PROJECT_DIR"] = env["DRIVETRAIN_PROJECT_DIR"] = str(payload["cwd"])
     proc = await asyncio.create_subprocess_exec(
         shutil.which("bash") or "/bin/sh", "-c", h.command, cwd=h.cwd or payload.get("cwd") or None, env=env,
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         start_new_session=True)  # its own process group, so a timeout kills its children too
+    watch_group(proc.pid)
     try:
         out, err = await asyncio.wait_for(proc.communicate(json.dumps(payload, default=str).encode()), h.timeout)
     except asyncio.TimeoutError:

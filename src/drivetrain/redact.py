@@ -25,6 +25,7 @@ and ``auth_url`` are left alone. Redaction is idempotent.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from typing import Any, Iterable
@@ -74,6 +75,14 @@ def secrecy(name: str) -> int:
     """What a variable, flag or field name says about its value: SECRET (``api_key``,
     ``DB_PASSWORD``), MAYBE_SECRET (``stripe_key``: only if the value looks random) or
     NOT_SECRET (``tokenizer``, ``max_tokens``, ``primary_key``, ``auth_url``, ``key``)."""
+    return _secrecy(name) if len(name) <= _CACHED_LEN else _secrecy.__wrapped__(name)
+
+
+_CACHED_LEN = 256  # strings up to this long are remembered: field names, tool names, ids, reasons repeat
+
+
+@functools.lru_cache(maxsize=4096)
+def _secrecy(name: str) -> int:
     parts = _name_parts(name)
     if not parts or parts[-1] in _BENIGN_LAST:
         return NOT_SECRET
@@ -109,9 +118,22 @@ def _env_secret_value(v: str) -> bool:
 
 def env_secrets(environ: dict[str, str] | None = None) -> list[str]:
     """The values of secret-looking environment variables, longest first."""
-    env = os.environ if environ is None else environ
-    found = {v.strip() for k, v in env.items() if _ENV_NAME.search(k) and _env_secret_value(v.strip())}
-    return sorted(found, key=len, reverse=True)
+    if environ is not None:
+        return list(_env_secrets(tuple(environ.items())))
+    raw = getattr(os.environ, "_data", None)  # CPython keeps the bytes: a cheap key that changes with the env
+    if not isinstance(raw, dict):
+        return list(_env_secrets(tuple(os.environ.items())))
+    return list(_env_secrets_of_raw(tuple(raw.items())))
+
+
+@functools.lru_cache(maxsize=4)
+def _env_secrets_of_raw(raw: tuple) -> tuple[str, ...]:
+    return _env_secrets(tuple((os.fsdecode(k), os.fsdecode(v)) for k, v in raw))
+
+
+def _env_secrets(items: tuple) -> tuple[str, ...]:
+    found = {v.strip() for k, v in items if _ENV_NAME.search(k) and _env_secret_value(v.strip())}
+    return tuple(sorted(found, key=len, reverse=True))
 
 
 # ---------------------------------------------------------------- shapes
@@ -202,6 +224,12 @@ def _assignment(m: re.Match) -> str:
 
 def redact_text(text: str, secrets: Iterable[str] = ()) -> str:
     """``text`` with the given exact secrets and every recognisable secret replaced."""
+    secrets = tuple(secrets)
+    return _redact_text(text, secrets) if len(text) <= _CACHED_LEN else _redact_text.__wrapped__(text, secrets)
+
+
+@functools.lru_cache(maxsize=4096)
+def _redact_text(text: str, secrets: tuple[str, ...]) -> str:
     for s in secrets:
         if s and s in text:
             text = text.replace(s, MARK)
@@ -211,7 +239,7 @@ def redact_text(text: str, secrets: Iterable[str] = ()) -> str:
     return _ASSIGN.sub(_assignment, text)
 
 
-def _walk(value: Any, secrets: list[str]) -> Any:
+def _walk(value: Any, secrets: tuple[str, ...]) -> Any:
     if isinstance(value, str):
         return redact_text(value, secrets)
     if isinstance(value, dict):
@@ -237,5 +265,5 @@ def redact(value: Any, *, extra_secrets: Iterable[str] = ()) -> Any:
     (4+ characters; shorter ones would blank out ordinary text).
     """
     extra = {s.strip() for s in extra_secrets if isinstance(s, str) and len(s.strip()) >= 4}
-    secrets = sorted({*env_secrets(), *extra}, key=len, reverse=True)
+    secrets = tuple(sorted({*env_secrets(), *extra}, key=len, reverse=True)) if extra else tuple(env_secrets())
     return _walk(value, secrets)

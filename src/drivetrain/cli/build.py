@@ -15,6 +15,7 @@ from drivetrain.hooks import Hooks
 from drivetrain.loop import Agent
 from drivetrain.models.resolve import detect_provider, resolve_model
 from drivetrain.permissions import Policy, SettingsError, load_settings
+from drivetrain.procs import keep_environment_private
 from drivetrain.profiles import equip, select_profile
 from drivetrain.prompts import default_system_prompt
 from drivetrain.sandbox import Sandbox
@@ -35,6 +36,7 @@ def system_prompt(args: argparse.Namespace, cwd: Path, profile_default: str | No
 def build_agent(args: argparse.Namespace, cwd: Path, session_id: str, *,
                 approver_factory: ApproverFactory | None = None) -> Agent:
     """Raises HarnessError (ConfigError, SettingsError …) with a message for the person."""
+    keep_environment_private()  # tools get no credentials in their environment; nor may they read ours
     settings = load_settings(cwd)
     sandbox_settings = [_sandbox_section(path, data) for path, data in settings.raw]
     policy = Policy.load(cwd, mode=args.permission_mode, allowed_tools=args.allowed_tools,
@@ -55,8 +57,9 @@ def build_agent(args: argparse.Namespace, cwd: Path, session_id: str, *,
         profile = select_profile(model.name, provider, args.profile, os.environ)
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    hooks = Hooks.from_settings(settings.raw)
-    model, tools, system = equip(profile, model, builtin_tools(sandbox=sandbox), hooks, cwd)
+    hooks = Hooks.from_settings(settings.raw, settings.env_passthrough)
+    tools = builtin_tools(sandbox=sandbox, env_passthrough=settings.env_passthrough)
+    model, tools, system = equip(profile, model, tools, hooks, cwd)
     agent = Agent(
         model=model, tools=tools, system=system_prompt(args, cwd, system), max_turns=args.max_turns, cwd=cwd,
         policy=policy, hooks=hooks, observers=[audit.observe], profile=profile,

@@ -8,7 +8,9 @@ Files, highest precedence first: ``.drivetrain/settings.local.json`` and
                      "additionalDirectories": [...], "defaultMode": "default"}}
 
 Rules from every source apply together (deny before ask before allow); ``defaultMode`` comes
-from the most specific file that sets it. A file that is not valid JSON, has an unknown key
+from the most specific file that sets it. ``{"shellEnvironment": {"passthrough": ["GITHUB_TOKEN", "AWS_*"]}}``
+names the variables Bash, hooks and the sandbox get although drivetrain would withhold them (see
+``drivetrain.procs``); the names from every file add up. A file that is not valid JSON, has an unknown key
 under ``permissions``, or holds a rule that does not parse is an error naming the file and
 the rule; a missing file is simply absent.
 """
@@ -36,6 +38,7 @@ class Settings:
     default_mode: str | None = None
     files: list[Path] = field(default_factory=list)  # the files that were found and read
     raw: list[tuple[Path, dict]] = field(default_factory=list)  # each file's whole JSON, in the order of files
+    env_passthrough: list[str] = field(default_factory=list)  # shellEnvironment.passthrough, from every file
 
 
 def settings_files(project_dir: Path, env: Mapping[str, str] | None = None,
@@ -66,7 +69,7 @@ def load_settings_file(path: Path, home: Path) -> Settings | None:
                             f"column {e.colno}") from None
     if not isinstance(data, dict):
         raise SettingsError(f"Settings file {path} must hold a JSON object, not {type(data).__name__}")
-    out = Settings(files=[path], raw=[(path, data)])
+    out = Settings(files=[path], raw=[(path, data)], env_passthrough=_passthrough(data, path))
     perms = data.get("permissions")
     if perms is None:
         return out
@@ -91,6 +94,15 @@ def load_settings_file(path: Path, home: Path) -> Settings | None:
     return out
 
 
+def _passthrough(data: dict, path: Path) -> list[str]:
+    section = data.get("shellEnvironment", {})
+    names = section.get("passthrough", []) if isinstance(section, dict) else None
+    if (not isinstance(names, list) or not all(isinstance(n, str) and n for n in names)
+            or set(section) - {"passthrough"}):
+        raise SettingsError(f'In {path}: "shellEnvironment" must be like {{"passthrough": ["GITHUB_TOKEN", "AWS_*"]}}')
+    return names
+
+
 def _string_list(perms: dict, key: str, path: Path) -> list[str]:
     value = perms.get(key, [])
     if not isinstance(value, list):
@@ -113,6 +125,7 @@ def load_settings(project_dir: Path, env: Mapping[str, str] | None = None, home:
         merged.additional_dirs.extend(s.additional_dirs)
         merged.files.append(path)
         merged.raw.extend(s.raw)
+        merged.env_passthrough.extend(s.env_passthrough)
         if merged.default_mode is None:
             merged.default_mode = s.default_mode
     return merged

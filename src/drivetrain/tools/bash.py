@@ -1,4 +1,9 @@
-"""Bash: run a shell command in its own process group, with a timeout that really kills."""
+"""Bash: run a shell command in its own process group, with a timeout that really kills.
+
+The command gets the harness's environment without its credentials (``drivetrain.procs.child_env``;
+``env_passthrough`` names the variables it may have anyway), and its process group is handed
+to the watchdog, so what it leaves running ends when drivetrain does, even on ``kill -9``.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +12,9 @@ import codecs
 import os
 import signal
 import subprocess
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterable
 
-from drivetrain.procs import kill_group, signal_group
+from drivetrain.procs import child_env, kill_group, signal_group, watch_group
 
 from .base import ToolContext, ToolResult
 
@@ -111,9 +116,11 @@ class Bash:
         "required": ["command"],
     }
 
-    def __init__(self, kill_grace: float = KILL_GRACE_S, sandbox: Sandbox | None = None):
+    def __init__(self, kill_grace: float = KILL_GRACE_S, sandbox: Sandbox | None = None,
+                 env_passthrough: Iterable[str] = ()):
         self.kill_grace = kill_grace
         self.sandbox = sandbox  # when set, every command runs inside it or not at all
+        self.env_passthrough = tuple(env_passthrough)  # names (or globs) of withheld variables to pass anyway
 
     async def call(self, input: dict, ctx: ToolContext) -> ToolResult:
         command = input.get("command")
@@ -132,16 +139,37 @@ class Bash:
 
     async def _run(self, command: str, timeout_ms: float, ctx: ToolContext) -> ToolResult:
         argv = ["/bin/bash", "-c", command]
-        if self.sandbox is not None:
+        if self.sandbox is None:
+            code, text, timed_out = await self._execute(argv, child_env(self.env_passthrough), timeout_ms, ctx)
+            meta: dict = {"exit_code": code}
+        else:
             # Fail closed: SandboxUnavailable (a HarnessError) ends the run; the command never runs bare.
             await asyncio.to_thread(self.sandbox.check)
             argv = self.sandbox.wrap(argv, cwd=ctx.cwd)
+            try:
+                code, text, timed_out = await self._execute(
+                    argv, self.sandbox.environment(self.env_passthrough), timeout_ms, ctx)
+            finally:
+                self.sandbox.release()
+            meta = {"exit_code": code, "sandboxed": True}
+        if timed_out:
+            return ToolResult(f"Command timed out after {timeout_ms:g} ms and was killed."
+                              + (f" Output so far:\n{text}" if text else ""), is_error=True,
+                              meta={**meta, "timed_out": True})
+        if code != 0:
+            return ToolResult((text + "\n" if text else "") + _exit_text(code), is_error=True, meta=meta)
+        return ToolResult(text or "(no output)", meta=meta)
+
+    async def _execute(self, argv: list[str], env: dict[str, str], timeout_ms: float,
+                       ctx: ToolContext) -> tuple[int, str, bool]:
+        """Run ``argv`` in its own process group: (exit code, output, timed out)."""
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         try:
             proc = await asyncio.create_subprocess_exec(
-                *argv, cwd=ctx.cwd, stdin=subprocess.DEVNULL,
+                *argv, cwd=ctx.cwd, env=env, stdin=subprocess.DEVNULL,
                 stdout=out_w, stderr=err_w, start_new_session=True)
+            watch_group(proc.pid)  # so what it leaves running ends with drivetrain, even on kill -9
         except BaseException:
             for fd in (out_r, err_r):
                 os.close(fd)
@@ -173,15 +201,5 @@ class Bash:
                 task.cancel()
             for t in transports:
                 t.close()
-        text = _combine(out, err)
-        meta: dict = {"exit_code": proc.returncode}
-        if self.sandbox is not None:
-            meta["sandboxed"] = True
-        if timed_out:
-            return ToolResult(f"Command timed out after {timeout_ms:g} ms and was killed."
-                              + (f" Output so far:\n{text}" if text else ""), is_error=True,
-                              meta={**meta, "timed_out": True})
-        if proc.returncode != 0:
-            return ToolResult((text + "\n" if text else "") + _exit_text(proc.returncode),
-                              is_error=True, meta=meta)
-        return ToolResult(text or "(no output)", meta=meta)
+        assert proc.returncode is not None
+        return proc.returncode, _combine(out, err), timed_out
