@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from drivetrain.hooks import Hooks
-from drivetrain.procs import kill_group
+from drivetrain.procs import child_env, kill_group, watch_group
 
 SKIP_DIRS = {".git", ".venv", "venv", "node_modules", "__pycache__", ".drivetrain", ".mypy_cache", ".pytest_cache"}
 MAX_FILES = 2000
@@ -215,7 +215,8 @@ class WorkChecks:
 async def _run(command: str, cwd: Path) -> tuple[int, str]:
     proc = await asyncio.create_subprocess_exec("/bin/bash", "-c", command, cwd=cwd, stdin=asyncio.subprocess.DEVNULL,
                                                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-                                                start_new_session=True)
+                                                start_new_session=True, env=child_env())
+    watch_group(proc.pid)  # like a Bash call: no credentials, and it ends with drivetrain
     try:
         out, _ = await asyncio.wait_for(proc.communicate(), TEST_RUN_TIMEOUT_S)
     except asyncio.TimeoutError:
