@@ -132,9 +132,9 @@ async def test_a_repeated_call_is_forbidden_collapsed_and_ends_in_an_answer(tmp_
         result = await agent.run("what does echo print?")
     reqs = agent.model.requests  # the loop's requests, before the code-block translation
     assert reqs[1].forbidden_calls == () and reqs[2].forbidden_calls == (("Bash", {"command": "echo same"}),)
-    # two copies of the same round in the history, one in what the model sees, with a note
+    # two copies of the same round in the history, one in what the model sees
     seen = texts(server.requests[2].body)
-    assert sum(t == same for t in seen) == 1 and "this same call 2 times" in seen[-1]
+    assert sum(t == same for t in seen) == 1 and seen[-1] == "Output:\nsame" and len(seen) == 3
     # the 4th and 5th identical calls are refused: two strikes, and the run asks for the answer without tools
     assert "Not run" in texts(server.requests[4].body)[-1]
     assert reqs[-1].tool_choice == "none" and FINAL_ASK["stuck"] in texts(server.requests[-1].body)[-1]

@@ -1,8 +1,8 @@
 """What the model sees of the history: the log keeps everything, the request may show less.
 
 - ``collapse_repeats``: a round (one assistant turn of calls and the results that answer it) that
-  is repeated later with the same calls and the same results is left out; the last copy says how
-  many times it was made. Repetition feeds itself the more copies sit in the context.
+  is repeated later with the same calls and the same results is left out; only the last copy stays.
+  Repetition feeds itself the more copies sit in the context.
 - ``shorten_outputs``: a long tool result is shown head and tail; once the results no longer fit
   the budget, the oldest rounds' results are cut to a stub that says how to get them again. The cut
   advances ``step`` rounds at a time, so the prompt prefix (and a prompt cache) is rewritten rarely.
@@ -34,34 +34,13 @@ def collapse_repeats(history: list[Message]) -> list[Message]:
             key = _round_key(a, u)
             if key is not None:
                 keys[i] = key
-    last: dict[str, int] = {}
-    count: dict[str, int] = {}
-    for i, key in keys.items():
-        last[key] = i
-        count[key] = count.get(key, 0) + 1
-    if all(n == 1 for n in count.values()):
+    last = {key: i for i, key in keys.items()}  # where each round is made for the last time
+    skip = {j for i, key in keys.items() if last[key] != i for j in (i, i + 1)}
+    if not skip:
         return history
-    out: list[Message] = []
-    skip = set()
-    for i, key in keys.items():
-        if last[key] != i:
-            skip |= {i, i + 1}
-    for i, msg in enumerate(history):
-        if i in skip:
-            continue
-        key = keys.get(i - 1)
-        if key is not None and count[key] > 1 and last[key] == i - 1:
-            note = (f"[drivetrain: you have made this same call {count[key]} times and got this same result "
-                    "each time. Do not make it again: use this result, or do something else.]")
-            msg = Message("user", tuple(_append(b, note) for b in msg.content))
-        out.append(msg)
-    return out
-
-
-def _append(block, note: str):
-    if isinstance(block, ToolResultBlock) and isinstance(block.content, str):
-        return ToolResultBlock(block.tool_use_id, f"{block.content}\n{note}", block.is_error)
-    return block
+    # No note on the copy that stays: a small model copied such a note into its next command. The grammar
+    # already keeps it from sampling the same call again (``forbidden_calls``).
+    return [msg for i, msg in enumerate(history) if i not in skip]
 
 
 def clip(text: str, limit: int) -> str:
