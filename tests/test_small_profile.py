@@ -230,10 +230,11 @@ def test_cli_profile_flag_and_automatic_choice(tmp_path):
             env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "DRIVETRAIN_HOME": str(tmp_path / "home"),
                    "ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_API_KEY": "k"}
             proc = subprocess.run([str(exe), "-p", "say hi", "--output-format", "json", "--permission-mode",
-                                   "bypassPermissions", *flag], cwd=tmp_path, env=env, capture_output=True, text=True,
+                                   "bypassPermissions", "--verbose", *flag], cwd=tmp_path, env=env, capture_output=True, text=True,
                                   timeout=60)
             assert proc.returncode == 0, proc.stderr
             first = server.requests[0].body
         assert json.loads(proc.stdout)["result"] == "hi"
+        assert ('  " Look.' in proc.stderr) == expect_choice  # the turn log shows the plan line
         assert ("tools" not in first) == expect_choice  # small: code blocks, no JSON tools
         assert ("working folder" in str(first.get("system"))) == expect_choice

@@ -150,6 +150,8 @@ class Output:
         match event:
             case ModelResponded(turn=turn, response=r):
                 self._log(f"[turn {turn}] stop_reason={r.stop_reason}")
+                if r.message.text.strip():  # the plan line before a call, or the answer
+                    self._log(f"  \" {' '.join(r.message.text.split())[:160]}")
                 if self.format == "stream-json":
                     self._emit({"type": "assistant", "message": {
                         "id": r.id, "type": "message", "role": "assistant", "model": r.model,
