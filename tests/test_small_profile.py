@@ -238,3 +238,11 @@ def test_cli_profile_flag_and_automatic_choice(tmp_path):
         assert ('  " Look.' in proc.stderr) == expect_choice  # the turn log shows the plan line
         assert ("tools" not in first) == expect_choice  # small: code blocks, no JSON tools
         assert ("working folder" in str(first.get("system"))) == expect_choice
+
+
+def test_equip_turns_on_the_prefix_cache_of_the_local_model_under_the_code_block_wrapper(tmp_path):
+    from drivetrain.models.local import LocalModel
+
+    for profile, expected in ((SMALL, True), (SMALL.without("prefixcache"), False)):
+        model, _, _ = equip(profile, LocalModel("small"), builtin_tools(), Hooks(), tmp_path)  # not loaded
+        assert isinstance(model, CodeActionModel) and model.inner.prefix_cache is expected

@@ -94,12 +94,14 @@ def equip(profile: Profile, model: Model, tools: list[Tool], hooks: Hooks, cwd: 
     from drivetrain.models.codeact import CodeActionModel
     from drivetrain.prompts import small_system_prompt, workspace_context
 
+    from drivetrain.models.local import LocalModel
+
+    if profile.prefixcache and isinstance(model, LocalModel):  # before the code-block wrapper hides it
+        model.prefix_cache = True
     if profile.codeact:
         model, tools = CodeActionModel(model), [t for t in tools if t.name == "Bash"]
     else:
         tools = [t for t in tools if t.name in SMALL_TOOLS]
-    if profile.prefixcache and hasattr(model, "prefix_cache"):
-        model.prefix_cache = True
     # The listing goes with the task, not in the system prompt, which stays fixed (and cacheable).
     hooks.add("UserPromptSubmit", lambda _: {"hookSpecificOutput": {
         "hookEventName": "UserPromptSubmit", "additionalContext": workspace_context(cwd)}})
