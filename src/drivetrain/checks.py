@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,17 +42,27 @@ _ASKS_NUMBER = re.compile(r"\bhow (many|much|long|big)\b|\b(count|total|sum|numb
 _NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w.]*\d)")
 
 
-def snapshot(cwd: Path) -> dict[str, bytes]:
-    """Relative path -> content, for the workspace's ordinary files (bounded in count and size)."""
+def snapshot(cwd: Path, known: dict[str, tuple[tuple[int, int], bytes]] | None = None) -> dict[str, bytes]:
+    """Relative path -> content, for the workspace's ordinary files (bounded in count and size).
+
+    ``known`` (updated in place) remembers each file's size and mtime with its content, so a file that has
+    not changed since the last snapshot is not read again: this runs after every tool call.
+    """
+    known = {} if known is None else known
     out: dict[str, bytes] = {}
     for root, dirs, files in os.walk(cwd):
         dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
         for name in sorted(files):
             path = Path(root, name)
+            rel = str(path.relative_to(cwd))
             try:
-                if path.is_symlink() or path.stat().st_size > MAX_BYTES:
+                st = path.lstat()
+                if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_BYTES:
                     continue
-                out[str(path.relative_to(cwd))] = path.read_bytes()
+                key = (st.st_size, st.st_mtime_ns)
+                if rel not in known or known[rel][0] != key:
+                    known[rel] = (key, path.read_bytes())
+                out[rel] = known[rel][1]
             except OSError:
                 continue
             if len(out) >= MAX_FILES:
@@ -76,6 +87,7 @@ class WorkChecks:
     unread: list[str] = field(default_factory=list)  # existing files changed before their content was shown
     refusals: int = 0
     _last: dict[str, bytes] = field(default_factory=dict)
+    _known: dict = field(default_factory=dict)  # snapshot's cache of unchanged files
 
     def install(self, hooks: Hooks) -> Hooks:
         hooks.add("UserPromptSubmit", self.on_prompt)
@@ -87,13 +99,13 @@ class WorkChecks:
 
     async def on_prompt(self, payload: dict) -> None:
         self.prompt = payload.get("prompt", "")
-        self.before = await asyncio.to_thread(snapshot, self.cwd)
+        self.before = await asyncio.to_thread(snapshot, self.cwd, self._known)
         self._last = dict(self.before)
 
     async def on_tool(self, payload: dict) -> None:
         tool_input = payload.get("tool_input") or {}
         response = payload.get("tool_response") or {}
-        now = await asyncio.to_thread(snapshot, self.cwd)
+        now = await asyncio.to_thread(snapshot, self.cwd, self._known)
         for path, content in now.items():
             if path in self.before and self._last.get(path) != content and not self._shown(path):
                 if path not in self.unread:
@@ -115,7 +127,7 @@ class WorkChecks:
     # -- the checks
 
     async def failures(self, answer: str) -> list[str]:
-        now = await asyncio.to_thread(snapshot, self.cwd)
+        now = await asyncio.to_thread(snapshot, self.cwd, self._known)
         changed = {p: c for p, c in now.items() if self.before.get(p) != c}
         out = self._missing_outputs(now) + self._placeholders(changed) + self._mismatch(changed, answer)
         out += self._more_than_the_value(changed, answer)
