@@ -246,3 +246,24 @@ def test_equip_turns_on_the_prefix_cache_of_the_local_model_under_the_code_block
     for profile, expected in ((SMALL, True), (SMALL.without("prefixcache"), False)):
         model, _, _ = equip(profile, LocalModel("small"), builtin_tools(), Hooks(), tmp_path)  # not loaded
         assert isinstance(model, CodeActionModel) and model.inner.prefix_cache is expected
+
+
+def test_long_outputs_are_clipped_and_old_rounds_stubbed_a_few_rounds_at_a_time():
+    from drivetrain.context import shorten_outputs
+    from drivetrain.messages import Message, ToolResultBlock, ToolUseBlock
+
+    def history(n, size):
+        out = [Message.user("go")]
+        for k in range(n):
+            out += [Message("assistant", (ToolUseBlock(f"t{k}", "Bash", {"command": f"c{k}"}),)),
+                    Message("user", (ToolResultBlock(f"t{k}", f"r{k}:" + "x" * size),))]
+        return out
+
+    one = shorten_outputs(history(1, 10_000))[2].content[0].text
+    assert one.startswith("r0:") and "characters not shown" in one and len(one) < 3200
+    short = history(3, 100)
+    assert shorten_outputs(short) == short  # under the budget: nothing changes
+    for rounds in (9, 10):  # ~17,000 and ~19,000 characters of results, 12,000 allowed
+        view = shorten_outputs(history(rounds, 1900))
+        stubs = [k for k in range(rounds) if "older output shortened" in view[2 + 2 * k].content[0].text]
+        assert stubs == [0, 1, 2, 3]  # four rounds at once, and the cut stays put as a round is added

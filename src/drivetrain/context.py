@@ -54,13 +54,12 @@ def clip(text: str, limit: int) -> str:
 def shorten_outputs(history: list[Message], *, per_result: int = 3000, budget: int = 12000,
                     keep_rounds: int = 3, step: int = 4) -> list[Message]:
     """Clip each result to ``per_result`` characters; past ``budget`` characters of results, cut old rounds."""
-    rounds = [i for i, m in enumerate(history) if m.role == "user" and any(
-        isinstance(b, ToolResultBlock) for b in m.content)]
-    sizes = [min(len(b.text), per_result) for i in rounds for b in history[i].content if isinstance(b, ToolResultBlock)]
+    results = {i: [b for b in m.content if isinstance(b, ToolResultBlock)] for i, m in enumerate(history)
+               if m.role == "user"}
+    rounds = [i for i, blocks in results.items() if blocks]
+    per_round = [sum(min(len(b.text), per_result) for b in results[i]) for i in rounds]
     cut = 0  # results in rounds[:cut] become stubs
-    if sum(sizes) > budget:
-        per_round = [sum(min(len(b.text), per_result) for b in history[i].content if isinstance(b, ToolResultBlock))
-                     for i in rounds]
+    if sum(per_round) > budget:
         cut = step
         while cut < len(rounds) - keep_rounds and sum(per_round[cut:]) > budget:
             cut += step
@@ -68,8 +67,7 @@ def shorten_outputs(history: list[Message], *, per_result: int = 3000, budget: i
     stubbed = set(rounds[:cut])
     out = []
     for i, msg in enumerate(history):
-        if msg.role == "user" and any(isinstance(b, ToolResultBlock) and len(b.text) > per_result or i in stubbed
-                                      for b in msg.content if isinstance(b, ToolResultBlock)):
+        if i in stubbed or any(len(b.text) > per_result for b in results.get(i, ())):
             msg = Message("user", tuple(_shorten(b, per_result, i in stubbed) for b in msg.content))
         out.append(msg)
     return out
