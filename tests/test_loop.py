@@ -103,7 +103,7 @@ async def test_unknown_tool_and_invalid_input_become_error_results():
         # "Nope" is offered to the model (the server checks that) but the harness has lost it
         agent = agent_for(server, tools=[slow, tool(lambda: "x", name="Nope")])
         run = agent.start("go")
-        del run.tools["Nope"]
+        del run.deps.tools["Nope"]
         async for _ in run:
             pass
     assert calls == [] and run.result.result == "ok"
@@ -227,7 +227,9 @@ async def test_a_history_rewritten_between_steps_is_linted_again():
             await run.step()
             await run.step()
             # a hook-like rewrite of an older message that breaks the pairing
-            run.history[2] = Message("user", (ToolResultBlock("toolu_other", "rewritten"),))
+            history = run.history
+            history[2] = Message("user", (ToolResultBlock("toolu_other", "rewritten"),))
+            run.value = run.value.evolve(history=tuple(history))
             with pytest.raises(HistoryError, match="stray tool_result toolu_other"):
                 await run.step()
 

@@ -6,15 +6,14 @@ import typing
 
 from drivetrain import loop
 
-# state -> the Run method that handles it; AwaitApproval is left by Run.resume
+# state -> the function that leaves it (AwaitApproval is left when the verdicts come: Run.resume)
 HANDLERS = {
-    loop.SubmitPrompt: loop.Run._submit_prompt,
-    loop.CallModel: loop.Run._call_model,
-    loop.RunTools: loop.Run._run_tools,
-    loop.Recover: loop.Run._recover,
-    loop.AwaitApproval: loop.Run.resume,
+    loop.SubmitPrompt: loop.submit_prompt,
+    loop.CallModel: loop.call_model,
+    loop.RunTools: loop.run_tools,
+    loop.Recover: loop.recover,
+    loop.AwaitApproval: loop.resume_approval,
 }
-RESUME_EDGES = {loop.AwaitApproval: [loop.RunTools]}
 
 
 def edges() -> list[tuple[str, str]]:
@@ -22,7 +21,7 @@ def edges() -> list[tuple[str, str]]:
     out = []
     for state, handler in HANDLERS.items():
         ret = typing.get_type_hints(handler)["return"]
-        targets = RESUME_EDGES.get(state) or list(typing.get_args(ret) or (ret,))
+        targets = list(typing.get_args(ret) or (ret,))
         out += [(state.__name__, t.__name__) for t in targets]
     return out
 

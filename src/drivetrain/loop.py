@@ -1,8 +1,8 @@
-"""The agent loop: a closed set of states, one handler per state, and the run that walks them.
+"""The agent loop: one handler per state, ``step`` over a run's value, and the ``Run`` handle that drives it.
 
-Each handler does its state's work and returns the next state; its return
-annotation *is* the graph's edges. A ``Run`` can be iterated event by event (the
-manual loop) or driven to the end (``Agent.run``).
+``step(value, deps) -> (value, events)``: each handler does its state's work on a draft of the
+next value and returns the next state; its return annotation *is* the graph's edges. A ``Run``
+can be iterated event by event (the manual loop) or driven to the end (``Agent.run``).
 """
 
 from __future__ import annotations
@@ -16,64 +16,22 @@ from pathlib import Path
 from typing import Any, AsyncIterator, Callable, Union
 
 from drivetrain import calls
-from drivetrain.approval import Approver, Defer, PendingCall, PermissionDecider, Verdict
+from drivetrain.approval import Approver, Defer, Deny, PendingCall, PermissionDecider, Verdict
 from drivetrain.context import model_view
 from drivetrain.errors import HarnessError
 from drivetrain.events import (
     ApprovalRequired, Event, Finished, HookReported, ModelResponded, ResultsSent, ToolCalled, ToolFinished,
 )
+from drivetrain.gate import Gate
+from drivetrain.hooks import HookOutcome
 from drivetrain.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, Usage, ensure_valid
 from drivetrain.models.base import Model, ModelRequest, ModelResponse
 from drivetrain.pricing import cost_usd
 from drivetrain.profiles import FULL, Profile
+from drivetrain.state import (  # noqa: F401  (the states are part of this module's interface)
+    AwaitApproval, CallModel, Done, Recover, RunState, RunTools, State, SubmitPrompt,
+)
 from drivetrain.tools.base import Tool, ToolContext, tool_spec
-
-# ---------------------------------------------------------------- states
-
-
-@dataclass(frozen=True)
-class SubmitPrompt:
-    prompt: str
-
-
-@dataclass(frozen=True)
-class CallModel:
-    max_tokens: int | None = None  # raised above the default while recovering from a cut-off tool call
-    tool_choice: str | None = None  # "any": the model must act (it described calls instead of making them)
-    final: str = ""  # why this is the last request, made without tools for the answer ("" when it is not)
-
-
-@dataclass(frozen=True)
-class RunTools:
-    calls: tuple[ToolUseBlock, ...]
-    verdicts: dict[str, Verdict] = field(default_factory=dict)  # decided before a pause
-
-
-@dataclass(frozen=True)
-class AwaitApproval:
-    calls: tuple[ToolUseBlock, ...]
-    verdicts: dict[str, Verdict]  # the calls already decided; the others are pending
-
-    @property
-    def pending(self) -> list[ToolUseBlock]:
-        return [c for c in self.calls if c.id not in self.verdicts]
-
-
-@dataclass(frozen=True)
-class Recover:
-    response: ModelResponse  # cut off at max_tokens inside a tool_use: never executed
-    max_tokens: int
-
-
-@dataclass(frozen=True)
-class Done:
-    subtype: str  # success | error_max_turns | error_max_continuations | error_during_execution | prompt_blocked
-    stop_reason: str | None = None
-    result: str = ""
-    note: str = ""
-
-
-State = Union[SubmitPrompt, CallModel, RunTools, AwaitApproval, Recover, Done]
 
 MAX_NUDGES = 2  # replies that only describe calls, sent back with a request to act
 STUCK_LIMIT = 2  # turns in a row with a refused repeat before the run asks for the answer
@@ -152,10 +110,8 @@ class Agent:
 
     def start(self, prompt: str | None = None, history: list[Message] | None = None,
               session_id: str | None = None) -> Run:
-        run = Run(self, list(history or []), session_id)
-        if prompt is not None:
-            run.state = SubmitPrompt(prompt)
-        return run
+        state: State = SubmitPrompt(prompt) if prompt is not None else CallModel()
+        return Run(self, RunState(session_id or str(uuid.uuid4()), tuple(history or ()), state))
 
     async def run(self, prompt: str | None = None, history: list[Message] | None = None) -> RunResult:
         return await self.start(prompt, history).finish()
@@ -163,63 +119,337 @@ class Agent:
     def run_sync(self, prompt: str | None = None, history: list[Message] | None = None) -> RunResult:
         return asyncio.run(self.run(prompt, history))
 
-    def restore(self, snapshot: dict) -> Run:
-        """A run saved with ``Run.snapshot()``, possibly by another process, continued by this agent."""
-        from drivetrain.checkpoint import restore
-        return restore(self, snapshot)
+    def restore(self, snapshot: dict | RunState) -> Run:
+        """A run saved with ``Run.snapshot()`` (or its value), possibly by another process, continued by this agent."""
+        return Run(self, snapshot if isinstance(snapshot, RunState) else RunState.from_json(snapshot))
+
+    @property
+    def gate(self) -> Gate:
+        return Gate(self.hooks, self.policy, self.approver)
+
+
+@dataclass
+class Deps:
+    """What a step works with besides the run's value: the agent's settings, its model, tools and gate."""
+
+    agent: Agent
+    model: Model
+    tools: dict[str, Tool]
+    gate: Gate
+    _context: ToolContext | None = None
+
+    @classmethod
+    def of(cls, agent: Agent) -> Deps:
+        return cls(agent, agent.model, {t.name: t for t in agent.tools}, agent.gate)
+
+    @property
+    def context(self) -> ToolContext:
+        """What tools know of the run; the policy's workspace roots are resolved once per run."""
+        if self._context is None:
+            policy = self.agent.policy
+            roots = getattr(policy, "roots", None)  # a policy that confines files names the workspace
+            hide = getattr(policy, "search_filter", None)  # and the files a search must skip
+            self._context = ToolContext(cwd=self.agent.cwd, roots=roots(self.agent.cwd) if roots else [],
+                                        read_filter=hide(self.agent.cwd) if hide else None)
+        return self._context
+
+
+# ---------------------------------------------------------------- one step
+
+
+class Step:
+    """The working copy of one step: the next value is drafted here, then frozen.
+
+    The value the step was given is never changed. History edits go through ``append``, ``set_last``
+    and ``pop`` so the draft knows how much of the already-checked history is still unchanged.
+    """
+
+    def __init__(self, value: RunState, deps: Deps, emit: Callable[[Event], None] | None):
+        self.value, self.deps, self._emit = value, deps, emit
+        self.history = list(value.history)
+        self.linted = value.linted if value.linted_of is value.history else 0  # a history replaced: check it all
+        self.num_turns, self.usage, self.trajectory = value.num_turns, value.usage, list(value.trajectory)
+        self.continuations, self.stop_refusals = value.continuations, value.stop_refusals
+        self.nudges, self.stuck_turns = value.nudges, value.stuck_turns
+        self.seen_calls = dict(value.seen_calls)
+        self.hook_stop = value.hook_stop
+        self.events: list[Event] = []
+
+    def emit(self, event: Event) -> None:
+        self.events.append(event)
+        if self._emit is not None:
+            self._emit(event)
+
+    def append(self, message: Message) -> None:
+        self.history.append(message)
+
+    def set_last(self, message: Message) -> None:
+        self.history[-1] = message
+        self.linted = min(self.linted, len(self.history) - 1)
+
+    def pop(self) -> Message:
+        message = self.history.pop()
+        self.linted = min(self.linted, len(self.history))
+        return message
+
+    def payload(self, event: str, **fields: Any) -> dict:
+        return {"session_id": self.value.session_id, "cwd": str(self.deps.agent.cwd), "hook_event_name": event,
+                **fields}
+
+    def report(self, event: str, outcome: HookOutcome) -> None:
+        if outcome.stop:
+            self.hook_stop = f"A {event} hook stopped the run: {outcome.stop_reason or 'no reason given'}"
+        if outcome.errors:
+            self.emit(HookReported(event, tuple(outcome.errors)))
+
+    def ask(self, text: str) -> None:
+        """Tell the model something: added to the last user message (after its results), or as a new one."""
+        last = self.history[-1] if self.history else None
+        if last is not None and last.role == "user":
+            self.set_last(Message("user", (*last.content, TextBlock(text))))
+        else:
+            self.append(Message.user(text))
+
+    def freeze(self, state: State) -> RunState:
+        v = self.value
+        path = v.path or (type(v.state).__name__,)
+        if state is not v.state:
+            path += (type(state).__name__,)
+        history = tuple(self.history)
+        return RunState(
+            v.session_id, history, state, self.num_turns, self.usage, tuple(self.trajectory), path,
+            self.continuations, self.stop_refusals, self.nudges, self.stuck_turns, self.seen_calls,
+            self.hook_stop, self.linted, history,
+        )
+
+
+async def step(value: RunState, deps: Deps, emit: Callable[[Event], None] | None = None
+               ) -> tuple[RunState, list[Event]]:
+    """Do the current state's work; return the next value and what happened. ``value`` is not changed.
+
+    Cancelled while tools run (Ctrl-C), every open call is answered as interrupted and the
+    ``CancelledError`` carries that valid value as ``run_state`` before it propagates.
+    """
+    w = Step(value, deps, emit)
+    match value.state:
+        case SubmitPrompt() as s:
+            nxt: State = await submit_prompt(s, w)
+        case CallModel() as s:
+            nxt = await call_model(s, w)
+        case RunTools() as s:
+            try:
+                nxt = await run_tools(s, w)
+            except asyncio.CancelledError as e:
+                e.run_state = w.freeze(CallModel())  # type: ignore[attr-defined]
+                raise
+        case Recover() as s:
+            nxt = recover(s, w)
+        case AwaitApproval() as s:
+            w.emit(ApprovalRequired(tuple(PendingCall(c.id, c.name, c.input) for c in s.pending)))
+            nxt = s
+        case Done() as s:
+            nxt = s
+    if w.hook_stop is not None and not isinstance(nxt, Done):
+        # a hook said {"continue": false}: stop after this step, so the history it left stays valid
+        nxt = Done("stopped_by_hook", None, w.hook_stop)
+    return w.freeze(nxt), w.events
+
+
+# ---------------------------------------------------------------- the handlers: each return annotation is an edge
+
+
+async def submit_prompt(s: SubmitPrompt, w: Step) -> CallModel | Done:
+    admitted = await w.deps.gate.admit(w.payload("UserPromptSubmit", prompt=s.prompt), w.report)
+    if isinstance(admitted.verdict, Deny):
+        return Done("prompt_blocked", None, admitted.verdict.message)
+    blocks = (TextBlock(s.prompt), *(TextBlock(c) for c in admitted.context))
+    last = w.history[-1] if w.history else None
+    if last is not None and last.role == "user":  # e.g. resumed after an interruption: one user turn, not two
+        w.set_last(Message("user", (*last.content, *blocks)))
+    else:
+        w.append(Message("user", blocks))
+    return CallModel()
+
+
+async def call_model(s: CallModel, w: Step) -> RunTools | Recover | CallModel | Done:
+    a, p = w.deps.agent, w.deps.agent.profile
+    if a.max_turns is not None and w.num_turns >= a.max_turns:
+        return Done("error_max_turns", w.trajectory[-1] if w.trajectory else None,
+                    note=f"Stopped after reaching the turn limit ({a.max_turns}).")
+    if p.final and not s.final and a.max_turns is not None and w.num_turns == a.max_turns - 1 > 0:
+        s = CallModel(s.max_tokens, final="turn_limit")
+    if s.final:
+        w.ask(FINAL_ASK[s.final])
+    checked = ensure_valid(w.history, strict=a.strict, start=max(w.linted - 1, 0))
+    if checked is not w.history:  # repaired
+        w.history, w.linted = checked, 0
+    w.linted = len(w.history)  # the last message is checked again next time: its answer may be new
+    max_tokens = s.max_tokens or a.max_tokens
+    choice = "none" if s.final else s.tool_choice or ("any" if p.act and w.num_turns == 0 else None)
+    request = ModelRequest(model_view(w.history, collapse=p.collapse, shorten=p.context), a.system,
+                           [tool_spec(t) for t in a.tools], max_tokens, tool_choice=choice,
+                           forbidden_calls=calls.forbidden(w.seen_calls) if p.exclude else ())
+    try:
+        response = await w.deps.model.respond(request)
+    except HarnessError as e:
+        return Done("error_during_execution", None, str(e))
+    w.num_turns += 1
+    w.usage = w.usage + response.usage
+    w.trajectory.append(response.stop_reason)
+    w.emit(ModelResponded(w.num_turns, response))
+    if s.final:
+        return final_answer(s.final, response, w)
+    next_state = after_response(response, max_tokens, w)
+    if isinstance(next_state, Done) and next_state.subtype == "success":
+        return await stop_gate(next_state, w)
+    return next_state
+
+
+def after_response(response: ModelResponse, max_tokens: int, w: Step) -> RunTools | Recover | CallModel | Done:
+    reason = response.stop_reason
+    agent = w.deps.agent
+    if reason == "max_tokens" and response.content and isinstance(response.content[-1], ToolUseBlock):
+        return Recover(response, max_tokens)
+    w.append(response.message)
+    if reason == "pause_turn":
+        if w.continuations >= agent.max_continuations:
+            return Done("error_max_continuations", reason, response.message.text,
+                        note=f"The server paused {w.continuations + 1} times in a row; gave up.")
+        w.continuations += 1
+        return CallModel()  # resend as is: the paused content is the last message, no new user text
+    w.continuations = 0
+    if reason == "tool_use" and response.message.tool_uses:
+        for call in response.message.tool_uses:
+            w.emit(ToolCalled(call))
+        return RunTools(tuple(response.message.tool_uses))
+    note = f"The answer was cut off at max_tokens ({max_tokens})." if reason == "max_tokens" else ""
+    text = response.message.text
+    if agent.profile.act and w.nudges < MAX_NUDGES and narrates_calls(text):
+        w.nudges += 1
+        w.ask(NUDGE)
+        return CallModel(tool_choice="any")
+    if agent.profile.final and not text.strip() and reason == "end_turn":
+        w.pop()  # it says nothing, and an empty text block is not valid history
+        return CallModel(final="empty")
+    return Done("success", reason, text, note)
+
+
+def final_answer(why: str, response: ModelResponse, w: Step) -> Done:
+    """The answer to the last request, made without tools: the run ends with it either way."""
+    kept = tuple(b for b in response.content if not isinstance(b, ToolUseBlock)
+                 and not (isinstance(b, TextBlock) and not b.text.strip()))
+    w.append(Message("assistant", kept or (TextBlock("(no answer)"),)))
+    text = response.message.text
+    if why == "turn_limit":
+        return Done("error_max_turns", response.stop_reason, text,
+                    note=f"Reached the turn limit ({w.deps.agent.max_turns}); the last turn asked for the answer.")
+    return Done("success", response.stop_reason, text)
+
+
+async def stop_gate(done: Done, w: Step) -> CallModel | Done:
+    verdict = await w.deps.gate.stop(w.payload("Stop", stop_hook_active=w.stop_refusals > 0,
+                                               last_assistant_message=done.result), w.report)
+    if not isinstance(verdict, Deny) or w.stop_refusals >= w.deps.agent.max_stop_refusals:
+        return done
+    w.stop_refusals += 1
+    w.append(Message.user(f"A Stop hook refused to let you stop: {verdict.message}"))
+    return CallModel()
+
+
+async def run_tools(s: RunTools, w: Step) -> AwaitApproval | CallModel | Done:
+    stuck_before = w.stuck_turns
+    try:
+        verdicts = await calls.decide_all(w, s.calls, s.verdicts)
+        if any(isinstance(v, Defer) for v in verdicts.values()):
+            decided = {k: v for k, v in verdicts.items() if not isinstance(v, Defer)}
+            return AwaitApproval(s.calls, decided)
+        outcomes = await asyncio.gather(*(calls.execute(w, c, verdicts[c.id]) for c in s.calls),
+                                        return_exceptions=True)
+    except asyncio.CancelledError:  # interrupted (Ctrl-C): answer every call so the history stays valid
+        text = "Interrupted by the user before this call finished."
+        message = Message("user", tuple(ToolResultBlock(c.id, text, True) for c in s.calls))
+        w.append(message)
+        w.emit(ResultsSent(message))
+        raise
+    failure = next((o for o in outcomes if isinstance(o, BaseException)), None)
+    results = []
+    for call, outcome in zip(s.calls, outcomes):
+        if isinstance(outcome, BaseException):
+            outcome = (ToolResultBlock(call.id, f"Not run: the harness failed ({outcome}).", True), 0.0, None)
+        block, ms, meta = outcome
+        results.append(block)
+        w.emit(ToolFinished(call, block, ms, meta))
+    if w.stuck_turns == stuck_before:
+        w.stuck_turns = 0  # no call of this turn was a refused repeat
+    message = Message("user", tuple(results))
+    w.append(message)  # always answered, even on failure: the history stays valid
+    w.emit(ResultsSent(message))
+    if failure is not None:
+        if not isinstance(failure, Exception):
+            raise failure  # cancellation, KeyboardInterrupt: after the history is made valid
+        return Done("error_during_execution", None, str(failure))
+    if w.deps.agent.profile.final and w.stuck_turns >= STUCK_LIMIT:
+        return CallModel(final="stuck")
+    return CallModel()
+
+
+def recover(s: Recover, w: Step) -> CallModel:
+    larger = min(s.max_tokens * 2, w.deps.agent.max_tokens_ceiling)
+    if larger > s.max_tokens:
+        return CallModel(max_tokens=larger)  # drop the cut-off response and ask again with more room
+    w.append(s.response.message)
+    text = (f"This tool call was cut off at max_tokens ({s.max_tokens}) before its input was complete, "
+            "so it was not run. Make the call again with a smaller input (for example, write a long "
+            "file in several parts).")
+    message = Message("user", tuple(ToolResultBlock(c.id, text, True) for c in s.response.message.tool_uses))
+    w.append(message)
+    w.emit(ResultsSent(message))
+    return CallModel()
+
+
+def resume_approval(s: AwaitApproval, decisions: dict[str, Verdict]) -> RunTools:
+    """The edge out of a pause: a verdict for each pending call, given by ``Run.resume``."""
+    missing = [c.id for c in s.pending if c.id not in decisions or isinstance(decisions[c.id], Defer)]
+    if missing:
+        raise ValueError(f"no decision for pending call(s) {', '.join(missing)}")
+    return RunTools(s.calls, {**s.verdicts, **decisions})
+
+
+# ---------------------------------------------------------------- the handle
 
 
 class Run:
-    def __init__(self, agent: Agent, history: list[Message], session_id: str | None = None):
+    """The friendly handle around a run's value: step it, iterate its events, pause and resume it."""
+
+    def __init__(self, agent: Agent, value: RunState):
         self.agent = agent
-        self.history = history
-        self.state: State = CallModel()
-        self.session_id = session_id or str(uuid.uuid4())
-        self.num_turns = 0
-        self.usage = Usage()
-        self.trajectory: list[str] = []
-        self.continuations = 0
-        self.stop_refusals = 0
-        self.tools = {t.name: t for t in agent.tools}
-        self.seen_calls: dict[str, tuple[int, str, int]] = {}  # call -> (first turn, result digest, times)
-        self.stuck_turns = 0  # turns in a row whose calls included a refused repeat
-        self.nudges = 0  # replies that described calls instead of making them, sent back
+        self.value = value
+        self.deps = Deps.of(agent)
         self._started = time.monotonic()
         self._result: RunResult | None = None
-        self._sent: list[Message] = []  # the history as last sent (and linted)
-        self._events: list[Event] = []
-        self._hook_stop: str | None = None
-        self.path: list[str] = []  # every state this run has been in, in order: the walk through the graph
 
     # -- driving
 
     async def step(self) -> list[Event]:
         """Do the current state's work and move to the next state. Returns what happened."""
-        self._events = []
-        before = self.state
-        if not self.path:
-            self.path.append(type(before).__name__)
-        match self.state:
-            case SubmitPrompt() as s:
-                self.state = await self._submit_prompt(s)
-            case CallModel() as s:
-                self.state = await self._call_model(s)
-            case RunTools() as s:
-                self.state = await self._run_tools(s)
-            case Recover() as s:
-                self.state = self._recover(s)
-            case AwaitApproval() as s:
-                self.emit(ApprovalRequired(tuple(self.pending)))
-            case Done() as s:
-                if self._result is None:
-                    self._result = self._finish(s)
-                    self.emit(Finished(self._result))
-        if self._hook_stop is not None and not isinstance(self.state, Done):
-            # a hook said {"continue": false}: stop after this step, so the history it left stays valid
-            self.state = Done("stopped_by_hook", None, self._hook_stop)
-        if self.state is not before:
-            self.path.append(type(self.state).__name__)
-        return self._events
+        if isinstance(self.value.state, Done):
+            if self._result is not None:
+                return []
+            self._result = self._finish(self.value.state)
+            event = Finished(self._result)
+            for observe in self.agent.observers:
+                observe(event)
+            return [event]
+        try:
+            self.value, events = await step(self.value, self.deps, self._observe)
+        except asyncio.CancelledError as e:
+            self.value = getattr(e, "run_state", self.value)
+            raise
+        return events
+
+    def _observe(self, event: Event) -> None:
+        for observe in self.agent.observers:
+            observe(event)
 
     async def __aiter__(self) -> AsyncIterator[Event]:
         while not self.done and not self.paused:
@@ -237,23 +467,45 @@ class Run:
 
     def resume(self, decisions: dict[str, Verdict]) -> None:
         """Give a verdict for each pending call; the run then continues with the next step."""
-        if not isinstance(self.state, AwaitApproval):
-            raise RuntimeError(f"nothing to resume: the run is in {type(self.state).__name__}")
-        missing = [c.id for c in self.state.pending if c.id not in decisions or isinstance(decisions[c.id], Defer)]
-        if missing:
-            raise ValueError(f"no decision for pending call(s) {', '.join(missing)}")
-        self.state = RunTools(self.state.calls, {**self.state.verdicts, **decisions})
-        self.path.append("RunTools")
+        s = self.value.state
+        if not isinstance(s, AwaitApproval):
+            raise RuntimeError(f"nothing to resume: the run is in {type(s).__name__}")
+        nxt = resume_approval(s, decisions)
+        self.value = self.value.evolve(state=nxt, path=(self.value.path or ("AwaitApproval",)) + ("RunTools",))
 
     def snapshot(self) -> dict:
         """The run as JSON-ready data (history, state, counters); ``Agent.restore`` continues it."""
-        from drivetrain.checkpoint import snapshot
-        return snapshot(self)
+        return self.value.to_json()
 
-    def emit(self, event: Event) -> None:
-        self._events.append(event)
-        for observe in self.agent.observers:
-            observe(event)
+    # -- the value, read-only
+
+    @property
+    def state(self) -> State:
+        return self.value.state
+
+    @property
+    def history(self) -> list[Message]:
+        return list(self.value.history)
+
+    @property
+    def session_id(self) -> str:
+        return self.value.session_id
+
+    @property
+    def num_turns(self) -> int:
+        return self.value.num_turns
+
+    @property
+    def usage(self) -> Usage:
+        return self.value.usage
+
+    @property
+    def trajectory(self) -> list[str]:
+        return list(self.value.trajectory)
+
+    @property
+    def path(self) -> list[str]:
+        return list(self.value.path)
 
     @property
     def done(self) -> bool:
@@ -261,13 +513,14 @@ class Run:
 
     @property
     def paused(self) -> bool:
-        return isinstance(self.state, AwaitApproval)
+        return isinstance(self.value.state, AwaitApproval)
 
     @property
     def pending(self) -> list[PendingCall]:
-        if not isinstance(self.state, AwaitApproval):
+        s = self.value.state
+        if not isinstance(s, AwaitApproval):
             return []
-        return [PendingCall(c.id, c.name, c.input) for c in self.state.pending]
+        return [PendingCall(c.id, c.name, c.input) for c in s.pending]
 
     @property
     def result(self) -> RunResult:
@@ -277,187 +530,13 @@ class Run:
             raise RuntimeError("the run has not finished")
         return self._result
 
-    # -- states
-
-    async def _submit_prompt(self, s: SubmitPrompt) -> CallModel | Done:
-        blocks: list = [TextBlock(s.prompt)]
-        if self.agent.hooks:
-            out = await self.agent.hooks.run("UserPromptSubmit", self.hook_payload("UserPromptSubmit", prompt=s.prompt))
-            self.report_hooks("UserPromptSubmit", out)
-            if out.block:
-                return Done("prompt_blocked", None, f"A UserPromptSubmit hook blocked the prompt: {out.reason}")
-            blocks += [TextBlock(c) for c in out.additional_context if c]
-        self.history.append(Message("user", tuple(blocks)))
-        return CallModel()
-
-    async def _call_model(self, s: CallModel) -> RunTools | Recover | CallModel | Done:
-        a, p = self.agent, self.agent.profile
-        if a.max_turns is not None and self.num_turns >= a.max_turns:
-            return Done("error_max_turns", self.trajectory[-1] if self.trajectory else None,
-                        note=f"Stopped after reaching the turn limit ({a.max_turns}).")
-        if p.final and not s.final and a.max_turns is not None and self.num_turns == a.max_turns - 1 > 0:
-            s = CallModel(s.max_tokens, final="turn_limit")
-        if s.final:
-            self._ask(FINAL_ASK[s.final])
-        self.history = ensure_valid(self.history, strict=a.strict, start=self._unchanged_prefix())
-        self._sent = list(self.history)
-        max_tokens = s.max_tokens or a.max_tokens
-        choice = "none" if s.final else s.tool_choice or ("any" if p.act and self.num_turns == 0 else None)
-        request = ModelRequest(model_view(self.history, collapse=p.collapse, shorten=p.context), a.system,
-                               [tool_spec(t) for t in a.tools], max_tokens, tool_choice=choice,
-                               forbidden_calls=calls.forbidden(self) if p.exclude else ())
-        try:
-            response = await a.model.respond(request)
-        except HarnessError as e:
-            return Done("error_during_execution", None, str(e))
-        self.num_turns += 1
-        self.usage = self.usage + response.usage
-        self.trajectory.append(response.stop_reason)
-        self.emit(ModelResponded(self.num_turns, response))
-        if s.final:
-            return self._final(s.final, response)
-        next_state = self._after_response(response, max_tokens)
-        if isinstance(next_state, Done) and next_state.subtype == "success" and a.hooks:
-            return await self._stop_hooks(next_state)
-        return next_state
-
-    def _after_response(self, response: ModelResponse, max_tokens: int) -> RunTools | Recover | CallModel | Done:
-        reason = response.stop_reason
-        if reason == "max_tokens" and response.content and isinstance(response.content[-1], ToolUseBlock):
-            return Recover(response, max_tokens)
-        self.history.append(response.message)
-        if reason == "pause_turn":
-            if self.continuations >= self.agent.max_continuations:
-                return Done("error_max_continuations", reason, response.message.text,
-                            note=f"The server paused {self.continuations + 1} times in a row; gave up.")
-            self.continuations += 1
-            return CallModel()  # resend as is: the paused content is the last message, no new user text
-        self.continuations = 0
-        if reason == "tool_use" and response.message.tool_uses:
-            for call in response.message.tool_uses:
-                self.emit(ToolCalled(call))
-            return RunTools(tuple(response.message.tool_uses))
-        note = f"The answer was cut off at max_tokens ({max_tokens})." if reason == "max_tokens" else ""
-        text = response.message.text
-        if self.agent.profile.act and self.nudges < MAX_NUDGES and narrates_calls(text):
-            self.nudges += 1
-            self._ask(NUDGE)
-            return CallModel(tool_choice="any")
-        if self.agent.profile.final and not text.strip() and reason == "end_turn":
-            self.history.pop()  # it says nothing, and an empty text block is not valid history
-            return CallModel(final="empty")
-        return Done("success", reason, text, note)
-
-    def _final(self, why: str, response: ModelResponse) -> Done:
-        """The answer to the last request, made without tools: the run ends with it either way."""
-        kept = tuple(b for b in response.content if not isinstance(b, ToolUseBlock)
-                     and not (isinstance(b, TextBlock) and not b.text.strip()))
-        self.history.append(Message("assistant", kept or (TextBlock("(no answer)"),)))
-        text = response.message.text
-        if why == "turn_limit":
-            return Done("error_max_turns", response.stop_reason, text,
-                        note=f"Reached the turn limit ({self.agent.max_turns}); the last turn asked for the answer.")
-        return Done("success", response.stop_reason, text)
-
-    def _ask(self, text: str) -> None:
-        """Tell the model something: added to the last user message (after its results), or as a new one."""
-        last = self.history[-1] if self.history else None
-        if last is not None and last.role == "user":
-            self.history[-1] = Message("user", (*last.content, TextBlock(text)))
-        else:
-            self.history.append(Message.user(text))
-
-    async def _stop_hooks(self, done: Done) -> CallModel | Done:
-        out = await self.agent.hooks.run("Stop", self.hook_payload("Stop", stop_hook_active=self.stop_refusals > 0,
-                                                                   last_assistant_message=done.result))
-        self.report_hooks("Stop", out)
-        if not out.block or self.stop_refusals >= self.agent.max_stop_refusals:
-            return done
-        self.stop_refusals += 1
-        self.history.append(Message.user(f"A Stop hook refused to let you stop: {out.reason or 'keep working'}"))
-        return CallModel()
-
-    async def _run_tools(self, s: RunTools) -> AwaitApproval | CallModel | Done:
-        stuck_before = self.stuck_turns
-        verdicts = await calls.decide_all(self, s.calls, s.verdicts)
-        if any(isinstance(v, Defer) for v in verdicts.values()):
-            decided = {k: v for k, v in verdicts.items() if not isinstance(v, Defer)}
-            return AwaitApproval(s.calls, decided)
-        try:
-            outcomes = await asyncio.gather(*(calls.execute(self, c, verdicts[c.id]) for c in s.calls),
-                                            return_exceptions=True)
-        except asyncio.CancelledError:  # interrupted (Ctrl-C): answer every call so the history stays valid
-            text = "Interrupted by the user before this call finished."
-            self.history.append(Message("user", tuple(ToolResultBlock(c.id, text, True) for c in s.calls)))
-            self.state = CallModel()
-            raise
-        failure = next((o for o in outcomes if isinstance(o, BaseException)), None)
-        results = []
-        for call, outcome in zip(s.calls, outcomes):
-            if isinstance(outcome, BaseException):
-                outcome = (ToolResultBlock(call.id, f"Not run: the harness failed ({outcome}).", True), 0.0, None)
-            block, ms, meta = outcome
-            results.append(block)
-            self.emit(ToolFinished(call, block, ms, meta))
-        if self.stuck_turns == stuck_before:
-            self.stuck_turns = 0  # no call of this turn was a refused repeat
-        message = Message("user", tuple(results))
-        self.history.append(message)  # always answered, even on failure: the history stays valid
-        self.emit(ResultsSent(message))
-        if failure is not None:
-            if not isinstance(failure, Exception):
-                raise failure  # cancellation, KeyboardInterrupt: after the history is made valid
-            return Done("error_during_execution", None, str(failure))
-        if self.agent.profile.final and self.stuck_turns >= STUCK_LIMIT:
-            return CallModel(final="stuck")
-        return CallModel()
-
-    def _recover(self, s: Recover) -> CallModel:
-        larger = min(s.max_tokens * 2, self.agent.max_tokens_ceiling)
-        if larger > s.max_tokens:
-            return CallModel(max_tokens=larger)  # drop the cut-off response and ask again with more room
-        self.history.append(s.response.message)
-        text = (f"This tool call was cut off at max_tokens ({s.max_tokens}) before its input was complete, "
-                "so it was not run. Make the call again with a smaller input (for example, write a long "
-                "file in several parts).")
-        message = Message("user", tuple(ToolResultBlock(c.id, text, True) for c in s.response.message.tool_uses))
-        self.history.append(message)
-        self.emit(ResultsSent(message))
-        return CallModel()
-
-    # -- helpers
-
-    def tool_context(self) -> ToolContext:
-        roots = getattr(self.agent.policy, "roots", None)  # a policy that confines files names the workspace
-        hide = getattr(self.agent.policy, "search_filter", None)  # and the files a search must skip
-        return ToolContext(cwd=self.agent.cwd, roots=roots(self.agent.cwd) if roots else [],
-                           read_filter=hide(self.agent.cwd) if hide else None)
-
-    def hook_payload(self, event: str, **fields: Any) -> dict:
-        return {"session_id": self.session_id, "cwd": str(self.agent.cwd), "hook_event_name": event, **fields}
-
-    def report_hooks(self, event: str, outcome: Any) -> None:
-        if outcome.stop:
-            self._hook_stop = f"A {event} hook stopped the run: {outcome.stop_reason or 'no reason given'}"
-        if outcome.errors:
-            self.emit(HookReported(event, tuple(outcome.errors)))
-
-    def _unchanged_prefix(self) -> int:
-        """How many messages were linted before and are still the very same objects.
-
-        The last of them is linted again: its successor (which answers its tool_uses) may be new.
-        """
-        n = 0
-        for old, new in zip(self._sent, self.history):
-            if old is not new:
-                break
-            n += 1
-        return max(n - 1, 0)
-
     def _finish(self, s: Done) -> RunResult:
+        v = self.value
         return RunResult(
-            subtype=s.subtype, stop_reason=s.stop_reason, result=s.result, num_turns=self.num_turns,
-            session_id=self.session_id, duration_ms=int((time.monotonic() - self._started) * 1000),
-            usage=self.usage, total_cost_usd=cost_usd(self.agent.model.name, self.usage),
-            history=self.history, trajectory=self.trajectory, note=s.note, pending=self.pending,
+            subtype=s.subtype, stop_reason=s.stop_reason, result=s.result, num_turns=v.num_turns,
+            session_id=v.session_id, duration_ms=int((time.monotonic() - self._started) * 1000),
+            usage=v.usage, total_cost_usd=cost_usd(self.agent.model.name, v.usage),
+            history=list(v.history), trajectory=list(v.trajectory), note=s.note, pending=self.pending,
         )
+
+

@@ -1,0 +1,171 @@
+"""A run as one value: the loop's closed set of states, and ``RunState``, everything a run knows.
+
+The loop (``loop.step``) takes a ``RunState`` and returns the next one; it never changes
+the one it was given. So a snapshot is the value itself, ``to_json``/``from_json`` carry
+it between processes, and the session log saves it after every step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Union
+
+from drivetrain.approval import Verdict, verdict_from_json, verdict_to_json
+from drivetrain.messages import Message, ToolUseBlock, Usage, block_from_wire
+from drivetrain.models.base import ModelResponse
+
+# ---------------------------------------------------------------- the loop's states
+
+
+@dataclass(frozen=True)
+class SubmitPrompt:
+    prompt: str
+
+
+@dataclass(frozen=True)
+class CallModel:
+    max_tokens: int | None = None  # raised above the default while recovering from a cut-off tool call
+    tool_choice: str | None = None  # "any": the model must act (it described calls instead of making them)
+    final: str = ""  # why this is the last request, made without tools for the answer ("" when it is not)
+
+
+@dataclass(frozen=True)
+class RunTools:
+    calls: tuple[ToolUseBlock, ...]
+    verdicts: dict[str, Verdict] = field(default_factory=dict)  # decided before a pause
+
+
+@dataclass(frozen=True)
+class AwaitApproval:
+    calls: tuple[ToolUseBlock, ...]
+    verdicts: dict[str, Verdict]  # the calls already decided; the others are pending
+
+    @property
+    def pending(self) -> list[ToolUseBlock]:
+        return [c for c in self.calls if c.id not in self.verdicts]
+
+
+@dataclass(frozen=True)
+class Recover:
+    response: ModelResponse  # cut off at max_tokens inside a tool_use: never executed
+    max_tokens: int
+
+
+@dataclass(frozen=True)
+class Done:
+    subtype: str  # success | error_max_turns | error_max_continuations | error_during_execution | prompt_blocked | …
+    stop_reason: str | None = None
+    result: str = ""
+    note: str = ""
+
+
+State = Union[SubmitPrompt, CallModel, RunTools, AwaitApproval, Recover, Done]
+
+# ---------------------------------------------------------------- the run
+
+
+@dataclass(frozen=True)
+class RunState:
+    """History, current state and every counter of a run. Treat it as immutable (its dict and
+    tuples are never changed in place; ``loop.step`` makes a new value)."""
+
+    session_id: str
+    history: tuple[Message, ...] = ()
+    state: State = CallModel()
+    num_turns: int = 0
+    usage: Usage = field(default_factory=Usage)
+    trajectory: tuple[str, ...] = ()  # each response's stop_reason
+    path: tuple[str, ...] = ()  # every state the run has been in, in order: its walk through the graph
+    continuations: int = 0  # pause_turn resends in a row
+    stop_refusals: int = 0  # Stop-hook refusals in a row
+    nudges: int = 0  # replies that described calls instead of making them, sent back
+    stuck_turns: int = 0  # turns in a row whose calls included a refused repeat
+    seen_calls: dict[str, tuple[int, str, int]] = field(default_factory=dict)  # call -> (first turn, digest, times)
+    hook_stop: str | None = None  # a hook said {"continue": false}: the run stops after this step
+    linted: int = 0  # leading messages already checked before a request and unchanged since …
+    linted_of: tuple | None = field(default=None, compare=False, repr=False)  # … in this very history tuple
+
+    @property
+    def done(self) -> bool:
+        return isinstance(self.state, Done)
+
+    def evolve(self, **changes) -> RunState:
+        return replace(self, **changes)
+
+    def to_json(self) -> dict:
+        return {
+            "format": FORMAT, "version": VERSION, "session_id": self.session_id,
+            "history": [m.to_wire() for m in self.history], **self.counters_json(),
+        }
+
+    def counters_json(self) -> dict:
+        """Everything but the history (the session log saves the history as it grows, not whole each step)."""
+        return {
+            "state": state_to_json(self.state), "num_turns": self.num_turns, "usage": self.usage.to_wire(),
+            "trajectory": list(self.trajectory), "path": list(self.path), "continuations": self.continuations,
+            "stop_refusals": self.stop_refusals, "nudges": self.nudges, "stuck_turns": self.stuck_turns,
+            "seen_calls": {k: list(v) for k, v in self.seen_calls.items()}, "hook_stop": self.hook_stop,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict, history: tuple[Message, ...] | None = None) -> RunState:
+        """A value saved with ``to_json`` (or, with ``history`` given, ``counters_json``)."""
+        if history is None:
+            if data.get("format") != FORMAT:
+                raise ValueError("not a drivetrain run snapshot")
+            if data.get("version") not in (1, VERSION):
+                raise ValueError(f"run snapshot version {data.get('version')} is not supported "
+                                 f"(this drivetrain reads 1 and {VERSION})")
+            history = tuple(Message.from_wire(m) for m in data["history"])
+        return cls(
+            session_id=data["session_id"], history=history, state=state_from_json(data["state"]),
+            num_turns=data["num_turns"], usage=Usage(**data["usage"]), trajectory=tuple(data["trajectory"]),
+            path=tuple(data.get("path", ())), continuations=data.get("continuations", 0),
+            stop_refusals=data.get("stop_refusals", 0), nudges=data.get("nudges", 0),
+            stuck_turns=data.get("stuck_turns", 0),
+            seen_calls={k: tuple(v) for k, v in data.get("seen_calls", {}).items()},
+            hook_stop=data.get("hook_stop"),
+        )
+
+
+FORMAT = "drivetrain.run"
+VERSION = 2  # 2: path and hook_stop kept
+
+
+def state_to_json(state: State) -> dict:
+    match state:
+        case SubmitPrompt(prompt=p):
+            return {"type": "SubmitPrompt", "prompt": p}
+        case CallModel(max_tokens=m, tool_choice=c, final=f):
+            return {"type": "CallModel", "max_tokens": m, "tool_choice": c, "final": f}
+        case RunTools(calls=c, verdicts=v) | AwaitApproval(calls=c, verdicts=v):
+            return {"type": type(state).__name__, "calls": [x.to_wire() for x in c],
+                    "verdicts": {k: verdict_to_json(x) for k, x in v.items()}}
+        case Recover(response=r, max_tokens=m):
+            return {"type": "Recover", "max_tokens": m, "response": {
+                "content": [b.to_wire() for b in r.content], "stop_reason": r.stop_reason,
+                "usage": r.usage.to_wire(), "model": r.model, "id": r.id}}
+        case Done() as d:
+            return {"type": "Done", "subtype": d.subtype, "stop_reason": d.stop_reason, "result": d.result,
+                    "note": d.note}
+    raise TypeError(f"unknown state {state!r}")
+
+
+def state_from_json(d: dict) -> State:
+    match d["type"]:
+        case "SubmitPrompt":
+            return SubmitPrompt(d["prompt"])
+        case "CallModel":
+            return CallModel(d.get("max_tokens"), d.get("tool_choice"), d.get("final", ""))
+        case "RunTools" | "AwaitApproval":
+            calls = tuple(block_from_wire(c) for c in d["calls"])
+            verdicts = {k: verdict_from_json(v) for k, v in d["verdicts"].items()}
+            return (RunTools if d["type"] == "RunTools" else AwaitApproval)(calls, verdicts)  # type: ignore[arg-type]
+        case "Recover":
+            r = d["response"]
+            response = ModelResponse(tuple(block_from_wire(b) for b in r["content"]), r["stop_reason"],
+                                     Usage(**r["usage"]), r.get("model", ""), r.get("id", ""))
+            return Recover(response, d["max_tokens"])
+        case "Done":
+            return Done(d["subtype"], d.get("stop_reason"), d.get("result", ""), d.get("note", ""))
+    raise ValueError(f"unknown state in a saved run: {d['type']!r}")
