@@ -127,6 +127,39 @@ class Checkpoints:
         self._git(["update-ref", f"{REF_ROOT}/{session_id}/{name}", commit], env)
         return commit
 
+    def keep(self, session_id: str, prompt: int, paths: Iterable[Path]) -> str:
+        """Add to checkpoint ``prompt`` the present state of ``paths`` it does not hold yet (content, or absence).
+
+        For Write/Edit to call before first changing a file during that prompt: the checkpoint then knows an
+        ignored file's state before the prompt, so a rewind can restore it, or remove it if it was created then.
+        """
+        _check_session_id(session_id)
+        self._ready()
+        ref = f"{REF_ROOT}/{session_id}/{prompt}"
+        old = self._refs(session_id).get(str(prompt))
+        if old is None:
+            raise RewindError(f"session {session_id} has no checkpoint for prompt {prompt} yet: snapshot it first")
+        tree, meta = self._tree(old), self._meta(old)
+        present, absent = self._also(paths)
+        present, absent = present - set(tree) - meta["absent"], absent - set(tree) - meta["absent"]
+        if not present and not absent:
+            return old
+        index = self.repo / f"index-keep-{uuid.uuid4().hex}"
+        try:
+            env = self._env(index, None)
+            self._git(["read-tree", old], env)
+            if present:
+                self._git(["add", "-f", "--pathspec-from-file=-", "--pathspec-file-nul"], env,
+                          stdin="\0".join(sorted(present)))
+            new_tree = self._git(["write-tree"], env).strip()
+        finally:
+            index.unlink(missing_ok=True)
+        message = json.loads(self._git(["log", "-1", "--format=%B", old], env))
+        message["absent"] = sorted(meta["absent"] | absent)
+        commit = self._git(["commit-tree", new_tree, "-m", json.dumps(message)], env).strip()
+        self._git(["update-ref", ref, commit, old], env)  # fails, rather than lose an update, if it moved meanwhile
+        return commit
+
     def _also(self, also: Iterable[Path]) -> tuple[set[str], set[str]]:
         """The ``also`` paths inside the workspace, relative: (present files, absent ones)."""
         present, absent = set(), set()
