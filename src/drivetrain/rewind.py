@@ -328,6 +328,7 @@ class Checkpoints:
         if not dot_git.exists():
             return set(), None
         env = {**self._env(None, None), "GIT_DIR": str(dot_git), "GIT_OPTIONAL_LOCKS": "0"}
+        del env["GIT_INDEX_FILE"]  # its own index, read only
         try:
             tracked = set(filter(None, self._git(["ls-files", "-z", "--cached"], env).split("\0")))
             exclude = self._git(["rev-parse", "--git-path", "info/exclude"], env).strip()
