@@ -97,16 +97,26 @@ class Checkpoints:
     def _snapshot(self, session_id: str, name: str, also: Iterable[Path]) -> str:
         _check_session_id(session_id)
         self._ready()
-        index = self.repo / f"index-{hashlib.sha256(session_id.encode()).hexdigest()[:16]}"
+        index = self.repo / f"index-{hashlib.sha256(session_id.encode()).hexdigest()[:16]}"  # the session's own
         tracked, user_exclude = self._user_repo()
-        forced, absent = self._also(also)
         env = self._env(index, user_exclude)
-        scanned = set(self._git(["ls-files", "-z", "--others", "--exclude-standard"], env).split("\0"))
+        forced, absent = self._also(also)
+        wanted, skipped = self._scan(env, tracked, forced)
+        self._stage(env, wanted)
+        tree = self._git(["write-tree"], env).strip()
+        message = json.dumps({"drivetrain": "rewind", "v": 1, "session_id": session_id, "checkpoint": name,
+                              "workspace": str(self.workspace), "absent": sorted(absent), "skipped": skipped})
+        commit = self._git(["commit-tree", tree, "-m", message], env).strip()
+        self._git(["update-ref", f"{REF_ROOT}/{session_id}/{name}", commit], env)
+        return commit
+
+    def _scan(self, env: dict[str, str], tracked: set[str], forced: set[str]) -> tuple[set[str], list[str]]:
+        """The files to snapshot, and the ones skipped as too large: tracked, untracked-not-ignored, forced."""
+        found = set(self._git(["ls-files", "-z", "--others", "--exclude-standard"], env).split("\0"))
         cached = set(self._git(["ls-files", "-z", "--cached"], env).split("\0"))
         ignored = set(self._git(["ls-files", "-z", "--cached", "--ignored", "--exclude-standard"], env).split("\0"))
-        scanned |= (cached - ignored) | tracked
         wanted, skipped = set(forced), []
-        for rel in scanned - forced:
+        for rel in (found | (cached - ignored) | tracked) - forced:
             kind = self._kind(rel)
             if kind == "big":
                 skipped.append(rel)
@@ -114,18 +124,18 @@ class Checkpoints:
                 wanted.add(rel)
         if skipped:
             log.warning("rewind: not checkpointed, over %d bytes: %s", self.max_file_bytes, ", ".join(sorted(skipped)))
+        return wanted, sorted(skipped)
+
+    def _stage(self, env: dict[str, str], wanted: set[str]) -> None:
+        """Make the session's index hold exactly ``wanted`` (unchanged files are not hashed again)."""
+        cached = set(self._git(["ls-files", "-z", "--cached"], env).split("\0"))
         stale = sorted(cached - wanted - {""})
         if stale:
             self._git(["rm", "-q", "--cached", "--ignore-unmatch", "--pathspec-from-file=-", "--pathspec-file-nul"],
                       env, stdin="\0".join(stale))
         if wanted:
-            self._git(["add", "-f", "--pathspec-from-file=-", "--pathspec-file-nul"], env, stdin="\0".join(sorted(wanted)))
-        tree = self._git(["write-tree"], env).strip()
-        message = json.dumps({"drivetrain": "rewind", "v": 1, "session_id": session_id, "checkpoint": name,
-                              "workspace": str(self.workspace), "absent": sorted(absent), "skipped": sorted(skipped)})
-        commit = self._git(["commit-tree", tree, "-m", message], env).strip()
-        self._git(["update-ref", f"{REF_ROOT}/{session_id}/{name}", commit], env)
-        return commit
+            self._git(["add", "-f", "--pathspec-from-file=-", "--pathspec-file-nul"], env,
+                      stdin="\0".join(sorted(wanted)))
 
     def keep(self, session_id: str, prompt: int, paths: Iterable[Path]) -> str:
         """Add to checkpoint ``prompt`` the present state of ``paths`` it does not hold yet (content, or absence).
@@ -216,6 +226,17 @@ class Checkpoints:
         trees = {n: self._tree(c) for n, c in refs.items()}
         now = self._tree(self._snapshot(session_id, undo, (self.workspace / p for t in trees.values() for p in t)))
         then, meta = trees[name], self._meta(target)
+        put, remove = self._plan(refs, trees, name, now)
+        for path in remove:
+            (self.workspace / path).unlink(missing_ok=True)
+            self._prune(path)
+        self._checkout(put)
+        return RestoreReport(session_id, name, target, undo, tuple(sorted(put)), tuple(remove),
+                             sum(1 for p, e in then.items() if now.get(p) == e), tuple(meta["skipped"]))
+
+    def _plan(self, refs: dict[str, str], trees: dict, name: str, now: dict) -> tuple[dict, list[str]]:
+        """What to write back (path → (mode, blob)) and what to remove, to go from ``now`` to checkpoint ``name``."""
+        then, meta = trees[name], self._meta(refs[name])
         later = [n for n in sorted(refs, key=_order) if name.isdigit() and n.isdigit() and int(n) > int(name)]
         put = {p: e for p, e in then.items() if now.get(p) != e}
         extra = sorted(set(now) - set(then) - set(meta["skipped"]))
@@ -233,12 +254,7 @@ class Checkpoints:
                 if path in self._meta(refs[n])["absent"]:
                     remove.append(path)
                     break
-        for path in remove:
-            (self.workspace / path).unlink(missing_ok=True)
-            self._prune(path)
-        self._checkout(put)
-        return RestoreReport(session_id, name, target, undo, tuple(sorted(put)), tuple(remove),
-                             sum(1 for p, e in then.items() if now.get(p) == e), tuple(meta["skipped"]))
+        return put, remove
 
     def _ignored(self, paths: list[str]) -> set[str]:
         if not paths:
@@ -371,8 +387,9 @@ class Checkpoints:
                         self._env(None, None))
         found = []
         for ref, commit, when in (line.split(" ") for line in out.splitlines()):
-            if ref[len(prefix):].isdigit():
-                found.append(Checkpoint(int(ref[len(prefix):]), commit, datetime.fromtimestamp(int(when), timezone.utc)))
+            name = ref[len(prefix):]
+            if name.isdigit():
+                found.append(Checkpoint(int(name), commit, datetime.fromtimestamp(int(when), timezone.utc)))
         return sorted(found)
 
 
