@@ -94,6 +94,11 @@ class Checkpoints:
             raise RewindError(f"a prompt number is a whole number from 1, not {prompt!r}")
         return self._snapshot(session_id, str(prompt), also)
 
+    def ref(self, session_id: str, prompt: int | str) -> str:
+        """The ref a checkpoint is kept under (what a session log's ``checkpoint`` record names)."""
+        _check_session_id(session_id)
+        return f"{REF_ROOT}/{session_id}/{prompt}"
+
     def _snapshot(self, session_id: str, name: str, also: Iterable[Path]) -> str:
         _check_session_id(session_id)
         self._ready()
@@ -107,7 +112,7 @@ class Checkpoints:
         message = json.dumps({"drivetrain": "rewind", "v": 1, "session_id": session_id, "checkpoint": name,
                               "workspace": str(self.workspace), "absent": sorted(absent), "skipped": skipped})
         commit = self._git(["commit-tree", tree, "-m", message], env).strip()
-        self._git(["update-ref", f"{REF_ROOT}/{session_id}/{name}", commit], env)
+        self._git(["update-ref", self.ref(session_id, name), commit], env)
         return commit
 
     def _scan(self, env: dict[str, str], tracked: set[str], forced: set[str]) -> tuple[set[str], list[str]]:
@@ -145,7 +150,7 @@ class Checkpoints:
         """
         _check_session_id(session_id)
         self._ready()
-        ref = f"{REF_ROOT}/{session_id}/{prompt}"
+        ref = self.ref(session_id, prompt)
         old = self._refs(session_id).get(str(prompt))
         if old is None:
             raise RewindError(f"session {session_id} has no checkpoint for prompt {prompt} yet: snapshot it first")
