@@ -28,9 +28,11 @@ from drivetrain.messages import Message, TextBlock, ToolResultBlock, ToolUseBloc
 from drivetrain.models.base import Model, ModelRequest, ModelResponse
 from drivetrain.pricing import cost_usd
 from drivetrain.profiles import FULL, Profile
+from drivetrain.session import SessionLog, close_open_calls, load
 from drivetrain.state import (  # noqa: F401  (the states are part of this module's interface)
     AwaitApproval, CallModel, Done, Recover, RunState, RunTools, State, SubmitPrompt,
 )
+from drivetrain.store import SessionStore
 from drivetrain.tools.base import Tool, ToolContext, tool_spec
 
 MAX_NUDGES = 2  # replies that only describe calls, sent back with a request to act
@@ -107,11 +109,48 @@ class Agent:
     observers: list[Callable[[Event], None]] = field(default_factory=list)  # see each event as it happens
     strict: bool = False  # raise on a history the linter rejects (tests) instead of repairing it
     profile: Profile = FULL  # the aids the loop gives a small model (profiles.py)
+    store: SessionStore | None = None  # where each run is saved after every step (None: not saved)
 
     def start(self, prompt: str | None = None, history: list[Message] | None = None,
               session_id: str | None = None) -> Run:
         state: State = SubmitPrompt(prompt) if prompt is not None else CallModel()
-        return Run(self, RunState(session_id or str(uuid.uuid4()), tuple(history or ()), state))
+        value = RunState(session_id or str(uuid.uuid4()), tuple(history or ()), state)
+        run = Run(self, value, self._log(value.session_id))
+        if run.log is not None:
+            run.log.begin(cwd=str(self.cwd), model=self.model.name)
+            run.log.save(RunState(value.session_id), value)
+        return run
+
+    def resume(self, session_id: str, prompt: str | None = None, *, fork: bool = False) -> Run:
+        """A saved session, repaired if it was cut short, continued (``fork``: as a new session, the old one
+        untouched). With ``prompt``, it is the next user turn; without, an interrupted run goes on where it
+        stopped (a model call that never answered is made again)."""
+        if self.store is None:
+            raise ValueError("resuming a session needs a store: Agent(store=…)")
+        loaded = load(self.store, session_id)
+        value = loaded.value
+        if prompt is not None:
+            if isinstance(value.state, AwaitApproval):  # the pending calls were never approved: say so
+                value, _ = close_open_calls(value.evolve(state=CallModel()), why="the user moved on without "
+                                            "approving it")
+            value = value.evolve(state=SubmitPrompt(prompt))
+        elif isinstance(value.state, Done):
+            raise ValueError(f"session {session_id} has finished ({value.state.subtype}): give a prompt to continue it")
+        if fork:
+            value = value.evolve(session_id=str(uuid.uuid4()))
+        run = Run(self, value, self._log(value.session_id))
+        assert run.log is not None
+        if fork:
+            run.log.begin(cwd=str(self.cwd), model=self.model.name, parent_id=session_id, forked_from_seq=loaded.seq)
+            run.log.save(RunState(value.session_id), value)
+        else:
+            run.log.loaded(loaded.value)
+            if value is not loaded.value:
+                run.log.save(loaded.value, value)
+        return run
+
+    def _log(self, session_id: str) -> SessionLog | None:
+        return SessionLog(self.store, session_id, self.model.name) if self.store is not None else None
 
     async def run(self, prompt: str | None = None, history: list[Message] | None = None) -> RunResult:
         return await self.start(prompt, history).finish()
@@ -421,10 +460,12 @@ def resume_approval(s: AwaitApproval, decisions: dict[str, Verdict]) -> RunTools
 class Run:
     """The friendly handle around a run's value: step it, iterate its events, pause and resume it."""
 
-    def __init__(self, agent: Agent, value: RunState):
+    def __init__(self, agent: Agent, value: RunState, log: SessionLog | None = None):
         self.agent = agent
         self.value = value
+        self.log = log  # the session log each step is saved to
         self.deps = Deps.of(agent)
+        self.cancelled_by = "cancel"  # what a cancellation is recorded as (the CLI says which signal)
         self._started = time.monotonic()
         self._result: RunResult | None = None
 
@@ -436,15 +477,22 @@ class Run:
             if self._result is not None:
                 return []
             self._result = self._finish(self.value.state)
+            if self.log is not None:
+                self.log.write("result", **{k: v for k, v in self._result.to_json().items() if k != "type"})
             event = Finished(self._result)
-            for observe in self.agent.observers:
-                observe(event)
+            self._observe(event)
             return [event]
+        before = self.value
         try:
-            self.value, events = await step(self.value, self.deps, self._observe)
+            self.value, events = await step(before, self.deps, self._observe)
         except asyncio.CancelledError as e:
-            self.value = getattr(e, "run_state", self.value)
+            self.value = getattr(e, "run_state", before)  # every open call answered as interrupted
+            if self.log is not None:
+                self.log.save(before, self.value, extra=[{"kind": "interrupted", "signal": self.cancelled_by,
+                                                           "during": type(before.state).__name__}])
             raise
+        if self.log is not None:
+            self.log.save(before, self.value, events)
         return events
 
     def _observe(self, event: Event) -> None:
