@@ -68,7 +68,7 @@ def test_readme_python_examples_run_as_written(tmp_path, monkeypatch, capsys):
     assert out[0].startswith("success README.md has 4 words. 3 ")
     assert out[1:3] == ["1 end_turn", "There is no tests/test_math.py to fix."]
     assert out[3] == "I left the build folder alone."
-    log = Path(os.environ["DRIVETRAIN_HOME"]) / "audit" / "tidy-up.jsonl"
+    log = Path(os.environ["DRIVETRAIN_HOME"]) / "sessions" / "tidy-up.jsonl"
     audit = [json.loads(line) for line in log.read_text().splitlines()]
     assert [(r["kind"], r["tool"], r["decided_by"]) for r in audit] == [("denied", "Bash", "callback")]
     assert namespace["result"].result == "a.py has 3 lines"  # the testing example's own scripted server

@@ -128,10 +128,10 @@ async def test_git_hooks_and_settings_are_read_only(ws, monkeypatch):
     (ws / ".drivetrain").mkdir()
     (ws / ".drivetrain" / "settings.json").write_text("{}")
     home = ws / "home"
-    (home / "audit").mkdir(parents=True)
+    (home / "sessions").mkdir(parents=True)
     monkeypatch.setenv("DRIVETRAIN_HOME", str(home))
     sandbox = Sandbox(ws)
-    for target in (".git/hooks/pre-commit", ".git/config", ".drivetrain/settings.json", "home/audit/s.jsonl"):
+    for target in (".git/hooks/pre-commit", ".git/config", ".drivetrain/settings.json", "home/sessions/s.jsonl"):
         r = await run(sandbox, f"echo evil > {target}", ws)
         assert r.is_error and "Read-only file system" in r.content, target
     assert not (ws / ".git/hooks/pre-commit").exists() and (ws / ".git/config").read_text() == "[core]\n"
@@ -148,7 +148,7 @@ async def test_absent_hooks_and_settings_cannot_be_created(ws, tmp_path, monkeyp
     (repo / ".git" / "HEAD").write_text("ref: refs/heads/main\n")  # a repository without hooks/ or config
     attempts = {
         ws: ["mkdir -p .git/hooks && echo evil > .git/hooks/pre-commit", "git init -q .",
-             "mkdir -p .drivetrain && echo '{}' > .drivetrain/settings.json", "mkdir -p dthome/audit"],
+             "mkdir -p .drivetrain && echo '{}' > .drivetrain/settings.json", "mkdir -p dthome/sessions"],
         repo: ["mkdir -p .git/hooks && touch .git/hooks/pre-commit",
                "printf '[core]\\n\\tfsmonitor = evil\\n' > .git/config",
                "mkdir -p .drivetrain && touch .drivetrain/settings.json"],
@@ -158,7 +158,7 @@ async def test_absent_hooks_and_settings_cannot_be_created(ws, tmp_path, monkeyp
         for command in commands:
             r = await run(sandbox, command, where)
             assert r.is_error and "Read-only file system" in r.content, (where, command, r.content)
-    for path in (ws / ".git/hooks", ws / ".git/HEAD", ws / ".drivetrain/settings.json", ws / "dthome/audit",
+    for path in (ws / ".git/hooks", ws / ".git/HEAD", ws / ".drivetrain/settings.json", ws / "dthome/sessions",
                  repo / ".git/hooks/pre-commit", repo / ".drivetrain/settings.json"):
         assert not path.exists(), path
     # and the empty mount points bubblewrap made for the stand-ins are gone again
@@ -317,7 +317,7 @@ def test_cli_sandboxed_bash_starts_from_an_allow_list(tmp_path):
         proc = cli(server.url, "-p", "show the key", "--output-format", "stream-json", "--permission-mode",
                    "bypassPermissions", "--sandbox", cwd=ws, env_extra=env)
     assert proc.returncode == 0, proc.stderr
-    audit = "".join(p.read_text() for p in (home / "audit").glob("*.jsonl"))
+    audit = "".join(p.read_text() for p in (home / "sessions").glob("*.jsonl"))
     assert "key=[]" in proc.stdout and audit
     for text in (proc.stdout, proc.stderr, audit, *(json.dumps(r.body) for r in server.requests)):
         assert key not in text

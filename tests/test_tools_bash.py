@@ -123,7 +123,8 @@ async def test_credentials_are_withheld_unless_passed_through(ctx, monkeypatch):
     secrets = {"ANTHROPIC_API_KEY": "sk-ant-bash-0123456789", "ANTHROPIC_BASE_URL": "https://u:p@gw.example",
                "OPENAI_API_KEY": "sk-openai-bash-0123456789", "GITHUB_TOKEN": "ghp_bashtoken0123456789",
                "AWS_SECRET_ACCESS_KEY": "awssecret0123456789", "PGPASSWORD": "pgpass0123456789",
-               "GOOGLE_APPLICATION_CREDENTIALS": "/etc/creds.json"}
+               "GOOGLE_APPLICATION_CREDENTIALS": "/etc/creds.json",
+               "DRIVETRAIN_SESSION_STORE": "postgresql://app:pgstore0123456789@db.example/dt"}
     for name, value in {**secrets, "BASH_PLAIN_SETTING": "visible", "SSH_AUTH_SOCK": "/run/agent.sock",
                         "TOKENIZERS_PARALLELISM": "false"}.items():
         monkeypatch.setenv(name, value)
@@ -173,7 +174,7 @@ def test_cli_bash_never_sees_the_api_key(tmp_path):
         proc = cli(server.url, "-p", "show the key", "--output-format", "stream-json", "--permission-mode",
                    "bypassPermissions", cwd=ws, env_extra=env)
     assert proc.returncode == 0, proc.stderr
-    audit = "".join(p.read_text() for p in (home / "audit").glob("*.jsonl"))
+    audit = "".join(p.read_text() for p in (home / "sessions").glob("*.jsonl"))
     assert "key=[]" in proc.stdout and audit  # the tool result went out, and the audit log was written
     for text in (proc.stdout, proc.stderr, audit, *(json.dumps(r.body) for r in server.requests)):
         assert key not in text and "service-pass" not in text

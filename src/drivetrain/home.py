@@ -1,4 +1,4 @@
-"""Where drivetrain keeps its own files: user settings, audit logs."""
+"""Where drivetrain keeps its own files: user settings, session logs (``sessions/``) and their index."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The harness's child processes (Bash commands, shell hooks): the environment they start with, and ending them.
 
 - ``child_env()``: the harness's environment without its provider settings (``ANTHROPIC_*``,
-  ``OPENAI_*``) and without any variable whose name says it holds a secret (``*_API_KEY``,
+  ``OPENAI_*``), its session store's URL and without any variable whose name says it holds a secret (``*_API_KEY``,
   ``*_TOKEN``, ``*_SECRET``, ``*PASSWORD*``, ``*_CREDENTIALS``, …), except the names passed through.
   A prompt-injected ``echo $ANTHROPIC_API_KEY`` then prints nothing.
 - ``kill_group``: SIGTERM a child's whole process group, a grace period, then SIGKILL.
@@ -45,6 +45,7 @@ log = logging.getLogger("drivetrain.procs")
 
 PR_SET_DUMPABLE = 4
 PROVIDER_PREFIXES = ("ANTHROPIC_", "OPENAI_")  # the harness's own model settings: keys, and URLs that may carry them
+HARNESS_URLS = ("DRIVETRAIN_SESSION_STORE",)  # the session store's URL, which may carry a password
 _SECRET_PARTS = {"key", "keys", "apikey", "token", "tokens", "secret", "secrets", "pass", "passwd", "password",
                  "passphrase", "credential", "credentials"}
 _SECRET_INSIDE = ("PASSWORD", "PASSWD", "SECRET", "CREDENTIAL", "APIKEY")  # PGPASSWORD, MYSECRET
@@ -55,7 +56,8 @@ _SECRET_END = ("TOKEN", "AUTH")  # GHTOKEN, NPM_CONFIG__AUTH; not SSH_AUTH_SOCK 
 def withheld(name: str) -> bool:
     """Is this variable kept from children by default: a provider setting, or named like a secret?"""
     upper = name.upper()
-    if upper.startswith(PROVIDER_PREFIXES) or any(s in upper for s in _SECRET_INSIDE) or upper.endswith(_SECRET_END):
+    if (upper.startswith(PROVIDER_PREFIXES) or upper in HARNESS_URLS or any(s in upper for s in _SECRET_INSIDE)
+            or upper.endswith(_SECRET_END)):
         return True
     return any(part in _SECRET_PARTS for part in re.split(r"[^a-z0-9]+", name.lower()))
 

@@ -19,6 +19,7 @@ from drivetrain.procs import keep_environment_private
 from drivetrain.profiles import equip, select_profile
 from drivetrain.prompts import default_system_prompt
 from drivetrain.sandbox import Sandbox
+from drivetrain.store import open_store
 from drivetrain.tools import builtin_tools
 
 ApproverFactory = Callable[[Path, Policy], Approver]  # the approver may add rules to the policy
@@ -47,7 +48,7 @@ def build_agent(args: argparse.Namespace, cwd: Path, session_id: str, *,
         network = any(s.get("network") for s in sandbox_settings)
         sandbox = Sandbox(cwd, extra_writable=policy.additional_dirs, allow_network=network)
         sandbox.check()  # fail closed, before the model is even asked
-    audit = AuditLog.for_session(session_id)
+    audit = AuditLog(open_store(), session_id)  # $DRIVETRAIN_SESSION_STORE, or files under $DRIVETRAIN_HOME
     model = resolve_model(args.provider, args.model)
     provider = args.provider or detect_provider(dict(os.environ))
     if args.provider is None and provider == "local":
