@@ -13,6 +13,7 @@ HANDLERS = {
     loop.RunTools: loop.run_tools,
     loop.Recover: loop.recover,
     loop.AwaitApproval: loop.resume_approval,
+    loop.Done: loop.next_prompt,
 }
 
 

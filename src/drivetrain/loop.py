@@ -121,23 +121,21 @@ class Agent:
             run.log.save(RunState(value.session_id), value)
         return run
 
-    def resume(self, session_id: str, prompt: str | None = None, *, fork: bool = False) -> Run:
-        """A saved session, repaired if it was cut short, continued (``fork``: as a new session, the old one
-        untouched). With ``prompt``, it is the next user turn; without, an interrupted run goes on where it
-        stopped (a model call that never answered is made again)."""
+    def resume(self, session_id: str, prompt: str | None = None, *, fork: bool = False,
+               fork_id: str | None = None) -> Run:
+        """A saved session, repaired if it was cut short, continued (``fork``: as a new session, ``fork_id`` or a
+        new id, the old one untouched). With ``prompt``, it is the next user turn; without, an interrupted run
+        goes on where it stopped (a model call that never answered is made again)."""
         if self.store is None:
             raise ValueError("resuming a session needs a store: Agent(store=…)")
         loaded = load(self.store, session_id)
         value = loaded.value
         if prompt is not None:
-            if isinstance(value.state, AwaitApproval):  # the pending calls were never approved: say so
-                value, _ = close_open_calls(value.evolve(state=CallModel()), why="the user moved on without "
-                                            "approving it")
-            value = value.evolve(state=SubmitPrompt(prompt))
+            value = with_prompt(value, prompt)
         elif isinstance(value.state, Done):
             raise ValueError(f"session {session_id} has finished ({value.state.subtype}): give a prompt to continue it")
         if fork:
-            value = value.evolve(session_id=str(uuid.uuid4()))
+            value = value.evolve(session_id=fork_id or str(uuid.uuid4()))
         run = Run(self, value, self._log(value.session_id))
         assert run.log is not None
         if fork:
@@ -292,6 +290,21 @@ async def step(value: RunState, deps: Deps, emit: Callable[[Event], None] | None
         # a hook said {"continue": false}: stop after this step, so the history it left stays valid
         nxt = Done("stopped_by_hook", None, w.hook_stop)
     return w.freeze(nxt), w.events
+
+
+def next_prompt(s: Done, prompt: str) -> SubmitPrompt:
+    """The edge out of Done: the next user prompt (``Run.submit``, or a saved session resumed with a prompt)."""
+    return SubmitPrompt(prompt)
+
+
+def with_prompt(value: RunState, prompt: str) -> RunState:
+    """The next user prompt for a run that ended — or stopped anywhere else: a pause for approval the user
+    moved on from, an interruption. Its open calls are answered first, so the history stays valid."""
+    if not isinstance(value.state, Done):
+        why = "the user moved on without approving it" if isinstance(value.state, AwaitApproval) else "interrupted"
+        value, _ = close_open_calls(value.evolve(state=CallModel()), why=why)
+        value = value.evolve(state=Done("interrupted"))
+    return value.evolve(state=next_prompt(value.state, prompt), path=value.path + ("SubmitPrompt",))
 
 
 # ---------------------------------------------------------------- the handlers: each return annotation is an edge
@@ -454,6 +467,21 @@ def resume_approval(s: AwaitApproval, decisions: dict[str, Verdict]) -> RunTools
     return RunTools(s.calls, {**s.verdicts, **decisions})
 
 
+def next_prompt(s: Done, prompt: str) -> SubmitPrompt:
+    """The edge out of Done: the next user prompt (``Run.submit``, or a saved session resumed with a prompt)."""
+    return SubmitPrompt(prompt)
+
+
+def with_prompt(value: RunState, prompt: str) -> RunState:
+    """The next user prompt for a run that ended — or stopped anywhere else: a pause for approval the user
+    moved on from, an interruption. Its open calls are answered first, so the history stays valid."""
+    if not isinstance(value.state, Done):
+        why = "the user moved on without approving it" if isinstance(value.state, AwaitApproval) else "interrupted"
+        value, _ = close_open_calls(value.evolve(state=CallModel()), why=why)
+        value = value.evolve(state=Done("interrupted"))
+    return value.evolve(state=next_prompt(value.state, prompt), path=value.path + ("SubmitPrompt",))
+
+
 # ---------------------------------------------------------------- the handle
 
 
@@ -520,6 +548,12 @@ class Run:
             raise RuntimeError(f"nothing to resume: the run is in {type(s).__name__}")
         nxt = resume_approval(s, decisions)
         self.value = self.value.evolve(state=nxt, path=(self.value.path or ("AwaitApproval",)) + ("RunTools",))
+
+    def submit(self, prompt: str) -> None:
+        """The next user prompt: the same run, one more turn (after it ended, paused or was interrupted)."""
+        self.value = with_prompt(self.value, prompt)
+        self._result = None
+        self._started = time.monotonic()
 
     def snapshot(self) -> dict:
         """The run as JSON-ready data (history, state, counters); ``Agent.restore`` continues it."""

@@ -22,6 +22,7 @@ from typing import Iterable, Sequence
 from drivetrain.events import Event, ModelResponded
 from drivetrain.messages import Message, ToolResultBlock, lint, repair
 from drivetrain.pricing import cost_usd
+from drivetrain.redact import redact
 from drivetrain.state import AwaitApproval, CallModel, Done, RunState, RunTools, SubmitPrompt
 from drivetrain.store import SessionStore
 
@@ -70,7 +71,7 @@ class SessionLog:
                                 "model": r.model or self.model})
         records += extra
         records.append({"kind": "state", "run": after.counters_json()})
-        self.store.append(self.session_id, records, sync=boundary or isinstance(after.state, RunTools))
+        self.store.append(self.session_id, redact(records), sync=boundary or isinstance(after.state, RunTools))
 
     def write(self, kind: str, sync: bool = True, **fields) -> None:
         self.store.append(self.session_id, [{"kind": kind, **fields}], sync=sync)

@@ -19,7 +19,7 @@ from drivetrain.procs import keep_environment_private
 from drivetrain.profiles import equip, select_profile
 from drivetrain.prompts import default_system_prompt
 from drivetrain.sandbox import Sandbox
-from drivetrain.store import open_store
+from drivetrain.store import SessionStore, open_store
 from drivetrain.tools import builtin_tools
 
 ApproverFactory = Callable[[Path, Policy], Approver]  # the approver may add rules to the policy
@@ -35,7 +35,7 @@ def system_prompt(args: argparse.Namespace, cwd: Path, profile_default: str | No
 
 
 def build_agent(args: argparse.Namespace, cwd: Path, session_id: str, *,
-                approver_factory: ApproverFactory | None = None) -> Agent:
+                approver_factory: ApproverFactory | None = None, store: SessionStore | None = None) -> Agent:
     """Raises HarnessError (ConfigError, SettingsError …) with a message for the person."""
     keep_environment_private()  # tools get no credentials in their environment; nor may they read ours
     settings = load_settings(cwd)
@@ -48,7 +48,8 @@ def build_agent(args: argparse.Namespace, cwd: Path, session_id: str, *,
         network = any(s.get("network") for s in sandbox_settings)
         sandbox = Sandbox(cwd, extra_writable=policy.additional_dirs, allow_network=network)
         sandbox.check()  # fail closed, before the model is even asked
-    audit = AuditLog(open_store(), session_id)  # $DRIVETRAIN_SESSION_STORE, or files under $DRIVETRAIN_HOME
+    store = store or open_store()  # $DRIVETRAIN_SESSION_STORE, or files under $DRIVETRAIN_HOME
+    audit = AuditLog(store, session_id)
     model = resolve_model(args.provider, args.model)
     provider = args.provider or detect_provider(dict(os.environ))
     if args.provider is None and provider == "local":
@@ -63,7 +64,7 @@ def build_agent(args: argparse.Namespace, cwd: Path, session_id: str, *,
     model, tools, system = equip(profile, model, tools, hooks, cwd)
     agent = Agent(
         model=model, tools=tools, system=system_prompt(args, cwd, system), max_turns=args.max_turns, cwd=cwd,
-        policy=policy, hooks=hooks, observers=[audit.observe], profile=profile,
+        policy=policy, hooks=hooks, observers=[audit.observe], profile=profile, store=store,
     )
     if approver_factory is not None:
         agent.approver = approver_factory(cwd, policy)

@@ -13,8 +13,7 @@ import sys
 from typing import Callable
 
 from drivetrain.events import ApprovalRequired, Finished, ModelResponded, PermissionDecided, ToolCalled, ToolFinished
-from drivetrain.loop import Agent
-from drivetrain.messages import Message
+from drivetrain.loop import Agent, Run
 
 
 def render(event, say: Callable[[str], None]) -> None:
@@ -51,7 +50,7 @@ async def interactive(make_agent: Callable[..., Agent], first_prompt: str, sessi
 
     agent = make_agent(lambda cwd, policy: TerminalApprover(ask, say, cwd, policy))
     say(banner(agent))
-    history: list[Message] = []
+    run: Run | None = None
     prompt = first_prompt
     loop = asyncio.get_running_loop()
     while True:
@@ -66,7 +65,10 @@ async def interactive(make_agent: Callable[..., Agent], first_prompt: str, sessi
                 continue
         if prompt in ("/exit", "/quit"):
             return 0
-        run = agent.start(prompt, history=history, session_id=session_id)
+        if run is None:
+            run = agent.start(prompt, session_id=session_id)
+        else:
+            run.submit(prompt)  # the same session, one more user turn
         task = asyncio.ensure_future(_drive(run, say))
         loop.add_signal_handler(signal.SIGINT, task.cancel)
         try:
@@ -75,7 +77,6 @@ async def interactive(make_agent: Callable[..., Agent], first_prompt: str, sessi
             say("(interrupted)")
         finally:
             loop.remove_signal_handler(signal.SIGINT)
-        history = run.history
         prompt = ""
 
 

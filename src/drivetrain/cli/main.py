@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import select
+import signal
 import sys
 import uuid
 from pathlib import Path
@@ -15,6 +17,7 @@ from drivetrain.errors import HarnessError
 from drivetrain.events import Finished, ModelResponded, PermissionDecided, ResultsSent, ToolCalled, ToolFinished
 from drivetrain.loop import Run
 from drivetrain.models.resolve import PROVIDERS
+from drivetrain.store import SessionNotFound, open_store
 
 PERMISSION_MODES = ("default", "acceptEdits", "plan", "bypassPermissions")
 OUTPUT_FORMATS = ("text", "json", "stream-json")
@@ -35,6 +38,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--system-prompt", default=None, help="replace the default system prompt")
     p.add_argument("--append-system-prompt", default=None, help="add to the system prompt")
     p.add_argument("--verbose", action="store_true", help="print the turn log on stderr")
+    p.add_argument("-r", "--resume", metavar="SESSION_ID", default=None,
+                   help="continue a saved session (repaired first if it was cut short)")
+    p.add_argument("-c", "--continue", dest="continue_latest", action="store_true",
+                   help="continue the latest session in this directory")
+    p.add_argument("--fork-session", action="store_true",
+                   help="with --resume/--continue: continue as a new session, leaving the old one as it was")
     build.add_arguments(p)
     return p
 
@@ -52,10 +61,13 @@ def main(argv: list[str] | None = None) -> int:
         print(mermaid())
         return 0
     args = build_parser().parse_args(argv)
+    if args.fork_session and not (args.resume or args.continue_latest):
+        print("drivetrain: --fork-session goes with --resume SESSION_ID or --continue.", file=sys.stderr)
+        return 2
     if not args.print_mode:
         return _interactive(args)
     prompt = _read_prompt(args)
-    if not prompt:
+    if not prompt and not (args.resume or args.continue_latest):
         print("drivetrain: -p needs a prompt (as an argument or on stdin).", file=sys.stderr)
         return 2
     try:
@@ -79,17 +91,58 @@ def _read_prompt(args: argparse.Namespace) -> str:
 
 async def _print_mode(args: argparse.Namespace, prompt: str) -> int:
     cwd = Path.cwd()
-    session_id = str(uuid.uuid4())
     try:
-        agent = build.build_agent(args, cwd, session_id)
-    except HarnessError as e:
+        store = open_store()
+        resume_id = args.resume
+        if args.continue_latest:
+            latest = store.latest(str(cwd))
+            if latest is None:
+                return _fail(args, f"no saved session in {cwd} to continue; start one with -p \"PROMPT\".")
+            resume_id = latest.session_id
+        session_id = str(uuid.uuid4()) if resume_id is None or args.fork_session else resume_id
+        agent = build.build_agent(args, cwd, session_id, store=store)
+        if resume_id is None:
+            run = agent.start(prompt, session_id=session_id)
+        else:
+            run = agent.resume(resume_id, prompt or None, fork=args.fork_session, fork_id=session_id)
+    except (HarnessError, SessionNotFound, ValueError) as e:
         return _fail(args, str(e))
-    run = agent.start(prompt, session_id=session_id)
     out = Output(args, run)
     out.init()
-    async for event in run:
-        out.event(event)
+    signals = _stop_on_signals(run)
+    try:
+        async for event in run:
+            out.event(event)
+    except asyncio.CancelledError:
+        if not signals:
+            raise
+        # Run.step saved the run (every open call answered as interrupted): say how to go on, and leave now,
+        # without waiting for a model thread or anything else still finishing.
+        print(f"drivetrain: interrupted ({signals[0]}); session saved. Continue it with: "
+              f"drivetrain -p --resume {run.session_id} \"…\"", file=sys.stderr, flush=True)
+        if args.output_format != "text":
+            out._emit({"type": "result", "subtype": "error_interrupted", "is_error": True, "result": "",
+                       "num_turns": run.num_turns, "session_id": run.session_id, "signal": signals[0]})
+        sys.stdout.flush()
+        os._exit(130 if signals[0] == "SIGINT" else 143)
     return 1 if run.result.is_error else 0
+
+
+def _stop_on_signals(run: Run) -> list[str]:
+    """SIGINT/SIGTERM cancel the run (tools killed, open calls answered, the session saved); a second one
+    exits at once — the log is still loadable, each record being one flushed line."""
+    loop, task, got = asyncio.get_running_loop(), asyncio.current_task(), []
+
+    def stop(name: str) -> None:
+        if got:
+            os._exit(130 if name == "SIGINT" else 143)
+        got.append(name)
+        run.cancelled_by = name
+        task.cancel()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop, sig.name)
+    return got
 
 
 def _interactive(args: argparse.Namespace) -> int:
