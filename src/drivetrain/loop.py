@@ -28,6 +28,7 @@ from drivetrain.messages import Message, TextBlock, ToolResultBlock, ToolUseBloc
 from drivetrain.models.base import Model, ModelRequest, ModelResponse
 from drivetrain.pricing import cost_usd
 from drivetrain.profiles import FULL, Profile
+from drivetrain.rewind import Checkpoints
 from drivetrain.session import SessionLog, close_open_calls, load
 from drivetrain.state import (  # noqa: F401  (the states are part of this module's interface)
     AwaitApproval, CallModel, Done, Recover, RunState, RunTools, State, SubmitPrompt,
@@ -110,6 +111,7 @@ class Agent:
     strict: bool = False  # raise on a history the linter rejects (tests) instead of repairing it
     profile: Profile = FULL  # the aids the loop gives a small model (profiles.py)
     store: SessionStore | None = None  # where each run is saved after every step (None: not saved)
+    checkpoints: Checkpoints | None = None  # the workspace snapshotted before each prompt, for rewind
 
     def start(self, prompt: str | None = None, history: list[Message] | None = None,
               session_id: str | None = None) -> Run:
@@ -205,7 +207,8 @@ class Step:
         self.value, self.deps, self._emit = value, deps, emit
         self.history = list(value.history)
         self.linted = value.linted if value.linted_of is value.history else 0  # a history replaced: check it all
-        self.num_turns, self.usage, self.trajectory = value.num_turns, value.usage, list(value.trajectory)
+        self.num_turns, self.prompts = value.num_turns, value.prompts
+        self.usage, self.trajectory = value.usage, list(value.trajectory)
         self.continuations, self.stop_refusals = value.continuations, value.stop_refusals
         self.nudges, self.stuck_turns = value.nudges, value.stuck_turns
         self.seen_calls = dict(value.seen_calls)
@@ -254,7 +257,7 @@ class Step:
             path += (type(state).__name__,)
         history = tuple(self.history)
         return RunState(
-            v.session_id, history, state, self.num_turns, self.usage, tuple(self.trajectory), path,
+            v.session_id, history, state, self.num_turns, self.prompts, self.usage, tuple(self.trajectory), path,
             self.continuations, self.stop_refusals, self.nudges, self.stuck_turns, self.seen_calls,
             self.hook_stop, self.linted, history,
         )
@@ -314,6 +317,7 @@ async def submit_prompt(s: SubmitPrompt, w: Step) -> CallModel | Done:
     admitted = await w.deps.gate.admit(w.payload("UserPromptSubmit", prompt=s.prompt), w.report)
     if isinstance(admitted.verdict, Deny):
         return Done("prompt_blocked", None, admitted.verdict.message)
+    w.prompts += 1
     blocks = (TextBlock(s.prompt), *(TextBlock(c) for c in admitted.context))
     last = w.history[-1] if w.history else None
     if last is not None and last.role == "user":  # e.g. resumed after an interruption: one user turn, not two
@@ -511,6 +515,9 @@ class Run:
             self._observe(event)
             return [event]
         before = self.value
+        extra = []
+        if isinstance(before.state, SubmitPrompt) and self.agent.checkpoints is not None:
+            extra.append(await self._checkpoint(before))
         try:
             self.value, events = await step(before, self.deps, self._observe)
         except asyncio.CancelledError as e:
@@ -520,8 +527,21 @@ class Run:
                                                            "during": type(before.state).__name__}])
             raise
         if self.log is not None:
-            self.log.save(before, self.value, events)
+            self.log.save(before, self.value, events, extra=extra)
         return events
+
+    async def _checkpoint(self, value: RunState) -> dict:
+        """The workspace as it is before this prompt, with every file Write/Edit touched so far (``rewind.py``)."""
+        touched = {c.input.get("file_path") for m in value.history for c in m.tool_uses
+                   if c.name in ("Write", "Edit") and isinstance(c.input.get("file_path"), str)}
+        prompt = value.prompts + 1
+        cp = self.agent.checkpoints
+        try:
+            commit = await asyncio.to_thread(cp.snapshot, value.session_id, prompt,
+                                             [self.agent.cwd / t for t in sorted(touched)])
+        except HarnessError as e:  # no git, say: the run goes on without a checkpoint, and the log says why
+            return {"kind": "checkpoint", "prompt": prompt, "ref": None, "error": str(e)}
+        return {"kind": "checkpoint", "prompt": prompt, "ref": cp.ref(value.session_id, prompt), "commit": commit}
 
     def _observe(self, event: Event) -> None:
         for observe in self.agent.observers:

@@ -73,6 +73,7 @@ class RunState:
     history: tuple[Message, ...] = ()
     state: State = CallModel()
     num_turns: int = 0
+    prompts: int = 0  # user prompts submitted
     usage: Usage = field(default_factory=Usage)
     trajectory: tuple[str, ...] = ()  # each response's stop_reason
     path: tuple[str, ...] = ()  # every state the run has been in, in order: its walk through the graph
@@ -101,7 +102,7 @@ class RunState:
     def counters_json(self) -> dict:
         """Everything but the history (the session log saves the history as it grows, not whole each step)."""
         return {
-            "state": state_to_json(self.state), "num_turns": self.num_turns, "usage": self.usage.to_wire(),
+            "state": state_to_json(self.state), "num_turns": self.num_turns, "prompts": self.prompts, "usage": self.usage.to_wire(),
             "trajectory": list(self.trajectory), "path": list(self.path), "continuations": self.continuations,
             "stop_refusals": self.stop_refusals, "nudges": self.nudges, "stuck_turns": self.stuck_turns,
             "seen_calls": {k: list(v) for k, v in self.seen_calls.items()}, "hook_stop": self.hook_stop,
@@ -119,7 +120,7 @@ class RunState:
             history = tuple(Message.from_wire(m) for m in data["history"])
         return cls(
             session_id=data["session_id"], history=history, state=state_from_json(data["state"]),
-            num_turns=data["num_turns"], usage=Usage(**data["usage"]), trajectory=tuple(data["trajectory"]),
+            num_turns=data["num_turns"], prompts=data.get("prompts", 0), usage=Usage(**data["usage"]), trajectory=tuple(data["trajectory"]),
             path=tuple(data.get("path", ())), continuations=data.get("continuations", 0),
             stop_refusals=data.get("stop_refusals", 0), nudges=data.get("nudges", 0),
             stuck_turns=data.get("stuck_turns", 0),
