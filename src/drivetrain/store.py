@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+import dataclasses
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from typing import Any, Iterable, Mapping, Protocol, Sequence
@@ -71,6 +72,9 @@ class SessionInfo:
 
     def to_json(self) -> dict:
         return asdict(self)
+
+
+INDEX_FIELDS = tuple(f.name for f in dataclasses.fields(SessionInfo))  # the index's columns, in order
 
 
 class SessionStore(Protocol):
