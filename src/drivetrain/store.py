@@ -131,8 +131,9 @@ def open_store(env: Mapping[str, str] | None = None) -> SessionStore:
             raise ConfigError(f"{STORE_ENV} names PostgreSQL, which needs psycopg: "
                               f"pip install 'drivetrain[postgres]' ({e})") from e
         return PostgresStore(where)
+    scheme = where.split(":", 1)[0]  # not the rest: it may hold a password
     raise ConfigError(f"{STORE_ENV} must be a postgresql:// URL or unset (files under $DRIVETRAIN_HOME), "
-                      f"not {where!r}")
+                      f"not a {scheme!r} one")
 
 
 # ---------------------------------------------------------------- records and the index, for every store
