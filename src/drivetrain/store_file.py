@@ -20,7 +20,7 @@ import sqlite3
 import threading
 import time
 import warnings
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence, TypeVar
 
@@ -141,9 +141,12 @@ class FileStore:
         if not given:
             return []
         self._ready()  # never while a log is locked: filling the index reads the logs
-        self.home.mkdir(parents=True, exist_ok=True, mode=0o700)
-        self.dir.mkdir(exist_ok=True, mode=0o700)
-        fd = _open_locked(path)
+        try:
+            fd = _open_locked(path)
+        except FileNotFoundError:  # the first log
+            self.home.mkdir(parents=True, exist_ok=True, mode=0o700)
+            self.dir.mkdir(exist_ok=True, mode=0o700)
+            fd = _open_locked(path)
         lost = None
         try:
             written = self._write(fd, session_id, given, sync)
@@ -282,6 +285,10 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def _row(info: SessionInfo, last_seq: int) -> tuple:
+    return (*(getattr(info, name) for name in INDEX_FIELDS), last_seq)
+
+
 def _use_wal(db: sqlite3.Connection) -> None:
     """Write-ahead logging (readers never wait for the writer), set once per file. Switching to it needs the
     file to itself and SQLite does not wait for that, so another connection's first use means a retry."""
@@ -367,7 +374,7 @@ class _Index:
 
     def put(self, info: SessionInfo, last_seq: int) -> None:
         with self._lock:
-            self._conn().execute(f"INSERT OR REPLACE INTO sessions VALUES ({_ROW})", (*asdict(info).values(), last_seq))
+            self._conn().execute(f"INSERT OR REPLACE INTO sessions VALUES ({_ROW})", _row(info, last_seq))
 
     def remove(self, session_id: str) -> bool:
         with self._lock:
@@ -380,7 +387,7 @@ class _Index:
             try:
                 db.execute("DELETE FROM sessions")
                 db.executemany(f"INSERT INTO sessions VALUES ({_ROW})",
-                               [(*asdict(info).values(), last_seq) for info, last_seq in rows])
+                               [_row(info, last_seq) for info, last_seq in rows])
                 db.execute("COMMIT")
             except BaseException:
                 db.execute("ROLLBACK")
