@@ -200,8 +200,8 @@ class FileStore:
         try:
             return read_log(path)
         except FileNotFoundError:
-            raise SessionNotFound(f"no session {session_id!r} in {self.dir} (is DRIVETRAIN_HOME the home "
-                                  f"that has it? the sessions there are listed by FileStore().list())") from None
+            raise SessionNotFound(f"no session {session_id!r} in {self.dir} (is $DRIVETRAIN_HOME the home "
+                                  f"that has it?)") from None
 
     def info(self, session_id: str) -> SessionInfo | None:
         check_session_id(session_id)
@@ -268,8 +268,8 @@ class FileStore:
         rows = []
         for path in sorted(self.dir.glob("*.jsonl")) if self.dir.is_dir() else ():
             try:
-                records = read_log(path)
-            except FileNotFoundError:  # deleted meanwhile
+                records = read_log(self.path(path.stem))
+            except (ValueError, FileNotFoundError):  # not a session's log; deleted meanwhile
                 continue
             info = fold(None, records)
             if info is not None:
