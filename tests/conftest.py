@@ -9,6 +9,7 @@ import os
 import pytest
 
 from drivetrain.models.weights import cache_dir
+from pg import postgres_dsn  # noqa: F401  (a throwaway PostgreSQL server, for the session store tests)
 
 
 @pytest.fixture(autouse=True)

@@ -21,6 +21,8 @@ from drivetrain.messages import (
 )
 from drivetrain.models.base import Model, ModelRequest, ModelResponse
 from drivetrain.permissions import Policy
+from drivetrain.store import SessionInfo, SessionNotFound, SessionRecords, SessionStore, open_store
+from drivetrain.store_file import FileStore
 from drivetrain.tools import builtin_tools
 from drivetrain.tools.base import Tool, ToolContext, ToolError, ToolResult, tool
 
@@ -28,6 +30,7 @@ __all__ = [
     "Allow", "ApprovalRequired", "Approver", "AuditLog", "AwaitApproval", "Defer", "Deny", "HookReported", "Hooks",
     "PendingCall", "PermissionDecided", "PermissionDecider", "Policy", "SubmitPrompt", "ToolStarted", "Verdict",
     "builtin_tools",
+    "FileStore", "SessionInfo", "SessionNotFound", "SessionRecords", "SessionStore", "open_store",
     "Agent", "CallModel", "ConfigError", "Done", "Event", "Finished", "HarnessError", "Message", "Model",
     "ModelError", "ModelRequest", "ModelResponded", "ModelResponse", "RawBlock", "Recover", "RedactedThinkingBlock",
     "ResultsSent", "Run", "RunResult", "RunTools", "State", "TextBlock", "ThinkingBlock", "Tool", "ToolCalled",

@@ -94,8 +94,8 @@ class AuditLog:
 
     def write(self, kind: str, **fields: Any) -> dict:
         """Append one record; returns it as written."""
-        [record] = self.store.append(self.session_id, [{"kind": kind, **redact(fields, extra_secrets=self.extra_secrets)}],
-                                     sync=self.sync)
+        fields = redact(fields, extra_secrets=self.extra_secrets)
+        [record] = self.store.append(self.session_id, [{"kind": kind, **fields}], sync=self.sync)
         return record
 
     def close(self) -> None:

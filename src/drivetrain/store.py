@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+import dataclasses
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from typing import Any, Iterable, Mapping, Protocol, Sequence
@@ -73,6 +74,9 @@ class SessionInfo:
         return asdict(self)
 
 
+INDEX_FIELDS = tuple(f.name for f in dataclasses.fields(SessionInfo))  # the index's columns, in order
+
+
 class SessionStore(Protocol):
     """Where session logs live. Every method is safe to call from several threads and processes."""
 
@@ -127,8 +131,9 @@ def open_store(env: Mapping[str, str] | None = None) -> SessionStore:
             raise ConfigError(f"{STORE_ENV} names PostgreSQL, which needs psycopg: "
                               f"pip install 'drivetrain[postgres]' ({e})") from e
         return PostgresStore(where)
+    scheme = where.split(":", 1)[0]  # not the rest: it may hold a password
     raise ConfigError(f"{STORE_ENV} must be a postgresql:// URL or unset (files under $DRIVETRAIN_HOME), "
-                      f"not {where!r}")
+                      f"not a {scheme!r} one")
 
 
 # ---------------------------------------------------------------- records and the index, for every store

@@ -18,15 +18,16 @@ import os
 import re
 import sqlite3
 import threading
+import time
 import warnings
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 from drivetrain.home import drivetrain_home
 from drivetrain.store import (
-    HEADER, VERSION, CorruptLogWarning, Record, SessionInfo, SessionLogWarning, SessionNotFound, SessionRecords,
-    check_session_id, fields_of, fold, now_ts,
+    HEADER, INDEX_FIELDS, VERSION, CorruptLogWarning, Record, SessionInfo, SessionLogWarning, SessionNotFound,
+    SessionRecords, check_session_id, fields_of, fold, now_ts,
 )
 
 INDEX_SCHEMA = 1  # the SQLite index's user_version
@@ -74,7 +75,7 @@ def parse_log(data: bytes, path: Path) -> SessionRecords:
     return records
 
 
-_SEQ = re.compile(rb'"seq": (\d+)')
+_SEQ = re.compile(rb'\{"ts": "[^"]*", "session_id": "[^"]*", "seq": (\d+)')  # the head of one of our records
 
 
 def _last_seq(fd: int, size: int) -> int:
@@ -86,7 +87,7 @@ def _last_seq(fd: int, size: int) -> int:
     line_end = _rfind_newline(fd, size)  # a line without its newline is torn: never counted
     while line_end >= 0:
         start = _rfind_newline(fd, line_end) + 1
-        match = _SEQ.search(os.pread(fd, min(line_end - start, 4096), start))
+        match = _SEQ.match(os.pread(fd, min(line_end - start, 4096), start))
         if match:
             return int(match.group(1))
         line_end = start - 1
@@ -140,9 +141,12 @@ class FileStore:
         if not given:
             return []
         self._ready()  # never while a log is locked: filling the index reads the logs
-        self.home.mkdir(parents=True, exist_ok=True, mode=0o700)
-        self.dir.mkdir(exist_ok=True, mode=0o700)
-        fd = _open_locked(path)
+        try:
+            fd = _open_locked(path)
+        except FileNotFoundError:  # the first log
+            self.home.mkdir(parents=True, exist_ok=True, mode=0o700)
+            self.dir.mkdir(exist_ok=True, mode=0o700)
+            fd = _open_locked(path)
         lost = None
         try:
             written = self._write(fd, session_id, given, sync)
@@ -196,8 +200,8 @@ class FileStore:
         try:
             return read_log(path)
         except FileNotFoundError:
-            raise SessionNotFound(f"no session {session_id!r} in {self.dir} (is DRIVETRAIN_HOME the home "
-                                  f"that has it? the sessions there are listed by FileStore().list())") from None
+            raise SessionNotFound(f"no session {session_id!r} in {self.dir} (is $DRIVETRAIN_HOME the home "
+                                  f"that has it?)") from None
 
     def info(self, session_id: str) -> SessionInfo | None:
         check_session_id(session_id)
@@ -264,8 +268,8 @@ class FileStore:
         rows = []
         for path in sorted(self.dir.glob("*.jsonl")) if self.dir.is_dir() else ():
             try:
-                records = read_log(path)
-            except FileNotFoundError:  # deleted meanwhile
+                records = read_log(self.path(path.stem))
+            except (ValueError, FileNotFoundError):  # not a session's log; deleted meanwhile
                 continue
             info = fold(None, records)
             if info is not None:
@@ -281,13 +285,30 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def _row(info: SessionInfo, last_seq: int) -> tuple:
+    return (*(getattr(info, name) for name in INDEX_FIELDS), last_seq)
+
+
+def _use_wal(db: sqlite3.Connection) -> None:
+    """Write-ahead logging (readers never wait for the writer), set once per file. Switching to it needs the
+    file to itself and SQLite does not wait for that, so another connection's first use means a retry."""
+    for attempt in range(500):
+        try:
+            if db.execute("PRAGMA journal_mode=WAL").fetchone()[0] == "wal":
+                return
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or attempt == 499:
+                raise
+        time.sleep(0.01)
+
+
 def _corrupt(error: sqlite3.DatabaseError) -> bool:
     """A damaged file or not a database at all (not: locked, busy, full disk)."""
     return (getattr(error, "sqlite_errorcode", 0) & 0xFF) in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)
 
 
-_COLUMNS = ("session_id", "cwd", "model", "parent_id", "created_at", "updated_at", "first_prompt", "num_turns",
-            "total_cost_usd", "status", "records")
+_COLUMNS = ", ".join(INDEX_FIELDS)
+_ROW = ", ".join("?" * (len(INDEX_FIELDS) + 1))  # the index fields and last_seq
 _SCHEMA = (
     "CREATE TABLE sessions (session_id TEXT PRIMARY KEY, cwd TEXT, model TEXT, parent_id TEXT, "
     "created_at TEXT NOT NULL, updated_at TEXT NOT NULL, first_prompt TEXT, num_turns INTEGER NOT NULL, "
@@ -325,7 +346,7 @@ class _Index:
         os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))  # SQLite's -wal follows
         db = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
         try:
-            db.execute("PRAGMA journal_mode=WAL")
+            _use_wal(db)
             db.execute("PRAGMA synchronous=NORMAL")  # no fsync per commit: the logs are the durable part
             db.create_function("lower_text", 1, lambda s: s.lower() if isinstance(s, str) else s, deterministic=True)
             db.execute("BEGIN IMMEDIATE")
@@ -347,14 +368,13 @@ class _Index:
 
     def get(self, session_id: str) -> tuple[SessionInfo, int] | None:
         with self._lock:
-            row = self._conn().execute(f"SELECT {', '.join(_COLUMNS)}, last_seq FROM sessions WHERE session_id = ?",
+            row = self._conn().execute(f"SELECT {_COLUMNS}, last_seq FROM sessions WHERE session_id = ?",
                                        (session_id,)).fetchone()
         return (SessionInfo(*row[:-1]), row[-1]) if row else None
 
     def put(self, info: SessionInfo, last_seq: int) -> None:
         with self._lock:
-            self._conn().execute(f"INSERT OR REPLACE INTO sessions VALUES ({', '.join('?' * (len(_COLUMNS) + 1))})",
-                                 (*asdict(info).values(), last_seq))
+            self._conn().execute(f"INSERT OR REPLACE INTO sessions VALUES ({_ROW})", _row(info, last_seq))
 
     def remove(self, session_id: str) -> bool:
         with self._lock:
@@ -366,8 +386,8 @@ class _Index:
             db.execute("BEGIN IMMEDIATE")
             try:
                 db.execute("DELETE FROM sessions")
-                db.executemany(f"INSERT INTO sessions VALUES ({', '.join('?' * (len(_COLUMNS) + 1))})",
-                               [(*asdict(info).values(), last_seq) for info, last_seq in rows])
+                db.executemany(f"INSERT INTO sessions VALUES ({_ROW})",
+                               [_row(info, last_seq) for info, last_seq in rows])
                 db.execute("COMMIT")
             except BaseException:
                 db.execute("ROLLBACK")
@@ -381,7 +401,7 @@ class _Index:
         if query:
             where.append("(instr(lower_text(coalesce(first_prompt, '')), ?) OR instr(lower_text(session_id), ?))")
             args += [query.lower()] * 2
-        sql = (f"SELECT {', '.join(_COLUMNS)} FROM sessions WHERE {' AND '.join(where)} "
+        sql = (f"SELECT {_COLUMNS} FROM sessions WHERE {' AND '.join(where)} "
                f"ORDER BY updated_at DESC, session_id DESC")
         if limit is not None:
             sql += " LIMIT ?"

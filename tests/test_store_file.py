@@ -1,0 +1,134 @@
+"""What only FileStore has: JSONL files that a crash can tear, a SQLite index that can be lost or damaged, and file
+permissions. (What every store does is in test_store_conformance.py.)"""
+
+import json
+import logging
+import sqlite3
+import warnings
+
+import pytest
+
+from drivetrain.store import CorruptLogWarning, SessionLogWarning, SessionNotFound, open_store
+from drivetrain.store_file import FileStore, read_log
+
+
+def _sessions(store):
+    store.append("one", [{"kind": "session", "cwd": "/a", "model": "m", "provider": "p", "parent_id": None,
+                          "forked_from_seq": None}, {"kind": "prompt", "text": "first"}])
+    store.append("two", [{"kind": "prompt", "text": "second"}, {"kind": "turn", "turn": 1, "cost_usd": 0.5}])
+    return store.list()
+
+
+def test_files_live_under_home_and_nothing_is_made_before_use(tmp_path):
+    home = tmp_path / "dthome"
+    store = open_store({"DRIVETRAIN_HOME": str(home)})
+    assert isinstance(store, FileStore) and store.path("abc") == home / "sessions" / "abc.jsonl"
+    with pytest.raises(SessionNotFound, match="no session 'abc' in .*dthome/sessions"):
+        store.read("abc")
+    assert not home.exists()
+    store.append("abc", [{"kind": "note"}])
+    assert sorted(p.name for p in home.iterdir()) == ["sessions", "sessions.sqlite3", "sessions.sqlite3-shm",
+                                                      "sessions.sqlite3-wal"]
+
+
+def test_only_the_owner_may_read_or_write(tmp_path):
+    store = FileStore(tmp_path / "dthome")
+    _sessions(store)
+    for path in (store.home, store.dir):
+        assert path.stat().st_mode & 0o777 == 0o700, path
+    for path in (store.path("one"), store.path("two"), *store.home.glob("sessions.sqlite3*")):
+        assert path.stat().st_mode & 0o777 == 0o600, path
+
+
+def test_a_torn_last_line_is_skipped_with_a_warning_and_the_next_record_starts_a_line(tmp_path):
+    store = FileStore(tmp_path)
+    store.append("t", [{"kind": "intent", "call_id": "c1"}, {"kind": "outcome", "call_id": "c1"}])
+    path = store.path("t")
+    with open(path, "ab") as f:  # a crash in the middle of the third record
+        f.write(b'{"ts": "2025-01-01T00:00:00.000Z", "session_id": "t", "seq": 3, "kind": "inte')
+    with pytest.warns(SessionLogWarning, match=f"{path}:3: skipped a record cut off mid-write") as caught:
+        records = store.read("t")
+    assert not any(issubclass(w.category, CorruptLogWarning) for w in caught)
+    assert [r["seq"] for r in records] == [1, 2] and records.torn == [3]
+
+    [record] = FileStore(tmp_path).append("t", [{"kind": "intent", "call_id": "c2"}])  # another process, later
+    assert record["seq"] == 3  # the torn record never counted
+    lines = path.read_bytes().split(b"\n")
+    assert lines[2].endswith(b'"kind": "inte')  # left as it was, closed by a newline
+    assert json.loads(lines[3]) == record  # ours starts on a line of its own
+    with pytest.warns(SessionLogWarning, match=":3: skipped a record cut off") as caught:
+        records = store.read("t")
+    assert not any(issubclass(w.category, CorruptLogWarning) for w in caught)  # a crash's mark, not damage
+    assert [r["call_id"] for r in records] == ["c1", "c1", "c2"] and records.torn == [3]
+    assert store.info("t").records == 3
+
+
+def test_a_line_no_crash_leaves_is_warned_about_loudly(tmp_path, caplog):
+    store = FileStore(tmp_path)
+    store.append("g", [{"kind": "a"}])
+    with open(store.path("g"), "ab") as f:
+        f.write(b"not json\n[1, 2]\n\n{\"seq\": 7}\n")
+    store.append("g", [{"kind": "b"}])
+    with pytest.warns(CorruptLogWarning) as caught, caplog.at_level(logging.ERROR):
+        records = read_log(store.path("g"))
+    assert [(r["kind"], r["seq"]) for r in records] == [("a", 1), ("b", 2)] and records.torn == [2, 3, 5]
+    assert [str(w.message).split(": ")[0] for w in caught] == [f"{store.path('g')}:{n}" for n in (2, 3, 5)]
+    assert "not a drivetrain record" in caplog.text and caplog.records[0].levelname == "ERROR"
+
+
+def test_a_lost_index_is_rebuilt_from_the_logs(tmp_path):
+    before = _sessions(FileStore(tmp_path))
+    for path in tmp_path.glob("sessions.sqlite3*"):
+        path.unlink()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a missing index is no surprise: no warning
+        assert FileStore(tmp_path).list() == before
+
+
+def test_a_corrupt_index_is_rebuilt_with_a_warning(tmp_path):
+    store = FileStore(tmp_path)
+    before = _sessions(store)
+    store.close()
+    for path in tmp_path.glob("sessions.sqlite3*"):
+        path.unlink()
+    (tmp_path / "sessions.sqlite3").write_bytes(b"this is not a database, " * 200)
+    again = FileStore(tmp_path)
+    with pytest.warns(SessionLogWarning, match="sessions.sqlite3 is corrupt"):
+        assert again.list() == before
+    again.append("one", [{"kind": "turn", "turn": 1, "cost_usd": 0.25}])
+    assert again.info("one").total_cost_usd == 0.25 and again.info("one").records == 3
+
+
+def test_an_index_of_another_schema_is_rebuilt_with_a_warning(tmp_path):
+    store = FileStore(tmp_path)
+    before = _sessions(store)
+    store.close()
+    with sqlite3.connect(tmp_path / "sessions.sqlite3") as db:
+        db.execute("DELETE FROM sessions")
+        db.execute("PRAGMA user_version = 99")
+    with pytest.warns(SessionLogWarning, match="has schema 99, not 1"):
+        assert FileStore(tmp_path).list() == before
+
+
+def test_an_index_behind_its_log_catches_up_on_the_next_append(tmp_path):
+    store = FileStore(tmp_path)
+    store.append("s", [{"kind": "prompt", "text": "hi"}])
+    with open(store.path("s"), "ab") as f:  # written, and then the process died before the index saw it
+        f.write(b'{"ts": "2025-01-01T00:00:00.000Z", "session_id": "s", "seq": 2, "kind": "turn", "v": 1, '
+                b'"turn": 1, "cost_usd": 0.5}\n')
+    assert store.info("s").records == 1
+    store.append("s", [{"kind": "turn", "turn": 2, "cost_usd": 0.25}])
+    info = store.info("s")
+    assert (info.records, info.num_turns, info.total_cost_usd) == (3, 2, 0.75)
+    assert [r["seq"] for r in store.read("s")] == [1, 2, 3]
+
+
+def test_reindex_forgets_deleted_logs_and_finds_new_ones(tmp_path):
+    store = FileStore(tmp_path)
+    _sessions(store)
+    store.path("two").unlink()
+    store.path("three").write_bytes(store.path("one").read_bytes().replace(b'"session_id": "one"',
+                                                                         b'"session_id": "three"'))
+    store.reindex()
+    assert sorted(s.session_id for s in store.list()) == ["one", "three"]
+    assert store.info("three").first_prompt == "first"
