@@ -207,3 +207,32 @@ async def test_a_pause_for_approval_survives_a_restart_and_a_new_prompt_answers_
     with ScriptedServer([reply("ok", expect=check)]) as server:
         result = await agent_for(server, store).resume(run.session_id, "never mind").finish()
     assert result.subtype == "success" and ran == []
+
+
+async def test_checkpoints_before_each_prompt_let_rewind_undo_tool_changes(store, tmp_path):
+    from drivetrain.rewind import Checkpoints
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "a.txt").write_text("v1")
+
+    @tool
+    def put(text: str) -> str:
+        """Overwrite a.txt (as a shell command would: not Write or Edit)."""
+        (ws / "a.txt").write_text(text)
+        return "ok"
+
+    cp = Checkpoints(ws, tmp_path / "home")
+    steps = [respond([tool_call("put", {"text": "v2"})]), reply("one"), respond([tool_call("put", {"text": "v3"})]),
+             reply("two")]
+    with ScriptedServer(steps) as server:
+        run = agent_for(server, store, tools=[put], cwd=ws, checkpoints=cp).start("first")
+        await run.finish()
+        run.submit("second")
+        await run.finish()
+    marks = [(r["prompt"], r["ref"]) for r in store.read(run.session_id) if r["kind"] == "checkpoint"]
+    assert marks == [(1, cp.ref(run.session_id, 1)), (2, cp.ref(run.session_id, 2))]
+    cp.restore(run.session_id, 2)
+    assert (ws / "a.txt").read_text() == "v2"
+    cp.restore(run.session_id, 1)
+    assert (ws / "a.txt").read_text() == "v1"

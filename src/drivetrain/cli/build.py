@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 from pathlib import Path
 from typing import Callable
@@ -18,6 +19,7 @@ from drivetrain.permissions import Policy, SettingsError, load_settings
 from drivetrain.procs import keep_environment_private
 from drivetrain.profiles import equip, select_profile
 from drivetrain.prompts import default_system_prompt
+from drivetrain.rewind import Checkpoints
 from drivetrain.sandbox import Sandbox
 from drivetrain.store import SessionStore, open_store
 from drivetrain.tools import builtin_tools
@@ -68,7 +70,14 @@ def build_agent(args: argparse.Namespace, cwd: Path, session_id: str, *,
     )
     if approver_factory is not None:
         agent.approver = approver_factory(cwd, policy)
+    if not getattr(args, "no_checkpoints", False) and _in_git_work_tree(cwd) and shutil.which("git"):
+        agent.checkpoints = Checkpoints(cwd)  # `drivetrain rewind` puts the workspace back as before a prompt
     return agent
+
+
+def _in_git_work_tree(cwd: Path) -> bool:
+    """Checkpoints snapshot what git would see; outside a repository that could be a whole home folder."""
+    return any((d / ".git").exists() for d in (cwd, *cwd.parents))
 
 
 def _sandbox_section(path: Path, data: dict) -> dict:
@@ -89,6 +98,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", choices=["small", "full"], default=None,
                    help="how much the loop helps the model; default: small for the embedded model and small "
                         "OpenAI-compatible models (by name), full otherwise")
+    p.add_argument("--no-checkpoints", action="store_true",
+                   help="do not snapshot the workspace before each prompt (on by default inside a git repository)")
     p.add_argument("--sandbox", action="store_true",
                    help="run Bash inside bubblewrap: workspace writable, the rest read-only, no network")
 
