@@ -138,7 +138,7 @@ async def test_a_repeated_call_is_forbidden_collapsed_and_ends_in_an_answer(tmp_
     # the 4th and 5th identical calls are refused: two strikes, and the run asks for the answer without tools
     assert "Not run" in texts(server.requests[4].body)[-1]
     assert reqs[-1].tool_choice == "none" and FINAL_ASK["stuck"] in texts(server.requests[-1].body)[-1]
-    assert (result.subtype, result.result) == ("success", "it prints same")
+    assert (result.subtype, result.result) == ("error_loop_detected", "it prints same")
 
 
 async def test_the_last_turn_under_the_cap_asks_for_the_answer_without_tools(tmp_path):

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from drivetrain.approval import Allow, Defer, Deny, Verdict
 from drivetrain.errors import HarnessError
-from drivetrain.events import PermissionDecided, ToolStarted
+from drivetrain.events import LoopDetected, PermissionDecided, ToolStarted
 from drivetrain.messages import ToolResultBlock, ToolUseBlock
 from drivetrain.tools.base import ToolError, ToolResult
 
@@ -48,7 +48,7 @@ async def execute(w: Step, call: ToolUseBlock, verdict: Verdict) -> tuple[ToolRe
     if isinstance(verdict, Deny):
         # A denial repeated unchanged is a loop too: counted like a result, so it is forbidden, then ends the run.
         text = _note_repeat(w, call.name, call.input, verdict.message)
-        if w.seen_calls[_repeat_key(call.name, call.input)][2] > REPEAT_LIMIT:
+        if w.seen_calls[repeat_key(call.name, call.input)][2] > w.deps.agent.repeat_limit:
             w.stuck_turns += 1
         return ToolResultBlock(call.id, text, True), 0.0, None
     assert not isinstance(verdict, Defer), "deferred calls are never executed"
@@ -66,31 +66,40 @@ async def execute(w: Step, call: ToolUseBlock, verdict: Verdict) -> tuple[ToolRe
     return ToolResultBlock(call.id, content, result.is_error), (time.monotonic() - started) * 1000, result.meta
 
 
-REPEAT_LIMIT = 3  # the same call with the same result this many times: the next identical one is not run
-
-
-def _repeat_key(name: str, tool_input: dict) -> str:
+def repeat_key(name: str, tool_input: dict) -> str:
+    """A call's fingerprint: the tool and its input, normalised (key order does not matter)."""
     return f"{name}\0{json.dumps(tool_input, sort_keys=True, default=str)}"
 
 
-def forbidden(seen_calls: dict[str, tuple[int, str, int]]) -> tuple[tuple[str, dict], ...]:
+def forbidden(seen_calls: dict[str, tuple]) -> tuple[tuple[str, dict], ...]:
     """Calls made twice or more with the same result each time: the model may not make them again
     (a provider that decodes under a grammar leaves them out of it)."""
     out = []
-    for key, (_, _, times) in seen_calls.items():
-        if times >= 2:
+    for key, seen in seen_calls.items():
+        if seen[2] >= 2:
             name, _, raw = key.partition("\0")
             out.append((name, json.loads(raw)))
     return tuple(out)
 
 
 def _refuse_repeat(w: Step, call: ToolUseBlock, tool_input: dict) -> ToolResultBlock | None:
-    """A call already made REPEAT_LIMIT times, each with the same result, is a loop: answer without running it."""
-    seen = w.seen_calls.get(_repeat_key(call.name, tool_input))
-    if seen is None or seen[2] < REPEAT_LIMIT:
+    """A call already made ``repeat_limit`` times, each with the same result, is a loop: answer without running
+    it, with what it got before. So is the next step of a cycle (``loops.py``)."""
+    agent = w.deps.agent
+    if call.name in agent.repeat_exempt:
         return None
+    key = repeat_key(call.name, tool_input)
+    if key in w.blocked:
+        w.emit(LoopDetected("cycle", "refused", f"{call.name} {json.dumps(tool_input)[:200]}"))
+        return ToolResultBlock(call.id, f"Not run: {w.blocked[key]}", True)
+    seen = w.seen_calls.get(key)
+    if seen is None or seen[2] < agent.repeat_limit:
+        return None
+    w.emit(LoopDetected("repeat", "refused", f"{call.name} {json.dumps(tool_input)[:200]} ×{seen[2]}"))
+    got = seen[3] if len(seen) > 3 else ""
     return ToolResultBlock(call.id, f"Not run: you have made this exact {call.name} call {seen[2]} times (first in "
-                           f"turn {seen[0]}) and got the same result each time. Do something different: use "
+                           f"turn {seen[0]}) and got the same result each time"
+                           + (f", which began: {got!r}" if got else "") + ". Do something different: use "
                            "the result you already have, call another tool, or change the input.", True)
 
 
@@ -102,14 +111,14 @@ def _note_repeat(w: Step, name: str, tool_input: dict, content):
     """
     if not isinstance(content, str):
         return content
-    key = _repeat_key(name, tool_input)
+    key = repeat_key(name, tool_input)
     digest = hashlib.sha256(content.encode()).hexdigest()
     seen = w.seen_calls.get(key)
     if seen is None or seen[1] != digest:
-        w.seen_calls[key] = (w.num_turns, digest, 1)
+        w.seen_calls[key] = (w.num_turns, digest, 1, content[:300])
         return content
-    w.seen_calls[key] = (seen[0], digest, seen[2] + 1)
-    if w.deps.agent.profile.collapse:
+    w.seen_calls[key] = (seen[0], digest, seen[2] + 1, content[:300])
+    if w.deps.agent.profile.collapse or name in w.deps.agent.repeat_exempt:
         return content  # the model's view collapses the copies and says so (context.collapse_repeats)
     return (f"{content}\n\n[drivetrain: this is the same {name} call you made in turn {seen[0]}, with the same "
             "result. Repeating it will not change anything: use this result, or do something different.]")

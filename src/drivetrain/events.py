@@ -73,9 +73,34 @@ class HookReported:
 
 
 @dataclass(frozen=True)
+class LoopDetected:
+    """The run intervened in a loop: ``pattern`` is repeat | cycle | same_error; ``action`` refused | noted | ended."""
+
+    pattern: str
+    action: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class LimitApproaching:
+    """A limit is nearly used up (``Budget.soft``); an observer may raise it now (``agent.budget``)."""
+
+    limit: str  # turns | usd | tokens | wall_time_s | tool_calls
+    used: float
+    maximum: float
+
+
+@dataclass(frozen=True)
+class LimitReached:
+    limit: str
+    used: float
+    maximum: float
+
+
+@dataclass(frozen=True)
 class Finished:
     result: RunResult
 
 
 Event = Union[ModelResponded, ToolCalled, PermissionDecided, ToolStarted, ToolFinished, ResultsSent,
-              ApprovalRequired, HookReported, Finished]
+              ApprovalRequired, HookReported, LoopDetected, LimitApproaching, LimitReached, Finished]

@@ -11,17 +11,19 @@ import asyncio
 import re
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable, Union
 
-from drivetrain import calls
+from drivetrain import budget, calls, loops
 from drivetrain.approval import Approver, Defer, Deny, PendingCall, PermissionDecider, Verdict
 from drivetrain.context import model_view
 from drivetrain.errors import HarnessError
 from drivetrain.events import (
-    ApprovalRequired, Event, Finished, HookReported, ModelResponded, ResultsSent, ToolCalled, ToolFinished,
+    ApprovalRequired, Event, Finished, HookReported, LimitApproaching, LimitReached, LoopDetected, ModelResponded,
+    ResultsSent, ToolCalled, ToolFinished,
 )
+from drivetrain.budget import Budget
 from drivetrain.gate import Gate
 from drivetrain.hooks import HookOutcome
 from drivetrain.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, Usage, ensure_valid
@@ -47,6 +49,8 @@ FINAL_ASK = {
              "result of the task from what you already have, and say what is left undone.",
     "empty": "Your reply was empty. Answer now: give the result of the task in a few sentences.",
 }
+LIMIT_ASK = ("This run has reached its {limit} limit, so no more tools can run. Answer now: summarize what was "
+             "done, what you found, and what is left undone.")
 _NARRATED = re.compile(r'```(?:json|bash|sh|python)?\s*\n\s*(?:\{\s*"name"\s*:|\S)|<tool_call>|\{\s*"name"\s*:\s*"\w+"\s*,'
                        r'\s*"(?:arguments|parameters)"')
 
@@ -110,6 +114,9 @@ class Agent:
     observers: list[Callable[[Event], None]] = field(default_factory=list)  # see each event as it happens
     strict: bool = False  # raise on a history the linter rejects (tests) instead of repairing it
     profile: Profile = FULL  # the aids the loop gives a small model (profiles.py)
+    budget: Budget = field(default_factory=Budget)  # limits besides max_turns: cost, tokens, wall time, calls
+    repeat_limit: int = 3  # the same call with the same result this many times: the next one is not run
+    repeat_exempt: tuple[str, ...] = ()  # tools that may repeat (polling), never refused as loops
     store: SessionStore | None = None  # where each run is saved after every step (None: not saved)
     checkpoints: Checkpoints | None = None  # the workspace snapshotted before each prompt, for rewind
 
@@ -176,10 +183,14 @@ class Deps:
     tools: dict[str, Tool]
     gate: Gate
     _context: ToolContext | None = None
+    started: float = field(default_factory=time.monotonic)
 
     @classmethod
     def of(cls, agent: Agent) -> Deps:
         return cls(agent, agent.model, {t.name: t for t in agent.tools}, agent.gate)
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
 
     @property
     def context(self) -> ToolContext:
@@ -203,16 +214,18 @@ class Step:
     and ``pop`` so the draft knows how much of the already-checked history is still unchanged.
     """
 
+    _COPIED = ("num_turns", "prompts", "usage", "continuations", "stop_refusals", "nudges", "stuck_turns",
+               "hook_stop", "tool_calls", "turn_marks", "error_streak", "warned")  # immutable: copied as they are
+
     def __init__(self, value: RunState, deps: Deps, emit: Callable[[Event], None] | None):
         self.value, self.deps, self._emit = value, deps, emit
         self.history = list(value.history)
         self.linted = value.linted if value.linted_of is value.history else 0  # a history replaced: check it all
-        self.num_turns, self.prompts = value.num_turns, value.prompts
-        self.usage, self.trajectory = value.usage, list(value.trajectory)
-        self.continuations, self.stop_refusals = value.continuations, value.stop_refusals
-        self.nudges, self.stuck_turns = value.nudges, value.stuck_turns
+        for name in self._COPIED:
+            setattr(self, name, getattr(value, name))
+        self.trajectory = list(value.trajectory)
         self.seen_calls = dict(value.seen_calls)
-        self.hook_stop = value.hook_stop
+        self.blocked = dict(value.blocked)
         self.events: list[Event] = []
 
     def emit(self, event: Event) -> None:
@@ -256,11 +269,9 @@ class Step:
         if state is not v.state:
             path += (type(state).__name__,)
         history = tuple(self.history)
-        return RunState(
-            v.session_id, history, state, self.num_turns, self.prompts, self.usage, tuple(self.trajectory), path,
-            self.continuations, self.stop_refusals, self.nudges, self.stuck_turns, self.seen_calls,
-            self.hook_stop, self.linted, history,
-        )
+        return replace(v, history=history, state=state, path=path, trajectory=tuple(self.trajectory),
+                       seen_calls=self.seen_calls, blocked=self.blocked, linted=self.linted, linted_of=history,
+                       **{name: getattr(self, name) for name in self._COPIED})
 
 
 async def step(value: RunState, deps: Deps, emit: Callable[[Event], None] | None = None
@@ -329,13 +340,22 @@ async def submit_prompt(s: SubmitPrompt, w: Step) -> CallModel | Done:
 
 async def call_model(s: CallModel, w: Step) -> RunTools | Recover | CallModel | Done:
     a, p = w.deps.agent, w.deps.agent.profile
-    if a.max_turns is not None and w.num_turns >= a.max_turns:
-        return Done("error_max_turns", w.trajectory[-1] if w.trajectory else None,
-                    note=f"Stopped after reaching the turn limit ({a.max_turns}).")
+    if not s.final:
+        measured = budget.measures(a.budget, a.max_turns, turns=w.num_turns, usage=w.usage, model=a.model.name,
+                                   elapsed_s=w.deps.elapsed(), tool_calls=w.tool_calls)
+        if hit := budget.reached(measured):
+            w.emit(LimitReached(*hit))
+            if not a.budget.wrap_up:
+                return Done(budget.SUBTYPES[hit[0]], w.trajectory[-1] if w.trajectory else None,
+                            note=budget.describe(*hit))
+            s = CallModel(s.max_tokens, final=hit[0])  # one last request, without tools, for a summary
+        for m in budget.approaching(measured, a.budget.soft, w.warned):
+            w.warned += (m[0],)
+            w.emit(LimitApproaching(*m))
     if p.final and not s.final and a.max_turns is not None and w.num_turns == a.max_turns - 1 > 0:
         s = CallModel(s.max_tokens, final="turn_limit")
     if s.final:
-        w.ask(FINAL_ASK[s.final])
+        w.ask(FINAL_ASK.get(s.final) or LIMIT_ASK.format(limit=budget.NAMES[s.final]))
     checked = ensure_valid(w.history, strict=a.strict, start=max(w.linted - 1, 0))
     if checked is not w.history:  # repaired
         w.history, w.linted = checked, 0
@@ -375,6 +395,7 @@ def after_response(response: ModelResponse, max_tokens: int, w: Step) -> RunTool
         return CallModel()  # resend as is: the paused content is the last message, no new user text
     w.continuations = 0
     if reason == "tool_use" and response.message.tool_uses:
+        w.tool_calls += len(response.message.tool_uses)
         for call in response.message.tool_uses:
             w.emit(ToolCalled(call))
         return RunTools(tuple(response.message.tool_uses))
@@ -399,6 +420,12 @@ def final_answer(why: str, response: ModelResponse, w: Step) -> Done:
     if why == "turn_limit":
         return Done("error_max_turns", response.stop_reason, text,
                     note=f"Reached the turn limit ({w.deps.agent.max_turns}); the last turn asked for the answer.")
+    if why == "stuck":
+        return Done("error_loop_detected", response.stop_reason, text,
+                    note="The model kept repeating refused calls; the last turn asked for the answer.")
+    if why in budget.SUBTYPES:
+        return Done(budget.SUBTYPES[why], response.stop_reason, text,
+                    note=f"Reached the {budget.NAMES[why]} limit; the last request asked for a summary.")
     return Done("success", response.stop_reason, text)
 
 
@@ -437,6 +464,7 @@ async def run_tools(s: RunTools, w: Step) -> AwaitApproval | CallModel | Done:
         w.emit(ToolFinished(call, block, ms, meta))
     if w.stuck_turns == stuck_before:
         w.stuck_turns = 0  # no call of this turn was a refused repeat
+    results = loops.after_turn(w, s.calls, results)
     message = Message("user", tuple(results))
     w.append(message)  # always answered, even on failure: the history stays valid
     w.emit(ResultsSent(message))
@@ -444,8 +472,13 @@ async def run_tools(s: RunTools, w: Step) -> AwaitApproval | CallModel | Done:
         if not isinstance(failure, Exception):
             raise failure  # cancellation, KeyboardInterrupt: after the history is made valid
         return Done("error_during_execution", None, str(failure))
-    if w.deps.agent.profile.final and w.stuck_turns >= STUCK_LIMIT:
-        return CallModel(final="stuck")
+    if w.stuck_turns >= STUCK_LIMIT or w.error_streak[1] >= loops.SAME_ERROR_END:
+        pattern = "same_error" if w.stuck_turns < STUCK_LIMIT else "repeat"
+        w.emit(LoopDetected(pattern, "ended", "the model went on repeating after being told"))
+        if w.deps.agent.profile.final:
+            return CallModel(final="stuck")
+        return Done("error_loop_detected", "tool_use", note="Stopped: the model kept repeating itself "
+                    "(the same refused call, or the same error) after being told.")
     return CallModel()
 
 

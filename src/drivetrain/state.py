@@ -81,7 +81,12 @@ class RunState:
     stop_refusals: int = 0  # Stop-hook refusals in a row
     nudges: int = 0  # replies that described calls instead of making them, sent back
     stuck_turns: int = 0  # turns in a row whose calls included a refused repeat
-    seen_calls: dict[str, tuple[int, str, int]] = field(default_factory=dict)  # call -> (first turn, digest, times)
+    seen_calls: dict[str, tuple] = field(default_factory=dict)  # call -> (first turn, digest, times, result head)
+    tool_calls: int = 0  # calls the model asked for
+    turn_marks: tuple = ()  # the last few tool turns: (one digest of its calls and results, its call keys)
+    blocked: dict[str, str] = field(default_factory=dict)  # call -> why it is not run again (a cycle)
+    error_streak: tuple[str, int] = ("", 0)  # the last error result's digest, and how many times in a row
+    warned: tuple[str, ...] = ()  # limits whose soft threshold was announced
     hook_stop: str | None = None  # a hook said {"continue": false}: the run stops after this step
     linted: int = 0  # leading messages already checked before a request and unchanged since …
     linted_of: tuple | None = field(default=None, compare=False, repr=False)  # … in this very history tuple
@@ -106,6 +111,8 @@ class RunState:
             "trajectory": list(self.trajectory), "path": list(self.path), "continuations": self.continuations,
             "stop_refusals": self.stop_refusals, "nudges": self.nudges, "stuck_turns": self.stuck_turns,
             "seen_calls": {k: list(v) for k, v in self.seen_calls.items()}, "hook_stop": self.hook_stop,
+            "tool_calls": self.tool_calls, "turn_marks": [[m, list(k)] for m, k in self.turn_marks], "blocked": dict(self.blocked),
+            "error_streak": list(self.error_streak), "warned": list(self.warned),
         }
 
     @classmethod
@@ -125,7 +132,9 @@ class RunState:
             stop_refusals=data.get("stop_refusals", 0), nudges=data.get("nudges", 0),
             stuck_turns=data.get("stuck_turns", 0),
             seen_calls={k: tuple(v) for k, v in data.get("seen_calls", {}).items()},
-            hook_stop=data.get("hook_stop"),
+            hook_stop=data.get("hook_stop"), tool_calls=data.get("tool_calls", 0),
+            turn_marks=tuple((m, tuple(k)) for m, k in data.get("turn_marks", ())), blocked=dict(data.get("blocked", {})),
+            error_streak=tuple(data.get("error_streak", ("", 0))), warned=tuple(data.get("warned", ())),
         )
 
 
