@@ -259,13 +259,13 @@ def render_text(records: Sequence[Record]) -> str:
     info = fold(None, records)
     lines = []
     if info is not None:
-        lines.append(f"session {info.session_id}  {info.status}  {info.num_turns} turns  {_cost(info.total_cost_usd)}"
+        lines.append(f"session {info.session_id}  {info.status}  {info.num_turns} turns  {cost_text(info.total_cost_usd)}"
                      f"  {info.model or '?'}  {info.cwd or '?'}")
         if info.first_prompt:
             lines.append(f"prompt: {_one_line(info.first_prompt)[:160]}")
     for t in turn_log(records):
         lines.append(f"[turn {t.turn}] {t.stop_reason}  {t.usage.get('input_tokens', 0)} in / "
-                     f"{t.usage.get('output_tokens', 0)} out{_cached(t.usage)}  {_cost(t.cost_usd)}")
+                     f"{t.usage.get('output_tokens', 0)} out{_cached(t.usage)}  {cost_text(t.cost_usd)}")
         if t.text.strip():
             lines.append(f"  \" {_one_line(t.text)[:160]}")
         for c in t.calls:
@@ -294,7 +294,7 @@ def render_text(records: Sequence[Record]) -> str:
     return "\n".join(lines)
 
 
-def _cost(cost: float | None) -> str:
+def cost_text(cost: float | None) -> str:
     return "$?" if cost is None else f"${cost:.6f}".rstrip("0").rstrip(".") if cost else "$0"
 
 
