@@ -8,14 +8,17 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+import drivetrain
 from drivetrain import Agent, tool
 from drivetrain.models.anthropic import AnthropicModel
 from drivetrain.store import open_store
 from drivetrain.testing import ScriptedServer, reply, respond, text, tool_call
 
+SRC = str(Path(drivetrain.__file__).parents[1])  # the subprocesses run this very drivetrain
 LONG = "".join(f"{i:03d}|" for i in range(60))  # 240 characters, no two 100-character heads alike
 
 
@@ -37,10 +40,14 @@ def dump() -> str:
     return LONG
 
 
+def python_env(**extra):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "OPENAI_"))}
+    return {**env, "PYTHONPATH": os.pathsep.join(filter(None, [SRC, env.get("PYTHONPATH")])), **extra}
+
+
 def sessions(*args, cwd):
-    proc = subprocess.run([sys.executable, "-m", "drivetrain", "sessions", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=60, stdin=subprocess.DEVNULL)
-    return proc
+    return subprocess.run([sys.executable, "-m", "drivetrain", "sessions", *args], cwd=cwd, env=python_env(),
+                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
 
 
 def show_json(sid, cwd):
@@ -158,10 +165,8 @@ def test_a_session_made_by_the_real_cli(tmp_path):
     (tmp_path / "a.py").write_text("import os\nprint(os.getcwd())\n# end\n")
     steps = [respond([text("Reading it."), tool_call("Read", {"file_path": "a.py"}, id="toolu_a")]),
              reply("a.py has 3 lines; line 2 calls os.getcwd.")]
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "OPENAI_"))}
     with ScriptedServer(steps) as server:
-        env.update({"ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_API_KEY": "sk-test",
-                    "ANTHROPIC_MODEL": "claude-sonnet-4-6"})
+        env = python_env(ANTHROPIC_BASE_URL=server.url, ANTHROPIC_API_KEY="sk-test", ANTHROPIC_MODEL="claude-sonnet-4-6")
         ran = subprocess.run([sys.executable, "-m", "drivetrain", "-p", "How many lines has a.py?"], cwd=tmp_path,
                              env=env, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     assert ran.returncode == 0, ran.stderr
