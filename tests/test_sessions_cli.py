@@ -138,7 +138,7 @@ async def test_list_filters_and_ids_by_prefix(tmp_path):
 
     rows = json.loads(sessions("list", "--json", cwd=here).stdout)
     assert [r["session_id"] for r in rows] == ["abc-2", "abc-1"]  # this directory's, newest first
-    assert rows[0]["num_turns"] == 1 and rows[0]["status"] == "success" and rows[0]["first_prompt"] == "second task here"
+    assert (rows[0]["num_turns"], rows[0]["status"], rows[0]["first_prompt"]) == (1, "success", "second task here")
     assert {r["session_id"] for r in json.loads(sessions("list", "--all", "--json", cwd=here).stdout)} >= \
         {"abc-1", "abc-2", "xyz-3"}
     assert [r["session_id"] for r in json.loads(sessions("list", "--cwd", str(there), "--json", cwd=here).stdout)] \
@@ -163,10 +163,12 @@ async def test_list_filters_and_ids_by_prefix(tmp_path):
 
 def test_a_session_made_by_the_real_cli(tmp_path):
     (tmp_path / "a.py").write_text("import os\nprint(os.getcwd())\n# end\n")
-    steps = [respond([text("Reading it."), tool_call("Read", {"file_path": "a.py"}, id="toolu_a")]),
+    steps = [respond([text("Reading it."), tool_call("Read", {"file_path": "a.py"}, id="toolu_a"),
+                      tool_call("Write", {"file_path": "n.txt", "content": "3"}, id="toolu_w")]),
              reply("a.py has 3 lines; line 2 calls os.getcwd.")]
     with ScriptedServer(steps) as server:
-        env = python_env(ANTHROPIC_BASE_URL=server.url, ANTHROPIC_API_KEY="sk-test", ANTHROPIC_MODEL="claude-sonnet-4-6")
+        env = python_env(ANTHROPIC_BASE_URL=server.url, ANTHROPIC_API_KEY="sk-test",
+                         ANTHROPIC_MODEL="claude-sonnet-4-6")
         ran = subprocess.run([sys.executable, "-m", "drivetrain", "-p", "How many lines has a.py?"], cwd=tmp_path,
                              env=env, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     assert ran.returncode == 0, ran.stderr
@@ -178,11 +180,13 @@ def test_a_session_made_by_the_real_cli(tmp_path):
     assert line.startswith(row["session_id"][:8]) and "How many lines has a.py?" in line and " 2 " in line
 
     report = show_json(row["session_id"][:8], tmp_path)
-    [call] = report["turns"][0]["calls"]
+    call, write = report["turns"][0]["calls"]
     assert (call["tool"], call["input"], call["is_error"], call["decision"]) == \
         ("Read", {"file_path": "a.py"}, False, "allow")  # the audit log's intent record
     assert call["decided_by"] and "import os" in call["result_head"]
+    assert (write["tool"], write["decision"], write["is_error"]) == ("Write", "deny", True)  # -p cannot ask
     assert report["health"]["answer_grounding"]["verdict"] == "cites tool results"
     out = sessions("show", row["session_id"], cwd=tmp_path).stdout
+    assert f"  ! deny by {write['decided_by']}" in out and "  ✗ " in out
     assert '  → Read {"file_path": "a.py"}' in out and "  ← " in out and "[turn 2] end_turn" in out
     assert "trajectory: tool_use → end_turn" in out

@@ -259,8 +259,8 @@ def render_text(records: Sequence[Record]) -> str:
     info = fold(None, records)
     lines = []
     if info is not None:
-        lines.append(f"session {info.session_id}  {info.status}  {info.num_turns} turns  {cost_text(info.total_cost_usd)}"
-                     f"  {info.model or '?'}  {info.cwd or '?'}")
+        lines.append(f"session {info.session_id}  {info.status}  {info.num_turns} turns  "
+                     f"{cost_text(info.total_cost_usd)}  {info.model or '?'}  {info.cwd or '?'}")
         if info.first_prompt:
             lines.append(f"prompt: {_one_line(info.first_prompt)[:160]}")
     for t in turn_log(records):
@@ -271,8 +271,9 @@ def render_text(records: Sequence[Record]) -> str:
         for c in t.calls:
             lines.append(f"  → {c.tool} {json.dumps(c.input, ensure_ascii=False)[:200]}")
             if c.decision in ("deny", "defer", "not_run"):
+                why = c.reason if c.reason and not _said(c.reason, c.result_head) else ""
                 lines.append(f"  ! {c.decision}" + (f" by {c.decided_by}" if c.decided_by else "")
-                             + (f": {_one_line(c.reason)[:160]}" if c.reason else ""))
+                             + (f": {_one_line(why)[:160]}" if why else ""))
             if c.result_head is not None:
                 more = "…" if c.result_chars > HEAD_CHARS else ""
                 lines.append(f"  {'✗' if c.is_error else '←'} {_escaped(c.result_head)}{more}")
@@ -301,6 +302,11 @@ def cost_text(cost: float | None) -> str:
 def _cached(usage: dict) -> str:
     read, write = usage.get("cache_read_input_tokens", 0), usage.get("cache_creation_input_tokens", 0)
     return f" (+{read} cache read, {write} cache write)" if read or write else ""
+
+
+def _said(reason: str, result_head: str | None) -> bool:
+    """The result (shown next) already starts with the reason: do not print it twice."""
+    return bool(result_head) and _one_line(result_head).startswith(_one_line(reason)[:HEAD_CHARS // 2])
 
 
 def _one_line(text: str) -> str:

@@ -60,8 +60,8 @@ def _list(store: SessionStore, args: argparse.Namespace) -> int:
         print(json.dumps([s.to_json() for s in found]))
         return 0
     if not found:
-        print(f"drivetrain sessions: no sessions{' in ' + cwd if cwd else ''}"
-              f"{' matching ' + repr(args.query) if args.query else ''}" + (" (--all lists every directory)" if cwd else ""),
+        where = f" in {cwd} (--all lists every directory)" if cwd else ""
+        print(f"drivetrain sessions: no sessions{' matching ' + repr(args.query) if args.query else ''}{where}",
               file=sys.stderr)
         return 0
     print(table(found))
@@ -76,8 +76,8 @@ def table(sessions: list[SessionInfo]) -> str:
                        for s in sessions]
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     right = {3, 4}  # numbers
-    return "\n".join("  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
-                     for r in rows)
+    return "\n".join("  ".join(c.rjust(w) if i in right else c.ljust(w)
+                               for i, (c, w) in enumerate(zip(r, widths))).rstrip() for r in rows)
 
 
 def _prompt(text: str | None) -> str:
