@@ -56,6 +56,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["rewind"]:  # put the workspace back as it was before a prompt of a session
         from drivetrain.cli.rewind import main as rewind_main
         return rewind_main(argv[1:])
+    if argv[:1] == ["sessions"]:  # the saved sessions; one's turn log and health signals
+        from drivetrain.cli.sessions import main as sessions_main
+        return sessions_main(argv[1:])
     if argv[:1] == ["graph"]:  # the loop's states and edges, as Mermaid, drawn from the code
         from drivetrain.graph import mermaid
         print(mermaid())
