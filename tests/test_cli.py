@@ -264,3 +264,11 @@ def test_the_developers_own_home_does_not_reach_the_tests(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert not mark.exists(), "the hook in the developer's home ran"
     assert [p.name for p in (real_home / ".drivetrain").iterdir()] == ["settings.json"]  # no audit log there
+
+
+def test_a_budget_flag_ends_the_run_with_its_subtype(tmp_path):
+    steps = [respond([tool_call("Glob", {"pattern": "*.py"})], usage={"input_tokens": 900, "output_tokens": 200})]
+    with ScriptedServer(steps) as server:  # a second request would find no step
+        proc = cli(server.url, "-p", "loop", "--max-tokens-total", "1000", "--output-format", "json", cwd=tmp_path)
+    result = json.loads(proc.stdout)
+    assert proc.returncode == 1 and result["subtype"] == "error_max_tokens_total" and result["num_turns"] == 1

@@ -11,6 +11,7 @@ from typing import Callable
 
 from drivetrain.approval import Approver
 from drivetrain.audit import AuditLog
+from drivetrain.budget import Budget
 from drivetrain.errors import ConfigError
 from drivetrain.hooks import Hooks
 from drivetrain.loop import Agent
@@ -67,10 +68,13 @@ def build_agent(args: argparse.Namespace, cwd: Path, session_id: str, *,
     agent = Agent(
         model=model, tools=tools, system=system_prompt(args, cwd, system), max_turns=args.max_turns, cwd=cwd,
         policy=policy, hooks=hooks, observers=[audit.observe], profile=profile, store=store,
+        budget=Budget(usd=args.max_budget_usd, tokens=args.max_tokens_total,
+                      wall_time_s=args.max_wall_time, tool_calls=args.max_tool_calls,
+                      wrap_up=args.wrap_up_on_limit),
     )
     if approver_factory is not None:
         agent.approver = approver_factory(cwd, policy)
-    if not getattr(args, "no_checkpoints", False) and _in_git_work_tree(cwd) and shutil.which("git"):
+    if not args.no_checkpoints and _in_git_work_tree(cwd) and shutil.which("git"):
         agent.checkpoints = Checkpoints(cwd)  # `drivetrain rewind` puts the workspace back as before a prompt
     return agent
 
