@@ -272,3 +272,35 @@ def test_a_budget_flag_ends_the_run_with_its_subtype(tmp_path):
         proc = cli(server.url, "-p", "loop", "--max-tokens-total", "1000", "--output-format", "json", cwd=tmp_path)
     result = json.loads(proc.stdout)
     assert proc.returncode == 1 and result["subtype"] == "error_max_tokens_total" and result["num_turns"] == 1
+
+
+def test_resume_continue_fork_and_compact_through_the_cli(tmp_path):
+    def sees(*texts):
+        def check(body):
+            seen = [b.get("text") for m in body["messages"] for b in m["content"] if b.get("type") == "text"]
+            assert all(any(t in (s or "") for s in seen) for t in texts), seen
+        return check
+
+    with ScriptedServer([reply("one")]) as server:
+        first = json.loads(cli(server.url, "-p", "first", "--output-format", "json", cwd=tmp_path).stdout)
+    sid = first["session_id"]
+    with ScriptedServer([reply("two", expect=sees("first", "second"))]) as server:
+        second = json.loads(cli(server.url, "-p", "--resume", sid, "second", "--output-format", "json",
+                                cwd=tmp_path).stdout)
+    assert (second["session_id"], second["result"]) == (sid, "two")
+    with ScriptedServer([reply("three", expect=sees("first", "second", "third"))]) as server:
+        third = json.loads(cli(server.url, "-p", "--continue", "third", "--output-format", "json", cwd=tmp_path).stdout)
+    assert third["session_id"] == sid
+    with ScriptedServer([reply("four", expect=sees("first", "fourth"))]) as server:
+        fork = json.loads(cli(server.url, "-p", "-r", sid, "--fork-session", "fourth", "--output-format", "json",
+                              cwd=tmp_path).stdout)
+    assert fork["session_id"] != sid and fork["result"] == "four"
+    with ScriptedServer([reply("We said one, two and three.")]) as server:
+        proc = cli(server.url, "compact", sid, cwd=tmp_path)
+    assert proc.returncode == 0 and f"compacted {sid}" in proc.stdout, proc.stderr
+    with ScriptedServer([reply("five", expect=sees("first", "We said one, two and three.", "fifth"))]) as server:
+        fifth = json.loads(cli(server.url, "-p", "-r", sid, "fifth", "--output-format", "json", cwd=tmp_path).stdout)
+    assert fifth["result"] == "five"
+    with ScriptedServer([]) as server:
+        proc = cli(server.url, "-p", "--resume", "no-such-session", "x", cwd=tmp_path)
+    assert proc.returncode == 1 and "no-such-session" in proc.stderr

@@ -98,9 +98,19 @@ class LimitReached:
 
 
 @dataclass(frozen=True)
+class Compacted:
+    """The history was replaced by a summary (or the attempt failed: ``failed`` says why)."""
+
+    trigger: str  # auto | manual
+    tokens_before: int
+    tokens_after: int
+    failed: str = ""
+
+
+@dataclass(frozen=True)
 class Finished:
     result: RunResult
 
 
 Event = Union[ModelResponded, ToolCalled, PermissionDecided, ToolStarted, ToolFinished, ResultsSent,
-              ApprovalRequired, HookReported, LoopDetected, LimitApproaching, LimitReached, Finished]
+              ApprovalRequired, HookReported, LoopDetected, LimitApproaching, LimitReached, Compacted, Finished]

@@ -107,6 +107,16 @@ class Gate:
             return "\n\n".join([content, *extra])
         return [*content, *({"type": "text", "text": e} for e in extra)]
 
+    async def compact(self, payload: dict, report: Report) -> Verdict:
+        """May the history be compacted now? A PreCompact hook that blocks says no."""
+        if not self.hooks:
+            return Allow()
+        out = await self.hooks.run("PreCompact", payload)
+        report("PreCompact", out)
+        if out.block:
+            return Deny(out.reason or "a PreCompact hook blocked it", by="hook:" + ", ".join(out.sources))
+        return Allow()
+
     async def stop(self, payload: dict, report: Report) -> Verdict:
         """May the run end here? ``Deny`` carries what the Stop hooks want done first."""
         if not self.hooks:

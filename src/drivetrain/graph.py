@@ -12,6 +12,7 @@ HANDLERS = {
     loop.CallModel: loop.call_model,
     loop.RunTools: loop.run_tools,
     loop.Recover: loop.recover,
+    loop.Compact: loop.compact,
     loop.AwaitApproval: loop.resume_approval,
     loop.Done: loop.next_prompt,
 }

@@ -15,13 +15,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable, Union
 
-from drivetrain import budget, calls, loops
+from drivetrain import budget, calls, compaction, loops
 from drivetrain.approval import Approver, Defer, Deny, PendingCall, PermissionDecider, Verdict
 from drivetrain.context import model_view
 from drivetrain.errors import HarnessError
 from drivetrain.events import (
-    ApprovalRequired, Event, Finished, HookReported, LimitApproaching, LimitReached, LoopDetected, ModelResponded,
-    ResultsSent, ToolCalled, ToolFinished,
+    ApprovalRequired, Compacted, Event, Finished, HookReported, LimitApproaching, LimitReached, LoopDetected,
+    ModelResponded, ResultsSent, ToolCalled, ToolFinished,
 )
 from drivetrain.budget import Budget
 from drivetrain.gate import Gate
@@ -31,15 +31,16 @@ from drivetrain.models.base import Model, ModelRequest, ModelResponse
 from drivetrain.pricing import cost_usd
 from drivetrain.profiles import FULL, Profile
 from drivetrain.rewind import Checkpoints
-from drivetrain.session import SessionLog, close_open_calls, load
+from drivetrain.session import Loaded, SessionLog, close_open_calls, load
 from drivetrain.state import (  # noqa: F401  (the states are part of this module's interface)
-    AwaitApproval, CallModel, Done, Recover, RunState, RunTools, State, SubmitPrompt,
+    AwaitApproval, CallModel, Compact, Done, Recover, RunState, RunTools, State, SubmitPrompt,
 )
 from drivetrain.store import SessionStore
 from drivetrain.tools.base import Tool, ToolContext, tool_spec
 
 MAX_NUDGES = 2  # replies that only describe calls, sent back with a request to act
-STUCK_LIMIT = 2  # turns in a row with a refused repeat before the run asks for the answer
+STUCK_LIMIT = 2
+MAX_COMPACT_FAILURES = 2  # turns in a row with a refused repeat before the run asks for the answer
 NUDGE = ("Nothing was run: your reply described tool calls in text instead of making them. "
          "Make the next call now.")
 FINAL_ASK = {
@@ -115,6 +116,8 @@ class Agent:
     strict: bool = False  # raise on a history the linter rejects (tests) instead of repairing it
     profile: Profile = FULL  # the aids the loop gives a small model (profiles.py)
     budget: Budget = field(default_factory=Budget)  # limits besides max_turns: cost, tokens, wall time, calls
+    context_window: int | None = None  # tokens; None: the model's own (local: its n_ctx), else no compaction
+    compact_at: float = 0.8  # compact the history when it reaches this fraction of the context window
     repeat_limit: int = 3  # the same call with the same result this many times: the next one is not run
     repeat_exempt: tuple[str, ...] = ()  # tools that may repeat (polling), never refused as loops
     store: SessionStore | None = None  # where each run is saved after every step (None: not saved)
@@ -135,9 +138,7 @@ class Agent:
         """A saved session, repaired if it was cut short, continued (``fork``: as a new session, ``fork_id`` or a
         new id, the old one untouched). With ``prompt``, it is the next user turn; without, an interrupted run
         goes on where it stopped (a model call that never answered is made again)."""
-        if self.store is None:
-            raise ValueError("resuming a session needs a store: Agent(store=…)")
-        loaded = load(self.store, session_id)
+        loaded = self._load(session_id)
         value = loaded.value
         if prompt is not None:
             value = with_prompt(value, prompt)
@@ -155,6 +156,18 @@ class Agent:
             if value is not loaded.value:
                 run.log.save(loaded.value, value)
         return run
+
+    def load(self, session_id: str) -> Run:
+        """A saved session as it stands (repaired if it was cut short), e.g. to compact or inspect it."""
+        loaded = self._load(session_id)
+        run = Run(self, loaded.value, self._log(session_id))
+        run.log.loaded(loaded.value)
+        return run
+
+    def _load(self, session_id: str) -> Loaded:
+        if self.store is None:
+            raise ValueError("a saved session needs a store: Agent(store=…)")
+        return load(self.store, session_id)
 
     def _log(self, session_id: str) -> SessionLog | None:
         return SessionLog(self.store, session_id, self.model.name) if self.store is not None else None
@@ -215,7 +228,7 @@ class Step:
     """
 
     _COPIED = ("num_turns", "prompts", "usage", "continuations", "stop_refusals", "nudges", "stuck_turns",
-               "hook_stop", "tool_calls", "turn_marks", "error_streak", "warned")  # immutable: copied as they are
+               "hook_stop", "tool_calls", "turn_marks", "error_streak", "warned", "compactions", "compact_failures")  # immutable: copied as they are
 
     def __init__(self, value: RunState, deps: Deps, emit: Callable[[Event], None] | None):
         self.value, self.deps, self._emit = value, deps, emit
@@ -295,6 +308,8 @@ async def step(value: RunState, deps: Deps, emit: Callable[[Event], None] | None
                 raise
         case Recover() as s:
             nxt = recover(s, w)
+        case Compact() as s:
+            nxt = await compact(s, w)
         case AwaitApproval() as s:
             w.emit(ApprovalRequired(tuple(PendingCall(c.id, c.name, c.input) for c in s.pending)))
             nxt = s
@@ -338,7 +353,7 @@ async def submit_prompt(s: SubmitPrompt, w: Step) -> CallModel | Done:
     return CallModel()
 
 
-async def call_model(s: CallModel, w: Step) -> RunTools | Recover | CallModel | Done:
+async def call_model(s: CallModel, w: Step) -> RunTools | Recover | CallModel | Compact | Done:
     a, p = w.deps.agent, w.deps.agent.profile
     if not s.final:
         measured = budget.measures(a.budget, a.max_turns, turns=w.num_turns, usage=w.usage, model=a.model.name,
@@ -352,6 +367,9 @@ async def call_model(s: CallModel, w: Step) -> RunTools | Recover | CallModel | 
         for m in budget.approaching(measured, a.budget.soft, w.warned):
             w.warned += (m[0],)
             w.emit(LimitApproaching(*m))
+    if not s.final and s.compact and w.compact_failures < MAX_COMPACT_FAILURES and (window := context_window(a)) and \
+            compaction.estimate_tokens(w.history, a.system) >= a.compact_at * window:
+        return Compact("auto")
     if p.final and not s.final and a.max_turns is not None and w.num_turns == a.max_turns - 1 > 0:
         s = CallModel(s.max_tokens, final="turn_limit")
     if s.final:
@@ -496,6 +514,44 @@ def recover(s: Recover, w: Step) -> CallModel:
     return CallModel()
 
 
+async def compact(s: Compact, w: Step) -> CallModel | Done:
+    """Replace the history by the original task, a summary, and the last rounds (``compaction.py``)."""
+    a = w.deps.agent
+    go_on = s.then or CallModel(compact=False)  # not again before this request, whatever happens here
+    verdict = await w.deps.gate.compact(w.payload("PreCompact", trigger=s.trigger), w.report)
+    before = compaction.estimate_tokens(w.history, a.system)
+    if isinstance(verdict, Deny):
+        w.compact_failures = MAX_COMPACT_FAILURES  # asked not to: no more automatic tries this run
+        w.emit(Compacted(s.trigger, before, before, failed=verdict.message))
+        return go_on
+    window = context_window(a)
+    request = compaction.summary_request(w.history, a.system, window or 200_000)
+    failed = ""
+    try:
+        response = await w.deps.model.respond(request)
+        w.usage = w.usage + response.usage  # budgets count the summary too
+        summary = response.message.text.strip()
+        if not summary:
+            failed = "the summary came back empty"
+    except HarnessError as e:
+        failed = str(e)
+    if failed:
+        w.compact_failures += 1
+        if w.compact_failures >= MAX_COMPACT_FAILURES:
+            failed += f"; compaction failed {w.compact_failures} times in a row, so it will not be tried again"
+        w.emit(Compacted(s.trigger, before, before, failed=failed))
+        return go_on
+    w.history, w.linted = compaction.compacted(w.history, summary, window), 0
+    w.compactions, w.compact_failures = w.compactions + 1, 0
+    w.emit(Compacted(s.trigger, before, compaction.estimate_tokens(w.history, a.system)))
+    return go_on
+
+
+def context_window(agent: Agent) -> int | None:
+    """The window compaction keeps the history within: the agent's setting, else what the model knows of itself."""
+    return agent.context_window or getattr(agent.model, "context_window", None)
+
+
 def resume_approval(s: AwaitApproval, decisions: dict[str, Verdict]) -> RunTools:
     """The edge out of a pause: a verdict for each pending call, given by ``Run.resume``."""
     missing = [c.id for c in s.pending if c.id not in decisions or isinstance(decisions[c.id], Defer)]
@@ -532,7 +588,7 @@ class Run:
         self.deps = Deps.of(agent)
         self.cancelled_by = "cancel"  # what a cancellation is recorded as (the CLI says which signal)
         self._started = time.monotonic()
-        self._result: RunResult | None = None
+        self._result: RunResult | None = self._finish(value.state) if isinstance(value.state, Done) else None
 
     # -- driving
 
@@ -607,6 +663,19 @@ class Run:
         self.value = with_prompt(self.value, prompt)
         self._result = None
         self._started = time.monotonic()
+
+    async def compact(self) -> list[Event]:
+        """Compact the history now (``/compact``): the summary replaces it; a finished run stays finished."""
+        s = self.value.state
+        if not isinstance(s, (Done, CallModel)):
+            raise RuntimeError(f"cannot compact in the middle of a step (the run is in {type(s).__name__})")
+        self.value = self.value.evolve(state=Compact("manual", s if isinstance(s, Done) else None),
+                                       path=self.value.path + ("Compact",))
+        self._result = None
+        events = await self.step()
+        if isinstance(self.value.state, Done):
+            self._result = self._finish(self.value.state)
+        return events
 
     def snapshot(self) -> dict:
         """The run as JSON-ready data (history, state, counters); ``Agent.restore`` continues it."""

@@ -19,7 +19,7 @@ import logging
 from dataclasses import asdict, dataclass
 from typing import Iterable, Sequence
 
-from drivetrain.events import Event, LimitApproaching, LimitReached, LoopDetected, ModelResponded
+from drivetrain.events import Compacted, Event, LimitApproaching, LimitReached, LoopDetected, ModelResponded
 from drivetrain.messages import Message, ToolResultBlock, lint, repair
 from drivetrain.pricing import cost_usd
 from drivetrain.redact import redact
@@ -36,7 +36,8 @@ FINISHED = ("This call ran to the end, but drivetrain stopped ({why}) before its
             "output is lost. Its effects happened: check them rather than repeating it.")
 
 
-_KINDS = {LoopDetected: "loop_detected", LimitApproaching: "limit_approaching", LimitReached: "limit_reached"}
+_KINDS = {LoopDetected: "loop_detected", LimitApproaching: "limit_approaching", LimitReached: "limit_reached",
+          Compacted: "compacted"}
 
 
 class SessionLog:
@@ -66,7 +67,7 @@ class SessionLog:
             self._saved = after.history
         boundary = isinstance(after.state, Done)
         for e in events:
-            if isinstance(e, (LoopDetected, LimitApproaching, LimitReached)):
+            if type(e) in _KINDS:
                 records.append({"kind": _KINDS[type(e)], **asdict(e)})
             if isinstance(e, ModelResponded):
                 boundary = True

@@ -27,6 +27,7 @@ class CallModel:
     max_tokens: int | None = None  # raised above the default while recovering from a cut-off tool call
     tool_choice: str | None = None  # "any": the model must act (it described calls instead of making them)
     final: str = ""  # why this is the last request, made without tools for the answer ("" when it is not)
+    compact: bool = True  # may the history be compacted before this request (not right after a failed try)
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,12 @@ class Recover:
 
 
 @dataclass(frozen=True)
+class Compact:
+    trigger: str = "auto"  # auto (the history neared the context window) | manual (/compact, drivetrain compact)
+    then: Done | None = None  # a finished run compacted by hand stays finished
+
+
+@dataclass(frozen=True)
 class Done:
     subtype: str  # success | error_max_turns | error_max_continuations | error_during_execution | prompt_blocked | …
     stop_reason: str | None = None
@@ -59,7 +66,7 @@ class Done:
     note: str = ""
 
 
-State = Union[SubmitPrompt, CallModel, RunTools, AwaitApproval, Recover, Done]
+State = Union[SubmitPrompt, CallModel, RunTools, AwaitApproval, Recover, Compact, Done]
 
 # ---------------------------------------------------------------- the run
 
@@ -87,6 +94,8 @@ class RunState:
     blocked: dict[str, str] = field(default_factory=dict)  # call -> why it is not run again (a cycle)
     error_streak: tuple[str, int] = ("", 0)  # the last error result's digest, and how many times in a row
     warned: tuple[str, ...] = ()  # limits whose soft threshold was announced
+    compactions: int = 0  # times the history was replaced by a summary
+    compact_failures: int = 0  # failed compactions in a row (two: no more tries)
     hook_stop: str | None = None  # a hook said {"continue": false}: the run stops after this step
     linted: int = 0  # leading messages already checked before a request and unchanged since …
     linted_of: tuple | None = field(default=None, compare=False, repr=False)  # … in this very history tuple
@@ -113,6 +122,7 @@ class RunState:
             "seen_calls": {k: list(v) for k, v in self.seen_calls.items()}, "hook_stop": self.hook_stop,
             "tool_calls": self.tool_calls, "turn_marks": [[m, list(k)] for m, k in self.turn_marks], "blocked": dict(self.blocked),
             "error_streak": list(self.error_streak), "warned": list(self.warned),
+            "compactions": self.compactions, "compact_failures": self.compact_failures,
         }
 
     @classmethod
@@ -135,6 +145,7 @@ class RunState:
             hook_stop=data.get("hook_stop"), tool_calls=data.get("tool_calls", 0),
             turn_marks=tuple((m, tuple(k)) for m, k in data.get("turn_marks", ())), blocked=dict(data.get("blocked", {})),
             error_streak=tuple(data.get("error_streak", ("", 0))), warned=tuple(data.get("warned", ())),
+            compactions=data.get("compactions", 0), compact_failures=data.get("compact_failures", 0),
         )
 
 
@@ -146,8 +157,8 @@ def state_to_json(state: State) -> dict:
     match state:
         case SubmitPrompt(prompt=p):
             return {"type": "SubmitPrompt", "prompt": p}
-        case CallModel(max_tokens=m, tool_choice=c, final=f):
-            return {"type": "CallModel", "max_tokens": m, "tool_choice": c, "final": f}
+        case CallModel(max_tokens=m, tool_choice=c, final=f, compact=k):
+            return {"type": "CallModel", "max_tokens": m, "tool_choice": c, "final": f, "compact": k}
         case RunTools(calls=c, verdicts=v) | AwaitApproval(calls=c, verdicts=v):
             return {"type": type(state).__name__, "calls": [x.to_wire() for x in c],
                     "verdicts": {k: verdict_to_json(x) for k, x in v.items()}}
@@ -155,6 +166,8 @@ def state_to_json(state: State) -> dict:
             return {"type": "Recover", "max_tokens": m, "response": {
                 "content": [b.to_wire() for b in r.content], "stop_reason": r.stop_reason,
                 "usage": r.usage.to_wire(), "model": r.model, "id": r.id}}
+        case Compact(trigger=t, then=then):
+            return {"type": "Compact", "trigger": t, "then": state_to_json(then) if then else None}
         case Done() as d:
             return {"type": "Done", "subtype": d.subtype, "stop_reason": d.stop_reason, "result": d.result,
                     "note": d.note}
@@ -166,7 +179,7 @@ def state_from_json(d: dict) -> State:
         case "SubmitPrompt":
             return SubmitPrompt(d["prompt"])
         case "CallModel":
-            return CallModel(d.get("max_tokens"), d.get("tool_choice"), d.get("final", ""))
+            return CallModel(d.get("max_tokens"), d.get("tool_choice"), d.get("final", ""), d.get("compact", True))
         case "RunTools" | "AwaitApproval":
             calls = tuple(block_from_wire(c) for c in d["calls"])
             verdicts = {k: verdict_from_json(v) for k, v in d["verdicts"].items()}
@@ -176,6 +189,9 @@ def state_from_json(d: dict) -> State:
             response = ModelResponse(tuple(block_from_wire(b) for b in r["content"]), r["stop_reason"],
                                      Usage(**r["usage"]), r.get("model", ""), r.get("id", ""))
             return Recover(response, d["max_tokens"])
+        case "Compact":
+            then = state_from_json(d["then"]) if d.get("then") else None
+            return Compact(d.get("trigger", "auto"), then if isinstance(then, Done) else None)
         case "Done":
             return Done(d["subtype"], d.get("stop_reason"), d.get("result", ""), d.get("note", ""))
     raise ValueError(f"unknown state in a saved run: {d['type']!r}")

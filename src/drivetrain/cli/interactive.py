@@ -12,7 +12,9 @@ import signal
 import sys
 from typing import Callable
 
-from drivetrain.events import ApprovalRequired, Finished, ModelResponded, PermissionDecided, ToolCalled, ToolFinished
+from drivetrain.events import (
+    ApprovalRequired, Compacted, Finished, ModelResponded, PermissionDecided, ToolCalled, ToolFinished,
+)
 from drivetrain.loop import Agent, Run
 
 
@@ -65,6 +67,16 @@ async def interactive(make_agent: Callable[..., Agent], first_prompt: str, sessi
                 continue
         if prompt in ("/exit", "/quit"):
             return 0
+        if prompt == "/compact":
+            if run is None:
+                say("(nothing to compact yet)")
+            else:
+                for event in await run.compact():
+                    if isinstance(event, Compacted):
+                        say(f"(compaction failed: {event.failed})" if event.failed else
+                            f"(compacted: about {event.tokens_before:,} → {event.tokens_after:,} tokens)")
+            prompt = ""
+            continue
         if run is None:
             run = agent.start(prompt, session_id=session_id)
         else:

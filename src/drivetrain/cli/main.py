@@ -14,7 +14,9 @@ from pathlib import Path
 
 from drivetrain.cli import build
 from drivetrain.errors import HarnessError
-from drivetrain.events import Finished, ModelResponded, PermissionDecided, ResultsSent, ToolCalled, ToolFinished
+from drivetrain.events import (
+    Compacted, Finished, ModelResponded, PermissionDecided, ResultsSent, ToolCalled, ToolFinished,
+)
 from drivetrain.loop import Run
 from drivetrain.models.resolve import PROVIDERS
 from drivetrain.store import SessionNotFound, open_store
@@ -66,6 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["sessions"]:  # the saved sessions; one's turn log and health signals
         from drivetrain.cli.sessions import main as sessions_main
         return sessions_main(argv[1:])
+    if argv[:1] == ["compact"]:  # replace a saved session's history by a summary, now
+        return asyncio.run(_compact(argv[1:]))
     if argv[:1] == ["graph"]:  # the loop's states and edges, as Mermaid, drawn from the code
         from drivetrain.graph import mermaid
         print(mermaid())
@@ -136,6 +140,29 @@ async def _print_mode(args: argparse.Namespace, prompt: str) -> int:
         sys.stdout.flush()
         os._exit(130 if signals[0] == "SIGINT" else 143)
     return 1 if run.result.is_error else 0
+
+
+async def _compact(argv: list[str]) -> int:
+    """``drivetrain compact SESSION_ID [model flags]``: the PreCompact hook fires with trigger "manual"."""
+    args = build_parser().parse_args(argv[1:] + ["-p"]) if argv else None
+    if args is None or not argv[0] or argv[0].startswith("-"):
+        print("usage: drivetrain compact SESSION_ID [--provider … --model …]", file=sys.stderr)
+        return 2
+    try:
+        store = open_store()
+        run = build.build_agent(args, Path.cwd(), argv[0], store=store).load(argv[0])
+        before = len(run.history)
+        events = await run.compact()
+    except (HarnessError, SessionNotFound, ValueError, RuntimeError) as e:
+        print(f"drivetrain: {e}", file=sys.stderr)
+        return 1
+    done = [e for e in events if isinstance(e, Compacted)]
+    if not done or done[0].failed:
+        print(f"drivetrain: compaction failed: {done[0].failed if done else 'nothing happened'}", file=sys.stderr)
+        return 1
+    print(f"compacted {argv[0]}: {before} messages, about {done[0].tokens_before:,} tokens → "
+          f"{len(run.history)} messages, about {done[0].tokens_after:,} tokens")
+    return 0
 
 
 def _stop_on_signals(run: Run) -> list[str]:

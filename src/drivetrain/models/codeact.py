@@ -91,6 +91,7 @@ class CodeActionModel:
     def __init__(self, inner: Model) -> None:
         self.inner = inner
         self.name = inner.name
+        self.context_window = getattr(inner, "context_window", None)
 
     async def respond(self, request: ModelRequest) -> ModelResponse:
         choice = request.tool_choice or "auto"

@@ -144,6 +144,7 @@ class LocalModel:
         spec = bundled_spec(choice)
         self.name = f"local/{spec.key if spec else Path(choice).stem}"
         self.n_ctx = n_ctx
+        self.context_window = n_ctx  # what compaction keeps the history within: the real window, not an assumed one
         self.n_threads = n_threads or _cpu_count()
         self.sampling = {"temp": temperature, "top_p": top_p, "top_k": top_k, "min_p": 0.0, "repeat_penalty": 1.0}
         self.seed = seed
