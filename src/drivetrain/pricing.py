@@ -222,3 +222,27 @@ def sdk_models() -> set[str]:
 
     return set().union(*(literals(t) for t in (anthropic.types.Model, anthropic.types.ModelParam,
                                                 openai.types.shared.ChatModel, openai.types.shared.AllModels)))
+
+
+def turn_usage(model: str, usage: Usage) -> dict:
+    """One model response's accounting, as the stream-json ``turn_usage`` event carries it. The context is what
+    the request sent: input plus cache writes plus cache reads."""
+    ctx = usage.input_tokens + usage.cache_creation_input_tokens + usage.cache_read_input_tokens
+    return {"model": model, "usage": usage.to_wire(), "context_tokens": ctx, "context_window": context_window(model),
+            "cost_usd": cost_usd(model, usage)}
+
+
+def usage_line(t: dict) -> str:
+    """``in 1,234 (+5,000 cached, +2,000 cache write) out 87  ctx 8,234/200,000  $0.0123`` for the turn log."""
+    u = t["usage"]
+    cache = [f"+{n:,} {what}" for n, what in ((u["cache_read_input_tokens"], "cached"),
+                                              (u["cache_creation_input_tokens"], "cache write")) if n]
+    window = f"/{t['context_window']:,}" if t.get("context_window") else ""
+    return (f"in {u['input_tokens']:,}{' (' + ', '.join(cache) + ')' if cache else ''} out {u['output_tokens']:,}"
+            f"  ctx {t['context_tokens']:,}{window}  {format_usd(t['cost_usd'])}")
+
+
+def format_usd(cost: float | None) -> str:
+    if cost is None:
+        return "cost unknown"
+    return f"${cost:.4f}" if cost == 0 or cost >= 0.0001 else "$<0.0001"

@@ -17,8 +17,8 @@ from drivetrain.loop import Agent
 from drivetrain.models.resolve import detect_provider, resolve_model
 from drivetrain.permissions import Policy, SettingsError, load_settings
 from drivetrain.procs import keep_environment_private
-from drivetrain.profiles import equip, select_profile
 from drivetrain.pricing import prices_from_settings, set_prices
+from drivetrain.profiles import equip, select_profile
 from drivetrain.prompts import default_system_prompt
 from drivetrain.rewind import Checkpoints
 from drivetrain.sandbox import Sandbox

@@ -17,6 +17,7 @@ from drivetrain.errors import HarnessError
 from drivetrain.events import Finished, ModelResponded, PermissionDecided, ResultsSent, ToolCalled, ToolFinished
 from drivetrain.loop import Run
 from drivetrain.models.resolve import PROVIDERS
+from drivetrain.pricing import turn_usage, usage_line
 from drivetrain.store import SessionNotFound, open_store
 
 PERMISSION_MODES = ("default", "acceptEdits", "plan", "bypassPermissions")
@@ -205,7 +206,8 @@ class Output:
         sid = self.run.session_id
         match event:
             case ModelResponded(turn=turn, response=r):
-                self._log(f"[turn {turn}] stop_reason={r.stop_reason}")
+                usage = turn_usage(self.run.agent.model.name, r.usage)
+                self._log(f"[turn {turn}] stop_reason={r.stop_reason}  {usage_line(usage)}")
                 if r.message.text.strip():  # the plan line before a call, or the answer
                     self._log(f"  \" {' '.join(r.message.text.split())[:160]}")
                 if self.format == "stream-json":
@@ -213,6 +215,8 @@ class Output:
                         "id": r.id, "type": "message", "role": "assistant", "model": r.model,
                         "content": [b.to_wire() for b in r.content], "stop_reason": r.stop_reason,
                         "usage": r.usage.to_wire()}, "session_id": sid})
+                    self._emit({"type": "system", "subtype": "turn_usage", "turn": turn, "stop_reason": r.stop_reason,
+                                **usage, "session_id": sid})
             case ToolCalled(call=c):
                 self._log(f"  → {c.name} {json.dumps(c.input, ensure_ascii=False)[:200]}")
             case PermissionDecided(call=c, behavior=behavior, by=by, reason=reason):
