@@ -31,7 +31,8 @@ def test_verbose_turn_log_shows_each_turns_tokens_and_cost(tmp_path):
     assert turns == [
         f"[turn 1] stop_reason=tool_use  in 1,234 (+5,000 cached, +2,000 cache write) out 87  "
         f"ctx 8,234/200,000  ${sonnet_cost(USAGES[0]):.4f}",
-        f"[turn 2] stop_reason=end_turn  in 40 (+9,000 cached) out 12  ctx 9,040/200,000  ${sonnet_cost(USAGES[1]):.4f}",
+        f"[turn 2] stop_reason=end_turn  in 40 (+9,000 cached) out 12  ctx 9,040/200,000  "
+        f"${sonnet_cost(USAGES[1]):.4f}",
     ]
 
 
@@ -53,7 +54,8 @@ def test_stream_json_turn_usage_events(tmp_path):
     for n, (e, u) in enumerate(zip(usage_events, USAGES), 1):
         assert e["turn"] == n and e["usage"] == u and e["model"] == "claude-sonnet-4-6"
         assert e["cost_usd"] == pytest.approx(sonnet_cost(u))
-        assert e["context_tokens"] == u["input_tokens"] + u["cache_creation_input_tokens"] + u["cache_read_input_tokens"]
+        assert e["context_tokens"] == sum(u[k] for k in ("input_tokens", "cache_creation_input_tokens",
+                                                         "cache_read_input_tokens"))
         assert e["context_window"] == 200_000 and e["session_id"] == lines[0]["session_id"]
     assert [e["stop_reason"] for e in usage_events] == ["tool_use", "end_turn"]
     # the assistant events keep Claude Code's shape: the usage stays inside the message

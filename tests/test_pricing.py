@@ -50,7 +50,8 @@ def test_cache_writes_and_reads_cost_their_own_prices():
     assert cost_usd("claude-sonnet-4-5", Usage(1234, 87, 2000, 5000)) == pytest.approx(
         (1234 * 3 + 87 * 15 + 2000 * 3.75 + 5000 * 0.30) / 1e6)
     # OpenAI: cached input at its discount, no write premium
-    assert cost_usd("gpt-4o", Usage(0, 0, 0, 1_000_000)) == 1.25 and cost_usd("gpt-4o", Usage(0, 0, 1_000_000, 0)) == 2.5
+    assert cost_usd("gpt-4o", Usage(0, 0, 0, 1_000_000)) == 1.25
+    assert cost_usd("gpt-4o", Usage(0, 0, 1_000_000, 0)) == 2.5
 
 
 def test_names_match_exactly_or_as_a_dated_snapshot():
@@ -108,5 +109,6 @@ def test_cli_takes_prices_from_the_settings_files(tmp_path):
     with ScriptedServer([reply("hello", usage=usage)]) as server:
         proc = cli(server.url, "-p", "hi", "--output-format", "json", "--model", "my-own-model", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout)["total_cost_usd"] == pytest.approx((1000 * 2 + 100 * 10 + 2000 * 2.5 + 3000 * 0.2) / 1e6)
+    expected = (1000 * 2 + 100 * 10 + 2000 * 2.5 + 3000 * 0.2) / 1e6
+    assert json.loads(proc.stdout)["total_cost_usd"] == pytest.approx(expected)
     assert Price(1.0, 1.0, 1.0, 1.0).priced and not Price(context_window=5).priced

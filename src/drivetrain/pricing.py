@@ -174,7 +174,8 @@ def _merge(base: Price | None, extra: Price | None) -> Price:
         return base
     if base is None:
         return extra
-    return replace(base, **{f.name: getattr(extra, f.name) for f in fields(Price) if getattr(extra, f.name) is not None})
+    given = {f.name: getattr(extra, f.name) for f in fields(Price)}
+    return replace(base, **{k: v for k, v in given.items() if v is not None})
 
 
 def prices_from_settings(files: Iterable[tuple[Path, dict]]) -> dict[str, Price]:
@@ -233,7 +234,7 @@ def turn_usage(model: str, usage: Usage) -> dict:
 
 
 def usage_line(t: dict) -> str:
-    """``in 1,234 (+5,000 cached, +2,000 cache write) out 87  ctx 8,234/200,000  $0.0123`` for the turn log."""
+    """``in 1,234 (+5,000 cached, +2,000 cache write) out 87  ctx 8,234/200,000  $0.0140`` for the turn log."""
     u = t["usage"]
     cache = [f"+{n:,} {what}" for n, what in ((u["cache_read_input_tokens"], "cached"),
                                               (u["cache_creation_input_tokens"], "cache write")) if n]

@@ -57,6 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["rewind"]:  # put the workspace back as it was before a prompt of a session
         from drivetrain.cli.rewind import main as rewind_main
         return rewind_main(argv[1:])
+    if argv[:1] == ["report"]:  # a session's turns, tokens, context and cost as a self-contained HTML page
+        from drivetrain.cli.report import main as report_main
+        return report_main(argv[1:])
     if argv[:1] == ["graph"]:  # the loop's states and edges, as Mermaid, drawn from the code
         from drivetrain.graph import mermaid
         print(mermaid())
