@@ -39,6 +39,9 @@ USAGES = [usage(1500, 80, 3000, 0), usage(400, 60, 900, 3000), usage(300, 50, 80
 CALLS = [("note", {"text": "a"}), ("note", {"text": "b"}), ("note", {"text": "b"}), ("note", {"text": "c"})]
 
 
+TASK = "note a, b and c <script>alert(1)</script>"  # shown escaped, never run
+
+
 def sonnet_cost(u):  # claude-sonnet-4-6: 3, 15, 3.75, 0.30 USD per million tokens
     return (u["input_tokens"] * 3 + u["output_tokens"] * 15 + u["cache_creation_input_tokens"] * 3.75
             + u["cache_read_input_tokens"] * 0.30) / 1e6
@@ -50,7 +53,7 @@ async def make_session() -> str:
     with ScriptedServer(steps) as server:
         model = AnthropicModel.from_env("claude-sonnet-4-6", {"ANTHROPIC_BASE_URL": server.url,
                                                               "ANTHROPIC_API_KEY": "k"}, backoff=0.01)
-        run = Agent(model=model, tools=[note], strict=True, store=FileStore()).start("note a, b and c")
+        run = Agent(model=model, tools=[note], strict=True, store=FileStore()).start(TASK)
         result = await run.finish()
     assert result.subtype == "success" and result.num_turns == 5
     return run.session_id
@@ -78,7 +81,8 @@ def write_report(sid: str, out: Path) -> str:
 async def test_report_is_one_self_contained_page(tmp_path):
     sid = await make_session()
     page = write_report(sid, tmp_path / "out.html")
-    assert sid in page and "claude-sonnet-4-6" in page and "note a, b and c" in page
+    assert sid in page and "claude-sonnet-4-6" in page
+    assert "note a, b and c &lt;script&gt;alert(1)&lt;/script&gt;" in page
     assert page.count("class='ctx-bar'") == 5 and "id='cost-line'" in page and "↻ repeated" in page
     # nothing to fetch: no scripts, stylesheets, images or links; the only URL is the SVG namespace
     assert not re.search(r"<(script|link|img|iframe)\b|\b(src|href)=|@import|url\(", page)
