@@ -64,7 +64,7 @@ def test_stream_json_events(tmp_path):
     assert proc.returncode == 0, proc.stderr
     lines = [json.loads(line) for line in proc.stdout.splitlines()]
     permissions = [e for e in lines if e.get("subtype") == "permission"]
-    events = [e for e in lines if e.get("subtype") != "permission"]
+    events = [e for e in lines if e.get("subtype") not in ("permission", "turn_usage")]
     assert [e["type"] for e in events] == ["system", "assistant", "user", "assistant", "user", "assistant", "result"]
     assert [(p["tool_name"], p["decision"]) for p in permissions] == [("Read", "allow")] * 3 + [("Write", "allow")]
     assert permissions[-1]["decided_by"] == "--allowedTools" and "mode:default" in permissions[0]["decided_by"]

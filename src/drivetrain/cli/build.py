@@ -18,6 +18,7 @@ from drivetrain.loop import Agent
 from drivetrain.models.resolve import detect_provider, resolve_model
 from drivetrain.permissions import Policy, SettingsError, load_settings
 from drivetrain.procs import keep_environment_private
+from drivetrain.pricing import prices_from_settings, set_prices
 from drivetrain.profiles import equip, select_profile
 from drivetrain.prompts import default_system_prompt
 from drivetrain.rewind import Checkpoints
@@ -42,6 +43,7 @@ def build_agent(args: argparse.Namespace, cwd: Path, session_id: str, *,
     """Raises HarnessError (ConfigError, SettingsError …) with a message for the person."""
     keep_environment_private()  # tools get no credentials in their environment; nor may they read ours
     settings = load_settings(cwd)
+    set_prices(prices_from_settings(settings.raw))  # the settings files' "pricing" entries, over the price table
     sandbox_settings = [_sandbox_section(path, data) for path, data in settings.raw]
     policy = Policy.load(cwd, mode=args.permission_mode, allowed_tools=args.allowed_tools,
                          disallowed_tools=args.disallowed_tools, add_dirs=args.add_dir,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import json
 import os
 import select
@@ -19,9 +20,16 @@ from drivetrain.events import (
 )
 from drivetrain.loop import Run
 from drivetrain.models.resolve import PROVIDERS
+from drivetrain.pricing import turn_usage, usage_line
 from drivetrain.store import SessionNotFound, open_store
 
 PERMISSION_MODES = ("default", "acceptEdits", "plan", "bypassPermissions")
+SUBCOMMANDS = {  # name -> the module (in drivetrain.cli) whose main(argv) runs it; imported only when used
+    "serve": "serve",  # a local model behind an Anthropic/OpenAI-compatible HTTP API
+    "rewind": "rewind",  # put the workspace back as it was before a prompt of a session
+    "sessions": "sessions",  # the saved sessions; one's turn log and health signals
+    "report": "report",  # a session's turns, tokens, context and cost as a self-contained HTML page
+}
 OUTPUT_FORMATS = ("text", "json", "stream-json")
 
 
@@ -59,21 +67,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["serve"]:
-        from drivetrain.cli.serve import main as serve_main
-        return serve_main(argv[1:])
-    if argv[:1] == ["rewind"]:  # put the workspace back as it was before a prompt of a session
-        from drivetrain.cli.rewind import main as rewind_main
-        return rewind_main(argv[1:])
-    if argv[:1] == ["sessions"]:  # the saved sessions; one's turn log and health signals
-        from drivetrain.cli.sessions import main as sessions_main
-        return sessions_main(argv[1:])
-    if argv[:1] == ["compact"]:  # replace a saved session's history by a summary, now
-        return asyncio.run(_compact(argv[1:]))
     if argv[:1] == ["graph"]:  # the loop's states and edges, as Mermaid, drawn from the code
         from drivetrain.graph import mermaid
         print(mermaid())
         return 0
+    if argv[:1] == ["compact"]:  # replace a saved session's history by a summary, now
+        return asyncio.run(_compact(argv[1:]))
+    if argv and argv[0] in SUBCOMMANDS:
+        return importlib.import_module(f"drivetrain.cli.{SUBCOMMANDS[argv[0]]}").main(argv[1:])
     args = build_parser().parse_args(argv)
     if args.fork_session and not (args.resume or args.continue_latest):
         print("drivetrain: --fork-session goes with --resume SESSION_ID or --continue.", file=sys.stderr)
@@ -242,7 +243,8 @@ class Output:
         sid = self.run.session_id
         match event:
             case ModelResponded(turn=turn, response=r):
-                self._log(f"[turn {turn}] stop_reason={r.stop_reason}")
+                usage = turn_usage(self.run.agent.model.name, r.usage)
+                self._log(f"[turn {turn}] stop_reason={r.stop_reason}  {usage_line(usage)}")
                 if r.message.text.strip():  # the plan line before a call, or the answer
                     self._log(f"  \" {' '.join(r.message.text.split())[:160]}")
                 if self.format == "stream-json":
@@ -250,6 +252,8 @@ class Output:
                         "id": r.id, "type": "message", "role": "assistant", "model": r.model,
                         "content": [b.to_wire() for b in r.content], "stop_reason": r.stop_reason,
                         "usage": r.usage.to_wire()}, "session_id": sid})
+                    self._emit({"type": "system", "subtype": "turn_usage", "turn": turn, "stop_reason": r.stop_reason,
+                                **usage, "session_id": sid})
             case ToolCalled(call=c):
                 self._log(f"  → {c.name} {json.dumps(c.input, ensure_ascii=False)[:200]}")
             case PermissionDecided(call=c, behavior=behavior, by=by, reason=reason):
