@@ -143,7 +143,8 @@ def breakpoints(body: dict) -> list[tuple[str, Any]]:
 def _check_cache_control(body: dict, problems: list[str]) -> None:
     marks = breakpoints(body)
     if len(marks) > MAX_BREAKPOINTS:
-        problems.append(f"A maximum of {MAX_BREAKPOINTS} blocks with cache_control may be provided. Found {len(marks)}.")
+        problems.append(f"A maximum of {MAX_BREAKPOINTS} blocks with cache_control may be provided. "
+                        f"Found {len(marks)}.")
     for where, mark in marks:
         if not isinstance(mark, dict) or mark.get("type") != "ephemeral" or set(mark) - {"type", "ttl"}:
             problems.append(f"{where}.cache_control: must be {{\"type\": \"ephemeral\"}} (optionally with a ttl), "
