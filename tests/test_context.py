@@ -165,6 +165,10 @@ def test_breakpoints_sit_on_the_tools_and_the_last_two_request_ends_and_never_ex
     # a small request is left as it was (the API caches nothing under 1024 tokens)
     tiny = {"model": "m", "max_tokens": 10, "system": "s", "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]}
     assert with_cache_breakpoints(tiny) == tiny
+    own = dict(model="m", max_tokens=10, system="sys", tools=tools, messages=[*msgs[:-1], {"role": "user", "content": [
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AA=="},
+         "cache_control": {"type": "ephemeral"}}]}])
+    assert with_cache_breakpoints(own) is own  # breakpoints already placed by the caller are left alone
 
 
 def test_the_server_rejects_bad_cache_control():

@@ -84,6 +84,8 @@ def with_cache_breakpoints(params: dict) -> dict:
     (clearing old results) still reads the tools. The blocks are copied where marked: a message's
     cached wire form is shared with the history.
     """
+    if breakpoints(params):  # the caller placed its own (a client of `drivetrain serve`, say): theirs stand
+        return params
     out = dict(params)
     tools, system, messages = params.get("tools"), params.get("system"), list(params.get("messages") or ())
     size = len(json.dumps(tools)) if tools else 0
