@@ -35,7 +35,6 @@ from typing import TYPE_CHECKING, Any
 
 from drivetrain.home import drivetrain_home
 from drivetrain.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
-from drivetrain.pricing import context_window
 
 if TYPE_CHECKING:
     from drivetrain.loop import Agent, Step
@@ -64,6 +63,20 @@ CHARS_PER_TOKEN = 4  # the estimate used throughout: a token is four bytes of th
 
 # ---------------------------------------------------------------- accounting
 
+# Context windows in tokens, by longest name prefix; a model not listed gets its provider's default.
+# (When the price table learns windows per model, this table gives way to it.)
+WINDOWS: dict[str, int] = {
+    "claude-": 200_000,  # every Claude model (1M for some only with a beta header drivetrain does not send)
+    "gpt-4o": 128_000, "gpt-4.1": 1_047_576, "gpt-5": 400_000, "o1": 200_000, "o3": 200_000, "o4-mini": 200_000,
+}
+DEFAULT_WINDOW = {"anthropic": 200_000, "openai": 128_000}
+
+
+def known_window(model: str, provider: str = "anthropic") -> int:
+    match = max((p for p in WINDOWS if model.startswith(p)), key=len, default=None)
+    return WINDOWS[match] if match is not None else DEFAULT_WINDOW.get(provider, 128_000)
+
+
 
 def window_of(model: Any) -> int:
     """The model's context window in tokens: its own ``context_window`` or llama.cpp ``n_ctx``, else the table."""
@@ -77,7 +90,7 @@ def window_of(model: Any) -> int:
             break
         model = inner
     name = getattr(model, "name", "")
-    return context_window(name, "openai" if type(model).__name__.startswith("OpenAI") else "anthropic")
+    return known_window(name, "openai" if type(model).__name__.startswith("OpenAI") else "anthropic")
 
 
 def _block_chars(b: Any) -> int:

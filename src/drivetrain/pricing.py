@@ -30,22 +30,3 @@ def cost_usd(model: str, usage: Usage) -> float | None:
     total = (usage.input_tokens * inp + usage.output_tokens * out
              + usage.cache_creation_input_tokens * write + usage.cache_read_input_tokens * read)
     return round(total / 1_000_000, 6)
-
-
-# Context windows in tokens, matched by longest prefix like the prices. Used for output caps and clearing
-# (context.py); a model not listed gets its provider's default.
-CONTEXT_WINDOWS: dict[str, int] = {
-    "claude-": 200_000,  # every Claude model (1M for some only with a beta header drivetrain does not send)
-    "gpt-4o": 128_000,
-    "gpt-4.1": 1_047_576,
-    "gpt-5": 400_000,
-    "o1": 200_000,
-    "o3": 200_000,
-    "o4-mini": 200_000,
-}
-DEFAULT_WINDOW = {"anthropic": 200_000, "openai": 128_000}
-
-
-def context_window(model: str, provider: str = "anthropic") -> int:
-    match = max((p for p in CONTEXT_WINDOWS if model.startswith(p)), key=len, default=None)
-    return CONTEXT_WINDOWS[match] if match is not None else DEFAULT_WINDOW.get(provider, 128_000)

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import anthropic
 
+from drivetrain.context import known_window
 from drivetrain.errors import ConfigError, ModelError
 from drivetrain.messages import Usage, block_from_wire
-from drivetrain.pricing import context_window as known_window
 from drivetrain.models.anthropic_wire import with_cache_breakpoints
 from drivetrain.models.base import ModelRequest, ModelResponse
 from drivetrain.models.http import PerLoop, api_message, httpx, retry_delay, unreachable_message

@@ -31,12 +31,12 @@ from urllib.parse import urlsplit
 
 import openai
 
+from drivetrain.context import known_window
 from drivetrain.errors import ConfigError, ModelError
 from drivetrain.messages import Message, ToolUseBlock
 from drivetrain.models.base import ModelRequest, ModelResponse
 from drivetrain.models.http import PerLoop, api_message, httpx, retry_delay, unreachable_message
 from drivetrain.models.openai_wire import from_chat_completion, to_chat_messages, to_chat_tools
-from drivetrain.pricing import context_window as known_window
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_MODEL = "gpt-4o-mini"
