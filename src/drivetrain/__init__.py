@@ -7,6 +7,7 @@ feeds back a faithful tool_result, and asks again until the model ends its turn.
 from drivetrain.errors import ConfigError, HarnessError, ModelError
 from drivetrain.approval import Allow, Approver, Defer, Deny, PendingCall, PermissionDecider, Verdict
 from drivetrain.audit import AuditLog
+from drivetrain.context import ContextSettings
 from drivetrain.events import (
     ApprovalRequired, Event, Finished, HookReported, ModelResponded, PermissionDecided, ResultsSent, ToolCalled,
     ToolFinished, ToolStarted,
@@ -29,7 +30,7 @@ from drivetrain.tools.base import Tool, ToolContext, ToolError, ToolResult, tool
 __all__ = [
     "Allow", "ApprovalRequired", "Approver", "AuditLog", "AwaitApproval", "Defer", "Deny", "HookReported", "Hooks",
     "PendingCall", "PermissionDecided", "PermissionDecider", "Policy", "SubmitPrompt", "ToolStarted", "Verdict",
-    "builtin_tools",
+    "builtin_tools", "ContextSettings",
     "FileStore", "SessionInfo", "SessionNotFound", "SessionRecords", "SessionStore", "open_store",
     "Agent", "CallModel", "ConfigError", "Done", "Event", "Finished", "HarnessError", "Message", "Model",
     "ModelError", "ModelRequest", "ModelResponded", "ModelResponse", "RawBlock", "Recover", "RedactedThinkingBlock",

@@ -14,6 +14,7 @@ import time
 from typing import TYPE_CHECKING
 
 from drivetrain.approval import Allow, Defer, Deny, Verdict
+from drivetrain.context import cap_result, tool_context
 from drivetrain.errors import HarnessError
 from drivetrain.events import LoopDetected, PermissionDecided, ToolStarted
 from drivetrain.messages import ToolResultBlock, ToolUseBlock
@@ -28,7 +29,7 @@ async def decide_all(w: Step, calls: tuple[ToolUseBlock, ...], verdicts: dict[st
     verdicts = dict(verdicts)
     for call in calls:
         if call.id not in verdicts:
-            verdict = await w.deps.gate.decide(call, w.deps.tools, w.deps.context, w.payload("PreToolUse"), w.report)
+            verdict = await w.deps.gate.decide(call, w.deps.tools, tool_context(w), w.payload("PreToolUse"), w.report)
             verdicts[call.id] = verdict
             behavior, by, reason = _describe(verdict)
             w.emit(PermissionDecided(call, behavior, by, reason))
@@ -62,6 +63,7 @@ async def execute(w: Step, call: ToolUseBlock, verdict: Verdict) -> tuple[ToolRe
     result = await _call_tool(w, call.name, tool_input)
     content = result.content if result.content not in ("", []) else "(no output)"
     content = _note_repeat(w, call.name, tool_input, content)
+    content = cap_result(w, call.id, content)  # the history and the log hold the capped text
     content = await w.deps.gate.after(call, tool_input, content, result.is_error, w.payload("PostToolUse"), w.report)
     return ToolResultBlock(call.id, content, result.is_error), (time.monotonic() - started) * 1000, result.meta
 
@@ -126,7 +128,7 @@ def _note_repeat(w: Step, name: str, tool_input: dict, content):
 
 async def _call_tool(w: Step, name: str, tool_input: dict) -> ToolResult:
     try:
-        return await w.deps.tools[name].call(tool_input, w.deps.context)
+        return await w.deps.tools[name].call(tool_input, tool_context(w))
     except (HarnessError, asyncio.CancelledError):
         raise
     except Exception as e:  # tool failures are data: the model sees the real error

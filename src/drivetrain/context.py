@@ -1,5 +1,20 @@
 """What the model sees of the history: the log keeps everything, the request may show less.
 
+For every profile (``ContextSettings``, on by default):
+
+- ``cap_result``: a tool result larger than its share of the context still free is cut to its head and
+  tail when it is made (so the history and the log hold the cut text); the whole output is saved under
+  the session folder, and the result says where and how to page through it with Read.
+- ``clear_old_results``: once the request would pass ``clear_at`` of the context window, the results of
+  the oldest tool rounds (never the last ``keep_rounds``) are replaced by a short placeholder that keeps
+  the call and says how to get the output again, down to ``clear_to`` of the window. Clearing rewrites
+  the prompt from the first changed result on, so invalidates a prompt cache from there: it is done in
+  one batch down to the low-water mark, then not again until the high-water mark is passed.
+  The view is recomputed from the whole history each turn, by replaying the same decisions in order,
+  so a request's prefix is the previous request's prefix unless a batch was cleared in between.
+
+For the small profile, also:
+
 - ``collapse_repeats``: a round (one assistant turn of calls and the results that answer it) that
   is repeated later with the same calls and the same results is left out; only the last copy stays.
   Repetition feeds itself the more copies sit in the context.
@@ -13,8 +28,215 @@ Both keep the history valid: a round is dropped whole, and a shortened result ke
 from __future__ import annotations
 
 import json
+import re
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from drivetrain.messages import Message, ToolResultBlock
+from drivetrain.home import drivetrain_home
+from drivetrain.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
+
+if TYPE_CHECKING:
+    from drivetrain.loop import Agent, Step
+    from drivetrain.models.base import Model
+    from drivetrain.tools.base import ToolContext
+
+
+@dataclass(frozen=True)
+class ContextSettings:
+    """How much of the context tool output may take. ``Agent(context_settings=ContextSettings(clear=False))``."""
+
+    cap_outputs: bool = True
+    result_share: float = 0.25  # one round's results may take this share of the context still free
+    min_result_tokens: int = 1_000  # however full the context, a result keeps this much
+    max_result_tokens: int = 25_000  # however empty, no result takes more
+    clear: bool = True
+    clear_at: float = 0.5  # high-water mark, a share of the context window
+    clear_to: float = 0.25  # low-water mark: a clearing goes this far down at once
+    keep_rounds: int = 3  # the last rounds' results are never cleared
+    keep_under: int = 400  # a result this short (characters) is not worth clearing
+
+
+CONTEXT_OFF = ContextSettings(cap_outputs=False, clear=False)
+CHARS_PER_TOKEN = 4  # the estimate used throughout: a token is four bytes of the request
+
+
+# ---------------------------------------------------------------- accounting
+
+# Context windows in tokens, by longest name prefix; a model not listed gets its provider's default.
+# (When the price table learns windows per model, this table gives way to it.)
+WINDOWS: dict[str, int] = {
+    "claude-": 200_000,  # every Claude model (1M for some only with a beta header drivetrain does not send)
+    "gpt-4o": 128_000, "gpt-4.1": 1_047_576, "gpt-5": 400_000, "o1": 200_000, "o3": 200_000, "o4-mini": 200_000,
+}
+DEFAULT_WINDOW = {"anthropic": 200_000, "openai": 128_000}
+
+
+def known_window(model: str, provider: str = "anthropic") -> int:
+    match = max((p for p in WINDOWS if model.startswith(p)), key=len, default=None)
+    return WINDOWS[match] if match is not None else DEFAULT_WINDOW.get(provider, 128_000)
+
+
+
+def window_of(model: Any) -> int:
+    """The model's context window in tokens: its own ``context_window`` or llama.cpp ``n_ctx``, else the table."""
+    while True:
+        for attr in ("context_window", "n_ctx"):
+            value = getattr(model, attr, None)
+            if isinstance(value, int) and value > 0:
+                return value
+        inner = getattr(model, "inner", None)  # a wrapper (code-block actions) around the real model
+        if inner is None:
+            break
+        model = inner
+    name = getattr(model, "name", "")
+    return known_window(name, "openai" if type(model).__name__.startswith("OpenAI") else "anthropic")
+
+
+def _block_chars(b: Any) -> int:
+    if isinstance(b, TextBlock):
+        return len(b.text) + 20
+    if isinstance(b, ToolResultBlock):
+        return (len(b.content) if isinstance(b.content, str) else len(json.dumps(b.content))) + 60
+    if isinstance(b, ToolUseBlock):
+        return len(json.dumps(b.input)) + len(b.name) + 60
+    return len(json.dumps(b.to_wire()))
+
+
+def message_tokens(m: Message) -> int:
+    return (sum(_block_chars(b) for b in m.content) + 20) // CHARS_PER_TOKEN
+
+
+def fixed_tokens(system: str, tools: list[dict]) -> int:
+    """What every request carries besides the history: the system prompt and the tool definitions."""
+    return (len(system) + len(json.dumps(tools))) // CHARS_PER_TOKEN
+
+
+def history_tokens(history: list[Message]) -> int:
+    return sum(message_tokens(m) for m in history)
+
+
+# ---------------------------------------------------------------- caps, when a result is made
+
+
+def session_outputs(session_id: str) -> Path:
+    """Where a session's full tool outputs are saved: ``$DRIVETRAIN_HOME/sessions/<id>/outputs``."""
+    return drivetrain_home() / "sessions" / _safe(session_id) / "outputs"
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]", "_", name).lstrip(".") or "_"
+
+
+def tool_context(w: Step) -> ToolContext:
+    """The run's tool context, naming this session's outputs folder (the policy lets read tools into it)."""
+    ctx = w.deps.context
+    outputs = session_outputs(w.value.session_id)
+    return ctx if ctx.outputs == outputs else replace(ctx, outputs=outputs)
+
+
+def result_cap(window: int, used: int, reserve: int, calls: int, s: ContextSettings) -> int:
+    """Characters one result may keep: its share of what is left of the window after the request so far
+    (``used`` tokens) and the answer (``reserve``), split between the round's ``calls``."""
+    free = window - used - reserve
+    tokens = s.result_share * free / max(calls, 1)
+    return int(min(max(tokens, s.min_result_tokens), s.max_result_tokens)) * CHARS_PER_TOKEN
+
+
+def cap_result(w: Step, call_id: str, content: Any) -> Any:
+    """``content`` cut to its share of the free context, the whole of it saved (see ``cap_text``)."""
+    agent = w.deps.agent
+    settings: ContextSettings = agent.context_settings
+    if not settings.cap_outputs or agent.profile.context or not isinstance(content, str):
+        return content  # the small profile's shorten_outputs clips long output in its own way
+    window = window_of(w.deps.model)
+    used = fixed_tokens(agent.system, _specs(agent)) + history_tokens(_view(w.history, agent, window, None))
+    calls = len(w.history[-1].tool_uses) if w.history else 1
+    limit = result_cap(window, used, agent.max_tokens, calls, settings)
+    return cap_text(content, limit, session_outputs(w.value.session_id) / f"{_safe(call_id)}.txt",
+                    reader="Read" if "Read" in w.deps.tools else None)
+
+
+def cap_text(text: str, limit: int, path: Path, reader: str | None = "Read") -> str:
+    """``text`` if it fits in ``limit`` characters; else its head and tail, whole lines, with a note between
+    saying which lines are left out, where the whole text is saved and how to read them."""
+    if len(text) <= limit:
+        return text
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    lines = text.split("\n")
+    half = max(limit // 2 - 200, 200)
+    head, size = 0, 0
+    while head < len(lines) and size + len(lines[head]) + 1 <= half:
+        size += len(lines[head]) + 1
+        head += 1
+    tail, size = len(lines), 0
+    while tail > head and size + len(lines[tail - 1]) + 1 <= half:
+        size += len(lines[tail - 1]) + 1
+        tail -= 1
+    if head == 0 and tail == len(lines):  # one huge line: cut inside it
+        return (f"{text[:half]}\n{_note(path, 1, 1, len(lines), len(text), reader, cut_line=True)}\n{text[-half:]}")
+    note = _note(path, head + 1, tail, len(lines), len(text), reader)
+    return "\n".join([*lines[:head], note, *lines[tail:]])
+
+
+def _note(path: Path, first: int, last: int, total: int, chars: int, reader: str | None, cut_line: bool = False) -> str:
+    where = "the middle of this output" if cut_line else f"lines {first}-{last} of {total}"
+    how = (f"Read it with file_path {path}, offset {first} and a limit (e.g. 200 lines at a time)"
+           if reader else f"print parts of it (sed -n '{first},{min(last, first + 199)}p' {path})")
+    return f"[... {where} not shown ({chars} characters in all). The whole output is saved: {how}. ...]"
+
+
+# ---------------------------------------------------------------- clearing, in the model's view
+
+
+def _placeholder(block: ToolResultBlock, call: ToolUseBlock | None, outputs: Path | None) -> ToolResultBlock:
+    saved = outputs / f"{_safe(block.tool_use_id)}.txt" if outputs is not None else None
+    if saved is not None and saved.exists():
+        again = f"its whole output is saved: Read {saved} (with offset and limit) if you need it again"
+    else:
+        name = call.name if call is not None else "the call"
+        again = f"make the {name} call again if you need it (mind that running a command twice may not be harmless)"
+    text = (f"[Output cleared to save context ({len(block.text)} characters); the call is kept above. "
+            f"To see it, {again}.]")
+    return ToolResultBlock(block.tool_use_id, text, block.is_error)
+
+
+def _cleared(message: Message, calls: dict[str, ToolUseBlock], keep_under: int, outputs: Path | None) -> Message:
+    content = tuple(_placeholder(b, calls.get(b.tool_use_id), outputs)
+                    if isinstance(b, ToolResultBlock) and len(b.text) > keep_under else b for b in message.content)
+    return Message(message.role, content)
+
+
+def clear_old_results(history: list[Message], s: ContextSettings, window: int, fixed: int = 0,
+                      outputs: Path | None = None) -> list[Message]:
+    """The history with the oldest rounds' results cleared, in batches (see the module docstring).
+
+    Replays the history in order: whenever the request up to a message would pass ``clear_at`` of the
+    window, rounds are cleared from the oldest on until it is under ``clear_to`` (or only the last
+    ``keep_rounds`` are left). Rounds cleared once stay cleared, so the view only changes at a batch."""
+    high, low = s.clear_at * window, s.clear_to * window
+    total = fixed
+    rounds: list[tuple[int, int]] = []  # (index of a results message, its tokens)
+    cut = 0  # rounds[:cut] are cleared
+    cleared: dict[int, Message] = {}
+    calls: dict[str, ToolUseBlock] = {}
+    for i, m in enumerate(history):
+        size = message_tokens(m)
+        total += size
+        if m.role == "assistant":
+            calls.update((u.id, u) for u in m.tool_uses)
+        elif any(isinstance(b, ToolResultBlock) for b in m.content):
+            rounds.append((i, size))
+        if total > high and len(rounds) - cut > s.keep_rounds:
+            while total > low and cut < len(rounds) - s.keep_rounds:
+                j, full = rounds[cut]
+                cleared[j] = _cleared(history[j], calls, s.keep_under, outputs)
+                total -= full - message_tokens(cleared[j])
+                cut += 1
+    if not cleared:
+        return history
+    return [cleared.get(i, m) for i, m in enumerate(history)]
 
 
 def _round_key(assistant: Message, user: Message) -> str | None:
@@ -86,10 +308,30 @@ def _shorten(block, per_result: int, stub: bool):
     return ToolResultBlock(block.tool_use_id, text, block.is_error)
 
 
-def model_view(history: list[Message], *, collapse: bool, shorten: bool) -> list[Message]:
+def model_view(history: list[Message], *, collapse: bool = False, shorten: bool = False,
+               settings: ContextSettings = CONTEXT_OFF, window: int = 0, fixed: int = 0,
+               outputs: Path | None = None) -> list[Message]:
     if collapse:
         history = collapse_repeats(history)
+    if settings.clear and window > 0 and not shorten:  # shorten_outputs does it the small profile's way
+        history = clear_old_results(history, settings, window, fixed, outputs)
     if shorten:
         history = shorten_outputs(history)
     return history
+
+
+def _specs(agent: Agent) -> list[dict]:
+    from drivetrain.tools.base import tool_spec
+    return [tool_spec(t) for t in agent.tools]
+
+
+def _view(history: list[Message], agent: Agent, window: int, outputs: Path | None) -> list[Message]:
+    p = agent.profile
+    return model_view(history, collapse=p.collapse, shorten=p.context, settings=agent.context_settings,
+                      window=window, fixed=fixed_tokens(agent.system, _specs(agent)), outputs=outputs)
+
+
+def request_view(history: list[Message], agent: Agent, model: Model, session_id: str) -> list[Message]:
+    """The messages of the next request: the history as the agent's profile and context settings show it."""
+    return _view(history, agent, window_of(model), session_outputs(session_id))
 

@@ -17,7 +17,7 @@ from typing import Any, AsyncIterator, Callable, Union
 
 from drivetrain import budget, calls, compaction, loops
 from drivetrain.approval import Approver, Defer, Deny, PendingCall, PermissionDecider, Verdict
-from drivetrain.context import model_view
+from drivetrain.context import ContextSettings, request_view
 from drivetrain.errors import HarnessError
 from drivetrain.events import (
     ApprovalRequired, Compacted, Event, Finished, HookReported, LimitApproaching, LimitReached, LoopDetected,
@@ -122,6 +122,7 @@ class Agent:
     repeat_exempt: tuple[str, ...] = ()  # tools that may repeat (polling), never refused as loops
     store: SessionStore | None = None  # where each run is saved after every step (None: not saved)
     checkpoints: Checkpoints | None = None  # the workspace snapshotted before each prompt, for rewind
+    context_settings: ContextSettings = ContextSettings()  # output caps and clearing old results (context.py)
 
     def start(self, prompt: str | None = None, history: list[Message] | None = None,
               session_id: str | None = None) -> Run:
@@ -380,7 +381,7 @@ async def call_model(s: CallModel, w: Step) -> RunTools | Recover | CallModel | 
     w.linted = len(w.history)  # the last message is checked again next time: its answer may be new
     max_tokens = s.max_tokens or a.max_tokens
     choice = "none" if s.final else s.tool_choice or ("any" if p.act and w.num_turns == 0 else None)
-    request = ModelRequest(model_view(w.history, collapse=p.collapse, shorten=p.context), a.system,
+    request = ModelRequest(request_view(w.history, a, w.deps.model, w.value.session_id), a.system,
                            [tool_spec(t) for t in a.tools], max_tokens, tool_choice=choice,
                            forbidden_calls=calls.forbidden(w.seen_calls) if p.exclude else ())
     try:

@@ -14,8 +14,10 @@ from dataclasses import dataclass
 
 import anthropic
 
+from drivetrain.context import known_window
 from drivetrain.errors import ConfigError, ModelError
 from drivetrain.messages import Usage, block_from_wire
+from drivetrain.models.anthropic_wire import with_cache_breakpoints
 from drivetrain.models.base import ModelRequest, ModelResponse
 from drivetrain.models.http import PerLoop, api_message, httpx, retry_delay, unreachable_message
 
@@ -49,12 +51,14 @@ class AnthropicModel:
     def __init__(self, name: str = DEFAULT_MODEL, *, base_url: str = DEFAULT_BASE_URL,
                  credentials: Credentials | None = None, base_url_source: str = "the default",
                  max_retries: int = 4, idle_timeout: float = 120.0, connect_timeout: float = 15.0,
-                 backoff: float = 0.5):
+                 backoff: float = 0.5, prompt_caching: bool = True, context_window: int | None = None):
         creds = credentials or Credentials()
         if not creds.api_key and not creds.auth_token:
             raise ConfigError("No Anthropic credential: set ANTHROPIC_API_KEY (sent as x-api-key) "
                               "or ANTHROPIC_AUTH_TOKEN (sent as a bearer token).")
         self.name = name
+        self.context_window = context_window or known_window(name, "anthropic")
+        self.prompt_caching = prompt_caching  # cache_control breakpoints on every request (anthropic_wire)
         self.base_url = normalize_base_url(base_url)
         self.base_url_source = base_url_source
         self.credentials = creds
@@ -83,6 +87,8 @@ class AnthropicModel:
         base_url = env.get("ANTHROPIC_BASE_URL") or DEFAULT_BASE_URL
         source = "ANTHROPIC_BASE_URL" if env.get("ANTHROPIC_BASE_URL") else "the default"
         name = model or env.get("ANTHROPIC_MODEL") or DEFAULT_MODEL
+        if env.get("DISABLE_PROMPT_CACHING", "").lower() in ("1", "true", "yes"):
+            kw.setdefault("prompt_caching", False)
         if env.get("DRIVETRAIN_MAX_RETRIES"):
             kw.setdefault("max_retries", int(env["DRIVETRAIN_MAX_RETRIES"]))
         return cls(name, base_url=base_url, credentials=creds, base_url_source=source, **kw)
@@ -116,6 +122,8 @@ class AnthropicModel:
                 params["tool_choice"] = {"type": request.tool_choice}
         if request.stop_sequences:
             params["stop_sequences"] = request.stop_sequences
+        if self.prompt_caching:
+            params = with_cache_breakpoints(params)
         if request.temperature is not None:  # this SDK's stream() no longer takes it as an argument
             params["extra_body"] = {"temperature": min(request.temperature, 1.0)}
         async with self._clients.get().messages.stream(**params) as stream:

@@ -61,6 +61,107 @@ def pieces(s: str, n: int = 3) -> list[str]:
     return [s[k : k + size] for k in range(0, len(s), size)]
 
 
+# ----------------------------------------------------------------- prompt caching
+
+EPHEMERAL = {"type": "ephemeral"}
+MAX_BREAKPOINTS = 4  # the API rejects a request with more blocks carrying cache_control
+# The API caches no prefix shorter than 1024 tokens (2048-4096 for some models); a breakpoint in front of
+# less is wasted, and leaving it out keeps small requests as they were. ~3 characters a token: generous.
+MIN_CACHE_CHARS = 3 * 1024
+_UNMARKABLE = ("thinking", "redacted_thinking")  # cache_control cannot sit on these blocks
+
+
+def with_cache_breakpoints(params: dict) -> dict:
+    """``params`` with ``cache_control`` breakpoints (never more than 3), the rest untouched and not copied.
+
+    - the stable prefix: the last tool definition, or the system prompt when there are no tools;
+    - the last block of the last message: this request's whole prefix is written to the cache;
+    - the last block of the user message before it, where the previous request ended (in a tool loop it
+      is the previous request's last message): this request reads what that one wrote, even where the
+      server would not look back far enough from the last breakpoint to find it.
+
+    Tools and system are before the messages in the cache's order, so a history rewritten in the middle
+    (clearing old results) still reads the tools. The blocks are copied where marked: a message's
+    cached wire form is shared with the history.
+    """
+    if breakpoints(params):  # the caller placed its own (a client of `drivetrain serve`, say): theirs stand
+        return params
+    out = dict(params)
+    tools, system, messages = params.get("tools"), params.get("system"), list(params.get("messages") or ())
+    size = len(json.dumps(tools)) if tools else 0
+    if tools:
+        if size >= MIN_CACHE_CHARS:
+            out["tools"] = [*tools[:-1], dict(tools[-1], cache_control=EPHEMERAL)]
+        size += len(json.dumps(system)) if system else 0
+    elif system:
+        size = len(json.dumps(system))
+        if size >= MIN_CACHE_CHARS:
+            blocks = [{"type": "text", "text": system}] if isinstance(system, str) else list(system)
+            out["system"] = [*blocks[:-1], dict(blocks[-1], cache_control=EPHEMERAL)]
+    if not messages:
+        return out
+    last = len(messages) - 1
+    previous = next((i for i in range(last - 1, -1, -1) if messages[i].get("role") == "user"), None)
+    for i, message in enumerate(messages):
+        if size < MIN_CACHE_CHARS:  # past it, sizes no longer matter
+            size += len(json.dumps(message))
+        if i in (previous, last) and size >= MIN_CACHE_CHARS:
+            messages[i] = _mark_last_block(message)
+    out["messages"] = messages
+    return out
+
+
+def _mark_last_block(message: dict) -> dict:
+    content = message.get("content")
+    if isinstance(content, str):
+        content = [{"type": "text", "text": content}]
+    if not isinstance(content, list):
+        return message
+    for j in range(len(content) - 1, -1, -1):
+        block = content[j]
+        if isinstance(block, dict) and block.get("type") not in _UNMARKABLE:
+            return dict(message, content=[*content[:j], dict(block, cache_control=EPHEMERAL), *content[j + 1:]])
+    return message
+
+
+def breakpoints(body: dict) -> list[tuple[str, Any]]:
+    """Where ``body`` carries cache_control: (where, the cache_control value)."""
+    found = []
+    for j, t in enumerate(body.get("tools") or ()):
+        if isinstance(t, dict) and "cache_control" in t:
+            found.append((f"tools.{j}", t["cache_control"]))
+    system = body.get("system")
+    for j, b in enumerate(system if isinstance(system, list) else ()):
+        if isinstance(b, dict) and "cache_control" in b:
+            found.append((f"system.{j}", b["cache_control"]))
+    for i, m in enumerate(body.get("messages") or ()):
+        content = m.get("content") if isinstance(m, dict) else None
+        for j, b in enumerate(content if isinstance(content, list) else ()):
+            if isinstance(b, dict) and "cache_control" in b:
+                found.append((f"messages.{i}.content.{j}", b["cache_control"]))
+    return found
+
+
+def _check_cache_control(body: dict, problems: list[str]) -> None:
+    marks = breakpoints(body)
+    if len(marks) > MAX_BREAKPOINTS:
+        problems.append(f"A maximum of {MAX_BREAKPOINTS} blocks with cache_control may be provided. "
+                        f"Found {len(marks)}.")
+    for where, mark in marks:
+        if not isinstance(mark, dict) or mark.get("type") != "ephemeral" or set(mark) - {"type", "ttl"}:
+            problems.append(f"{where}.cache_control: must be {{\"type\": \"ephemeral\"}} (optionally with a ttl), "
+                            f"got {mark!r}")
+        elif mark.get("ttl", "5m") not in ("5m", "1h"):
+            problems.append(f"{where}.cache_control.ttl: must be '5m' or '1h', got {mark.get('ttl')!r}")
+        elif where.startswith("messages.") and _block_at(body, where).get("type") in _UNMARKABLE:
+            problems.append(f"{where}: cache_control cannot be set on {_block_at(body, where)['type']} blocks")
+
+
+def _block_at(body: dict, where: str) -> dict:
+    _, i, _, j = where.split(".")
+    return body["messages"][int(i)]["content"][int(j)]
+
+
 # ----------------------------------------------------------------- validation
 
 
@@ -79,6 +180,7 @@ def validate(body: Any) -> list[str]:
     _check_system(body.get("system"), problems)
     tool_names = _check_tools(body.get("tools"), problems)
     _check_tool_choice(body.get("tool_choice"), tool_names, problems)
+    _check_cache_control(body, problems)
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         problems.append("messages: field required (a non-empty list)")

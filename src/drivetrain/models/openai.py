@@ -31,6 +31,7 @@ from urllib.parse import urlsplit
 
 import openai
 
+from drivetrain.context import known_window
 from drivetrain.errors import ConfigError, ModelError
 from drivetrain.messages import Message, ToolUseBlock
 from drivetrain.models.base import ModelRequest, ModelResponse
@@ -62,8 +63,9 @@ class OpenAIModel:
     def __init__(self, name: str = DEFAULT_MODEL, *, base_url: str = DEFAULT_BASE_URL, api_key: str | None = None,
                  base_url_source: str = "the default", max_retries: int = 4, idle_timeout: float = 300.0,
                  connect_timeout: float = 15.0, backoff: float = 0.5,
-                 organization: str | None = None, project: str | None = None):
+                 organization: str | None = None, project: str | None = None, context_window: int | None = None):
         self.name = name
+        self.context_window = context_window or known_window(name, "openai")
         self.base_url = normalize_base_url(base_url)
         self.v1_added = self.base_url == base_url.strip().rstrip("/") + "/v1"  # named in a 404's message
         self.base_url_source = base_url_source

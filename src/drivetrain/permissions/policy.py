@@ -94,7 +94,8 @@ class Policy:
     def decide(self, tool_name: str, input: Mapping[str, Any], ctx: Any) -> Decision:
         """``ctx`` is a ToolContext (anything with ``.cwd``) or the working directory itself."""
         cwd = Path(ctx if isinstance(ctx, (str, os.PathLike)) else ctx.cwd).absolute()
-        d = self._decide(tool_name, input if isinstance(input, Mapping) else {}, cwd)
+        outputs = getattr(ctx, "outputs", None)  # this session's saved tool outputs (context.py)
+        d = self._decide(tool_name, input if isinstance(input, Mapping) else {}, cwd, outputs)
         if d.behavior == "ask" and not self.interactive:
             d = replace(d, behavior="deny", reason=d.reason + "; not interactive, so nobody can approve it")
         return d
@@ -107,7 +108,7 @@ class Policy:
         """For Grep and Glob: the files a search of an allowed folder must skip (Read deny rules…)."""
         return SearchFilter(self, Path(cwd).absolute())
 
-    def _decide(self, tool: str, input: Mapping[str, Any], cwd: Path) -> Decision:
+    def _decide(self, tool: str, input: Mapping[str, Any], cwd: Path, outputs: Path | None = None) -> Decision:
         if tool in READ_TOOLS:
             key = "file_path" if tool == "Read" else "path"
             # an empty optional path means the default, as the tools take it
@@ -115,7 +116,7 @@ class Policy:
             if tool == "Glob" and isinstance(path, str) and isinstance(input.get("pattern"), str):
                 prefix = glob_literal_prefix(input["pattern"])  # Glob searches from path/prefix
                 path = os.path.join(path, prefix) if prefix else path
-            return self._file(tool, path, cwd, edit=False)
+            return self._file(tool, path, cwd, edit=False, outputs=outputs)
         if tool in EDIT_TOOLS:
             return self._file(tool, input.get("file_path"), cwd, edit=True)
         if tool == "Bash":
@@ -147,7 +148,7 @@ class Policy:
 
     # ------------------------------------------------------------ file tools
 
-    def _file(self, tool: str, raw: Any, cwd: Path, edit: bool) -> Decision:
+    def _file(self, tool: str, raw: Any, cwd: Path, edit: bool, outputs: Path | None = None) -> Decision:
         if not isinstance(raw, str) or not raw:
             return Decision("deny", f"{tool} needs a path string", "builtin")
         res = resolve(raw, cwd, self.home)
@@ -158,6 +159,8 @@ class Policy:
             return Decision("ask", f"{res.lexical} is drivetrain's own settings: always asked", "builtin")
         if rule := self._file_rule("ask", tool, res, cwd):
             return _by_rule("ask", rule, f"{tool} of {res.lexical} needs approval")
+        if not edit and outputs is not None and is_within(res.real, os.path.realpath(outputs)):
+            return Decision("allow", f"{res.real} is a saved output of this session", "builtin")
         if edit and self.mode == "plan":
             return Decision("deny", "plan mode is read-only: no edits", mode_src)
         if rule := self._file_rule("allow", tool, res, cwd):

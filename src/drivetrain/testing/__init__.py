@@ -36,6 +36,10 @@ assistant or user message, ``model`` and ``messages`` present, …::
         client = openai.OpenAI(base_url=server.url + "/v1", api_key="test")
 
 ``tool_call("Read", '{"file_path": ')`` sends those raw (here malformed) arguments.
+
+``usage`` is computed, not made up: tokens are four bytes of each block's JSON, and the server simulates
+the prompt cache (``cache_control`` breakpoints written and read, ``cache_creation_input_tokens`` /
+``cache_read_input_tokens``), see ``drivetrain.testing.cache``; ``server.cache`` holds what was written.
 """
 
 from drivetrain.models.anthropic_wire import validate
@@ -53,11 +57,13 @@ from .script import (
     thinking,
     tool_call,
 )
+from .cache import PromptCache, count_tokens
 from .chat import ScriptedOpenAIServer, validate_chat
 from .server import Headers, Request, ScriptedServer
 
 __all__ = [
     "Headers",
+    "PromptCache",
     "RawResponse",
     "Request",
     "Respond",
@@ -74,4 +80,5 @@ __all__ = [
     "tool_call",
     "validate",
     "validate_chat",
+    "count_tokens",
 ]

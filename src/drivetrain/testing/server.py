@@ -17,8 +17,9 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any, Iterable
 
 from drivetrain.httpd import QuickHTTPServer
-from drivetrain.models.anthropic_wire import estimate_tokens, same_content, sse_events, validate
+from drivetrain.models.anthropic_wire import same_content, sse_events, validate
 
+from .cache import MIN_CACHE_TOKENS, PromptCache, count_tokens
 from .script import RawResponse, Respond, Step, assign_ids
 
 MESSAGES_PATH = "/v1/messages"
@@ -55,9 +56,13 @@ class Request:
 
 
 class ScriptedServer:
-    """Serve ``steps`` in order, one per request, and record what came in. See ``drivetrain.testing``."""
+    """Serve ``steps`` in order, one per request, and record what came in. See ``drivetrain.testing``.
 
-    def __init__(self, steps: Iterable[Step]):
+    ``usage`` counts tokens and simulates prompt caching (``drivetrain.testing.cache``); prefixes under
+    ``cache_min_tokens`` are not cached, as on the real API."""
+
+    def __init__(self, steps: Iterable[Step], *, cache_min_tokens: int = MIN_CACHE_TOKENS):
+        self.cache = PromptCache(cache_min_tokens)
         self._script = assign_ids(list(steps))
         self._steps: deque[tuple[int, Step]] = deque(enumerate(self._script))
         self.requests: list[Request] = []
@@ -194,7 +199,7 @@ class ScriptedServer:
 
     def _answer_without_step(self, req: Request) -> RawResponse | None:
         if req.method == "POST" and req.path == COUNT_TOKENS_PATH:
-            return RawResponse(status=200, body={"input_tokens": estimate_tokens(req.body)})
+            return RawResponse(status=200, body={"input_tokens": count_tokens(req.body)})
         return None
 
     def _validate(self, body: Any) -> list[str]:
@@ -209,7 +214,7 @@ class ScriptedServer:
         return problems
 
     def _reply(self, step: Respond, body: dict, n: int) -> RawResponse | _Stream:
-        message = build_message(step, body, f"msg_scripted_{n:04d}")
+        message = build_message(step, body, f"msg_scripted_{n:04d}", self.cache)
         self._paused = message["content"] if step.stop_reason == "pause_turn" else None
         if body.get("stream"):
             return _Stream([f"event: {e}\ndata: {json.dumps(d)}\n\n".encode() for e, d in sse_events(message)], step)
@@ -243,14 +248,15 @@ class ScriptedServer:
         h.wfile.write(b"0\r\n\r\n")
 
 
-def build_message(step: Respond, body: Any, msg_id: str) -> dict:
-    """The Messages API response for a ``respond`` step."""
+def build_message(step: Respond, body: Any, msg_id: str, cache: PromptCache | None = None) -> dict:
+    """The Messages API response for a ``respond`` step; ``cache`` bills the request's prompt caching."""
     model = step.model or (body.get("model") if isinstance(body, dict) else None) or "scripted-model"
+    billed = (cache if cache is not None else PromptCache()).use(body)
     usage = {
-        "input_tokens": estimate_tokens(body),
+        "input_tokens": billed.input_tokens,
         "output_tokens": max(1, len(json.dumps(step.content)) // 4),
-        "cache_creation_input_tokens": 0,
-        "cache_read_input_tokens": 0,
+        "cache_creation_input_tokens": billed.cache_creation_input_tokens,
+        "cache_read_input_tokens": billed.cache_read_input_tokens,
     }
     usage.update(step.usage or {})
     return {

@@ -45,6 +45,8 @@ class ToolContext:
     roots: list[Path] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
     read_filter: ReadFilter | None = None  # what Grep and Glob must skip (None: nothing)
+    # This session's saved tool outputs (context.py): read tools may read them although outside the workspace.
+    outputs: Path | None = None
 
     def resolve(self, file_path: str) -> Path:
         p = Path(file_path).expanduser()
