@@ -19,6 +19,7 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from drivetrain.home import drivetrain_home
 from drivetrain.hooks import Hooks
 from drivetrain.procs import child_env, kill_group, watch_group
 
@@ -50,8 +51,9 @@ def snapshot(cwd: Path, known: dict[str, tuple[tuple[int, int], bytes]] | None =
     """
     known = {} if known is None else known
     out: dict[str, bytes] = {}
+    own = os.path.realpath(drivetrain_home())  # drivetrain's own files (session logs …) are not the work
     for root, dirs, files in os.walk(cwd):
-        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
+        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and os.path.realpath(os.path.join(root, d)) != own)
         for name in sorted(files):
             path = Path(root, name)
             rel = str(path.relative_to(cwd))

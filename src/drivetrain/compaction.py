@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 
+from drivetrain.context import CHARS_PER_TOKEN, message_tokens
 from drivetrain.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
 from drivetrain.models.base import ModelRequest
 
@@ -26,8 +27,8 @@ SUMMARY_TOKENS = 2048
 
 
 def estimate_tokens(messages: list[Message], system: str = "") -> int:
-    """About 4 bytes a token: enough to decide when to compact (the provider's count is not known in advance)."""
-    return (len(json.dumps([m.to_wire() for m in messages], ensure_ascii=False)) + len(system)) // 4
+    """About 4 bytes a token (``context.message_tokens``): enough to decide when to compact."""
+    return sum(message_tokens(m) for m in messages) + len(system) // CHARS_PER_TOKEN
 
 
 def original_task(history: list[Message]) -> str:
@@ -39,7 +40,7 @@ def summary_request(history: list[Message], system: str, window: int) -> ModelRe
     """The request for the summary: the conversation as one transcript (no tool blocks, so no tools are needed),
     tool outputs cut short, and the oldest middle dropped until it fits."""
     parts = [_render(m) for m in history]
-    budget = (int(window * 0.75) - SUMMARY_TOKENS) * 4  # in bytes
+    budget = (int(window * 0.75) - SUMMARY_TOKENS) * CHARS_PER_TOKEN  # in characters
     dropped = 0
     while sum(len(p) for p in parts) + len(system) > budget and len(parts) > 2:
         parts.pop(1)  # the oldest after the task

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from drivetrain.home import drivetrain_home
 from drivetrain.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
+from drivetrain.pricing import context_window
 
 if TYPE_CHECKING:
     from drivetrain.loop import Agent, Step
@@ -64,7 +65,7 @@ CHARS_PER_TOKEN = 4  # the estimate used throughout: a token is four bytes of th
 # ---------------------------------------------------------------- accounting
 
 # Context windows in tokens, by longest name prefix; a model not listed gets its provider's default.
-# (When the price table learns windows per model, this table gives way to it.)
+# The price table's windows come first (pricing.context_window); this is the fallback for models it lacks.
 WINDOWS: dict[str, int] = {
     "claude-": 200_000,  # every Claude model (1M for some only with a beta header drivetrain does not send)
     "gpt-4o": 128_000, "gpt-4.1": 1_047_576, "gpt-5": 400_000, "o1": 200_000, "o3": 200_000, "o4-mini": 200_000,
@@ -73,6 +74,9 @@ DEFAULT_WINDOW = {"anthropic": 200_000, "openai": 128_000}
 
 
 def known_window(model: str, provider: str = "anthropic") -> int:
+    """The price table's window for the model, else this table's by prefix, else the provider's default."""
+    if window := context_window(model):
+        return window
     match = max((p for p in WINDOWS if model.startswith(p)), key=len, default=None)
     return WINDOWS[match] if match is not None else DEFAULT_WINDOW.get(provider, 128_000)
 

@@ -17,7 +17,7 @@ from typing import Any, AsyncIterator, Callable, Union
 
 from drivetrain import budget, calls, compaction, loops
 from drivetrain.approval import Approver, Defer, Deny, PendingCall, PermissionDecider, Verdict
-from drivetrain.context import ContextSettings, request_view
+from drivetrain.context import ContextSettings, request_view, window_of
 from drivetrain.errors import HarnessError
 from drivetrain.events import (
     ApprovalRequired, Compacted, Event, Finished, HookReported, LimitApproaching, LimitReached, LoopDetected,
@@ -116,7 +116,7 @@ class Agent:
     strict: bool = False  # raise on a history the linter rejects (tests) instead of repairing it
     profile: Profile = FULL  # the aids the loop gives a small model (profiles.py)
     budget: Budget = field(default_factory=Budget)  # limits besides max_turns: cost, tokens, wall time, calls
-    context_window: int | None = None  # tokens; None: the model's own (local: its n_ctx), else no compaction
+    context_window: int | None = None  # tokens; None: the model's own (local: its n_ctx; context.window_of)
     compact_at: float = 0.8  # compact the history when it reaches this fraction of the context window
     repeat_limit: int = 3  # the same call with the same result this many times: the next one is not run
     repeat_exempt: tuple[str, ...] = ()  # tools that may repeat (polling), never refused as loops
@@ -368,9 +368,6 @@ async def call_model(s: CallModel, w: Step) -> RunTools | Recover | CallModel | 
         for m in budget.approaching(measured, a.budget.soft, w.warned):
             w.warned += (m[0],)
             w.emit(LimitApproaching(*m))
-    if not s.final and s.compact and w.compact_failures < MAX_COMPACT_FAILURES and (window := context_window(a)) and \
-            compaction.estimate_tokens(w.history, a.system) >= a.compact_at * window:
-        return Compact("auto")
     if p.final and not s.final and a.max_turns is not None and w.num_turns == a.max_turns - 1 > 0:
         s = CallModel(s.max_tokens, final="turn_limit")
     if s.final:
@@ -381,8 +378,11 @@ async def call_model(s: CallModel, w: Step) -> RunTools | Recover | CallModel | 
     w.linted = len(w.history)  # the last message is checked again next time: its answer may be new
     max_tokens = s.max_tokens or a.max_tokens
     choice = "none" if s.final else s.tool_choice or ("any" if p.act and w.num_turns == 0 else None)
-    request = ModelRequest(request_view(w.history, a, w.deps.model, w.value.session_id), a.system,
-                           [tool_spec(t) for t in a.tools], max_tokens, tool_choice=choice,
+    view = request_view(w.history, a, w.deps.model, w.value.session_id)
+    if not s.final and s.compact and w.compact_failures < MAX_COMPACT_FAILURES and \
+            compaction.estimate_tokens(view, a.system) >= a.compact_at * context_window(a):
+        return Compact("auto")  # what would be sent (old outputs already cleared) still nears the window
+    request = ModelRequest(view, a.system, [tool_spec(t) for t in a.tools], max_tokens, tool_choice=choice,
                            forbidden_calls=calls.forbidden(w.seen_calls) if p.exclude else ())
     try:
         response = await w.deps.model.respond(request)
@@ -526,7 +526,7 @@ async def compact(s: Compact, w: Step) -> CallModel | Done:
         w.emit(Compacted(s.trigger, before, before, failed=verdict.message))
         return go_on
     window = context_window(a)
-    request = compaction.summary_request(w.history, a.system, window or 200_000)
+    request = compaction.summary_request(w.history, a.system, window)
     failed = ""
     try:
         response = await w.deps.model.respond(request)
@@ -548,9 +548,9 @@ async def compact(s: Compact, w: Step) -> CallModel | Done:
     return go_on
 
 
-def context_window(agent: Agent) -> int | None:
-    """The window compaction keeps the history within: the agent's setting, else what the model knows of itself."""
-    return agent.context_window or getattr(agent.model, "context_window", None)
+def context_window(agent: Agent) -> int:
+    """The window the history is kept within: the agent's setting, else the model's own (``context.window_of``)."""
+    return agent.context_window or window_of(agent.model)
 
 
 def resume_approval(s: AwaitApproval, decisions: dict[str, Verdict]) -> RunTools:
