@@ -357,12 +357,13 @@ def planner_for(agent: Agent) -> Agent:
 
 # ---------------------------------------------------------------- re-planning a failed subtree
 
-async def replan(agent: Agent, plan: Plan, step_id: str, failure: str) -> Plan | None:
+async def replan(agent: Agent, plan: Plan, step_id: str, failure: str,
+                 known_tools: Iterable[str] | None = None) -> Plan | None:
     """Ask the model for a replacement of ``step_id`` and its dependants, after it failed as ``failure`` says.
 
     Returns the new plan, or None when the answer is unusable (the next escalation then applies)."""
     subtree = [plan.step(step_id), *(plan.step(i) for i in plan.dependants(step_id))]
-    tools = {t.name: getattr(t, "description", "") or "" for t in agent.tools}
+    tools = list(known_tools) if known_tools is not None else [t.name for t in agent.tools]
     prompt = (f"Task: {plan.task}\n\nThis part of the plan failed, even after one retry:\n```json\n"
               + json.dumps({"steps": [s.to_json() for s in subtree]}, indent=1)
               + f"\n```\nStep {step_id} failed:\n{failure}\n\nSteps outside this part, which you may depend on: "
