@@ -292,3 +292,114 @@ async def test_a_failed_step_skips_its_dependants_but_not_independent_steps(tmp_
                                 state_path=tmp_path / "s.json", replan_failed=False, concurrency=1)
     assert result.statuses() == {"a": "failed", "b": "skipped", "c": "done"}
     assert "class s1 skipped" in result.mermaid()
+
+
+# ---------------------------------------------------------------- the CLI, as subprocesses
+
+
+def cli_env(server):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "OPENAI_"))}
+    return {**env, "PYTHONPATH": os.pathsep.join(filter(None, [SRC, env.get("PYTHONPATH")])),
+            "ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_API_KEY": "sk-test", "ANTHROPIC_MODEL": "claude-sonnet-4-6"}
+
+
+def drivetrain(*args, server, cwd, **kw):
+    return subprocess.run([sys.executable, "-m", "drivetrain", *args], cwd=cwd, env=cli_env(server),
+                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL, **kw)
+
+
+def state_files():
+    return list((Path(os.environ["DRIVETRAIN_HOME"]) / "plans").glob("*/*.json"))
+
+
+def test_cli_plan_then_run_end_to_end(tmp_path):
+    report = str(tmp_path / "report.txt")
+    planned = {"steps": [
+        {"id": "a", "goal": "List the modules.", "tools": ["Read"], "max_turns": 3},
+        {"id": "b", "goal": "Summarise the tests.", "tools": ["Grep"], "max_turns": 3},
+        {"id": "c", "goal": "Write report.txt.", "depends_on": ["a", "b"], "tools": ["Write"], "max_turns": 3,
+         "check": "grep -q modules report.txt"},
+    ]}
+
+    def plan_request(body):
+        assert "tools" not in body and "Write" in first_text(body) and "Bash" in first_text(body)
+
+    def own_tools(body):
+        assert [t["name"] for t in body["tools"]] in (["Read"], ["Grep"])
+
+    def sees_both(body):
+        assert [t["name"] for t in body["tools"]] == ["Write"]
+        text = first_text(body)
+        assert text.startswith("Write report.txt.") and "first answer" in text and "second answer" in text
+
+    steps = [reply(fenced(planned), expect=plan_request),
+             reply("first answer", expect=own_tools), reply("second answer", expect=own_tools),
+             respond([tool_call("Write", {"file_path": report, "content": "modules: a, b\n"})], expect=sees_both),
+             reply("report written")]
+    with ScriptedServer(steps) as server:
+        made = drivetrain("plan", "write a report", "-o", "plan.json", server=server, cwd=tmp_path)
+        assert made.returncode == 0, made.stderr
+        assert "1. a: List the modules." in made.stdout and "flowchart TD" in made.stdout
+        assert json.loads((tmp_path / "plan.json").read_text())["version"] == 1
+        ran = drivetrain("run", "plan.json", "-p", "--output-format", "stream-json", "--permission-mode",
+                         "acceptEdits", "--html", "report.html", server=server, cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    lines = [json.loads(line) for line in ran.stdout.splitlines()]
+    result = lines[-1]
+    assert result["type"] == "result" and result["subtype"] == "success" and result["result"] == "report written"
+    assert {i: n["status"] for i, n in result["nodes"].items()} == {"a": "done", "b": "done", "c": "done"}
+    assert result["nodes"]["c"]["check"]["exit_code"] == 0 and "class s0,s1,s2 done" in result["mermaid"]
+    started = [x["step_id"] for x in lines if x.get("subtype") == "node_started"]
+    assert sorted(started[:2]) == ["a", "b"] and started[2] == "c"
+    assert {x["step_id"] for x in lines if x["type"] == "assistant"} == {"a", "b", "c"}
+    assert (tmp_path / "report.txt").read_text() == "modules: a, b\n"
+    assert "flowchart TD" in (tmp_path / "report.html").read_text()
+
+
+def test_cli_run_rejects_an_invalid_plan_with_its_problems(tmp_path):
+    (tmp_path / "plan.json").write_text(json.dumps({"steps": [
+        {"id": "a", "goal": "x", "depends_on": ["b"], "tools": ["Telepathy"]},
+        {"id": "b", "goal": "y", "depends_on": ["a"]}]}))
+    with ScriptedServer([]) as server:
+        proc = drivetrain("run", "plan.json", "-p", server=server, cwd=tmp_path)
+    assert proc.returncode == 1
+    assert "cycle: " in proc.stderr and "unknown tool(s) Telepathy" in proc.stderr
+
+
+def test_cli_a_killed_plan_resumes_at_the_first_unfinished_node(tmp_path):
+    (tmp_path / "plan.json").write_text(json.dumps({"task": "t", "steps": [
+        {"id": "a", "goal": "Find the answer.", "tools": ["Read"], "max_turns": 2},
+        {"id": "b", "goal": "Use the answer.", "depends_on": ["a"], "tools": ["Read"], "max_turns": 2}]}))
+    with ScriptedServer([reply("the answer is 42"), reply("never sent", delay=60)]) as server:
+        proc = subprocess.Popen([sys.executable, "-m", "drivetrain", "run", "plan.json", "-p"], cwd=tmp_path,
+                                env=cli_env(server), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
+        try:
+            deadline = time.monotonic() + 60
+            while len(server.requests) < 2:  # b's request is out: a is done and checkpointed
+                assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read()
+                time.sleep(0.05)
+            [path] = state_files()
+            killed = json.loads(path.read_text())
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(10)
+        finally:
+            proc.kill()
+            proc.stdout.close()
+            proc.stderr.close()
+    assert killed["status"] == "running"  # nothing ran after the kill: what is on disk is what resumes
+    assert (killed["nodes"]["a"]["status"], killed["nodes"]["b"]["status"]) == ("done", "running")
+
+    def sees_a(body):
+        assert first_text(body).startswith("Use the answer.") and "the answer is 42" in first_text(body)
+
+    with ScriptedServer([reply("used 42", expect=sees_a)]) as server:  # a is not asked again
+        proc = drivetrain("run", "plan.json", "--resume", "-p", "--output-format", "json", server=server, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["subtype"] == "success" and result["result"] == "used 42"
+    assert result["nodes"]["a"]["session_ids"] == killed["nodes"]["a"]["session_ids"]
+    assert state_files() == [path] and json.loads(path.read_text())["status"] == "success"
+    with ScriptedServer([]) as server:  # nothing left to resume
+        proc = drivetrain("run", "plan.json", "--resume", "-p", server=server, cwd=tmp_path)
+    assert proc.returncode == 1 and "no unfinished run" in proc.stderr

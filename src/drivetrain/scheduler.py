@@ -256,10 +256,10 @@ class Scheduler:
 
     def _agent(self, step: Step) -> Agent:
         agent = self.make_agent(step)
+        observers = list(agent.observers)
         if self.on_event is not None:
-            agent = replace(agent, observers=[*agent.observers,
-                                              lambda e, i=step.id: self.emit("agent", i, event=e)])
-        return agent
+            observers.append(lambda e, i=step.id: self.emit("agent", i, event=e))
+        return replace(agent, observers=observers)  # a copy of its own: a retry raises its limits
 
     def seed(self, step: Step) -> str:
         """The step's first user message: its goal verbatim, then the final answers of what it depends on."""
@@ -273,12 +273,15 @@ class Scheduler:
         return "\n\n".join(parts)
 
     async def _node(self, step: Step) -> str:
+        """Run one step as one session: a retry or the person's guidance goes on in the same history."""
         node, agent = self.nodes[step.id], self._agent(step)
         levels = ["retry", *(["replan"] if self.replan_failed and not node.replanned else []), "ask"]
-        prompt, history = self.seed(step), None
+        run = agent.start(self.seed(step))
+        node.session_ids.append(run.session_id)
+        self.emit("session", step.id, session_id=run.session_id)
         while True:
             node.attempts += 1
-            result = await agent.start(prompt, history=history).finish()
+            result = await run.finish()
             self._account(node, agent, result)
             failure = await self._failure(step, agent, result)
             if failure is None:
@@ -303,17 +306,13 @@ class Scheduler:
                         node.status, node.error, node.result = "failed", failure, result.result
                         return "failed"
                 break
-            history = result.history
-            prompt = (f"The step is not done yet. {failure}\n\nFix this, then end your turn."
-                      + (f"\n\nGuidance from the person: {guidance}" if guidance else ""))
+            _another_try(agent, step, result)
+            run.submit(f"The step is not done yet. {failure}\n\nFix this, then end your turn."
+                       + (f"\n\nGuidance from the person: {guidance}" if guidance else ""))
 
     def _account(self, node: Node, agent: Agent, result: RunResult) -> None:
-        node.num_turns += result.num_turns
-        node.usage = (Usage(**node.usage) + result.usage).to_wire()
-        cost = cost_usd(agent.model.name, result.usage)
-        if cost is not None:
-            node.cost_usd = (node.cost_usd or 0.0) + cost
-        node.session_ids.append(result.session_id)
+        node.num_turns, node.usage = result.num_turns, result.usage.to_wire()  # the session's totals so far
+        node.cost_usd = cost_usd(agent.model.name, result.usage)
 
     async def _failure(self, step: Step, agent: Agent, result: RunResult) -> str | None:
         """Why the step is not done (its run did not succeed, or its check failed); None: it is done."""
@@ -351,6 +350,14 @@ class Scheduler:
         if inspect.isawaitable(answer):
             answer = await answer
         return answer or None
+
+
+def _another_try(agent: Agent, step: Step, result: RunResult) -> None:
+    """The step's own budget again, on top of what its session has used (the loop counts from its start)."""
+    if step.max_turns is not None:
+        agent.max_turns = result.num_turns + step.max_turns
+    if step.max_tokens is not None and agent.budget.tokens is not None:
+        agent.budget = replace(agent.budget, tokens=total_tokens(result.usage) + step.max_tokens)
 
 
 async def run_check(command: str, cwd: Path, timeout: float = CHECK_TIMEOUT_S) -> tuple[int, str]:

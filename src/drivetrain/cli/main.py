@@ -59,6 +59,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["sessions"]:  # the saved sessions; one's turn log and health signals
         from drivetrain.cli.sessions import main as sessions_main
         return sessions_main(argv[1:])
+    if argv[:1] in (["plan"], ["run"]):  # structured graph mode: a plan as a DAG of steps, and running one
+        from drivetrain.cli import plan
+        return plan.plan_main(argv[1:]) if argv[0] == "plan" else plan.run_main(argv[1:])
     if argv[:1] == ["graph"]:  # the loop's states and edges, as Mermaid, drawn from the code
         from drivetrain.graph import mermaid
         print(mermaid())
