@@ -193,7 +193,8 @@ async def test_an_interrupted_plan_resumes_at_the_first_unfinished_node(tmp_path
     plan, state_path = Plan.from_json(chain), tmp_path / "state.json"
     with ExitStack() as stack:
         servers = {"a": stack.enter_context(ScriptedServer([reply("one done")])),
-                   "b": stack.enter_context(ScriptedServer([respond([tool_call("pause", {"label": "b", "seconds": 30})])])),
+                   "b": stack.enter_context(ScriptedServer([respond([tool_call("pause", {"label": "b",
+                                                                                         "seconds": 30})])])),
                    "c": stack.enter_context(ScriptedServer([]))}
         task = asyncio.create_task(run_plan(plan, agents_for(servers, tmp_path), state_path=state_path,
                                             on_event=lambda e: None))

@@ -218,7 +218,8 @@ class Plan:
             raise PlanError('a plan is a JSON object: {"steps": [...]}')
         version = data.get("version", FORMAT_VERSION)
         if version != FORMAT_VERSION:
-            raise PlanError(f"plan format version {version!r} is not supported (this drivetrain reads {FORMAT_VERSION})")
+            raise PlanError(f"plan format version {version!r} is not supported "
+                            f"(this drivetrain reads version {FORMAT_VERSION})")
         steps = data.get("steps")
         if not isinstance(steps, list):
             raise PlanError('a plan needs "steps": a list of step objects')
@@ -244,7 +245,7 @@ class Plan:
             state = f" [{statuses[s.id]}]" if statuses and s.id in statuses else ""
             lines.append(f"{i}. {s.id}{state}: {s.goal}")
             after = f"after {', '.join(s.depends_on)}" if s.depends_on else "first"
-            budget = f"{s.max_turns} turns" + (f", {s.max_tokens:,} tokens" if s.max_tokens else "")
+            budget = f"{s.max_turns} turn{'s' if s.max_turns != 1 else ''}" + (f", {s.max_tokens:,} tokens" if s.max_tokens else "")
             lines.append(f"   {after}; tools: {', '.join(s.tools) or 'none'}; budget: {budget}")
             if s.check:
                 lines.append(f"   check: {s.check}")

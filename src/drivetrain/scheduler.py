@@ -107,7 +107,8 @@ class PlanResult:
     def result(self) -> str:
         """The final answers of the steps nothing depends on; or what failed."""
         if self.is_error:
-            bad = [f"step {i} {n.status}: {n.error}" for i, n in self.nodes.items() if n.status in ("failed", "pending")]
+            bad = [f"step {i} {n.status}: {n.error}" for i, n in self.nodes.items()
+                   if n.status in ("failed", "pending")]
             skipped = [i for i, n in self.nodes.items() if n.status == "skipped"]
             return "\n".join(bad + ([f"skipped (after a failed step): {', '.join(skipped)}"] if skipped else []))
         needed = {d for s in self.plan.steps for d in s.depends_on}
@@ -334,12 +335,13 @@ class Scheduler:
         new = await replan(agent, self.plan, step.id, failure, known_tools=known)
         if new is None:
             return False
-        gone = {step.id, *self.plan.dependants(step.id)}  # still pending (they wait on this step): nothing lost
+        # the failed step and its dependants go: they were pending (waiting on it), so no work is lost
+        old, gone = set(self.plan.ids), {step.id, *self.plan.dependants(step.id)}
         self.plan = new
         self.nodes = {s.id: self.nodes[s.id] if s.id not in gone and s.id in self.nodes else Node(replanned=True)
                       for s in new.steps}
-        self.emit("replanned", step.id, replaced=sorted(gone),
-                  steps=[s.to_json() for s in new.steps if self.nodes[s.id].replanned and self.nodes[s.id].attempts == 0])
+        fresh = [s.to_json() for s in new.steps if s.id in gone or s.id not in old]
+        self.emit("replanned", step.id, replaced=sorted(gone), steps=fresh)
         self.save()
         return True
 

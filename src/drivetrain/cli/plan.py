@@ -223,14 +223,16 @@ class PlanOutput:
     def init(self, plan: Plan, state_path: Path) -> None:
         self._log(f"drivetrain: plan of {len(plan.steps)} steps; state in {state_path}")
         if self.format == "stream-json":
-            self._emit({"type": "system", "subtype": "plan_init", "plan": plan.to_json(), "state_path": str(state_path)})
+            self._emit({"type": "system", "subtype": "plan_init", "plan": plan.to_json(),
+                        "state_path": str(state_path)})
 
     def event(self, e: PlanEvent) -> None:
         if e.kind == "agent":
             self._agent_event(e.step_id, e.event)
             return
-        self._log(f"[{e.step_id or 'plan'}] {e.kind} " + " ".join(f"{k}={v}" for k, v in e.data.items()
-                                                                  if k in ("status", "level", "exit_code", "duration_s")))
+        shown = " ".join(f"{k}={round(v, 2) if isinstance(v, float) else v}" for k, v in e.data.items()
+                         if k in ("status", "level", "exit_code", "duration_s", "session_id"))
+        self._log(f"[{e.step_id or 'plan'}] {e.kind} {shown}")
         if self.format == "stream-json" and e.kind != "plan_finished":
             self._emit({"type": "system", "subtype": e.kind, "step_id": e.step_id, **e.data})
 
