@@ -24,11 +24,13 @@ from drivetrain.pricing import turn_usage, usage_line
 from drivetrain.store import SessionNotFound, open_store
 
 PERMISSION_MODES = ("default", "acceptEdits", "plan", "bypassPermissions")
-SUBCOMMANDS = {  # name -> the module (in drivetrain.cli) whose main(argv) runs it; imported only when used
-    "serve": "serve",  # a local model behind an Anthropic/OpenAI-compatible HTTP API
-    "rewind": "rewind",  # put the workspace back as it was before a prompt of a session
-    "sessions": "sessions",  # the saved sessions; one's turn log and health signals
-    "report": "report",  # a session's turns, tokens, context and cost as a self-contained HTML page
+SUBCOMMANDS = {  # name -> "module:function" in drivetrain.cli, run with the rest of argv; imported only when used
+    "serve": "serve:main",  # a local model behind an Anthropic/OpenAI-compatible HTTP API
+    "rewind": "rewind:main",  # put the workspace back as it was before a prompt of a session
+    "sessions": "sessions:main",  # the saved sessions; one's turn log and health signals
+    "report": "report:main",  # a session's turns, tokens, context and cost as a self-contained HTML page
+    "plan": "plan:plan_main",  # structured graph mode: ask for a plan as a DAG of steps …
+    "run": "plan:run_main",  # … and run one
 }
 OUTPUT_FORMATS = ("text", "json", "stream-json")
 
@@ -74,7 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["compact"]:  # replace a saved session's history by a summary, now
         return asyncio.run(_compact(argv[1:]))
     if argv and argv[0] in SUBCOMMANDS:
-        return importlib.import_module(f"drivetrain.cli.{SUBCOMMANDS[argv[0]]}").main(argv[1:])
+        module, _, function = SUBCOMMANDS[argv[0]].partition(":")
+        return getattr(importlib.import_module(f"drivetrain.cli.{module}"), function)(argv[1:])
     args = build_parser().parse_args(argv)
     if args.fork_session and not (args.resume or args.continue_latest):
         print("drivetrain: --fork-session goes with --resume SESSION_ID or --continue.", file=sys.stderr)
