@@ -170,13 +170,10 @@ async def test_independent_steps_run_concurrently_and_dependants_get_their_resul
         plan = Plan.from_json(DIAMOND)
         # step a may only use note: give it pause too so both independent steps wait
         plan = Plan(tuple(s if s.id != "a" else Step("a", s.goal, (), ("pause",), 3) for s in plan.steps))
-        started = time.monotonic()
         result = await run_plan(plan, agents_for(servers, tmp_path), state_path=tmp_path / "state.json")
-        wall = time.monotonic() - started
     assert result.subtype == "success", result.result
     (la, sa, ea), (lb, sb, eb) = sorted(spans)
     assert sa < eb and sb < ea, spans  # the two pauses overlapped
-    assert wall < 1.1  # about one step's wait, not two
     assert result.result == "report written"
     state = json.loads((tmp_path / "state.json").read_text())
     assert state["status"] == "success" and {n["status"] for n in state["nodes"].values()} == {"done"}

@@ -104,6 +104,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", choices=["small", "full"], default=None,
                    help="how much the loop helps the model; default: small for the embedded model and small "
                         "OpenAI-compatible models (by name), full otherwise")
+    p.add_argument("--max-budget-usd", type=float, default=None, help="stop before a request once the run cost this")
+    p.add_argument("--max-tokens-total", type=int, default=None,
+                   help="stop once the run's requests read and wrote this many tokens (cache tokens included)")
+    p.add_argument("--max-wall-time", type=float, default=None, metavar="SECONDS", help="stop after this long")
+    p.add_argument("--max-tool-calls", type=int, default=None, help="stop once the model asked for this many calls")
+    p.add_argument("--wrap-up-on-limit", action="store_true",
+                   help="on reaching a limit, one last request without tools for a summary of what was done")
     p.add_argument("--no-checkpoints", action="store_true",
                    help="do not snapshot the workspace before each prompt (on by default inside a git repository)")
     p.add_argument("--sandbox", action="store_true",

@@ -42,13 +42,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run the task non-interactively and print the result")
     p.add_argument("--output-format", choices=OUTPUT_FORMATS, default="text")
     p.add_argument("--max-turns", type=int, default=None, help="cap on model requests")
-    p.add_argument("--max-budget-usd", type=float, default=None, help="stop before a request once the run cost this")
-    p.add_argument("--max-tokens-total", type=int, default=None,
-                   help="stop once the run's requests read and wrote this many tokens (cache tokens included)")
-    p.add_argument("--max-wall-time", type=float, default=None, metavar="SECONDS", help="stop after this long")
-    p.add_argument("--max-tool-calls", type=int, default=None, help="stop once the model asked for this many calls")
-    p.add_argument("--wrap-up-on-limit", action="store_true",
-                   help="on reaching a limit, one last request without tools for a summary of what was done")
     p.add_argument("--model", default=None)
     p.add_argument("--provider", choices=PROVIDERS, default=None,
                    help="default: anthropic if ANTHROPIC_* is set, openai if OPENAI_* is set, else local")

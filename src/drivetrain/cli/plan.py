@@ -49,7 +49,6 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--system-prompt", default=None, help="replace the default system prompt of the steps")
     p.add_argument("--append-system-prompt", default=None)
     p.add_argument("--max-turns", type=int, default=None, help="turns for the whole plan (the steps' add up to it)")
-    p.add_argument("--max-total-tokens", type=int, default=None, help="tokens for the whole plan")
     p.add_argument("--output-format", choices=OUTPUT_FORMATS, default="text")
     p.add_argument("--verbose", action="store_true", help="progress and the turn log on stderr")
     build.add_arguments(p)
@@ -84,7 +83,7 @@ def plan_main(argv: list[str]) -> int:
     cwd = Path.cwd()
     try:
         agent = build.build_agent(args, cwd, str(uuid.uuid4()), store=open_store())
-        budget = Budget(tokens=args.max_total_tokens)
+        budget = Budget(tokens=args.max_tokens_total)
         plan = asyncio.run(make_plan(agent, args.task, budget=budget, max_turns=args.max_turns))
     except (HarnessError, ValueError) as e:
         return _fail(args, str(e))
@@ -133,7 +132,7 @@ async def _run(args: argparse.Namespace) -> int:
         plan = Plan.from_json(args.plan.read_text())
         store = open_store()
         base = build.build_agent(args, cwd, str(uuid.uuid4()), store=store)
-        problems = plan.validate([t.name for t in base.tools], Budget(tokens=args.max_total_tokens),
+        problems = plan.validate([t.name for t in base.tools], Budget(tokens=args.max_tokens_total),
                                  max_turns=args.max_turns)
         if problems:
             raise PlanError(f"{args.plan} is not a plan that can run:\n" + "\n".join(f"  - {p}" for p in problems))
