@@ -13,6 +13,7 @@ HANDLERS = {
     loop.RunTools: loop.run_tools,
     loop.Recover: loop.recover,
     loop.Compact: loop.compact,
+    loop.RunNode: loop.run_node,
     loop.AwaitApproval: loop.resume_approval,
     loop.Done: loop.next_prompt,
 }

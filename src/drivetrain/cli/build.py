@@ -16,6 +16,7 @@ from drivetrain.errors import ConfigError
 from drivetrain.hooks import Hooks
 from drivetrain.loop import Agent
 from drivetrain.models.resolve import detect_provider, resolve_model
+from drivetrain.nodes import Verify
 from drivetrain.permissions import Policy, SettingsError, load_settings
 from drivetrain.procs import keep_environment_private
 from drivetrain.pricing import prices_from_settings, set_prices
@@ -74,6 +75,8 @@ def build_agent(args: argparse.Namespace, cwd: Path, session_id: str, *,
                       wall_time_s=args.max_wall_time, tool_calls=args.max_tool_calls,
                       wrap_up=args.wrap_up_on_limit),
     )
+    if args.verify:
+        agent.nodes.append(Verify(args.verify))
     if approver_factory is not None:
         agent.approver = approver_factory(cwd, policy)
     if not args.no_checkpoints and _in_git_work_tree(cwd) and shutil.which("git"):

@@ -47,6 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="stop once the run's requests read and wrote this many tokens (cache tokens included)")
     p.add_argument("--max-wall-time", type=float, default=None, metavar="SECONDS", help="stop after this long")
     p.add_argument("--max-tool-calls", type=int, default=None, help="stop once the model asked for this many calls")
+    p.add_argument("--verify", metavar="COMMAND", default=None,
+                   help="when the model wants to finish, run COMMAND (e.g. \"pytest -q\"); on failure it goes back "
+                        "to work with the output (twice at most)")
     p.add_argument("--wrap-up-on-limit", action="store_true",
                    help="on reaching a limit, one last request without tools for a summary of what was done")
     p.add_argument("--model", default=None)
