@@ -110,3 +110,22 @@ def test_cli_verify_flag(tmp_path):
                                "--permission-mode", "acceptEdits", "--output-format", "json"],
                               cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     assert json.loads(proc.stdout)["result"] == "fixed", proc.stderr
+
+
+async def test_sessions_show_graph_counts_each_edge_the_run_took(tmp_path):
+    import os
+
+    from drivetrain.store_file import FileStore
+
+    home = tmp_path / "home"
+    steps = [respond([tool_call("touch", {"name": "a"})]), respond([tool_call("touch", {"name": "b"})]),
+             reply("Done.")]
+    with ScriptedServer(steps) as server:
+        agent = agent_for(server, tmp_path, nodes=[Verify("test -f b", limit=1)], store=FileStore(home))
+        result = await agent.run("make a and b")
+    env = {**os.environ, "DRIVETRAIN_HOME": str(home)}
+    out = subprocess.run([sys.executable, "-m", "drivetrain", "sessions", "show", result.session_id[:8], "--graph"],
+                         env=env, capture_output=True, text=True, timeout=60).stdout
+    assert "CallModel -->|2| RunTools" in out and "RunTools -->|2| CallModel" in out
+    assert "CallModel -->|1| RunNode" in out and "RunNode -->|1| Done" in out
+    assert "Recover -.-> CallModel" in out  # never taken: dotted
