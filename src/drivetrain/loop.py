@@ -17,7 +17,7 @@ from typing import Any, AsyncIterator, Callable, Union
 
 from drivetrain import budget, calls, compaction, loops
 from drivetrain.approval import Approver, Defer, Deny, PendingCall, PermissionDecider, Verdict
-from drivetrain.context import ContextSettings, request_view, window_of
+from drivetrain.context import ContextSettings, request_view, session_outputs, window_of
 from drivetrain.errors import HarnessError
 from drivetrain.events import (
     ApprovalRequired, Compacted, Event, Finished, HookReported, LimitApproaching, LimitReached, LoopDetected,
@@ -198,29 +198,32 @@ class Deps:
     model: Model
     tools: dict[str, Tool]
     gate: Gate
+    session_id: str = ""
     _context: ToolContext | None = None
     started: float = field(default_factory=time.monotonic)
 
     @classmethod
-    def of(cls, agent: Agent) -> Deps:
+    def of(cls, agent: Agent, session_id: str = "") -> Deps:
         names = [n.name for n in agent.nodes]
         if len(set(names)) != len(names) or any(n.at not in POINTS for n in agent.nodes):
             raise ValueError(f"each added node needs its own name and a point among {POINTS}: got "
                              f"{[(n.name, n.at) for n in agent.nodes]}")
-        return cls(agent, agent.model, {t.name: t for t in agent.tools}, agent.gate)
+        return cls(agent, agent.model, {t.name: t for t in agent.tools}, agent.gate, session_id)
 
     def elapsed(self) -> float:
         return time.monotonic() - self.started
 
     @property
     def context(self) -> ToolContext:
-        """What tools know of the run; the policy's workspace roots are resolved once per run."""
+        """What tools know of the run (made once per run: the policy's workspace roots resolved, the session's
+        outputs folder named, which the policy lets read tools into)."""
         if self._context is None:
             policy = self.agent.policy
             roots = getattr(policy, "roots", None)  # a policy that confines files names the workspace
             hide = getattr(policy, "search_filter", None)  # and the files a search must skip
             self._context = ToolContext(cwd=self.agent.cwd, roots=roots(self.agent.cwd) if roots else [],
-                                        read_filter=hide(self.agent.cwd) if hide else None)
+                                        read_filter=hide(self.agent.cwd) if hide else None,
+                                        outputs=session_outputs(self.session_id) if self.session_id else None)
         return self._context
 
 
@@ -618,7 +621,7 @@ class Run:
         self.agent = agent
         self.value = value
         self.log = log  # the session log each step is saved to
-        self.deps = Deps.of(agent)
+        self.deps = Deps.of(agent, value.session_id)
         self.cancelled_by = "cancel"  # what a cancellation is recorded as (the CLI says which signal)
         self._started = time.monotonic()
         self._result: RunResult | None = self._finish(value.state) if isinstance(value.state, Done) else None
