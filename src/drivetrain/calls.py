@@ -14,7 +14,7 @@ import time
 from typing import TYPE_CHECKING
 
 from drivetrain.approval import Allow, Defer, Deny, Verdict
-from drivetrain.context import cap_result, tool_context
+from drivetrain.context import cap_result
 from drivetrain.errors import HarnessError
 from drivetrain.events import LoopDetected, PermissionDecided, ToolStarted
 from drivetrain.messages import ToolResultBlock, ToolUseBlock
@@ -29,7 +29,7 @@ async def decide_all(w: Step, calls: tuple[ToolUseBlock, ...], verdicts: dict[st
     verdicts = dict(verdicts)
     for call in calls:
         if call.id not in verdicts:
-            verdict = await w.deps.gate.decide(call, w.deps.tools, tool_context(w), w.payload("PreToolUse"), w.report)
+            verdict = await w.deps.gate.decide(call, w.deps.tools, w.deps.context, w.payload("PreToolUse"), w.report)
             verdicts[call.id] = verdict
             behavior, by, reason = _describe(verdict)
             w.emit(PermissionDecided(call, behavior, by, reason))
@@ -128,7 +128,7 @@ def _note_repeat(w: Step, name: str, tool_input: dict, content):
 
 async def _call_tool(w: Step, name: str, tool_input: dict) -> ToolResult:
     try:
-        return await w.deps.tools[name].call(tool_input, tool_context(w))
+        return await w.deps.tools[name].call(tool_input, w.deps.context)
     except (HarnessError, asyncio.CancelledError):
         raise
     except Exception as e:  # tool failures are data: the model sees the real error

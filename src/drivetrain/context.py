@@ -40,7 +40,6 @@ from drivetrain.pricing import context_window
 if TYPE_CHECKING:
     from drivetrain.loop import Agent, Step
     from drivetrain.models.base import Model
-    from drivetrain.tools.base import ToolContext
 
 
 @dataclass(frozen=True)
@@ -130,13 +129,6 @@ def session_outputs(session_id: str) -> Path:
 
 def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", name).lstrip(".") or "_"
-
-
-def tool_context(w: Step) -> ToolContext:
-    """The run's tool context, naming this session's outputs folder (the policy lets read tools into it)."""
-    ctx = w.deps.context
-    outputs = session_outputs(w.value.session_id)
-    return ctx if ctx.outputs == outputs else replace(ctx, outputs=outputs)
 
 
 def result_cap(window: int, used: int, reserve: int, calls: int, s: ContextSettings) -> int:

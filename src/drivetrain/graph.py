@@ -13,6 +13,7 @@ HANDLERS = {
     loop.RunTools: loop.run_tools,
     loop.Recover: loop.recover,
     loop.Compact: loop.compact,
+    loop.RunNode: loop.run_node,
     loop.AwaitApproval: loop.resume_approval,
     loop.Done: loop.next_prompt,
 }
@@ -32,4 +33,21 @@ def mermaid() -> str:
     lines = ["stateDiagram-v2", "    [*] --> SubmitPrompt", "    [*] --> CallModel"]
     lines += [f"    {a} --> {b}" for a, b in edges()]
     lines.append("    Done --> [*]")
+    return "\n".join(lines)
+
+
+def walked(path: list[str]) -> str:
+    """The loop's graph with the walk of one run over it: each edge taken labelled with how many times
+    (tool_use turns, pause_turn resends, recoveries, approvals, nodes, compactions …); edges not taken dotted."""
+    counts: dict[tuple[str, str], int] = {}
+    for a, b in zip(path, path[1:]):
+        counts[(a, b)] = counts.get((a, b), 0) + 1
+    lines = ["flowchart LR"]
+    if path:
+        lines.append(f"    start(( )) --> {path[0]}")
+    for a, b in edges() + [e for e in counts if e not in edges()]:  # an edge not drawn would be a bug: show it
+        n = counts.get((a, b), 0)
+        lines.append(f"    {a} -->|{n}| {b}" if n else f"    {a} -.-> {b}")
+    if path and path[-1] == "Done":
+        lines.append("    Done --> stop(( ))")
     return "\n".join(lines)

@@ -17,7 +17,7 @@ from typing import Any, AsyncIterator, Callable, Union
 
 from drivetrain import budget, calls, compaction, loops
 from drivetrain.approval import Approver, Defer, Deny, PendingCall, PermissionDecider, Verdict
-from drivetrain.context import ContextSettings, request_view, window_of
+from drivetrain.context import ContextSettings, request_view, session_outputs, window_of
 from drivetrain.errors import HarnessError
 from drivetrain.events import (
     ApprovalRequired, Compacted, Event, Finished, HookReported, LimitApproaching, LimitReached, LoopDetected,
@@ -28,12 +28,13 @@ from drivetrain.gate import Gate
 from drivetrain.hooks import HookOutcome
 from drivetrain.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, Usage, ensure_valid
 from drivetrain.models.base import Model, ModelRequest, ModelResponse
+from drivetrain.nodes import POINTS, Node, NodeContext, Note, SendBack
 from drivetrain.pricing import cost_usd
 from drivetrain.profiles import FULL, Profile
 from drivetrain.rewind import Checkpoints
 from drivetrain.session import Loaded, SessionLog, close_open_calls, load
 from drivetrain.state import (  # noqa: F401  (the states are part of this module's interface)
-    AwaitApproval, CallModel, Compact, Done, Recover, RunState, RunTools, State, SubmitPrompt,
+    AwaitApproval, CallModel, Compact, Done, Recover, RunNode, RunState, RunTools, State, SubmitPrompt,
 )
 from drivetrain.store import SessionStore
 from drivetrain.tools.base import Tool, ToolContext, tool_spec
@@ -122,6 +123,7 @@ class Agent:
     repeat_exempt: tuple[str, ...] = ()  # tools that may repeat (polling), never refused as loops
     store: SessionStore | None = None  # where each run is saved after every step (None: not saved)
     checkpoints: Checkpoints | None = None  # the workspace snapshotted before each prompt, for rewind
+    nodes: list[Node] = field(default_factory=list)  # added to the loop at their points (nodes.py): Verify, Plan …
     context_settings: ContextSettings = ContextSettings()  # output caps and clearing old results (context.py)
 
     def start(self, prompt: str | None = None, history: list[Message] | None = None,
@@ -196,25 +198,32 @@ class Deps:
     model: Model
     tools: dict[str, Tool]
     gate: Gate
+    session_id: str = ""
     _context: ToolContext | None = None
     started: float = field(default_factory=time.monotonic)
 
     @classmethod
-    def of(cls, agent: Agent) -> Deps:
-        return cls(agent, agent.model, {t.name: t for t in agent.tools}, agent.gate)
+    def of(cls, agent: Agent, session_id: str = "") -> Deps:
+        names = [n.name for n in agent.nodes]
+        if len(set(names)) != len(names) or any(n.at not in POINTS for n in agent.nodes):
+            raise ValueError(f"each added node needs its own name and a point among {POINTS}: got "
+                             f"{[(n.name, n.at) for n in agent.nodes]}")
+        return cls(agent, agent.model, {t.name: t for t in agent.tools}, agent.gate, session_id)
 
     def elapsed(self) -> float:
         return time.monotonic() - self.started
 
     @property
     def context(self) -> ToolContext:
-        """What tools know of the run; the policy's workspace roots are resolved once per run."""
+        """What tools know of the run (made once per run: the policy's workspace roots resolved, the session's
+        outputs folder named, which the policy lets read tools into)."""
         if self._context is None:
             policy = self.agent.policy
             roots = getattr(policy, "roots", None)  # a policy that confines files names the workspace
             hide = getattr(policy, "search_filter", None)  # and the files a search must skip
             self._context = ToolContext(cwd=self.agent.cwd, roots=roots(self.agent.cwd) if roots else [],
-                                        read_filter=hide(self.agent.cwd) if hide else None)
+                                        read_filter=hide(self.agent.cwd) if hide else None,
+                                        outputs=session_outputs(self.session_id) if self.session_id else None)
         return self._context
 
 
@@ -240,6 +249,7 @@ class Step:
         self.trajectory = list(value.trajectory)
         self.seen_calls = dict(value.seen_calls)
         self.blocked = dict(value.blocked)
+        self.node_visits = dict(value.node_visits)
         self.events: list[Event] = []
 
     def emit(self, event: Event) -> None:
@@ -284,7 +294,8 @@ class Step:
             path += (type(state).__name__,)
         history = tuple(self.history)
         return replace(v, history=history, state=state, path=path, trajectory=tuple(self.trajectory),
-                       seen_calls=self.seen_calls, blocked=self.blocked, linted=self.linted, linted_of=history,
+                       seen_calls=self.seen_calls, blocked=self.blocked, node_visits=self.node_visits,
+                       linted=self.linted, linted_of=history,
                        **{name: getattr(self, name) for name in self._COPIED})
 
 
@@ -311,6 +322,8 @@ async def step(value: RunState, deps: Deps, emit: Callable[[Event], None] | None
             nxt = recover(s, w)
         case Compact() as s:
             nxt = await compact(s, w)
+        case RunNode() as s:
+            nxt = await run_node(s, w)
         case AwaitApproval() as s:
             w.emit(ApprovalRequired(tuple(PendingCall(c.id, c.name, c.input) for c in s.pending)))
             nxt = s
@@ -340,7 +353,7 @@ def with_prompt(value: RunState, prompt: str) -> RunState:
 # ---------------------------------------------------------------- the handlers: each return annotation is an edge
 
 
-async def submit_prompt(s: SubmitPrompt, w: Step) -> CallModel | Done:
+async def submit_prompt(s: SubmitPrompt, w: Step) -> CallModel | RunNode | Done:
     admitted = await w.deps.gate.admit(w.payload("UserPromptSubmit", prompt=s.prompt), w.report)
     if isinstance(admitted.verdict, Deny):
         return Done("prompt_blocked", None, admitted.verdict.message)
@@ -351,10 +364,10 @@ async def submit_prompt(s: SubmitPrompt, w: Step) -> CallModel | Done:
         w.set_last(Message("user", (*last.content, *blocks)))
     else:
         w.append(Message("user", blocks))
-    return CallModel()
+    return enter_node(w, "start", CallModel())
 
 
-async def call_model(s: CallModel, w: Step) -> RunTools | Recover | CallModel | Compact | Done:
+async def call_model(s: CallModel, w: Step) -> RunTools | Recover | CallModel | Compact | RunNode | Done:
     a, p = w.deps.agent, w.deps.agent.profile
     if not s.final:
         measured = budget.measures(a.budget, a.max_turns, turns=w.num_turns, usage=w.usage, model=a.model.name,
@@ -448,11 +461,11 @@ def final_answer(why: str, response: ModelResponse, w: Step) -> Done:
     return Done("success", response.stop_reason, text)
 
 
-async def stop_gate(done: Done, w: Step) -> CallModel | Done:
+async def stop_gate(done: Done, w: Step) -> CallModel | RunNode | Done:
     verdict = await w.deps.gate.stop(w.payload("Stop", stop_hook_active=w.stop_refusals > 0,
                                                last_assistant_message=done.result), w.report)
     if not isinstance(verdict, Deny) or w.stop_refusals >= w.deps.agent.max_stop_refusals:
-        return done
+        return enter_node(w, "end_turn", done)
     w.stop_refusals += 1
     w.append(Message.user(f"A Stop hook refused to let you stop: {verdict.message}"))
     return CallModel()
@@ -548,6 +561,28 @@ async def compact(s: Compact, w: Step) -> CallModel | Done:
     return go_on
 
 
+async def run_node(s: RunNode, w: Step) -> CallModel | RunNode | Done:
+    """A node the user added (``nodes.py``): it proceeds, adds a note, or sends the model back to work."""
+    node = next(n for n in w.deps.agent.nodes if n.name == s.name)
+    w.node_visits[s.name] = w.node_visits.get(s.name, 0) + 1
+    result = await node.run(NodeContext(w))
+    if isinstance(result, SendBack) and isinstance(s.then, Done):
+        w.append(Message.user(result.text))
+        return CallModel()
+    if isinstance(result, (Note, SendBack)):  # a send-back before the first request is a note
+        w.ask(result.text)
+    return enter_node(w, node.at, s.then, after=s.name)
+
+
+def enter_node(w: Step, point: str, then: State, after: str | None = None) -> State:
+    """The next node added at ``point`` (after the node ``after``) that has runs left, else ``then``."""
+    nodes = [n for n in w.deps.agent.nodes if n.at == point]
+    if after is not None:
+        nodes = nodes[[n.name for n in nodes].index(after) + 1:]
+    node = next((n for n in nodes if w.node_visits.get(n.name, 0) < n.limit), None)
+    return RunNode(node.name, then) if node is not None else then
+
+
 def context_window(agent: Agent) -> int:
     """The window the history is kept within: the agent's setting, else the model's own (``context.window_of``)."""
     return agent.context_window or window_of(agent.model)
@@ -586,7 +621,7 @@ class Run:
         self.agent = agent
         self.value = value
         self.log = log  # the session log each step is saved to
-        self.deps = Deps.of(agent)
+        self.deps = Deps.of(agent, value.session_id)
         self.cancelled_by = "cancel"  # what a cancellation is recorded as (the CLI says which signal)
         self._started = time.monotonic()
         self._result: RunResult | None = self._finish(value.state) if isinstance(value.state, Done) else None

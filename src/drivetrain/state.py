@@ -59,6 +59,12 @@ class Compact:
 
 
 @dataclass(frozen=True)
+class RunNode:
+    name: str  # a node the user added (``nodes.py``), entered at its point of the loop
+    then: State  # where the loop goes when the node says to proceed
+
+
+@dataclass(frozen=True)
 class Done:
     subtype: str  # success | error_max_turns | error_max_continuations | error_during_execution | prompt_blocked | …
     stop_reason: str | None = None
@@ -66,7 +72,7 @@ class Done:
     note: str = ""
 
 
-State = Union[SubmitPrompt, CallModel, RunTools, AwaitApproval, Recover, Compact, Done]
+State = Union[SubmitPrompt, CallModel, RunTools, AwaitApproval, Recover, Compact, RunNode, Done]
 
 # ---------------------------------------------------------------- the run
 
@@ -96,6 +102,7 @@ class RunState:
     warned: tuple[str, ...] = ()  # limits whose soft threshold was announced
     compactions: int = 0  # times the history was replaced by a summary
     compact_failures: int = 0  # failed compactions in a row (two: no more tries)
+    node_visits: dict[str, int] = field(default_factory=dict)  # user-added node -> times it ran
     hook_stop: str | None = None  # a hook said {"continue": false}: the run stops after this step
     linted: int = 0  # leading messages already checked before a request and unchanged since …
     linted_of: tuple | None = field(default=None, compare=False, repr=False)  # … in this very history tuple
@@ -123,6 +130,7 @@ class RunState:
             "tool_calls": self.tool_calls, "turn_marks": [[m, list(k)] for m, k in self.turn_marks], "blocked": dict(self.blocked),
             "error_streak": list(self.error_streak), "warned": list(self.warned),
             "compactions": self.compactions, "compact_failures": self.compact_failures,
+            "node_visits": dict(self.node_visits),
         }
 
     @classmethod
@@ -146,6 +154,7 @@ class RunState:
             turn_marks=tuple((m, tuple(k)) for m, k in data.get("turn_marks", ())), blocked=dict(data.get("blocked", {})),
             error_streak=tuple(data.get("error_streak", ("", 0))), warned=tuple(data.get("warned", ())),
             compactions=data.get("compactions", 0), compact_failures=data.get("compact_failures", 0),
+            node_visits=dict(data.get("node_visits", {})),
         )
 
 
@@ -166,6 +175,8 @@ def state_to_json(state: State) -> dict:
             return {"type": "Recover", "max_tokens": m, "response": {
                 "content": [b.to_wire() for b in r.content], "stop_reason": r.stop_reason,
                 "usage": r.usage.to_wire(), "model": r.model, "id": r.id}}
+        case RunNode(name=n, then=then):
+            return {"type": "RunNode", "name": n, "then": state_to_json(then)}
         case Compact(trigger=t, then=then):
             return {"type": "Compact", "trigger": t, "then": state_to_json(then) if then else None}
         case Done() as d:
@@ -189,6 +200,8 @@ def state_from_json(d: dict) -> State:
             response = ModelResponse(tuple(block_from_wire(b) for b in r["content"]), r["stop_reason"],
                                      Usage(**r["usage"]), r.get("model", ""), r.get("id", ""))
             return Recover(response, d["max_tokens"])
+        case "RunNode":
+            return RunNode(d["name"], state_from_json(d["then"]))
         case "Compact":
             then = state_from_json(d["then"]) if d.get("then") else None
             return Compact(d.get("trigger", "auto"), then if isinstance(then, Done) else None)

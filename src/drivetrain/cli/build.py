@@ -16,6 +16,7 @@ from drivetrain.errors import ConfigError
 from drivetrain.hooks import Hooks
 from drivetrain.loop import Agent
 from drivetrain.models.resolve import detect_provider, resolve_model
+from drivetrain.nodes import Verify
 from drivetrain.permissions import Policy, SettingsError, load_settings
 from drivetrain.procs import keep_environment_private
 from drivetrain.pricing import prices_from_settings, set_prices
@@ -74,6 +75,8 @@ def build_agent(args: argparse.Namespace, cwd: Path, session_id: str, *,
                       wall_time_s=args.max_wall_time, tool_calls=args.max_tool_calls,
                       wrap_up=args.wrap_up_on_limit),
     )
+    if args.verify:
+        agent.nodes.append(Verify(args.verify))
     if approver_factory is not None:
         agent.approver = approver_factory(cwd, policy)
     if not args.no_checkpoints and _in_git_work_tree(cwd) and shutil.which("git"):
@@ -109,6 +112,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="stop once the run's requests read and wrote this many tokens (cache tokens included)")
     p.add_argument("--max-wall-time", type=float, default=None, metavar="SECONDS", help="stop after this long")
     p.add_argument("--max-tool-calls", type=int, default=None, help="stop once the model asked for this many calls")
+    p.add_argument("--verify", metavar="COMMAND", default=None,
+                   help="when the model wants to finish, run COMMAND (e.g. \"pytest -q\"); on failure it goes back "
+                        "to work with the output (twice at most)")
     p.add_argument("--wrap-up-on-limit", action="store_true",
                    help="on reaching a limit, one last request without tools for a summary of what was done")
     p.add_argument("--no-checkpoints", action="store_true",

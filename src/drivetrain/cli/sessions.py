@@ -22,6 +22,7 @@ from pathlib import Path
 
 from drivetrain import report
 from drivetrain.errors import HarnessError
+from drivetrain.graph import walked
 from drivetrain.store import SessionInfo, SessionNotFound, SessionStore, open_store
 
 PROMPT_CHARS = 40
@@ -40,6 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
     show = sub.add_parser("show", help="a session's turn log, stop_reason trajectory and health signals")
     show.add_argument("session_id", metavar="ID", help="a session id, or a prefix naming exactly one")
     show.add_argument("--json", action="store_true")
+    show.add_argument("--graph", action="store_true",
+                      help="the loop's graph as Mermaid, each edge labelled with how often this session took it")
     return p
 
 
@@ -91,6 +94,10 @@ def _shorten_left(path: str, width: int) -> str:
 
 def _show(store: SessionStore, args: argparse.Namespace) -> int:
     records = store.read(resolve(store, args.session_id))
+    if args.graph:
+        path = next((r["run"].get("path", []) for r in reversed(records) if r.get("kind") == "state"), [])
+        print(walked(path))
+        return 0
     print(json.dumps(report.to_json(records), ensure_ascii=False) if args.json else report.render_text(records))
     return 0
 

@@ -1,0 +1,143 @@
+"""Nodes a user adds to the loop without forking it: each is entered at a fixed point and picks the next edge.
+
+A node is entered ``at`` one of two points:
+- ``"start"``: after a prompt is submitted, before the first model request for it;
+- ``"end_turn"``: when the model has answered and would end the run (after the Stop hooks let it).
+It returns ``Proceed`` (go on as the loop would), ``Note(text)`` (add the text for the model, then go on) or
+``SendBack(text)`` (the model goes back to work with the text: only from ``"end_turn"``). A node runs at most
+``limit`` times a run; after that it is passed over. Nodes at one point run in the order given.
+
+In the loop a node is the state ``RunNode(name, then)``; the run's path records ``RunNode:<name>``.
+
+Two nodes come with drivetrain: ``Verify`` (run a check command when the model wants to stop; on failure send
+the output back) and ``Plan`` (before the first request, ask the model — without tools — for a short plan).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol, Union
+
+from drivetrain.messages import Message
+from drivetrain.models.base import ModelRequest
+from drivetrain.procs import child_env, kill_group, watch_group
+from drivetrain.tools.base import tool_spec
+
+if TYPE_CHECKING:
+    from drivetrain.loop import Step
+
+POINTS = ("start", "end_turn")
+
+
+@dataclass(frozen=True)
+class Proceed:
+    pass
+
+
+@dataclass(frozen=True)
+class Note:
+    text: str
+
+
+@dataclass(frozen=True)
+class SendBack:
+    text: str
+
+
+NodeResult = Union[Proceed, Note, SendBack]
+
+
+class Node(Protocol):
+    name: str
+    at: str  # "start" | "end_turn"
+    limit: int  # times a run
+
+    async def run(self, ctx: NodeContext) -> NodeResult: ...
+
+
+@dataclass
+class NodeContext:
+    """What a node may see and use: the history so far, the workspace, the model (one request, no tools)."""
+
+    step: Step
+
+    @property
+    def history(self) -> list[Message]:
+        return list(self.step.history)
+
+    @property
+    def cwd(self) -> Path:
+        return self.step.deps.agent.cwd
+
+    @property
+    def answer(self) -> str:
+        """The model's last text (at ``end_turn``: the answer it wants to stop with)."""
+        last = next((m for m in reversed(self.step.history) if m.role == "assistant"), None)
+        return last.text if last is not None else ""
+
+    async def ask(self, text: str, max_tokens: int = 1024) -> str:
+        """One request where no tool may be called (tool_choice none; the tools stay defined, so the cached prefix
+        holds and earlier tool_use blocks stay valid): the history so far, then ``text``. Counts toward the budget."""
+        agent = self.step.deps.agent
+        history = self.step.history
+        if history and history[-1].role == "user":
+            messages = [*history[:-1], Message("user", (*history[-1].content, *Message.user(text).content))]
+        else:
+            messages = [*history, Message.user(text)]
+        tools = [tool_spec(t) for t in agent.tools]
+        response = await self.step.deps.model.respond(ModelRequest(messages, agent.system, tools, max_tokens,
+                                                                   tool_choice="none"))
+        self.step.usage = self.step.usage + response.usage
+        return response.message.text.strip()
+
+
+@dataclass
+class Verify:
+    """At ``end_turn``: run ``command`` in the workspace; on failure, send its output back (``limit`` times)."""
+
+    command: str
+    limit: int = 2
+    timeout_s: float = 300
+    name: str = "Verify"
+    at: str = "end_turn"
+
+    async def run(self, ctx: NodeContext) -> NodeResult:
+        code, output = await run_check(self.command, ctx.cwd, self.timeout_s)
+        if code == 0:
+            return Proceed()
+        tail = output[-3000:]
+        return SendBack(f"Before you finish: `{self.command}` failed (exit {code}). Fix the cause, run it again, "
+                        f"and only then give your answer.\n\n{tail}")
+
+
+@dataclass
+class Plan:
+    """At ``start``: ask the model, without tools, for a short numbered plan, and keep it in the history."""
+
+    limit: int = 1
+    name: str = "Plan"
+    at: str = "start"
+    ask: str = ("Before acting, write a short numbered plan (at most 6 steps) for this task: what to look at, what "
+                "to change, how to check it. Do not call tools yet.")
+
+    async def run(self, ctx: NodeContext) -> NodeResult:
+        plan = await ctx.ask(self.ask)
+        return Note(f"Your plan:\n{plan}\nNow carry it out.") if plan else Proceed()
+
+
+async def run_check(command: str, cwd: Path, timeout_s: float) -> tuple[int, str]:
+    """``bash -c command`` in its own process group, without the harness's credentials; killed whole on timeout."""
+    proc = await asyncio.create_subprocess_exec(
+        "bash", "-c", command, cwd=cwd, env=child_env(), stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, start_new_session=True)
+    watch_group(proc.pid)
+    try:
+        out, _ = await asyncio.wait_for(proc.communicate(), timeout_s)
+    except (asyncio.TimeoutError, asyncio.CancelledError) as e:
+        await kill_group(proc.pid, 0.5)
+        if isinstance(e, asyncio.CancelledError):
+            raise
+        return 124, f"timed out after {timeout_s:g} s"
+    return proc.returncode or 0, out.decode("utf-8", "replace")
