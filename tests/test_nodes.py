@@ -10,7 +10,7 @@ from drivetrain import Agent, tool
 from drivetrain.graph import edges
 from drivetrain.messages import lint
 from drivetrain.models.anthropic import AnthropicModel
-from drivetrain.nodes import Plan, Proceed, Verify
+from drivetrain.nodes import PlanFirst, Proceed, Verify
 from drivetrain.testing import ScriptedServer, reply, respond, tool_call
 
 
@@ -65,7 +65,7 @@ async def test_plan_asks_for_a_plan_without_tools_then_the_model_acts_on_it(tmp_
     steps = [reply("1. touch a.txt\n2. report", expect=plan_request),
              respond([tool_call("touch", {"name": "a.txt"})], expect=sees_plan), reply("made a.txt")]
     with ScriptedServer(steps) as server:
-        agent = agent_for(server, tmp_path, nodes=[Plan()])
+        agent = agent_for(server, tmp_path, nodes=[PlanFirst()])
         run = agent.start("make a.txt")
         result = await run.finish()
     assert result.result == "made a.txt" and (tmp_path / "a.txt").exists()
@@ -90,7 +90,7 @@ def test_nodes_need_their_own_names_and_a_known_point(tmp_path):
     with pytest.raises(ValueError, match="own name"):
         Agent(model=None, nodes=[Verify("true"), Verify("true")]).start("x")
     with pytest.raises(ValueError, match="point"):
-        Agent(model=None, nodes=[Plan(at="middle")]).start("x")
+        Agent(model=None, nodes=[PlanFirst(at="middle")]).start("x")
 
 
 def test_graph_draws_the_node_edges():

@@ -21,10 +21,10 @@ from drivetrain.messages import ToolResultBlock, ToolUseBlock
 from drivetrain.tools.base import ToolError, ToolResult
 
 if TYPE_CHECKING:
-    from drivetrain.loop import Step
+    from drivetrain.loop import Draft
 
 
-async def decide_all(w: Step, calls: tuple[ToolUseBlock, ...], verdicts: dict[str, Verdict]) -> dict[str, Verdict]:
+async def decide_all(w: Draft, calls: tuple[ToolUseBlock, ...], verdicts: dict[str, Verdict]) -> dict[str, Verdict]:
     """A verdict for every call not decided yet (calls decided before a pause keep theirs)."""
     verdicts = dict(verdicts)
     for call in calls:
@@ -44,7 +44,7 @@ def _describe(v: Verdict) -> tuple[str, str, str]:
     return "defer", "approver", "waiting for a decision"
 
 
-async def execute(w: Step, call: ToolUseBlock, verdict: Verdict) -> tuple[ToolResultBlock, float, dict | None]:
+async def execute(w: Draft, call: ToolUseBlock, verdict: Verdict) -> tuple[ToolResultBlock, float, dict | None]:
     """Run one decided call. Returns its result block, duration in ms, and the tool's metadata."""
     if isinstance(verdict, Deny):
         # A denial repeated unchanged is a loop too: counted like a result, so it is forbidden, then ends the run.
@@ -84,7 +84,7 @@ def forbidden(seen_calls: dict[str, tuple]) -> tuple[tuple[str, dict], ...]:
     return tuple(out)
 
 
-def _refuse_repeat(w: Step, call: ToolUseBlock, tool_input: dict) -> ToolResultBlock | None:
+def _refuse_repeat(w: Draft, call: ToolUseBlock, tool_input: dict) -> ToolResultBlock | None:
     """A call already made ``repeat_limit`` times, each with the same result, is a loop: answer without running
     it, with what it got before. So is the next step of a cycle (``loops.py``)."""
     agent = w.deps.agent
@@ -105,7 +105,7 @@ def _refuse_repeat(w: Step, call: ToolUseBlock, tool_input: dict) -> ToolResultB
                            "the result you already have, call another tool, or change the input.", True)
 
 
-def _note_repeat(w: Step, name: str, tool_input: dict, content):
+def _note_repeat(w: Draft, name: str, tool_input: dict, content):
     """A call repeated with the same input and the same result is a loop, not progress: say so.
 
     Small models especially re-issue a call after reading its result; telling them plainly that
@@ -126,7 +126,7 @@ def _note_repeat(w: Step, name: str, tool_input: dict, content):
             "result. Repeating it will not change anything: use this result, or do something different.]")
 
 
-async def _call_tool(w: Step, name: str, tool_input: dict) -> ToolResult:
+async def _call_tool(w: Draft, name: str, tool_input: dict) -> ToolResult:
     try:
         return await w.deps.tools[name].call(tool_input, w.deps.context)
     except (HarnessError, asyncio.CancelledError):

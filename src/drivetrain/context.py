@@ -38,7 +38,7 @@ from drivetrain.messages import Message, TextBlock, ToolResultBlock, ToolUseBloc
 from drivetrain.pricing import context_window
 
 if TYPE_CHECKING:
-    from drivetrain.loop import Agent, Step
+    from drivetrain.loop import Agent, Draft
     from drivetrain.models.base import Model
 
 
@@ -139,7 +139,7 @@ def result_cap(window: int, used: int, reserve: int, calls: int, s: ContextSetti
     return int(min(max(tokens, s.min_result_tokens), s.max_result_tokens)) * CHARS_PER_TOKEN
 
 
-def cap_result(w: Step, call_id: str, content: Any) -> Any:
+def cap_result(w: Draft, call_id: str, content: Any) -> Any:
     """``content`` cut to its share of the free context, the whole of it saved (see ``cap_text``)."""
     agent = w.deps.agent
     settings: ContextSettings = agent.context_settings

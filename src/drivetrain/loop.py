@@ -230,7 +230,7 @@ class Deps:
 # ---------------------------------------------------------------- one step
 
 
-class Step:
+class Draft:
     """The working copy of one step: the next value is drafted here, then frozen.
 
     The value the step was given is never changed. History edits go through ``append``, ``set_last``
@@ -306,7 +306,7 @@ async def step(value: RunState, deps: Deps, emit: Callable[[Event], None] | None
     Cancelled while tools run (Ctrl-C), every open call is answered as interrupted and the
     ``CancelledError`` carries that valid value as ``run_state`` before it propagates.
     """
-    w = Step(value, deps, emit)
+    w = Draft(value, deps, emit)
     match value.state:
         case SubmitPrompt() as s:
             nxt: State = await submit_prompt(s, w)
@@ -353,7 +353,7 @@ def with_prompt(value: RunState, prompt: str) -> RunState:
 # ---------------------------------------------------------------- the handlers: each return annotation is an edge
 
 
-async def submit_prompt(s: SubmitPrompt, w: Step) -> CallModel | RunNode | Done:
+async def submit_prompt(s: SubmitPrompt, w: Draft) -> CallModel | RunNode | Done:
     admitted = await w.deps.gate.admit(w.payload("UserPromptSubmit", prompt=s.prompt), w.report)
     if isinstance(admitted.verdict, Deny):
         return Done("prompt_blocked", None, admitted.verdict.message)
@@ -367,7 +367,7 @@ async def submit_prompt(s: SubmitPrompt, w: Step) -> CallModel | RunNode | Done:
     return enter_node(w, "start", CallModel())
 
 
-async def call_model(s: CallModel, w: Step) -> RunTools | Recover | CallModel | Compact | RunNode | Done:
+async def call_model(s: CallModel, w: Draft) -> RunTools | Recover | CallModel | Compact | RunNode | Done:
     a, p = w.deps.agent, w.deps.agent.profile
     if not s.final:
         measured = budget.measures(a.budget, a.max_turns, turns=w.num_turns, usage=w.usage, model=a.model.name,
@@ -413,7 +413,7 @@ async def call_model(s: CallModel, w: Step) -> RunTools | Recover | CallModel | 
     return next_state
 
 
-def after_response(response: ModelResponse, max_tokens: int, w: Step) -> RunTools | Recover | CallModel | Done:
+def after_response(response: ModelResponse, max_tokens: int, w: Draft) -> RunTools | Recover | CallModel | Done:
     reason = response.stop_reason
     agent = w.deps.agent
     if reason == "max_tokens" and response.content and isinstance(response.content[-1], ToolUseBlock):
@@ -443,7 +443,7 @@ def after_response(response: ModelResponse, max_tokens: int, w: Step) -> RunTool
     return Done("success", reason, text, note)
 
 
-def final_answer(why: str, response: ModelResponse, w: Step) -> Done:
+def final_answer(why: str, response: ModelResponse, w: Draft) -> Done:
     """The answer to the last request, made without tools: the run ends with it either way."""
     kept = tuple(b for b in response.content if not isinstance(b, ToolUseBlock)
                  and not (isinstance(b, TextBlock) and not b.text.strip()))
@@ -461,7 +461,7 @@ def final_answer(why: str, response: ModelResponse, w: Step) -> Done:
     return Done("success", response.stop_reason, text)
 
 
-async def stop_gate(done: Done, w: Step) -> CallModel | RunNode | Done:
+async def stop_gate(done: Done, w: Draft) -> CallModel | RunNode | Done:
     verdict = await w.deps.gate.stop(w.payload("Stop", stop_hook_active=w.stop_refusals > 0,
                                                last_assistant_message=done.result), w.report)
     if not isinstance(verdict, Deny) or w.stop_refusals >= w.deps.agent.max_stop_refusals:
@@ -471,7 +471,7 @@ async def stop_gate(done: Done, w: Step) -> CallModel | RunNode | Done:
     return CallModel()
 
 
-async def run_tools(s: RunTools, w: Step) -> AwaitApproval | CallModel | Done:
+async def run_tools(s: RunTools, w: Draft) -> AwaitApproval | CallModel | Done:
     stuck_before = w.stuck_turns
     try:
         verdicts = await calls.decide_all(w, s.calls, s.verdicts)
@@ -514,7 +514,7 @@ async def run_tools(s: RunTools, w: Step) -> AwaitApproval | CallModel | Done:
     return CallModel()
 
 
-def recover(s: Recover, w: Step) -> CallModel:
+def recover(s: Recover, w: Draft) -> CallModel:
     larger = min(s.max_tokens * 2, w.deps.agent.max_tokens_ceiling)
     if larger > s.max_tokens:
         return CallModel(max_tokens=larger)  # drop the cut-off response and ask again with more room
@@ -528,7 +528,7 @@ def recover(s: Recover, w: Step) -> CallModel:
     return CallModel()
 
 
-async def compact(s: Compact, w: Step) -> CallModel | Done:
+async def compact(s: Compact, w: Draft) -> CallModel | Done:
     """Replace the history by the original task, a summary, and the last rounds (``compaction.py``)."""
     a = w.deps.agent
     go_on = s.then or CallModel(compact=False)  # not again before this request, whatever happens here
@@ -561,7 +561,7 @@ async def compact(s: Compact, w: Step) -> CallModel | Done:
     return go_on
 
 
-async def run_node(s: RunNode, w: Step) -> CallModel | RunNode | Done:
+async def run_node(s: RunNode, w: Draft) -> CallModel | RunNode | Done:
     """A node the user added (``nodes.py``): it proceeds, adds a note, or sends the model back to work."""
     node = next(n for n in w.deps.agent.nodes if n.name == s.name)
     w.node_visits[s.name] = w.node_visits.get(s.name, 0) + 1
@@ -574,7 +574,7 @@ async def run_node(s: RunNode, w: Step) -> CallModel | RunNode | Done:
     return enter_node(w, node.at, s.then, after=s.name)
 
 
-def enter_node(w: Step, point: str, then: State, after: str | None = None) -> State:
+def enter_node(w: Draft, point: str, then: State, after: str | None = None) -> State:
     """The next node added at ``point`` (after the node ``after``) that has runs left, else ``then``."""
     nodes = [n for n in w.deps.agent.nodes if n.at == point]
     if after is not None:

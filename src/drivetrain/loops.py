@@ -18,7 +18,7 @@ from drivetrain.events import LoopDetected
 from drivetrain.messages import ToolResultBlock, ToolUseBlock
 
 if TYPE_CHECKING:
-    from drivetrain.loop import Step
+    from drivetrain.loop import Draft
 
 SAME_ERROR_NOTE = 3
 SAME_ERROR_END = 5
@@ -29,7 +29,7 @@ def _digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def after_turn(w: Step, calls: tuple[ToolUseBlock, ...], results: list[ToolResultBlock]) -> list[ToolResultBlock]:
+def after_turn(w: Draft, calls: tuple[ToolUseBlock, ...], results: list[ToolResultBlock]) -> list[ToolResultBlock]:
     keys = tuple(repeat_key(c.name, c.input) for c in calls)
     # each call's result as the tool gave it (the digest the repeat guard keeps; a repeat note is not part of it)
     mark = _digest("\0".join(k + "\0" + (w.seen_calls[k][1] if k in w.seen_calls else _digest(r.text))

@@ -10,7 +10,7 @@ It returns ``Proceed`` (go on as the loop would), ``Note(text)`` (add the text f
 In the loop a node is the state ``RunNode(name, then)``; the run's path records ``RunNode:<name>``.
 
 Two nodes come with drivetrain: ``Verify`` (run a check command when the model wants to stop; on failure send
-the output back) and ``Plan`` (before the first request, ask the model — without tools — for a short plan).
+the output back) and ``PlanFirst`` (before the first request, ask the model — without tools — for a short plan).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from drivetrain.procs import child_env, kill_group, watch_group
 from drivetrain.tools.base import tool_spec
 
 if TYPE_CHECKING:
-    from drivetrain.loop import Step
+    from drivetrain.loop import Draft
 
 POINTS = ("start", "end_turn")
 
@@ -61,35 +61,35 @@ class Node(Protocol):
 class NodeContext:
     """What a node may see and use: the history so far, the workspace, the model (one request, no tools)."""
 
-    step: Step
+    draft: Draft
 
     @property
     def history(self) -> list[Message]:
-        return list(self.step.history)
+        return list(self.draft.history)
 
     @property
     def cwd(self) -> Path:
-        return self.step.deps.agent.cwd
+        return self.draft.deps.agent.cwd
 
     @property
     def answer(self) -> str:
         """The model's last text (at ``end_turn``: the answer it wants to stop with)."""
-        last = next((m for m in reversed(self.step.history) if m.role == "assistant"), None)
+        last = next((m for m in reversed(self.draft.history) if m.role == "assistant"), None)
         return last.text if last is not None else ""
 
     async def ask(self, text: str, max_tokens: int = 1024) -> str:
         """One request where no tool may be called (tool_choice none; the tools stay defined, so the cached prefix
         holds and earlier tool_use blocks stay valid): the history so far, then ``text``. Counts toward the budget."""
-        agent = self.step.deps.agent
-        history = self.step.history
+        agent = self.draft.deps.agent
+        history = self.draft.history
         if history and history[-1].role == "user":
             messages = [*history[:-1], Message("user", (*history[-1].content, *Message.user(text).content))]
         else:
             messages = [*history, Message.user(text)]
         tools = [tool_spec(t) for t in agent.tools]
-        response = await self.step.deps.model.respond(ModelRequest(messages, agent.system, tools, max_tokens,
+        response = await self.draft.deps.model.respond(ModelRequest(messages, agent.system, tools, max_tokens,
                                                                    tool_choice="none"))
-        self.step.usage = self.step.usage + response.usage
+        self.draft.usage = self.draft.usage + response.usage
         return response.message.text.strip()
 
 
@@ -113,11 +113,11 @@ class Verify:
 
 
 @dataclass
-class Plan:
+class PlanFirst:
     """At ``start``: ask the model, without tools, for a short numbered plan, and keep it in the history."""
 
     limit: int = 1
-    name: str = "Plan"
+    name: str = "PlanFirst"
     at: str = "start"
     ask: str = ("Before acting, write a short numbered plan (at most 6 steps) for this task: what to look at, what "
                 "to change, how to check it. Do not call tools yet.")
