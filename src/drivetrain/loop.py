@@ -128,7 +128,7 @@ class Agent:
         goes on where it stopped (a model call that never answered is made again)."""
         if self.store is None:
             raise ValueError("resuming a session needs a store: Agent(store=…)")
-        loaded = load(self.store, session_id)
+        loaded = load(self.store, session_id, save_repair=not fork)
         value = loaded.value
         if prompt is not None:
             value = with_prompt(value, prompt)
@@ -140,7 +140,7 @@ class Agent:
         assert run.log is not None
         if fork:
             run.log.begin(cwd=str(self.cwd), model=self.model.name, parent_id=session_id, forked_from_seq=loaded.seq)
-            run.log.save(RunState(value.session_id), value)
+            run.log.save(RunState(value.session_id), value, extra=[loaded.repaired] if loaded.repaired else [])
         else:
             run.log.loaded(loaded.value)
             if value is not loaded.value:
