@@ -423,3 +423,120 @@ def test_every_injection_point_tried_passed(request):
              if getattr(item, "originalname", "") == "test_killed_at_each_point_the_session_loads_and_resumes"]
     print(f"\nfault injection: {len(passed)} of {len(tried)} points tried passed: {', '.join(passed)}")
     assert sorted(passed) == sorted(tried)
+
+
+# ---------------------------------------------------------------- SIGINT / SIGTERM while three Bash calls run
+
+SLEEPERS = {
+    "a": "echo $$ > pid_a; touch started_a; sleep 60",
+    "b": "echo $$ > pid_b; touch started_b; sleep 60",
+    # a grandchild: a shell that backgrounds a sleep and waits for it
+    "c": "echo $$ > pid_c; sh -c 'sleep 60 & echo $! > grand_c; wait'",
+}
+
+
+def group_members(pgids: set[int]) -> list[int]:
+    """Live processes (not zombies) in any of these process groups."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) in pgids and fields[0] not in ("Z", "X"):
+            out.append(int(stat.parent.name))
+    return out
+
+
+def start_sleepers(ws: Path, server: ScriptedServer) -> tuple[subprocess.Popen, set[int], int]:
+    """The CLI with the three calls running; their process groups and the grandchild's pid."""
+    c = Cli(start(server, ws, "Sleep three ways."), server, ws, Path(os.environ["DRIVETRAIN_HOME"]), {})
+    c.wait("the three calls", lambda: all((ws / f"started_{n}").exists() for n in "ab")
+           and (ws / "grand_c").exists() and (ws / "grand_c").read_text().strip() != ""
+           and c.intents() == {"toolu_a", "toolu_b", "toolu_c"})
+    groups = {int((ws / f"pid_{n}").read_text()) for n in "abc"}
+    grandchild = int((ws / "grand_c").read_text())
+    assert alive(grandchild) and len(group_members(groups)) >= 4  # two sleeps (bash execs the last command), sh, its sleep
+    return c.proc, groups, grandchild
+
+
+def resume_next(ws: Path, sid: str) -> None:
+    store = FileStore(Path(os.environ["DRIVETRAIN_HOME"]))
+    history = load(store, sid).value.history
+    proc, _ = run([reply("Next done.", expect=sends(with_prompt(wire(history), "next")))], ws, "--resume", sid, "next")
+    assert json.loads(proc.stdout.splitlines()[-1])["result"] == "Next done."
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_during_three_bash_calls_ends_them_answers_them_and_saves(sig, code, tmp_path):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    calls = [tool_call("Bash", {"command": cmd}, id=f"toolu_{n}") for n, cmd in SLEEPERS.items()]
+    server = ScriptedServer([respond(calls)]).start()
+    try:
+        proc, groups, grandchild = start_sleepers(ws, server)
+        t0 = time.monotonic()
+        os.kill(proc.pid, sig)
+        try:
+            assert proc.wait(2) == code, (ws.parent / "stderr.txt").read_text()
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+        exited = time.monotonic() - t0
+        left = []
+        while (left := group_members(groups | {grandchild})) and time.monotonic() - t0 < 2:
+            time.sleep(0.02)
+        gone = time.monotonic() - t0
+    finally:
+        server.close()
+    assert exited < 2 and left == [] and gone < 2, (exited, left, gone)
+    assert not alive(grandchild)
+    server.assert_complete()
+
+    out = [json.loads(line) for line in (ws.parent / "stdout.txt").read_text().splitlines()]
+    assert out[-1]["subtype"] == "error_interrupted" and out[-1]["signal"] == sig.name
+    sid = out[0]["session_id"]
+    assert f"--resume {sid}" in (ws.parent / "stderr.txt").read_text()
+
+    store = FileStore(Path(os.environ["DRIVETRAIN_HOME"]))
+    loaded = load(store, sid)
+    assert loaded.repaired is None  # nothing to repair: the interruption was saved
+    last = loaded.value.history[-1]
+    assert [b.tool_use_id for b in last.content] == ["toolu_a", "toolu_b", "toolu_c"]
+    assert all(b.is_error and b.content.startswith("Interrupted") for b in last.content)
+    interrupted = [r for r in store.read(sid) if r["kind"] == "interrupted"]
+    assert [(r["signal"], r["during"]) for r in interrupted] == [(sig.name, "RunTools")]
+    assert store.info(sid).status == "interrupted"
+    resume_next(ws, sid)
+
+
+def test_two_sigints_exit_at_once_and_the_log_still_loads(tmp_path):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    calls = [tool_call("Bash", {"command": cmd}, id=f"toolu_{n}") for n, cmd in SLEEPERS.items()]
+    server = ScriptedServer([respond(calls)]).start()
+    try:
+        proc, groups, grandchild = start_sleepers(ws, server)
+        t0 = time.monotonic()
+        os.kill(proc.pid, signal.SIGINT)
+        os.kill(proc.pid, signal.SIGINT)
+        try:
+            assert proc.wait(2) == 130
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+        exited = time.monotonic() - t0
+    finally:
+        server.close()
+    assert exited < 1, exited
+    # whether the first signal's cancellation got to kill them or not, nothing outlives drivetrain
+    assert wait_gone(group_members(groups | {grandchild}), 3) == []
+    assert not alive(grandchild)
+
+    sid = json.loads((ws.parent / "stdout.txt").read_text().splitlines()[0])["session_id"]
+    loaded = load(FileStore(Path(os.environ["DRIVETRAIN_HOME"])), sid)
+    last = loaded.value.history[-1]
+    assert lint(list(loaded.value.history)).problems == []
+    assert [b.tool_use_id for b in last.content] == ["toolu_a", "toolu_b", "toolu_c"]
+    assert all(b.is_error for b in last.content)
+    resume_next(ws, sid)
