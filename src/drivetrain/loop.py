@@ -410,15 +410,19 @@ async def stop_gate(done: Done, w: Step) -> CallModel | Done:
 
 async def run_tools(s: RunTools, w: Step) -> AwaitApproval | CallModel | Done:
     stuck_before = w.stuck_turns
+    running = False
     try:
         verdicts = await calls.decide_all(w, s.calls, s.verdicts)
         if any(isinstance(v, Defer) for v in verdicts.values()):
             decided = {k: v for k, v in verdicts.items() if not isinstance(v, Defer)}
             return AwaitApproval(s.calls, decided)
+        running = True
         outcomes = await asyncio.gather(*(calls.execute(w, c, verdicts[c.id]) for c in s.calls),
                                         return_exceptions=True)
     except asyncio.CancelledError:  # interrupted (Ctrl-C): answer every call so the history stays valid
-        text = "Interrupted by the user before this call finished."
+        text = ("Interrupted by the user before this call finished." if running else
+                "Interrupted by the user while the calls were being approved: this call never ran, so it had "
+                "no effect.")
         message = Message("user", tuple(ToolResultBlock(c.id, text, True) for c in s.calls))
         w.append(message)
         w.emit(ResultsSent(message))
