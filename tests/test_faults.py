@@ -540,3 +540,111 @@ def test_two_sigints_exit_at_once_and_the_log_still_loads(tmp_path):
     assert [b.tool_use_id for b in last.content] == ["toolu_a", "toolu_b", "toolu_c"]
     assert all(b.is_error for b in last.content)
     resume_next(ws, sid)
+
+
+# ---------------------------------------------------------------- Ctrl-C in interactive mode (a real pty)
+
+PTY_TIMEOUT = 180  # generous: a busy two-core machine starting Python and the SDKs
+
+
+def spawn_interactive(server: ScriptedServer, ws: Path):
+    import pexpect
+
+    env = {**cli_env(server), "TERM": "xterm", "PROMPT_TOOLKIT_NO_CPR": "1"}
+    child = pexpect.spawn(sys.executable, ["-m", "drivetrain"], cwd=str(ws), env=env, encoding="utf-8",
+                          timeout=PTY_TIMEOUT, dimensions=(40, 160))
+    child.delaybeforesend = None
+    child.expect_exact("/exit to leave")
+    return child
+
+
+PROMPT = __import__("re").compile(r"\n(?:\x1b\[[0-9;?]*[A-Za-z])*>")  # a line that starts with ">"
+CHOICES = "[n] deny"
+
+
+def session_records(ws: Path) -> tuple[str, list[dict]]:
+    store = FileStore(Path(os.environ["DRIVETRAIN_HOME"]))
+    [info] = store.list(cwd=str(ws))
+    return info.session_id, store.read(info.session_id)
+
+
+def test_ctrl_c_at_an_approval_answers_the_call_saves_and_the_next_prompt_works(tmp_path):
+    import pexpect
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+
+    def interrupted_then_next(body):
+        result, prompt = body["messages"][-1]["content"]
+        assert result["tool_use_id"] == "toolu_x" and result["is_error"], result
+        assert result["content"].startswith("Interrupted") and "never ran" in result["content"], result
+        assert prompt == {"type": "text", "text": "next"}
+
+    steps = [respond([tool_call("Bash", {"command": "touch made.txt"}, id="toolu_x")]),
+             reply("Left it alone.", expect=interrupted_then_next)]
+    with ScriptedServer(steps) as server:
+        child = spawn_interactive(server, ws)
+        child.expect(PROMPT)
+        child.sendline("make the file")
+        child.expect_exact("$ touch made.txt")
+        child.expect_exact(CHOICES)
+        child.expect(PROMPT)
+        child.send("\x03")  # Ctrl-C at the question
+        child.expect_exact("(interrupted)")
+        child.expect(PROMPT)
+        # saved at once, before any next prompt: the call answered, the interruption recorded
+        sid, records = session_records(ws)
+        assert [(r["signal"], r["during"]) for r in records if r["kind"] == "interrupted"] == [("SIGINT", "RunTools")]
+        loaded = load(FileStore(Path(os.environ["DRIVETRAIN_HOME"])), sid)
+        assert loaded.repaired is None
+        last = loaded.value.history[-1]
+        assert [(b.tool_use_id, b.is_error) for b in last.content] == [("toolu_x", True)]
+        child.sendline("next")
+        child.expect_exact("Left it alone.")
+        child.expect(PROMPT)
+        child.sendline("/exit")
+        child.expect(pexpect.EOF)
+        child.close()
+    assert child.exitstatus == 0, child.before
+    assert not (ws / "made.txt").exists()
+    assert lint(list(load(FileStore(Path(os.environ["DRIVETRAIN_HOME"])), sid).value.history)).problems == []
+
+
+def test_ctrl_c_while_an_approved_call_runs_interrupts_it(tmp_path):
+    """After an approval question, Ctrl-C still reaches the run: the question's prompt must not leave the
+    terminal's SIGINT going nowhere while the approved command runs."""
+    import pexpect
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+
+    def interrupted(body):
+        result, prompt = body["messages"][-1]["content"]
+        assert result["is_error"] and result["content"].startswith("Interrupted"), result
+        assert prompt["text"] == "next"
+
+    steps = [respond([tool_call("Bash", {"command": "echo $$ > pid; sleep 60"}, id="toolu_s")]),
+             reply("Stopped.", expect=interrupted)]
+    with ScriptedServer(steps) as server:
+        child = spawn_interactive(server, ws)
+        child.expect(PROMPT)
+        child.sendline("sleep a minute")
+        child.expect_exact(CHOICES)
+        child.expect(PROMPT)
+        child.sendline("y")
+        deadline = time.monotonic() + PTY_TIMEOUT
+        while not ((ws / "pid").exists() and (ws / "pid").read_text().strip()) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        pid = int((ws / "pid").read_text())
+        t0 = time.monotonic()
+        child.send("\x03")  # the terminal's Ctrl-C: a SIGINT to drivetrain (the command has its own session)
+        child.expect_exact("(interrupted)", timeout=10)
+        assert time.monotonic() - t0 < 5 and wait_gone([pid], 2) == []
+        child.expect(PROMPT)
+        child.sendline("next")
+        child.expect_exact("Stopped.")
+        child.expect(PROMPT)
+        child.sendline("/exit")
+        child.expect(pexpect.EOF)
+        child.close()
+    assert child.exitstatus == 0

@@ -46,7 +46,18 @@ async def interactive(make_agent: Callable[..., Agent], first_prompt: str, sessi
         print(text, flush=True)
 
     async def ask(question: str) -> str:
-        return await session.prompt_async(question)
+        """A question asked during a run (an approval). Ctrl-C at it stops the run as Ctrl-C does anywhere else
+        in it: a cancellation, so the run answers its calls as interrupted and saves. Left a KeyboardInterrupt,
+        it escaped the task and asyncio.run, nothing was saved, and the conversation went on inside asyncio's
+        shutdown until it crashed on /exit. ``handle_sigint=False``: prompt_toolkit would otherwise take the
+        loop's SIGINT handler for the question and remove it after, so a later Ctrl-C (while the approved
+        command runs) would reach nothing."""
+        try:
+            return await session.prompt_async(question, handle_sigint=False)
+        except KeyboardInterrupt:
+            if run is not None:
+                run.cancelled_by = "SIGINT"
+            raise asyncio.CancelledError from None
 
     agent = make_agent(lambda cwd, policy: TerminalApprover(ask, say, cwd, policy))
     say(banner(agent))
@@ -70,7 +81,7 @@ async def interactive(make_agent: Callable[..., Agent], first_prompt: str, sessi
         else:
             run.submit(prompt)  # the same session, one more user turn
         task = asyncio.ensure_future(_drive(run, say))
-        loop.add_signal_handler(signal.SIGINT, task.cancel)
+        loop.add_signal_handler(signal.SIGINT, _stop, run, task)
         try:
             await task
         except asyncio.CancelledError:
@@ -78,6 +89,11 @@ async def interactive(make_agent: Callable[..., Agent], first_prompt: str, sessi
         finally:
             loop.remove_signal_handler(signal.SIGINT)
         prompt = ""
+
+
+def _stop(run: Run, task: asyncio.Future) -> None:
+    run.cancelled_by = "SIGINT"  # what the session's interrupted record says
+    task.cancel()
 
 
 async def _drive(run, say) -> None:
