@@ -511,30 +511,39 @@ def test_a_signal_during_three_bash_calls_ends_them_answers_them_and_saves(sig, 
 
 
 def test_two_sigints_exit_at_once_and_the_log_still_loads(tmp_path):
+    """The first SIGINT's orderly stop is held up (here: the session store's lock is held, as a hung disk or
+    database would); the second exits at once all the same, and the log, without the interruption's save,
+    still loads (repaired) and resumes."""
     ws = tmp_path / "ws"
     ws.mkdir()
     calls = [tool_call("Bash", {"command": cmd}, id=f"toolu_{n}") for n, cmd in SLEEPERS.items()]
     server = ScriptedServer([respond(calls)]).start()
+    c = None
     try:
         proc, groups, grandchild = start_sleepers(ws, server)
+        c = Cli(proc, server, ws, Path(os.environ["DRIVETRAIN_HOME"]), {})
+        c.lock()
+        os.kill(proc.pid, signal.SIGINT)
+        c.wait("the first SIGINT's stop to block saving", c.blocked_on_lock)
         t0 = time.monotonic()
         os.kill(proc.pid, signal.SIGINT)
-        os.kill(proc.pid, signal.SIGINT)
         try:
-            assert proc.wait(2) == 130
+            assert proc.wait(5) == 130
         finally:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
         exited = time.monotonic() - t0
     finally:
+        if c is not None:
+            c.unlock()
         server.close()
     assert exited < 1, exited
-    # whether the first signal's cancellation got to kill them or not, nothing outlives drivetrain
     assert wait_gone(group_members(groups | {grandchild}), 3) == []
     assert not alive(grandchild)
 
     sid = json.loads((ws.parent / "stdout.txt").read_text().splitlines()[0])["session_id"]
     loaded = load(FileStore(Path(os.environ["DRIVETRAIN_HOME"])), sid)
+    assert loaded.repaired is not None  # the interruption was never saved: the load answers the calls
     last = loaded.value.history[-1]
     assert lint(list(loaded.value.history)).problems == []
     assert [b.tool_use_id for b in last.content] == ["toolu_a", "toolu_b", "toolu_c"]
