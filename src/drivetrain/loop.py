@@ -411,30 +411,41 @@ async def stop_gate(done: Done, w: Step) -> CallModel | Done:
 async def run_tools(s: RunTools, w: Step) -> AwaitApproval | CallModel | Done:
     stuck_before = w.stuck_turns
     running = False
+    finished: dict[str, tuple[ToolResultBlock, float, dict | None]] = {}
+
+    async def run_one(call: ToolUseBlock) -> tuple[ToolResultBlock, float, dict | None]:
+        outcome = await calls.execute(w, call, verdicts[call.id])
+        finished[call.id] = outcome
+        # as each call ends, not when the last one does: its outcome is on record even if the process dies
+        # while the others still run, so a repair can say it ran to the end
+        w.emit(ToolFinished(call, *outcome))
+        return outcome
+
     try:
         verdicts = await calls.decide_all(w, s.calls, s.verdicts)
         if any(isinstance(v, Defer) for v in verdicts.values()):
             decided = {k: v for k, v in verdicts.items() if not isinstance(v, Defer)}
             return AwaitApproval(s.calls, decided)
         running = True
-        outcomes = await asyncio.gather(*(calls.execute(w, c, verdicts[c.id]) for c in s.calls),
-                                        return_exceptions=True)
+        outcomes = await asyncio.gather(*(run_one(c) for c in s.calls), return_exceptions=True)
     except asyncio.CancelledError:  # interrupted (Ctrl-C): answer every call so the history stays valid
         text = ("Interrupted by the user before this call finished." if running else
                 "Interrupted by the user while the calls were being approved: this call never ran, so it had "
                 "no effect.")
-        message = Message("user", tuple(ToolResultBlock(c.id, text, True) for c in s.calls))
+        message = Message("user", tuple(finished[c.id][0] if c.id in finished else ToolResultBlock(c.id, text, True)
+                                        for c in s.calls))  # a call that had ended keeps its real result
         w.append(message)
         w.emit(ResultsSent(message))
         raise
     failure = next((o for o in outcomes if isinstance(o, BaseException)), None)
     results = []
     for call, outcome in zip(s.calls, outcomes):
-        if isinstance(outcome, BaseException):
+        if call.id in finished:  # ran (an observer may have failed on its ToolFinished: that is the failure)
+            outcome = finished[call.id]
+        elif isinstance(outcome, BaseException):
             outcome = (ToolResultBlock(call.id, f"Not run: the harness failed ({outcome}).", True), 0.0, None)
-        block, ms, meta = outcome
-        results.append(block)
-        w.emit(ToolFinished(call, block, ms, meta))
+            w.emit(ToolFinished(call, *outcome))
+        results.append(outcome[0])
     if w.stuck_turns == stuck_before:
         w.stuck_turns = 0  # no call of this turn was a refused repeat
     message = Message("user", tuple(results))
