@@ -564,6 +564,44 @@ def test_two_sigints_exit_at_once_and_the_log_still_loads(tmp_path):
     resume_next(ws, sid)
 
 
+def test_killed_the_moment_its_commands_spawn_none_runs_on(tmp_path):
+    """The CLI is frozen (SIGSTOP) as soon as its Bash processes exist, then killed: at that moment it may not
+    yet have handed their process groups to the watchdog, so a command must not start before it has."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    calls = [tool_call("Bash", {"command": f"touch ran_{n}; sleep 60"}, id=f"toolu_{n}") for n in range(3)]
+    server = ScriptedServer([respond(calls)]).start()
+    proc = start(server, ws, "Spawn.")
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        kids: list[int] = []
+        while not kids and time.monotonic() < deadline and proc.poll() is None:
+            for stat in Path("/proc").glob("[0-9]*/stat"):
+                try:
+                    if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == proc.pid and \
+                            b"sleep 60" in (stat.parent / "cmdline").read_bytes():
+                        kids.append(int(stat.parent.name))
+                except (OSError, ValueError, IndexError):
+                    continue
+        os.kill(proc.pid, signal.SIGSTOP)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        server.close()
+    assert kids, "no Bash process seen"
+    deadline = time.monotonic() + 5
+    while (left := group_members(set(kids))) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    for pgid in kids:  # not left behind by a failed test
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert left == [], f"{left} outlived the kill (commands that ran: {sorted(p.name for p in ws.glob('ran_*'))})"
+
+
 # ---------------------------------------------------------------- Ctrl-C in interactive mode (a real pty)
 
 PTY_TIMEOUT = 180  # generous: a busy two-core machine starting Python and the SDKs
