@@ -46,12 +46,9 @@ async def interactive(make_agent: Callable[..., Agent], first_prompt: str, sessi
         print(text, flush=True)
 
     async def ask(question: str) -> str:
-        """A question asked during a run (an approval). Ctrl-C at it stops the run as Ctrl-C does anywhere else
-        in it: a cancellation, so the run answers its calls as interrupted and saves. Left a KeyboardInterrupt,
-        it escaped the task and asyncio.run, nothing was saved, and the conversation went on inside asyncio's
-        shutdown until it crashed on /exit. ``handle_sigint=False``: prompt_toolkit would otherwise take the
-        loop's SIGINT handler for the question and remove it after, so a later Ctrl-C (while the approved
-        command runs) would reach nothing."""
+        """A question during a run (an approval). Ctrl-C at it cancels the run like Ctrl-C anywhere in it (calls
+        answered, session saved); a KeyboardInterrupt would escape the task and asyncio.run unsaved. Without
+        ``handle_sigint=False`` prompt_toolkit removes the loop's SIGINT handler after the question."""
         try:
             return await session.prompt_async(question, handle_sigint=False)
         except KeyboardInterrupt:
