@@ -141,7 +141,7 @@ class Agent:
         """A saved session, repaired if it was cut short, continued (``fork``: as a new session, ``fork_id`` or a
         new id, the old one untouched). With ``prompt``, it is the next user turn; without, an interrupted run
         goes on where it stopped (a model call that never answered is made again)."""
-        loaded = self._load(session_id)
+        loaded = self._load(session_id, save_repair=not fork)
         value = loaded.value
         if prompt is not None:
             value = with_prompt(value, prompt)
@@ -153,7 +153,7 @@ class Agent:
         assert run.log is not None
         if fork:
             run.log.begin(cwd=str(self.cwd), model=self.model.name, parent_id=session_id, forked_from_seq=loaded.seq)
-            run.log.save(RunState(value.session_id), value)
+            run.log.save(RunState(value.session_id), value, extra=[loaded.repaired] if loaded.repaired else [])
         else:
             run.log.loaded(loaded.value)
             if value is not loaded.value:
@@ -167,10 +167,10 @@ class Agent:
         run.log.loaded(loaded.value)
         return run
 
-    def _load(self, session_id: str) -> Loaded:
+    def _load(self, session_id: str, save_repair: bool = True) -> Loaded:
         if self.store is None:
             raise ValueError("a saved session needs a store: Agent(store=…)")
-        return load(self.store, session_id)
+        return load(self.store, session_id, save_repair=save_repair)
 
     def _log(self, session_id: str) -> SessionLog | None:
         return SessionLog(self.store, session_id, self.model.name) if self.store is not None else None
@@ -473,27 +473,42 @@ async def stop_gate(done: Done, w: Draft) -> CallModel | RunNode | Done:
 
 async def run_tools(s: RunTools, w: Draft) -> AwaitApproval | CallModel | Done:
     stuck_before = w.stuck_turns
+    running = False
+    finished: dict[str, tuple[ToolResultBlock, float, dict | None]] = {}
+
+    async def run_one(call: ToolUseBlock) -> tuple[ToolResultBlock, float, dict | None]:
+        outcome = await calls.execute(w, call, verdicts[call.id])
+        finished[call.id] = outcome
+        # as each call ends, not when the last one does: its outcome is on record even if the process dies
+        # while the others still run, so a repair can say it ran to the end
+        w.emit(ToolFinished(call, *outcome))
+        return outcome
+
     try:
         verdicts = await calls.decide_all(w, s.calls, s.verdicts)
         if any(isinstance(v, Defer) for v in verdicts.values()):
             decided = {k: v for k, v in verdicts.items() if not isinstance(v, Defer)}
             return AwaitApproval(s.calls, decided)
-        outcomes = await asyncio.gather(*(calls.execute(w, c, verdicts[c.id]) for c in s.calls),
-                                        return_exceptions=True)
+        running = True
+        outcomes = await asyncio.gather(*(run_one(c) for c in s.calls), return_exceptions=True)
     except asyncio.CancelledError:  # interrupted (Ctrl-C): answer every call so the history stays valid
-        text = "Interrupted by the user before this call finished."
-        message = Message("user", tuple(ToolResultBlock(c.id, text, True) for c in s.calls))
+        text = ("Interrupted by the user before this call finished." if running else
+                "Interrupted by the user while the calls were being approved: this call never ran, so it had "
+                "no effect.")
+        message = Message("user", tuple(finished[c.id][0] if c.id in finished else ToolResultBlock(c.id, text, True)
+                                        for c in s.calls))  # a call that had ended keeps its real result
         w.append(message)
         w.emit(ResultsSent(message))
         raise
     failure = next((o for o in outcomes if isinstance(o, BaseException)), None)
     results = []
     for call, outcome in zip(s.calls, outcomes):
-        if isinstance(outcome, BaseException):
+        if call.id in finished:  # ran (an observer may have failed on its ToolFinished: that is the failure)
+            outcome = finished[call.id]
+        elif isinstance(outcome, BaseException):
             outcome = (ToolResultBlock(call.id, f"Not run: the harness failed ({outcome}).", True), 0.0, None)
-        block, ms, meta = outcome
-        results.append(block)
-        w.emit(ToolFinished(call, block, ms, meta))
+            w.emit(ToolFinished(call, *outcome))
+        results.append(outcome[0])
     if w.stuck_turns == stuck_before:
         w.stuck_turns = 0  # no call of this turn was a refused repeat
     results = loops.after_turn(w, s.calls, results)
@@ -594,21 +609,6 @@ def resume_approval(s: AwaitApproval, decisions: dict[str, Verdict]) -> RunTools
     if missing:
         raise ValueError(f"no decision for pending call(s) {', '.join(missing)}")
     return RunTools(s.calls, {**s.verdicts, **decisions})
-
-
-def next_prompt(s: Done, prompt: str) -> SubmitPrompt:
-    """The edge out of Done: the next user prompt (``Run.submit``, or a saved session resumed with a prompt)."""
-    return SubmitPrompt(prompt)
-
-
-def with_prompt(value: RunState, prompt: str) -> RunState:
-    """The next user prompt for a run that ended — or stopped anywhere else: a pause for approval the user
-    moved on from, an interruption. Its open calls are answered first, so the history stays valid."""
-    if not isinstance(value.state, Done):
-        why = "the user moved on without approving it" if isinstance(value.state, AwaitApproval) else "interrupted"
-        value, _ = close_open_calls(value.evolve(state=CallModel()), why=why)
-        value = value.evolve(state=Done("interrupted"))
-    return value.evolve(state=next_prompt(value.state, prompt), path=value.path + ("SubmitPrompt",))
 
 
 # ---------------------------------------------------------------- the handle

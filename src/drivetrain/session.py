@@ -102,8 +102,13 @@ class Loaded:
     cwd: str | None
 
 
-def load(store: SessionStore, session_id: str, *, why: str = "the process ended") -> Loaded:
-    """The run as the log left it, repaired so its next request is valid. Raises ``SessionNotFound``."""
+def load(store: SessionStore, session_id: str, *, why: str = "the process ended", save_repair: bool = True) -> Loaded:
+    """The run as the log left it, repaired so its next request is valid. Raises ``SessionNotFound``.
+
+    A repair is appended to the log (``save_repair``) with the history it changed, so the log replays to
+    the repaired run: the next load finds nothing to repair, and the steps saved after it (deltas from the
+    repaired history) replay onto what the model was really sent. A fork loads without saving: the old
+    session stays as it was, and the repair is recorded in the fork."""
     records = store.read(session_id)
     history: list[Message] = []
     counters: dict | None = None
@@ -130,7 +135,13 @@ def load(store: SessionStore, session_id: str, *, why: str = "the process ended"
     fixed = None
     if note:
         fixed = {"kind": "repair", **note}
-        store.append(session_id, [fixed, {"kind": "state", "run": value.counters_json()}], sync=True)
+        if save_repair:
+            written = [fixed]
+            if (cut := _changed_from(tuple(history), value.history)) is not None:
+                written.append({"kind": "history", "at": cut,
+                                "messages": [m.to_wire() for m in value.history[cut:]]})
+            written.append({"kind": "state", "run": value.counters_json()})
+            store.append(session_id, redact(written), sync=True)
         log.warning("session %s: %s", session_id, note["note"])
     return Loaded(value, records[-1]["seq"] if records else 0, fixed, cwd)
 

@@ -48,7 +48,15 @@ async def interactive(make_agent: Callable[..., Agent], first_prompt: str, sessi
         print(text, flush=True)
 
     async def ask(question: str) -> str:
-        return await session.prompt_async(question)
+        """A question during a run (an approval). Ctrl-C at it cancels the run like Ctrl-C anywhere in it (calls
+        answered, session saved); a KeyboardInterrupt would escape the task and asyncio.run unsaved. Without
+        ``handle_sigint=False`` prompt_toolkit removes the loop's SIGINT handler after the question."""
+        try:
+            return await session.prompt_async(question, handle_sigint=False)
+        except KeyboardInterrupt:
+            if run is not None:
+                run.cancelled_by = "SIGINT"
+            raise asyncio.CancelledError from None
 
     agent = make_agent(lambda cwd, policy: TerminalApprover(ask, say, cwd, policy))
     say(banner(agent))
@@ -82,7 +90,7 @@ async def interactive(make_agent: Callable[..., Agent], first_prompt: str, sessi
         else:
             run.submit(prompt)  # the same session, one more user turn
         task = asyncio.ensure_future(_drive(run, say))
-        loop.add_signal_handler(signal.SIGINT, task.cancel)
+        loop.add_signal_handler(signal.SIGINT, _stop, run, task)
         try:
             await task
         except asyncio.CancelledError:
@@ -90,6 +98,11 @@ async def interactive(make_agent: Callable[..., Agent], first_prompt: str, sessi
         finally:
             loop.remove_signal_handler(signal.SIGINT)
         prompt = ""
+
+
+def _stop(run: Run, task: asyncio.Future) -> None:
+    run.cancelled_by = "SIGINT"  # what the session's interrupted record says
+    task.cancel()
 
 
 async def _drive(run, say) -> None:

@@ -171,12 +171,21 @@ def _stop_on_signals(run: Run) -> list[str]:
         if got:
             os._exit(130 if name == "SIGINT" else 143)
         got.append(name)
+        # The second signal must end the process even when the orderly stop is stuck in a blocking call (a
+        # store write on a hung disk or database): the loop's handler would wait for the loop, but a plain
+        # handler runs as soon as the signal interrupts that call.
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, _exit_at_once)
         run.cancelled_by = name
         task.cancel()
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop, sig.name)
     return got
+
+
+def _exit_at_once(signum: int, frame) -> None:
+    os._exit(130 if signum == signal.SIGINT else 143)
 
 
 def _interactive(args: argparse.Namespace) -> int:

@@ -23,7 +23,9 @@ step left unused::
 Other steps: ``http_error(529, "overloaded_error", "busy", {"retry-after": "0"})``,
 ``raw_response(200, {"choices": []})``. ``delay=`` waits before answering;
 ``stall_after_events=`` stalls a stream mid-way (idle-timeout tests) and
-``error_after_events=`` ends it with an ``error`` event. ``count_tokens`` is answered
+``error_after_events=`` ends it with an ``error`` event; ``hold=`` (a ``threading.Event``)
+keeps the answer until the test sets it. ``Request.events_sent`` and ``.answered`` say how far an
+answer got. ``count_tokens`` is answered
 without using a step; any other endpoint is a 404 and fails ``assert_complete``.
 
 ``ScriptedOpenAIServer`` serves the same steps as OpenAI chat completions

@@ -20,6 +20,7 @@ Expect = Callable[[dict], Any]
 class Step:
     expect: Expect | None = None
     delay: float = 0.0  # seconds to wait before answering
+    hold: Any = None  # a threading.Event: answer only once it is set (the request is recorded at once)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -89,6 +90,7 @@ def respond(
     stop_sequence: str | None = None,
     expect: Expect | None = None,
     delay: float = 0.0,
+    hold: Any = None,
     stall_after_events: int | None = None,
     stall_seconds: float = 30.0,
     error_after_events: int | None = None,
@@ -98,13 +100,14 @@ def respond(
     drivetrain blocks, or a string. ``stop_reason`` defaults to ``tool_use`` when a
     tool_use block is present, else ``end_turn``. ``usage`` keys override the estimates.
     Streaming only: ``stall_after_events`` goes quiet mid-stream (idle-timeout tests);
-    ``error_after_events`` sends an ``error`` event mid-stream, as the real API does when overloaded."""
+    ``error_after_events`` sends an ``error`` event mid-stream, as the real API does when overloaded.
+    ``hold``: a ``threading.Event``; the answer waits until it is set (a test decides the moment)."""
     blocks = [text(content)] if isinstance(content, str) else [_wire(b) for b in content]
     if stop_reason is None:
         stop_reason = "tool_use" if any(b.get("type") == "tool_use" for b in blocks) else "end_turn"
     return Respond(
         content=blocks, stop_reason=stop_reason, stop_sequence=stop_sequence, usage=usage, model=model,
-        expect=expect, delay=delay, stall_after_events=stall_after_events, stall_seconds=stall_seconds,
+        expect=expect, delay=delay, hold=hold, stall_after_events=stall_after_events, stall_seconds=stall_seconds,
         error_after_events=error_after_events, error_type=error_type,
     )
 

@@ -53,6 +53,9 @@ class Request:
     body: Any  # parsed JSON, or None when the body is not JSON
     raw: bytes
     step: int | None = None  # index of the script step that answered it
+    # how far the answer got, for a test that acts at a moment of it (kill the client mid-stream, …):
+    events_sent: int = 0  # SSE events written so far (a stall_after_events stream stays at that number)
+    answered: bool = False  # the whole answer was written
 
 
 class ScriptedServer:
@@ -161,10 +164,15 @@ class ScriptedServer:
         if answer.delay and self._closing.wait(answer.delay):
             h.close_connection = True
             return
+        while answer.hold is not None and not answer.hold.wait(0.05):
+            if self._closing.is_set():
+                h.close_connection = True
+                return
         if isinstance(answer, _Stream):
-            self._send_stream(h, answer, n)
+            self._send_stream(h, answer, n, req)
         else:
             _send(h, answer.status, answer.payload(), answer.content_type, answer.headers, n)
+            req.answered = True
 
     def _answer(self, req: Request, n: int) -> RawResponse | _Stream:
         """Decide the answer; called under the lock."""
@@ -229,7 +237,7 @@ class ScriptedServer:
 
     # -- sending
 
-    def _send_stream(self, h: _Handler, answer: _Stream, n: int) -> None:
+    def _send_stream(self, h: _Handler, answer: _Stream, n: int, req: Request) -> None:
         h.send_response(200)
         for name, value in {"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
                             "Transfer-Encoding": "chunked", "request-id": f"req_scripted_{n:04d}"}.items():
@@ -243,9 +251,11 @@ class ScriptedServer:
             if k == step.error_after_events:
                 chunk = self._error_event(step)
             h.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+            req.events_sent = k + 1
             if k == step.error_after_events:
                 break
         h.wfile.write(b"0\r\n\r\n")
+        req.answered = True
 
 
 def build_message(step: Respond, body: Any, msg_id: str, cache: PromptCache | None = None) -> dict:
@@ -274,6 +284,10 @@ class _Stream:
     @property
     def delay(self) -> float:
         return self.step.delay
+
+    @property
+    def hold(self) -> Any:
+        return self.step.hold
 
 
 def _send(h: _Handler, status: int, payload: bytes, content_type: str, headers: dict, n: int) -> None:

@@ -26,6 +26,10 @@ MAX_TIMEOUT_MS = 600_000
 OUTPUT_CAP = 30_000
 KILL_GRACE_S = 2.0   # between SIGTERM and SIGKILL
 DRAIN_S = 0.5        # how long to wait for pipes after the shell exits
+# The command waits for a line from the harness, written once its process group is in the watchdog's hands;
+# without it, a harness killed between the spawn and ``watch_group`` (the spawn awaits, other calls run
+# meanwhile) left the command running for good. EOF instead (the harness died first): it never starts.
+HOLD = ["/bin/bash", "-c", 'read -r _ || exit 125; exec "$@" </dev/null', "drivetrain-hold"]
 
 
 class _Capture:
@@ -165,18 +169,20 @@ class Bash:
         """Run ``argv`` in its own process group: (exit code, output, timed out)."""
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
+        go_r, go_w = os.pipe()
         try:
             proc = await asyncio.create_subprocess_exec(
-                *argv, cwd=ctx.cwd, env=env, stdin=subprocess.DEVNULL,
+                *HOLD, *argv, cwd=ctx.cwd, env=env, stdin=go_r,
                 stdout=out_w, stderr=err_w, start_new_session=True)
             watch_group(proc.pid)  # so what it leaves running ends with drivetrain, even on kill -9
+            os.write(go_w, b"\n")  # only now may the command start
         except BaseException:
             for fd in (out_r, err_r):
                 os.close(fd)
             raise
         finally:
-            os.close(out_w)  # the child has its copies; ours would keep EOF from coming
-            os.close(err_w)
+            for fd in (out_w, err_w, go_r, go_w):  # the child has its copies; ours would keep EOF from coming
+                os.close(fd)
         out, err = _Capture(), _Capture()
         transports: list[asyncio.BaseTransport] = []
         pumps: list[asyncio.Task] = []
