@@ -638,7 +638,7 @@ def test_ctrl_c_at_an_approval_answers_the_call_saves_and_the_next_prompt_works(
         result, prompt = body["messages"][-1]["content"]
         assert result["tool_use_id"] == "toolu_x" and result["is_error"], result
         assert result["content"].startswith("Interrupted") and "never ran" in result["content"], result
-        assert prompt == {"type": "text", "text": "next"}
+        assert (prompt["type"], prompt["text"]) == ("text", "next")  # (a cache breakpoint may sit on it)
 
     steps = [respond([tool_call("Bash", {"command": "touch made.txt"}, id="toolu_x")]),
              reply("Left it alone.", expect=interrupted_then_next)]
