@@ -37,6 +37,11 @@ def rm_was_denied(body):
     assert res["is_error"] and res["content"] == "Do not delete anything; move it to old/ instead.", res
 
 
+def saw_first_prompt(body):
+    texts = [b.get("text") for m in body["messages"] for b in m["content"] if b.get("type") == "text"]
+    assert texts[0] == "Start NOTES.md with a title." and texts[-1] == "Is it there?", texts
+
+
 # The model's side of each example, in the order the examples ask.
 STEPS = [
     # the runner: "How many words are in README.md?"
@@ -48,12 +53,16 @@ STEPS = [
     # the control layer: the approver refuses the rm
     respond([tool_call("Bash", {"command": "rm -rf build"})]),
     reply("I left the build folder alone.", expect=rm_was_denied),
+    # sessions: the first run writes NOTES.md (Verify passes), the resumed one sees the first prompt
+    respond([tool_call("Write", {"file_path": "NOTES.md", "content": "# Notes\n"})]),
+    reply("Started NOTES.md."),
+    reply("Yes: NOTES.md starts with # Notes.", expect=saw_first_prompt),
 ]
 
 
 def test_readme_python_examples_run_as_written(tmp_path, monkeypatch, capsys):
     blocks = python_blocks(README.read_text())
-    assert len(blocks) == 4, "a new README example that calls the model needs its turns in STEPS"
+    assert len(blocks) == 5, "a new README example that calls the model needs its turns in STEPS"
     (tmp_path / "README.md").write_text("drivetrain is a loop\n")
     for name in ("ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_MODEL", "DRIVETRAIN_MAX_RETRIES"):
         monkeypatch.delenv(name, raising=False)
@@ -68,6 +77,7 @@ def test_readme_python_examples_run_as_written(tmp_path, monkeypatch, capsys):
     assert out[0].startswith("success README.md has 4 words. 3 ")
     assert out[1:3] == ["1 end_turn", "There is no tests/test_math.py to fix."]
     assert out[3] == "I left the build folder alone."
+    assert out[4] == "True success 3"  # one session, three turns across its two prompts
     log = Path(os.environ["DRIVETRAIN_HOME"]) / "sessions" / "tidy-up.jsonl"
     audit = [json.loads(line) for line in log.read_text().splitlines()]
     assert [(r["kind"], r["tool"], r["decided_by"]) for r in audit] == [("denied", "Bash", "callback")]
