@@ -3,8 +3,6 @@
 Against the scripted server (real anthropic SDK over HTTP), which validates every request like the API.
 """
 
-import pytest
-
 from drivetrain import Agent, Hooks, tool
 from drivetrain.compaction import SUMMARY_ASK, SUMMARY_HEAD, estimate_tokens
 from drivetrain.events import Compacted

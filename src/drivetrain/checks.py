@@ -21,7 +21,7 @@ from pathlib import Path
 
 from drivetrain.home import drivetrain_home
 from drivetrain.hooks import Hooks
-from drivetrain.procs import child_env, kill_group, watch_group
+from drivetrain.procs import run_command
 
 SKIP_DIRS = {".git", ".venv", "venv", "node_modules", "__pycache__", ".drivetrain", ".mypy_cache", ".pytest_cache"}
 MAX_FILES = 2000
@@ -227,14 +227,4 @@ class WorkChecks:
 
 
 async def _run(command: str, cwd: Path) -> tuple[int, str]:
-    proc = await asyncio.create_subprocess_exec("/bin/bash", "-c", command, cwd=cwd, stdin=asyncio.subprocess.DEVNULL,
-                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-                                                start_new_session=True, env=child_env())
-    watch_group(proc.pid)  # like a Bash call: no credentials, and it ends with drivetrain
-    try:
-        out, _ = await asyncio.wait_for(proc.communicate(), TEST_RUN_TIMEOUT_S)
-    except asyncio.TimeoutError:
-        await kill_group(proc.pid, 1.0)
-        await proc.wait()
-        return -1, f"(timed out after {TEST_RUN_TIMEOUT_S} s)"
-    return proc.returncode or 0, out.decode("utf-8", "replace")
+    return await run_command(command, cwd, TEST_RUN_TIMEOUT_S)  # like a Bash call: no credentials, ends with us

@@ -13,7 +13,7 @@ import time
 import uuid
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable, Union
+from typing import Any, AsyncIterator, Callable
 
 from drivetrain import budget, calls, compaction, loops
 from drivetrain.approval import Approver, Defer, Deny, PendingCall, PermissionDecider, Verdict

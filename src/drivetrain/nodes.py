@@ -15,14 +15,13 @@ the output back) and ``PlanFirst`` (before the first request, ask the model — 
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, Union
 
 from drivetrain.messages import Message
 from drivetrain.models.base import ModelRequest
-from drivetrain.procs import child_env, kill_group, watch_group
+from drivetrain.procs import run_command
 from drivetrain.tools.base import tool_spec
 
 if TYPE_CHECKING:
@@ -104,7 +103,7 @@ class Verify:
     at: str = "end_turn"
 
     async def run(self, ctx: NodeContext) -> NodeResult:
-        code, output = await run_check(self.command, ctx.cwd, self.timeout_s)
+        code, output = await run_command(self.command, ctx.cwd, self.timeout_s)
         if code == 0:
             return Proceed()
         tail = output[-3000:]
@@ -125,19 +124,3 @@ class PlanFirst:
     async def run(self, ctx: NodeContext) -> NodeResult:
         plan = await ctx.ask(self.ask)
         return Note(f"Your plan:\n{plan}\nNow carry it out.") if plan else Proceed()
-
-
-async def run_check(command: str, cwd: Path, timeout_s: float) -> tuple[int, str]:
-    """``bash -c command`` in its own process group, without the harness's credentials; killed whole on timeout."""
-    proc = await asyncio.create_subprocess_exec(
-        "bash", "-c", command, cwd=cwd, env=child_env(), stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, start_new_session=True)
-    watch_group(proc.pid)
-    try:
-        out, _ = await asyncio.wait_for(proc.communicate(), timeout_s)
-    except (asyncio.TimeoutError, asyncio.CancelledError) as e:
-        await kill_group(proc.pid, 0.5)
-        if isinstance(e, asyncio.CancelledError):
-            raise
-        return 124, f"timed out after {timeout_s:g} s"
-    return proc.returncode or 0, out.decode("utf-8", "replace")

@@ -37,6 +37,7 @@ import signal
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Iterable, Mapping
 
 log = logging.getLogger("drivetrain.procs")
@@ -205,3 +206,23 @@ def _watchdog_main() -> None:
 
 if __name__ == "__main__":
     _watchdog_main()
+
+
+async def run_command(command: str, cwd: Path, timeout_s: float) -> tuple[int, str]:
+    """``bash -c command`` in ``cwd`` as a check runs it: its own process group (ended with drivetrain, however
+    drivetrain ends; killed whole on timeout or cancellation), no credentials, stdout and stderr together.
+    Returns (exit code, output); a timeout is exit code -1 with a line saying so."""
+    proc = await asyncio.create_subprocess_exec("/bin/bash", "-c", command, cwd=cwd, stdin=asyncio.subprocess.DEVNULL,
+                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+                                                start_new_session=True, env=child_env())
+    watch_group(proc.pid)
+    try:
+        out, _ = await asyncio.wait_for(proc.communicate(), timeout_s)
+    except asyncio.TimeoutError:
+        await kill_group(proc.pid, 1.0)
+        await proc.wait()
+        return -1, f"(timed out after {timeout_s:g} s)"
+    except asyncio.CancelledError:
+        await kill_group(proc.pid, 1.0)
+        raise
+    return proc.returncode or 0, out.decode("utf-8", "replace")

@@ -35,7 +35,7 @@ from drivetrain.loop import Agent, RunResult
 from drivetrain.messages import Usage
 from drivetrain.plan import Plan, PlanError, Step, replan
 from drivetrain.pricing import cost_usd
-from drivetrain.procs import child_env, kill_group, watch_group
+from drivetrain.procs import run_command
 
 STATE_VERSION = 1
 CHECK_TIMEOUT_S = 300.0
@@ -364,20 +364,7 @@ def _another_try(agent: Agent, step: Step, result: RunResult) -> None:
 
 async def run_check(command: str, cwd: Path, timeout: float = CHECK_TIMEOUT_S) -> tuple[int, str]:
     """Run a step's check with bash in ``cwd``, without the harness's secrets; (exit code, stdout+stderr)."""
-    proc = await asyncio.create_subprocess_exec("/bin/bash", "-c", command, cwd=cwd, stdin=asyncio.subprocess.DEVNULL,
-                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-                                                start_new_session=True, env=child_env())
-    watch_group(proc.pid)  # it ends with drivetrain, however drivetrain ends
-    try:
-        out, _ = await asyncio.wait_for(proc.communicate(), timeout)
-    except asyncio.TimeoutError:
-        await kill_group(proc.pid, 1.0)
-        await proc.wait()
-        return -1, f"(the check timed out after {timeout:g} s)"
-    except asyncio.CancelledError:
-        await kill_group(proc.pid, 1.0)
-        raise
-    return proc.returncode or 0, out.decode("utf-8", "replace")
+    return await run_command(command, cwd, timeout)
 
 
 def write_atomic(path: Path, text: str) -> None:

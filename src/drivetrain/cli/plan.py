@@ -30,6 +30,7 @@ from pathlib import Path
 from drivetrain.audit import AuditLog
 from drivetrain.budget import Budget
 from drivetrain.cli import build
+from drivetrain.cli.main import _fail
 from drivetrain.errors import HarnessError
 from drivetrain.events import ModelResponded, ResultsSent, ToolCalled
 from drivetrain.home import drivetrain_home
@@ -194,15 +195,6 @@ def _ask_person():
         return answer.strip() or None
 
     return ask
-
-
-def _fail(args: argparse.Namespace, message: str) -> int:
-    if args.output_format == "text":
-        print(f"drivetrain: {message}", file=sys.stderr)
-    else:
-        print(json.dumps({"type": "result", "subtype": "error_during_execution", "is_error": True,
-                          "result": message, "num_turns": 0}))
-    return 1
 
 
 class PlanOutput:

@@ -11,7 +11,6 @@ import asyncio
 import codecs
 import os
 import signal
-import subprocess
 from typing import TYPE_CHECKING, Iterable
 
 from drivetrain.procs import child_env, kill_group, signal_group, watch_group
