@@ -304,3 +304,16 @@ def test_resume_continue_fork_and_compact_through_the_cli(tmp_path):
     with ScriptedServer([]) as server:
         proc = cli(server.url, "-p", "--resume", "no-such-session", "x", cwd=tmp_path)
     assert proc.returncode == 1 and "no-such-session" in proc.stderr
+
+
+def test_interventions_show_in_the_turn_log_and_in_stream_json(tmp_path):
+    same = {"pattern": "*.py"}
+    steps = [respond([tool_call("Glob", same)]) for _ in range(5)]
+    with ScriptedServer(steps) as server:
+        proc = cli(server.url, "-p", "look", "--verbose", "--output-format", "stream-json", cwd=tmp_path)
+    events = [json.loads(line) for line in proc.stdout.splitlines()]
+    loops = [e for e in events if e.get("subtype") == "loop_detected"]
+    assert [(e["pattern"], e["action"]) for e in loops] == [("repeat", "refused"), ("repeat", "refused"),
+                                                             ("repeat", "ended")]
+    assert "  ! loop (repeat) refused: Glob" in proc.stderr
+    assert events[-1]["subtype"] == "error_loop_detected"

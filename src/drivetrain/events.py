@@ -114,3 +114,7 @@ class Finished:
 
 Event = Union[ModelResponded, ToolCalled, PermissionDecided, ToolStarted, ToolFinished, ResultsSent,
               ApprovalRequired, HookReported, LoopDetected, LimitApproaching, LimitReached, Compacted, Finished]
+
+# The run's interventions and warnings, by the name the session log and stream-json give them.
+INTERVENTIONS = {LoopDetected: "loop_detected", LimitApproaching: "limit_approaching", LimitReached: "limit_reached",
+                 Compacted: "compacted"}

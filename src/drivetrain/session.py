@@ -19,7 +19,7 @@ import logging
 from dataclasses import asdict, dataclass
 from typing import Iterable, Sequence
 
-from drivetrain.events import Compacted, Event, LimitApproaching, LimitReached, LoopDetected, ModelResponded
+from drivetrain.events import INTERVENTIONS, Event, ModelResponded
 from drivetrain.messages import Message, ToolResultBlock, lint, repair
 from drivetrain.pricing import cost_usd
 from drivetrain.redact import redact
@@ -34,10 +34,6 @@ STARTED = ("Interrupted: drivetrain stopped ({why}) while this call was running.
            "effects (partly done): check the state before repeating it.")
 FINISHED = ("This call ran to the end, but drivetrain stopped ({why}) before its result was saved, so the "
             "output is lost. Its effects happened: check them rather than repeating it.")
-
-
-_KINDS = {LoopDetected: "loop_detected", LimitApproaching: "limit_approaching", LimitReached: "limit_reached",
-          Compacted: "compacted"}
 
 
 class SessionLog:
@@ -67,8 +63,8 @@ class SessionLog:
             self._saved = after.history
         boundary = isinstance(after.state, Done)
         for e in events:
-            if type(e) in _KINDS:
-                records.append({"kind": _KINDS[type(e)], **asdict(e)})
+            if type(e) in INTERVENTIONS:
+                records.append({"kind": INTERVENTIONS[type(e)], **asdict(e)})
             if isinstance(e, ModelResponded):
                 boundary = True
                 r = e.response

@@ -11,12 +11,14 @@ import select
 import signal
 import sys
 import uuid
+from dataclasses import asdict
 from pathlib import Path
 
 from drivetrain.cli import build
 from drivetrain.errors import HarnessError
 from drivetrain.events import (
-    Compacted, Finished, ModelResponded, PermissionDecided, ResultsSent, ToolCalled, ToolFinished,
+    INTERVENTIONS, Compacted, Finished, LimitApproaching, LimitReached, LoopDetected, ModelResponded, PermissionDecided, ResultsSent,
+    ToolCalled, ToolFinished,
 )
 from drivetrain.loop import Run
 from drivetrain.models.resolve import PROVIDERS
@@ -218,6 +220,17 @@ def _fail(args: argparse.Namespace, message: str) -> int:
     return 1
 
 
+def _describe(e) -> str:
+    match e:
+        case LoopDetected(pattern=p, action=a, detail=d):
+            return f"loop ({p}) {a}: {d[:120]}"
+        case LimitApproaching(limit=n, used=u, maximum=m) | LimitReached(limit=n, used=u, maximum=m):
+            return f"limit {n} {'reached' if isinstance(e, LimitReached) else 'approaching'}: {u:g} of {m:g}"
+        case Compacted(trigger=t, tokens_before=b, tokens_after=a, failed=f):
+            return f"compaction ({t}) failed: {f}" if f else f"compacted ({t}): ~{b:,} → ~{a:,} tokens"
+    return str(e)
+
+
 class Output:
     """Writes a run's events in the chosen format on stdout, and the turn log on stderr."""
 
@@ -274,6 +287,11 @@ class Output:
             case ResultsSent(message=m):
                 if self.format == "stream-json":
                     self._emit({"type": "user", "message": m.to_wire(), "session_id": sid})
+            case LoopDetected() | LimitApproaching() | LimitReached() | Compacted():
+                self._log(f"  ! {_describe(event)}")
+                if self.format == "stream-json":
+                    self._emit({"type": "system", "subtype": INTERVENTIONS[type(event)], **asdict(event),
+                                "session_id": sid})
             case Finished(result=res):
                 self._finish(res)
 
