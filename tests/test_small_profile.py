@@ -37,10 +37,12 @@ def anthropic(server):
 
 def small_agent(server, tmp_path, profile=SMALL, codeact=True, record=False, **kw):
     hooks = Hooks()
-    model, tools, system = equip(replace(profile, codeact=codeact), anthropic(server), builtin_tools(), hooks, tmp_path)
+    model, tools, system, nodes = equip(replace(profile, codeact=codeact), anthropic(server), builtin_tools(), hooks,
+                                        tmp_path)
     if record:
         model = Recording(model)
-    return Agent(model=model, tools=tools, system=system, cwd=tmp_path, hooks=hooks, profile=profile, strict=True, **kw)
+    return Agent(model=model, tools=tools, system=system, cwd=tmp_path, hooks=hooks, profile=profile, strict=True,
+                 nodes=nodes, **kw)
 
 
 def texts(body):
@@ -244,7 +246,7 @@ def test_equip_turns_on_the_prefix_cache_of_the_local_model_under_the_code_block
     from drivetrain.models.local import LocalModel
 
     for profile, expected in ((SMALL, True), (SMALL.without("prefixcache"), False)):
-        model, _, _ = equip(profile, LocalModel("small"), builtin_tools(), Hooks(), tmp_path)  # not loaded
+        model, _, _, _ = equip(profile, LocalModel("small"), builtin_tools(), Hooks(), tmp_path)  # not loaded
         assert isinstance(model, CodeActionModel) and model.inner.prefix_cache is expected
 
 

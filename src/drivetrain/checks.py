@@ -5,9 +5,9 @@ placeholder was written instead of a value, the answer and the file disagree, "t
 said without running them, or a file was rewritten from memory without being read. None of this
 needs to know the task: the prompt, the workspace before and after, and the calls made are enough.
 
-``WorkChecks`` is plain hooks (UserPromptSubmit to see the task, PostToolUse to watch the calls, Stop
-to refuse the stop), the same mechanism a user's own Stop hook uses. It refuses at most ``limit``
-times, then lets the run end.
+``WorkChecks`` watches through plain hooks (UserPromptSubmit to see the task, PostToolUse to watch
+the calls) and checks as a node of the loop entered at ``end_turn`` (``nodes.py``), the mechanism a
+user's own ``Verify`` node uses: it sends the model back at most ``limit`` times, then lets the run end.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from pathlib import Path
 
 from drivetrain.home import drivetrain_home
 from drivetrain.hooks import Hooks
+from drivetrain.nodes import NodeContext, NodeResult, Proceed, SendBack
 from drivetrain.procs import run_command
 
 SKIP_DIRS = {".git", ".venv", "venv", "node_modules", "__pycache__", ".drivetrain", ".mypy_cache", ".pytest_cache"}
@@ -82,20 +83,23 @@ class _Call:
 @dataclass
 class WorkChecks:
     cwd: Path
-    limit: int = 2  # refusals before the stop is let through
+    limit: int = 2  # … at most this many times a run (after that, the stop is let through)
     prompt: str = ""
     before: dict[str, bytes] = field(default_factory=dict)
     calls: list[_Call] = field(default_factory=list)
     unread: list[str] = field(default_factory=list)  # existing files changed before their content was shown
-    refusals: int = 0
     _last: dict[str, bytes] = field(default_factory=dict)
     _known: dict = field(default_factory=dict)  # snapshot's cache of unchanged files
 
-    def install(self, hooks: Hooks) -> Hooks:
+    name: str = "WorkChecks"  # a node of the loop (nodes.py), entered when the model wants to stop …
+    at: str = "end_turn"
+
+    def install(self, hooks: Hooks) -> WorkChecks:
+        """Watch the prompt and every tool call (hooks); the checks themselves run as a node: add it to
+        ``Agent.nodes``."""
         hooks.add("UserPromptSubmit", self.on_prompt)
         hooks.add("PostToolUse", self.on_tool)
-        hooks.add("Stop", self.on_stop)
-        return hooks
+        return self
 
     # -- hooks
 
@@ -117,14 +121,12 @@ class WorkChecks:
         self.calls.append(_Call(f"{tool_input}\n{response.get('content', '')}", command,
                                 bool(response.get("is_error"))))
 
-    async def on_stop(self, payload: dict) -> dict | None:
-        if self.refusals >= self.limit:
-            return None
-        failures = await self.failures(payload.get("last_assistant_message") or "")
+    async def run(self, ctx: NodeContext) -> NodeResult:
+        """The node: what fails of the checks goes back to the model (at most ``limit`` times a run)."""
+        failures = await self.failures(ctx.answer)
         if not failures:
-            return None
-        self.refusals += 1
-        return {"decision": "block", "reason": "Before you finish, fix this:\n" + "\n".join(f"- {f}" for f in failures)}
+            return Proceed()
+        return SendBack("Before you finish, fix this:\n" + "\n".join(f"- {f}" for f in failures))
 
     # -- the checks
 

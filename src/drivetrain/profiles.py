@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Mapping
 if TYPE_CHECKING:
     from drivetrain.hooks import Hooks
     from drivetrain.models.base import Model
+    from drivetrain.nodes import Node
     from drivetrain.tools.base import Tool
 
 AIDS = ("codeact", "example", "act", "exclude", "collapse", "context", "final", "checks", "prefixcache")
@@ -85,11 +86,11 @@ SMALL_TOOLS = ("Read", "Write", "Edit", "Bash")  # without code blocks: four too
 
 
 def equip(profile: Profile, model: Model, tools: list[Tool], hooks: Hooks, cwd: Path,
-          system: str | None = None) -> tuple[Model, list[Tool], str | None]:
-    """The model, tools and system prompt a profile runs with (``system`` None: the profile's own);
-    its hooks (workspace context, checks) are added to ``hooks``."""
+          system: str | None = None) -> tuple[Model, list[Tool], str | None, list[Node]]:
+    """The model, tools, system prompt and loop nodes a profile runs with (``system`` None: the profile's own);
+    its hooks (workspace context, what the checks watch) are added to ``hooks``."""
     if profile.name != "small":
-        return model, tools, system
+        return model, tools, system, []
     from drivetrain.checks import WorkChecks
     from drivetrain.models.codeact import CodeActionModel
     from drivetrain.prompts import small_system_prompt, workspace_context
@@ -105,6 +106,5 @@ def equip(profile: Profile, model: Model, tools: list[Tool], hooks: Hooks, cwd: 
     # The listing goes with the task, not in the system prompt, which stays fixed (and cacheable).
     hooks.add("UserPromptSubmit", lambda _: {"hookSpecificOutput": {
         "hookEventName": "UserPromptSubmit", "additionalContext": workspace_context(cwd)}})
-    if profile.checks:
-        WorkChecks(cwd).install(hooks)
-    return model, tools, system if system is not None else small_system_prompt(profile.codeact, profile.example)
+    nodes: list[Node] = [WorkChecks(cwd).install(hooks)] if profile.checks else []
+    return model, tools, system if system is not None else small_system_prompt(profile.codeact, profile.example), nodes

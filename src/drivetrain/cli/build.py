@@ -67,10 +67,10 @@ def build_agent(args: argparse.Namespace, cwd: Path, session_id: str, *,
         raise ConfigError(str(e)) from None
     hooks = Hooks.from_settings(settings.raw, settings.env_passthrough)
     tools = builtin_tools(sandbox=sandbox, env_passthrough=settings.env_passthrough)
-    model, tools, system = equip(profile, model, tools, hooks, cwd)
+    model, tools, system, nodes = equip(profile, model, tools, hooks, cwd)
     agent = Agent(
         model=model, tools=tools, system=system_prompt(args, cwd, system), max_turns=args.max_turns, cwd=cwd,
-        policy=policy, hooks=hooks, observers=[audit.observe], profile=profile, store=store,
+        policy=policy, hooks=hooks, observers=[audit.observe], profile=profile, store=store, nodes=nodes,
         budget=Budget(usd=args.max_budget_usd, tokens=args.max_tokens_total,
                       wall_time_s=args.max_wall_time, tool_calls=args.max_tool_calls,
                       wrap_up=args.wrap_up_on_limit),
