@@ -351,7 +351,9 @@ def test_cli_plan_then_run_end_to_end(tmp_path):
     assert sorted(started[:2]) == ["a", "b"] and started[2] == "c"
     assert {x["step_id"] for x in lines if x["type"] == "assistant"} == {"a", "b", "c"}
     assert (tmp_path / "report.txt").read_text() == "modules: a, b\n"
-    assert "flowchart TD" in (tmp_path / "report.html").read_text()
+    page = (tmp_path / "report.html").read_text()
+    assert "flowchart TD" in page and "<script" not in page and "http" not in page.replace("http://www.w3.org", "")
+    assert page.count('<g class="step done">') == 3 and page.count("<line ") == 2  # a, b → c: three done, two arrows
 
 
 def test_cli_run_rejects_an_invalid_plan_with_its_problems(tmp_path):

@@ -255,7 +255,8 @@ class PlanOutput:
 
 
 def render_html(result: PlanResult) -> str:
-    """One page: the graph (Mermaid, drawn by mermaid.js when online; the source shows otherwise) and a table."""
+    """One self-contained page (nothing fetched, no script): the graph as inline SVG, coloured by status, with its
+    Mermaid source, and a table of the steps."""
     rows = "".join(
         f"<tr class='{n.status}'><td>{html.escape(i)}</td><td>{n.status}</td><td>{_secs(n.duration_s)}</td>"
         f"<td>{n.attempts}</td><td>{html.escape(', '.join(n.escalations))}</td><td>{n.num_turns}</td>"
@@ -265,12 +266,51 @@ def render_html(result: PlanResult) -> str:
 table{{border-collapse:collapse}}.done{{background:#c8f0c8}}.failed{{background:#f8c8c8}}.skipped{{color:#999}}
 .running{{background:#fff3b0}}</style>
 <h1>{html.escape(result.plan.task or 'plan')} — {result.subtype}</h1><p>{result.duration_ms / 1000:.1f} s</p>
-<pre class="mermaid">{html.escape(result.mermaid())}</pre>
+{_svg(result)}
+<details><summary>Mermaid</summary><pre>{html.escape(result.mermaid())}</pre></details>
 <table><tr><th>step</th><th>status</th><th>time</th><th>attempts</th><th>escalations</th><th>turns</th>
 <th>answer / failure</th></tr>{rows}</table>
-<script type="module">import m from "https://cdn.jsdelivr.net/npm/mermaid@11/dist/mermaid.esm.min.mjs";
-m.initialize({{startOnLoad: true}});</script>
 """
+
+
+_FILL = {"done": "#c8f0c8", "failed": "#f8c8c8", "running": "#fff3b0", "skipped": "#eeeeee", "pending": "#ffffff"}
+
+
+def _svg(result: PlanResult) -> str:
+    """The DAG drawn in layers (a step one layer right of its deepest dependency), an arrow per dependency."""
+    steps = {s.id: s for s in result.plan.steps}
+    layer: dict[str, int] = {}
+
+    def depth(i: str) -> int:
+        if i not in layer:
+            layer[i] = 1 + max((depth(d) for d in steps[i].depends_on if d in steps), default=-1)
+        return layer[i]
+
+    rows: dict[int, int] = {}
+    where: dict[str, tuple[int, int]] = {}
+    for i in steps:
+        col = depth(i)
+        where[i] = (20 + col * 190, 20 + rows.get(col, 0) * 70)
+        rows[col] = rows.get(col, 0) + 1
+    width = 20 + (max(layer.values(), default=0) + 1) * 190
+    height = 20 + max(rows.values(), default=1) * 70
+    parts = []
+    for i, s in steps.items():
+        for d in s.depends_on:
+            if d in where:
+                (x1, y1), (x2, y2) = where[d], where[i]
+                parts.append(f'<line x1="{x1 + 150}" y1="{y1 + 22}" x2="{x2}" y2="{y2 + 22}" stroke="#666" '
+                             'marker-end="url(#arrow)"/>')
+    for i, (x, y) in where.items():
+        node = result.nodes.get(i)
+        status = node.status if node else "pending"
+        label = f"{i} · {status}" + (f" · {_secs(node.duration_s)}" if node and node.duration_s is not None else "")
+        parts.append(f'<g class="step {status}"><rect x="{x}" y="{y}" width="150" height="44" rx="6" '
+                     f'fill="{_FILL.get(status, "#fff")}" stroke="#333"/><text x="{x + 8}" y="{y + 27}" '
+                     f'font-size="12">{html.escape(label)}</text></g>')
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}"><defs><marker id="arrow" '
+            'viewBox="0 0 10 10" refX="10" refY="5" markerWidth="6" markerHeight="6" orient="auto"><path '
+            'd="M0,0 L10,5 L0,10 z" fill="#666"/></marker></defs>' + "".join(parts) + "</svg>")
 
 
 def _secs(s: float | None) -> str:
