@@ -14,9 +14,9 @@ from drivetrain.events import (
     ModelResponded, PermissionDecided, ResultsSent, ToolCalled, ToolFinished, ToolStarted,
 )
 from drivetrain.hooks import Hooks
-from drivetrain.loop import (
-    Agent, AwaitApproval, CallModel, Compact, Done, Recover, Run, RunNode, RunResult, RunState, RunTools, State,
-    SubmitPrompt,
+from drivetrain.agent import Agent, Run, RunResult
+from drivetrain.state import (
+    AwaitApproval, CallModel, Compact, Done, Recover, RunNode, RunState, RunTools, State, SubmitPrompt,
 )
 from drivetrain.messages import (
     Message, RawBlock, RedactedThinkingBlock, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock, Usage,

@@ -38,7 +38,8 @@ from drivetrain.messages import Message, TextBlock, ToolResultBlock, ToolUseBloc
 from drivetrain.pricing import context_window
 
 if TYPE_CHECKING:
-    from drivetrain.loop import Agent, Draft
+    from drivetrain.agent import Agent
+    from drivetrain.loop import Draft
     from drivetrain.models.base import Model
 
 

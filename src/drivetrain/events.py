@@ -15,7 +15,7 @@ from drivetrain.messages import Message, ToolResultBlock, ToolUseBlock
 from drivetrain.models.base import ModelResponse
 
 if TYPE_CHECKING:
-    from drivetrain.loop import RunResult
+    from drivetrain.agent import RunResult
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from drivetrain.errors import HarnessError
 
 if TYPE_CHECKING:
     from drivetrain.budget import Budget
-    from drivetrain.loop import Agent
+    from drivetrain.agent import Agent
 
 FORMAT_VERSION = 1
 DEFAULT_MAX_TURNS = 8
@@ -349,7 +349,7 @@ async def make_plan(agent: Agent, task: str, *, budget: Budget | None = None, ma
 
 def planner_for(agent: Agent) -> Agent:
     """An agent with the same model and session store that cannot call tools: it only answers."""
-    from drivetrain.loop import Agent
+    from drivetrain.agent import Agent
     from drivetrain.profiles import FULL
 
     return Agent(model=agent.model, tools=[], system=PLANNER_SYSTEM, cwd=agent.cwd, store=agent.store,

@@ -31,7 +31,7 @@ from typing import Any, Awaitable, Callable
 
 from drivetrain.budget import total_tokens
 from drivetrain.events import Event
-from drivetrain.loop import Agent, RunResult
+from drivetrain.agent import Agent, RunResult
 from drivetrain.messages import Usage
 from drivetrain.plan import Plan, PlanError, Step, replan
 from drivetrain.pricing import cost_usd

@@ -14,7 +14,7 @@ from drivetrain.audit import AuditLog
 from drivetrain.budget import Budget
 from drivetrain.errors import ConfigError
 from drivetrain.hooks import Hooks
-from drivetrain.loop import Agent
+from drivetrain.agent import Agent
 from drivetrain.models.resolve import detect_provider, resolve_model
 from drivetrain.nodes import Verify
 from drivetrain.permissions import Policy, SettingsError, load_settings

@@ -15,7 +15,7 @@ from typing import Callable
 from drivetrain.events import (
     ApprovalRequired, Compacted, Finished, ModelResponded, PermissionDecided, ToolCalled, ToolFinished,
 )
-from drivetrain.loop import Agent, Run
+from drivetrain.agent import Agent, Run
 
 
 def render(event, say: Callable[[str], None]) -> None:

@@ -20,7 +20,7 @@ from drivetrain.events import (
     INTERVENTIONS, Compacted, Finished, LimitApproaching, LimitReached, LoopDetected, ModelResponded, PermissionDecided, ResultsSent,
     ToolCalled, ToolFinished,
 )
-from drivetrain.loop import Run
+from drivetrain.agent import Run
 from drivetrain.models.resolve import PROVIDERS
 from drivetrain.pricing import turn_usage, usage_line
 from drivetrain.store import SessionNotFound, open_store
