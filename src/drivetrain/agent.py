@@ -11,14 +11,14 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable
+from typing import AsyncIterator, Callable
 
 from drivetrain.approval import Approver, PendingCall, PermissionDecider, Verdict
 from drivetrain.budget import Budget
 from drivetrain.context import ContextSettings
 from drivetrain.errors import HarnessError
 from drivetrain.events import Event, Finished
-from drivetrain.gate import Gate
+from drivetrain.gate import Gate, HookRunner
 from drivetrain.loop import Deps, resume_approval, step, with_prompt
 from drivetrain.messages import Message, Usage
 from drivetrain.models.base import Model
@@ -82,7 +82,7 @@ class Agent:
     cwd: Path = field(default_factory=Path.cwd)
     policy: PermissionDecider | None = None  # None: every call is allowed
     approver: Approver | None = None  # None: what would ask is denied (non-interactive)
-    hooks: Any = None  # drivetrain.hooks.Hooks
+    hooks: HookRunner | None = None  # drivetrain.hooks.Hooks, or anything with its run()
     observers: list[Callable[[Event], None]] = field(default_factory=list)  # see each event as it happens
     strict: bool = False  # raise on a history the linter rejects (tests) instead of repairing it
     profile: Profile = FULL  # the aids the loop gives a small model (profiles.py)
