@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import re
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -108,7 +109,18 @@ def _block_chars(b: Any) -> int:
 
 
 def message_tokens(m: Message) -> int:
-    return (sum(_block_chars(b) for b in m.content) + 20) // CHARS_PER_TOKEN
+    """The message's estimated tokens, measured once per message object (messages never change): every request
+    sums them over the whole history, so measuring again would make a long run quadratic."""
+    hit = _MEASURED.get(id(m))
+    if hit is not None and hit[0]() is m:
+        return hit[1]
+    n = (sum(_block_chars(b) for b in m.content) + 20) // CHARS_PER_TOKEN
+    key = id(m)
+    _MEASURED[key] = (weakref.ref(m, lambda _, key=key: _MEASURED.pop(key, None)), n)
+    return n
+
+
+_MEASURED: dict[int, tuple[weakref.ref, int]] = {}  # id(message) -> (the message, its tokens), while it lives
 
 
 def fixed_tokens(system: str, tools: list[dict]) -> int:
@@ -146,6 +158,8 @@ def cap_result(w: Draft, call_id: str, content: Any) -> Any:
     settings: ContextSettings = agent.context_settings
     if not settings.cap_outputs or agent.profile.context or not isinstance(content, str):
         return content  # the small profile's shorten_outputs clips long output in its own way
+    if len(content) <= settings.min_result_tokens * CHARS_PER_TOKEN:
+        return content  # within the smallest cap there is: no need to measure the context
     window = window_of(w.deps.model)
     used = fixed_tokens(agent.system, _specs(agent)) + history_tokens(_view(w.history, agent, window, None))
     calls = len(w.history[-1].tool_uses) if w.history else 1
