@@ -213,6 +213,21 @@ def _placeholder(block: ToolResultBlock, call: ToolUseBlock | None, outputs: Pat
     return ToolResultBlock(block.tool_use_id, text, block.is_error)
 
 
+def _cleared_once(message: Message, calls: dict[str, ToolUseBlock], keep_under: int, outputs: Path | None) -> Message:
+    """``_cleared``, made once per message: the same object every request (no file checks again, and the
+    tokens measured once)."""
+    hit = _CLEARED.get(id(message))
+    if hit is not None and hit[0]() is message:
+        return hit[1]
+    out = _cleared(message, calls, keep_under, outputs)
+    key = id(message)
+    _CLEARED[key] = (weakref.ref(message, lambda _, key=key: _CLEARED.pop(key, None)), out)
+    return out
+
+
+_CLEARED: dict[int, tuple[weakref.ref, Message]] = {}  # id(results message) -> (it, its cleared copy)
+
+
 def _cleared(message: Message, calls: dict[str, ToolUseBlock], keep_under: int, outputs: Path | None) -> Message:
     content = tuple(_placeholder(b, calls.get(b.tool_use_id), outputs)
                     if isinstance(b, ToolResultBlock) and len(b.text) > keep_under else b for b in message.content)
@@ -227,6 +242,8 @@ def clear_old_results(history: list[Message], s: ContextSettings, window: int, f
     window, rounds are cleared from the oldest on until it is under ``clear_to`` (or only the last
     ``keep_rounds`` are left). Rounds cleared once stay cleared, so the view only changes at a batch."""
     high, low = s.clear_at * window, s.clear_to * window
+    if fixed + sum(map(message_tokens, history)) <= high:
+        return history  # the request never passed the mark at any point (totals only grow): nothing to clear
     total = fixed
     rounds: list[tuple[int, int]] = []  # (index of a results message, its tokens)
     cut = 0  # rounds[:cut] are cleared
@@ -242,7 +259,7 @@ def clear_old_results(history: list[Message], s: ContextSettings, window: int, f
         if total > high and len(rounds) - cut > s.keep_rounds:
             while total > low and cut < len(rounds) - s.keep_rounds:
                 j, full = rounds[cut]
-                cleared[j] = _cleared(history[j], calls, s.keep_under, outputs)
+                cleared[j] = _cleared_once(history[j], calls, s.keep_under, outputs)
                 total -= full - message_tokens(cleared[j])
                 cut += 1
     if not cleared:
