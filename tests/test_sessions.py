@@ -236,3 +236,19 @@ async def test_checkpoints_before_each_prompt_let_rewind_undo_tool_changes(store
     assert (ws / "a.txt").read_text() == "v2"
     cp.restore(run.session_id, 1)
     assert (ws / "a.txt").read_text() == "v1"
+
+
+async def test_a_crash_during_a_pause_turn_continuation_resends_it(store):
+    """The paused content is the last message and the state is CallModel: loading must resend, not end the run."""
+    with ScriptedServer([respond([{"type": "text", "text": "Searching…"}], stop_reason="pause_turn")]) as server:
+        run = agent_for(server, store).start("look it up")
+        await run.step()
+        await run.step()  # the paused response saved; the process dies during the continuation
+    assert isinstance(run.value.state, CallModel) and run.value.history[-1].role == "assistant"
+
+    def resent(body):
+        assert body["messages"][-1]["role"] == "assistant" and body["messages"][-1]["content"][0]["text"] == "Searching…"
+
+    with ScriptedServer([reply("Found it.", expect=resent)]) as server:
+        result = await agent_for(server, store).resume(run.session_id).finish()
+    assert result.subtype == "success" and result.result.endswith("Found it.")

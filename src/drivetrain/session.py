@@ -58,6 +58,9 @@ class SessionLog:
         records: list[dict] = []
         if isinstance(before.state, SubmitPrompt) and not isinstance(after.state, SubmitPrompt):
             records.append({"kind": "prompt", "text": before.state.prompt})
+        # The value before the history: a write cut short then loses the new messages, never the state that
+        # explains them (an answer without its state could not be told from a pause_turn to resend).
+        records.append({"kind": "state", "run": after.counters_json()})
         if (cut := _changed_from(self._saved, after.history)) is not None:
             records.append({"kind": "history", "at": cut, "messages": [m.to_wire() for m in after.history[cut:]]})
             self._saved = after.history
@@ -72,7 +75,6 @@ class SessionLog:
                                 "usage": r.usage.to_wire(), "cost_usd": cost_usd(self.model, r.usage),
                                 "model": r.model or self.model})
         records += extra
-        records.append({"kind": "state", "run": after.counters_json()})
         self.store.append(self.session_id, redact(records), sync=boundary or isinstance(after.state, RunTools))
 
     def write(self, kind: str, sync: bool = True, **fields) -> None:
@@ -162,9 +164,6 @@ def close_open_calls(value: RunState, started: set[str] = frozenset(), finished:
     state = value.state
     if added or isinstance(state, RunTools):
         state = CallModel()
-    elif not isinstance(state, Done) and history and history[-1].role == "assistant":
-        # the answer was saved, the state after it was not: the run had ended
-        state = Done("success", "end_turn", history[-1].text)
     if not added and not problems and state is value.state:
         return value, None
     note = (f"{len(added)} call(s) left without a result were answered as interrupted" if added else
