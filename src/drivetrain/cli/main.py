@@ -231,15 +231,11 @@ def _describe(e) -> str:
     return str(e)
 
 
-class Output:
-    """Writes a run's events in the chosen format on stdout, and the turn log on stderr."""
+class Printer:
+    """JSON lines on stdout (json, stream-json), the log on stderr (--verbose)."""
 
-    def __init__(self, args: argparse.Namespace, run: Run):
-        self.format = args.output_format
-        self.verbose = args.verbose
-        self.args = args
-        self.run = run
-        self.denials: list[dict] = []
+    def __init__(self, args: argparse.Namespace):
+        self.format, self.verbose = args.output_format, args.verbose
 
     def _emit(self, obj: dict) -> None:
         sys.stdout.write(json.dumps(obj) + "\n")
@@ -248,6 +244,16 @@ class Output:
     def _log(self, line: str) -> None:
         if self.verbose:
             print(line, file=sys.stderr, flush=True)
+
+
+class Output(Printer):
+    """Writes a run's events in the chosen format on stdout, and the turn log on stderr."""
+
+    def __init__(self, args: argparse.Namespace, run: Run):
+        super().__init__(args)
+        self.args = args
+        self.run = run
+        self.denials: list[dict] = []
 
     def init(self) -> None:
         agent = self.run.agent

@@ -30,7 +30,7 @@ from pathlib import Path
 from drivetrain.audit import AuditLog
 from drivetrain.budget import Budget
 from drivetrain.cli import build
-from drivetrain.cli.main import _fail
+from drivetrain.cli.main import Printer, _fail
 from drivetrain.errors import HarnessError
 from drivetrain.events import ModelResponded, ResultsSent, ToolCalled
 from drivetrain.home import drivetrain_home
@@ -197,19 +197,8 @@ def _ask_person():
     return ask
 
 
-class PlanOutput:
+class PlanOutput(Printer):
     """A plan run's events on stdout in the chosen format (as ``-p`` writes a single run's), progress on stderr."""
-
-    def __init__(self, args: argparse.Namespace):
-        self.format, self.verbose = args.output_format, args.verbose
-
-    def _emit(self, obj: dict) -> None:
-        sys.stdout.write(json.dumps(obj) + "\n")
-        sys.stdout.flush()
-
-    def _log(self, line: str) -> None:
-        if self.verbose:
-            print(line, file=sys.stderr, flush=True)
 
     def init(self, plan: Plan, state_path: Path) -> None:
         self._log(f"drivetrain: plan of {len(plan.steps)} steps; state in {state_path}")
