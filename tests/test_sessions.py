@@ -252,3 +252,18 @@ async def test_a_crash_during_a_pause_turn_continuation_resends_it(store):
     with ScriptedServer([reply("Found it.", expect=resent)]) as server:
         result = await agent_for(server, store).resume(run.session_id).finish()
     assert result.subtype == "success" and result.result.endswith("Found it.")
+
+
+async def test_state_records_hold_what_changed_so_the_log_grows_linearly(store):
+    """Each step writes the run's changed fields and the new tails of the growing ones (path, trajectory, the
+    repeat guard), not the whole value again; loading adds them back up to the very same value."""
+    steps = [respond([tool_call("note", {"text": f"n{i}"})]) for i in range(30)] + [reply("done")]
+    with ScriptedServer(steps) as server:
+        run = agent_for(server, store).start("go")
+        await run.finish()
+    states = [r for r in store.read(run.session_id) if r["kind"] == "state"]
+    sizes = [len(json.dumps(r)) for r in states]
+    assert max(sizes[10:]) < 2 * max(sizes[1:5]), sizes  # a late step writes no more than an early one
+    assert any("add" in r and "path" in r["add"] for r in states)
+    loaded = load(store, run.session_id).value
+    assert loaded.counters_json() == run.value.counters_json() and loaded.history == run.value.history

@@ -42,6 +42,7 @@ class SessionLog:
     def __init__(self, store: SessionStore, session_id: str, model: str = ""):
         self.store, self.session_id, self.model = store, session_id, model
         self._saved: tuple[Message, ...] = ()  # the history as the log holds it
+        self._counters: dict | None = None  # the run's other fields, as the log holds them
 
     def begin(self, *, cwd: str, model: str, provider: str = "", parent_id: str | None = None,
               forked_from_seq: int | None = None) -> None:
@@ -49,8 +50,9 @@ class SessionLog:
                                              "parent_id": parent_id, "forked_from_seq": forked_from_seq}], sync=True)
 
     def loaded(self, value: RunState) -> None:
-        """The history the log already holds (after ``load``): only what comes after it is written."""
+        """The run the log already holds (after ``load``): only what changes after it is written."""
         self._saved = value.history
+        self._counters = value.counters_json()
 
     def save(self, before: RunState, after: RunState, events: Sequence[Event] = (), *,
              extra: Iterable[dict] = ()) -> None:
@@ -60,7 +62,9 @@ class SessionLog:
             records.append({"kind": "prompt", "text": before.state.prompt})
         # The value before the history: a write cut short then loses the new messages, never the state that
         # explains them (an answer without its state could not be told from a pause_turn to resend).
-        records.append({"kind": "state", "run": after.counters_json()})
+        counters = after.counters_json()
+        records.append({"kind": "state", **state_delta(self._counters, counters)})
+        self._counters = counters
         if (cut := _changed_from(self._saved, after.history)) is not None:
             records.append({"kind": "history", "at": cut, "messages": [m.to_wire() for m in after.history[cut:]]})
             self._saved = after.history
@@ -81,6 +85,34 @@ class SessionLog:
         self.store.append(self.session_id, [{"kind": kind, **fields}], sync=sync)
 
 
+def state_delta(old: dict | None, new: dict) -> dict:
+    """A ``state`` record's fields: ``run`` the fields that changed, ``add`` those that only grew (the new
+    entries of a dict, the new tail of a list). The path, the trajectory and the repeat guard grow with the
+    run: written whole at every step they would make the log quadratic in its length."""
+    if old is None:
+        return {"run": new}
+    run, add = {}, {}
+    for key, value in new.items():
+        was = old.get(key)
+        if value == was:
+            continue
+        if isinstance(value, list) and isinstance(was, list) and value[:len(was)] == was:
+            add[key] = value[len(was):]
+        elif isinstance(value, dict) and isinstance(was, dict) and was.keys() <= value.keys() and key != "state":
+            add[key] = {k: v for k, v in value.items() if was.get(k) != v}
+        else:
+            run[key] = value
+    return {"run": run, "add": add} if add else {"run": run}
+
+
+def apply_state(counters: dict | None, record: dict) -> dict:
+    """The run's fields after a ``state`` record (see ``state_delta``)."""
+    out = {**(counters or {}), **record["run"]}
+    for key, grown in record.get("add", {}).items():
+        out[key] = out[key] + grown if isinstance(grown, list) else {**out[key], **grown}
+    return out
+
+
 def _changed_from(saved: tuple[Message, ...], now: tuple[Message, ...]) -> int | None:
     """Where ``now`` first differs from ``saved`` (None: not at all). Messages are compared by identity first."""
     if saved is now:
@@ -97,7 +129,6 @@ class Loaded:
     value: RunState
     seq: int  # the last record's seq
     repaired: dict | None  # the repair record written, if the history needed one
-    cwd: str | None
 
 
 def load(store: SessionStore, session_id: str, *, why: str = "the process ended", save_repair: bool = True) -> Loaded:
@@ -112,15 +143,12 @@ def load(store: SessionStore, session_id: str, *, why: str = "the process ended"
     counters: dict | None = None
     started: set[str] = set()
     finished: set[str] = set()
-    cwd = None
     for r in records:
         match r.get("kind"):
-            case "session":
-                cwd = r.get("cwd")
             case "history":
                 history = history[:r["at"]] + [Message.from_wire(m) for m in r["messages"]]
             case "state":
-                counters = r["run"]
+                counters = apply_state(counters, r)
             case "intent":
                 started.add(r["call_id"])
             case "outcome":
@@ -141,7 +169,7 @@ def load(store: SessionStore, session_id: str, *, why: str = "the process ended"
             written.append({"kind": "state", "run": value.counters_json()})
             store.append(session_id, redact(written), sync=True)
         log.warning("session %s: %s", session_id, note["note"])
-    return Loaded(value, records[-1]["seq"] if records else 0, fixed, cwd)
+    return Loaded(value, records[-1]["seq"] if records else 0, fixed)
 
 
 def close_open_calls(value: RunState, started: set[str] = frozenset(), finished: set[str] = frozenset(),

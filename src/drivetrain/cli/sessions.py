@@ -23,6 +23,7 @@ from pathlib import Path
 from drivetrain import report
 from drivetrain.errors import HarnessError
 from drivetrain.graph import walked
+from drivetrain.session import apply_state
 from drivetrain.store import SessionInfo, SessionNotFound, SessionStore, open_store
 
 PROMPT_CHARS = 40
@@ -95,8 +96,11 @@ def _shorten_left(path: str, width: int) -> str:
 def _show(store: SessionStore, args: argparse.Namespace) -> int:
     records = store.read(resolve(store, args.session_id))
     if args.graph:
-        path = next((r["run"].get("path", []) for r in reversed(records) if r.get("kind") == "state"), [])
-        print(walked(path))
+        counters: dict = {}
+        for r in records:
+            if r.get("kind") == "state":
+                counters = apply_state(counters, r)
+        print(walked(counters.get("path", [])))
         return 0
     print(json.dumps(report.to_json(records), ensure_ascii=False) if args.json else report.render_text(records))
     return 0
