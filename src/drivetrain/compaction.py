@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 
-from drivetrain.context import CHARS_PER_TOKEN, message_tokens
+from drivetrain.context import CHARS_PER_TOKEN, history_tokens
 from drivetrain.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
 from drivetrain.models.base import ModelRequest
 
@@ -27,8 +27,8 @@ SUMMARY_TOKENS = 2048
 
 
 def estimate_tokens(messages: list[Message], system: str = "") -> int:
-    """About 4 bytes a token (``context.message_tokens``): enough to decide when to compact."""
-    return sum(message_tokens(m) for m in messages) + len(system) // CHARS_PER_TOKEN
+    """About 4 bytes a token (``context.history_tokens``): enough to decide when to compact."""
+    return history_tokens(messages) + len(system) // CHARS_PER_TOKEN
 
 
 def original_task(history: list[Message]) -> str:

@@ -8,9 +8,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from html import escape
-from typing import Iterable, Mapping
+from typing import Mapping, Sequence
 
 from drivetrain.pricing import context_window, format_usd
+from drivetrain.report import turn_log
 
 
 @dataclass
@@ -30,7 +31,6 @@ class Turn:
     usage: dict
     cost_usd: float | None
     cumulative_cost_usd: float | None  # the sum of the known costs so far; None while none was known
-    duration_ms: int | None
     calls: list[Call] = field(default_factory=list)
 
     @property
@@ -39,34 +39,23 @@ class Turn:
         return u.get("input_tokens", 0) + u.get("cache_creation_input_tokens", 0) + u.get("cache_read_input_tokens", 0)
 
 
-def turns_from_records(records: Iterable[Mapping]) -> list[Turn]:
-    """One ``Turn`` per ``turn`` record, in order, with the tool calls of the response it recorded."""
+_REFUSED = {"deny": "denied", "defer": "deferred", "not_run": "not_run"}  # the audit record's kind, as shown
+
+
+def turns_from_records(records: Sequence[Mapping]) -> list[Turn]:
+    """One ``Turn`` per ``turn`` record, in order (``report.turn_log`` pairs each with its calls), with the
+    running cost and the calls that repeat an earlier one."""
     turns: list[Turn] = []
-    history: list[dict] = []
     seen: set[str] = set()
-    calls: dict[str, Call] = {}
     total: float | None = None
-    for r in records:
-        kind = r.get("kind")
-        if kind == "history":
-            history = history[:r["at"]] + list(r["messages"])
-        elif kind == "turn":
-            cost = r.get("cost_usd")
-            total = total if cost is None else (total or 0.0) + cost
-            t = Turn(r.get("turn", len(turns) + 1), r.get("stop_reason") or "", r.get("model") or "",
-                     dict(r.get("usage") or {}), cost, total, r.get("duration_ms"))
-            last = history[-1] if history else None  # the loop saves the response with its turn record
-            if last and last.get("role") == "assistant":
-                for b in last.get("content", []):
-                    if isinstance(b, dict) and b.get("type") == "tool_use":
-                        key = json.dumps([b.get("name"), b.get("input")], sort_keys=True)
-                        call = Call(b.get("id", ""), b.get("name", ""), b.get("input") or {}, repeated=key in seen)
-                        seen.add(key)
-                        calls[call.id] = call
-                        t.calls.append(call)
-            turns.append(t)
-        elif kind in ("denied", "not_run", "deferred") and r.get("call_id") in calls:
-            calls[r["call_id"]].refused = kind
+    for e in turn_log(records):
+        total = total if e.cost_usd is None else (total or 0.0) + e.cost_usd
+        t = Turn(e.turn, e.stop_reason or "", e.model or "", dict(e.usage), e.cost_usd, total)
+        for c in e.calls:
+            key = json.dumps([c.tool, c.input], sort_keys=True)
+            t.calls.append(Call(c.id, c.tool, c.input, repeated=key in seen, refused=_REFUSED.get(c.decision or "", "")))
+            seen.add(key)
+        turns.append(t)
     return turns
 
 
