@@ -269,3 +269,86 @@ def test_long_outputs_are_clipped_and_old_rounds_stubbed_a_few_rounds_at_a_time(
         view = shorten_outputs(history(rounds, 1900))
         stubs = [k for k in range(rounds) if "older output shortened" in view[2 + 2 * k].content[0].text]
         assert stubs == [0, 1, 2, 3]  # four rounds at once, and the cut stays put as a round is added
+
+
+# ---------------------------------------------------------------- what a call changed
+
+
+def test_describe_says_which_lines_changed_which_files_came_and_went_and_when_an_edit_changed_nothing():
+    from drivetrain.changes import describe, looks_like_edit
+
+    before = {"f.py": b"a = 1\nb = min(xs)\nc = 3\n", "old.txt": b"x\n"}
+    after = {"f.py": b"a = 1\nb = max(xs)\nc = 3\n", "total.txt": b"18\n"}
+    note = describe(before, after)
+    assert "Changed f.py" in note and "-   2| b = min(xs)" in note and "+   2| b = max(xs)" in note
+    assert "Created total.txt (1 line):\n   1| 18" in note and "Deleted old.txt." in note
+    assert describe(before, before, "sed -i '4s/min/max/' f.py") == "No file changed."
+    assert describe(before, before, "cat -n f.py") == ""  # a look changes nothing, and needs no note
+    for edit in ("echo 3 > t.txt", "sed -i 's/a/b/' f", "python3 - <<'PY'\nopen('t', 'w').write('1')\nPY", "mv a b"):
+        assert looks_like_edit(edit), edit
+    for look in ("wc -l a.py 2>&1", "grep -c x f > /dev/null", "python3 - <<'PY'\nprint(open('a.txt').read())\nPY"):
+        assert not looks_like_edit(look), look
+
+
+async def test_the_model_sees_what_its_command_changed_and_that_a_wrong_edit_changed_nothing(tmp_path):
+    (tmp_path / "shipping.py").write_text("def parse(rows):\n    return rows\n\n\ndef largest(xs):\n    return min(xs)\n")
+    steps = [reply("Fix line 4.\n```bash\nsed -i '4s/min(xs)/max(xs)/' shipping.py\n```"),
+             reply("Fix line 6.\n```bash\nsed -i '6s/min(xs)/max(xs)/' shipping.py\n```"),
+             reply("DONE: fixed")]
+    with ScriptedServer(steps) as server:
+        await small_agent(server, tmp_path, profile=SMALL.without("checks")).run("Make largest return the largest.")
+    assert texts(server.requests[1].body)[-1].endswith("No file changed.")
+    assert "-   6|     return min(xs)\n+   6|     return max(xs)" in texts(server.requests[2].body)[-1]
+    with ScriptedServer([reply("Fix.\n```bash\nsed -i 's/max/min/' shipping.py\n```"), reply("DONE: ok")]) as server:
+        await small_agent(server, tmp_path, profile=SMALL.without("checks", "changes")).run("Undo it.")
+    assert "Changed shipping.py" not in texts(server.requests[1].body)[-1]  # the aid switched off
+
+
+# ---------------------------------------------------------------- checks of what the task names
+
+
+async def test_a_rename_must_leave_no_old_name_behind(tmp_path):
+    (tmp_path / "a.py").write_text("def compute_ticket():\n    return 1\n")
+    (tmp_path / "b.py").write_text("from a import compute_ticket\nprint(compute_ticket())\n")
+    checks = WorkChecks(tmp_path)
+    await checks.on_prompt({"prompt": "Rename the function compute_ticket to format_product everywhere."})
+    (tmp_path / "a.py").write_text("def format_product():\n    return 1\n")
+    [failure] = await checks.failures("Renamed it.")
+    assert failure.startswith("compute_ticket still occurs at b.py:1, b.py:2.") and "b.py" in failure.split("sed")[1]
+    (tmp_path / "b.py").write_text("from a import format_product\nprint(format_product())\n")
+    assert await checks.failures("Renamed it.") == []
+
+
+async def test_a_cited_path_line_must_exist_and_mention_what_was_asked(tmp_path):
+    (tmp_path / "accounts.py").write_text("import os\n\n\ndef fetch_account(n):\n    return n\n")
+    checks = WorkChecks(tmp_path)
+    await checks.on_prompt({"prompt": "Which file and line define the function fetch_account? Answer as path:line."})
+    assert "cites none" in (await checks.failures("It is defined in accounts."))[0]
+    assert "that line is 'import os', which does not mention fetch_account" in (await checks.failures("accounts.py:1"))[0]
+    assert "accounts.py has 5 lines" in (await checks.failures("accounts.py:150"))[0]
+    assert "there is no file notify.py" in (await checks.failures("notify.py:12"))[0]
+    assert await checks.failures("fetch_account is defined at accounts.py:4") == []
+
+
+async def test_a_command_the_task_wants_working_is_run_again_or_asked_for(tmp_path):
+    (tmp_path / "report.py").write_text("def total(rows)\n    return 1\n")
+    checks = WorkChecks(tmp_path)
+    await checks.on_prompt({"prompt": "python3 report.py fails with a syntax error. Fix it so the script runs."})
+    assert await checks.failures("fixed") == ["The task names `python3 report.py`, and you have not run it. Run it "
+                                              "to check that it works."]
+    await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": "sed -i '1s/rows/rows/' report.py && "
+                                                                        "python report.py"}, "tool_response": {}})
+    [failure] = await checks.failures("fixed")
+    assert failure.startswith("`python3 report.py` fails now (exit code 1)") and "SyntaxError" in failure
+    (tmp_path / "report.py").write_text("def total(rows):\n    return 1\n")
+    assert await checks.failures("fixed") == []
+
+
+async def test_a_test_run_chained_after_an_edit_is_run_again_without_the_edit(tmp_path):
+    (tmp_path / "test_x.py").write_text("import pathlib\nassert pathlib.Path('log').read_text().count('+') <= 1\n")
+    checks = WorkChecks(tmp_path)
+    await checks.on_prompt({"prompt": "make the test pass"})
+    await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": "echo + >> log && python3 test_x.py"},
+                          "tool_response": {}})
+    (tmp_path / "log").write_text("+\n")
+    assert await checks.failures("done") == []  # the append is not run a second time

@@ -13,25 +13,20 @@ user's own ``Verify`` node uses: it sends the model back at most ``limit`` times
 from __future__ import annotations
 
 import asyncio
-import os
 import re
-import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from drivetrain.home import drivetrain_home
+from drivetrain.changes import describe, looks_like_edit, snapshot
 from drivetrain.hooks import Hooks
 from drivetrain.nodes import NodeContext, NodeResult, Proceed, SendBack
 from drivetrain.procs import run_command
 
-SKIP_DIRS = {".git", ".venv", "venv", "node_modules", "__pycache__", ".drivetrain", ".mypy_cache", ".pytest_cache"}
-MAX_FILES = 2000
-MAX_BYTES = 256 * 1024
 TEST_RUN_TIMEOUT_S = 120
 
-_FILE_NAME = re.compile(r"(?<![\w/.-])((?:[\w-]+/)*[\w-]+\.(?:txt|md|json|csv|tsv|py|ya?ml|toml|ini|cfg|log|sh|js|ts|"
-                        r"html|css|xml|sql|rs|go|c|h|cpp|java|rb|out))\b")
-_WRITE_VERBS = re.compile(r"\b(write|save|create|put|store|output|record|generate|produce|make|add)\b", re.I)
+_EXTENSIONS = r"(?:txt|md|json|csv|tsv|py|ya?ml|toml|ini|cfg|log|sh|js|ts|html|css|xml|sql|rs|go|c|h|cpp|java|rb|out)"
+_FILE_NAME = re.compile(rf"(?<![\w/.-])((?:[\w-]+/)*[\w-]+\.{_EXTENSIONS})\b")
+_WRITE_VERBS = re.compile(r"\b(write|save|create|put|store|output|record|generate|produce|make|add|list)\b", re.I)
 _TEST_WORDS = re.compile(r"\btests?\b|\bfailing\b", re.I)
 _TEST_CMD = re.compile(r"\b(pytest|unittest|npm (run )?test|make (check|test)|go test|cargo test|tox)\b|"
                        r"(^|[\s/])(test_\w+|\w+_test)\.py\b")
@@ -42,35 +37,16 @@ _HTML_TAGS = {"html", "head", "body", "div", "span", "p", "a", "b", "i", "ul", "
               "tr", "td", "th", "title", "script", "style", "pre", "code", "h1", "h2", "h3", "em", "strong"}
 _ASKS_NUMBER = re.compile(r"\bhow (many|much|long|big)\b|\b(count|total|sum|number of)\b.*\b(report|tell|say|answer)", re.I)
 _NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w.]*\d)")
-
-
-def snapshot(cwd: Path, known: dict[str, tuple[tuple[int, int], bytes]] | None = None) -> dict[str, bytes]:
-    """Relative path -> content, for the workspace's ordinary files (bounded in count and size).
-
-    ``known`` (updated in place) remembers each file's size and mtime with its content, so a file that has
-    not changed since the last snapshot is not read again: this runs after every tool call.
-    """
-    known = {} if known is None else known
-    out: dict[str, bytes] = {}
-    own = os.path.realpath(drivetrain_home())  # drivetrain's own files (session logs …) are not the work
-    for root, dirs, files in os.walk(cwd):
-        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and os.path.realpath(os.path.join(root, d)) != own)
-        for name in sorted(files):
-            path = Path(root, name)
-            rel = str(path.relative_to(cwd))
-            try:
-                st = path.lstat()
-                if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_BYTES:
-                    continue
-                key = (st.st_size, st.st_mtime_ns)
-                if rel not in known or known[rel][0] != key:
-                    known[rel] = (key, path.read_bytes())
-                out[rel] = known[rel][1]
-            except OSError:
-                continue
-            if len(out) >= MAX_FILES:
-                return out
-    return out
+# "rename [the function] old_name to new_name"
+_RENAME = re.compile(r"\brename\b(?:\s+(?:the|a|an|function|method|class|variable|constant|field|attribute|module))*"
+                     r"\s+[`'\"]?([A-Za-z_]\w*)[`'\"]?\s+(?:to|into|as)\s+[`'\"]?([A-Za-z_]\w*)", re.I)
+# A command the task names (`in backticks`, or a script run by its interpreter) and wants to work afterwards.
+_NAMED_CMD = re.compile(r"`([^`\n]+)`|\b((?:python3?|bash|sh|node)\s+[\w./-]+\.(?:py|sh|js)|pytest\b[\w./: -]*)")
+_WANTS_WORKING = re.compile(r"\b(fix|fails?|failing|broken|crash(es)?|errors?)\b|\b(must|should|still)\s+(still\s+)?"
+                            r"(work|run|pass)|\bso (that )?(it|the \w+) (runs|works|passes)", re.I)
+_CITATION = re.compile(rf"(?<![\w/.-])((?:[\w.-]+/)*[\w-]+\.{_EXTENSIONS}):(\d+)\b")
+_ASKS_CITATION = re.compile(r"\b(path|file(name)?):line\b|\bwhich (file|line)\b", re.I)
+_IDENT = re.compile(r"`([A-Za-z_][\w.]*)`|\b([A-Za-z_]\w*_\w*|[a-z]+[A-Z]\w*)\b")
 
 
 @dataclass
@@ -90,6 +66,7 @@ class WorkChecks:
     unread: list[str] = field(default_factory=list)  # existing files changed before their content was shown
     _last: dict[str, bytes] = field(default_factory=dict)
     _known: dict = field(default_factory=dict)  # snapshot's cache of unchanged files
+    report_changes: bool = True  # add to each call's result what it changed (changes.py)
 
     name: str = "WorkChecks"  # a node of the loop (nodes.py), entered when the model wants to stop …
     at: str = "end_turn"
@@ -108,7 +85,7 @@ class WorkChecks:
         self.before = await asyncio.to_thread(snapshot, self.cwd, self._known)
         self._last = dict(self.before)
 
-    async def on_tool(self, payload: dict) -> None:
+    async def on_tool(self, payload: dict) -> dict | None:
         tool_input = payload.get("tool_input") or {}
         response = payload.get("tool_response") or {}
         now = await asyncio.to_thread(snapshot, self.cwd, self._known)
@@ -116,10 +93,12 @@ class WorkChecks:
             if path in self.before and self._last.get(path) != content and not self._shown(path):
                 if path not in self.unread:
                     self.unread.append(path)
-        self._last = now
+        last, self._last = self._last, now
         command = str(tool_input.get("command", "")) if payload.get("tool_name") == "Bash" else ""
         self.calls.append(_Call(f"{tool_input}\n{response.get('content', '')}", command,
                                 bool(response.get("is_error"))))
+        note = describe(last, now, command) if self.report_changes else ""
+        return {"hookSpecificOutput": {"hookEventName": "PostToolUse", "additionalContext": note}} if note else None
 
     async def run(self, ctx: NodeContext) -> NodeResult:
         """The node: what fails of the checks goes back to the model (at most ``limit`` times a run)."""
@@ -141,16 +120,20 @@ class WorkChecks:
         out += [f"You changed {p} without looking at its content first, so what you wrote may be invented. "
                 f"Show it (cat -n {p}), check your change against what was there, and fix it if needed."
                 for p in unread]
-        out += await self._tests()
+        out += self._renamed(now) + self._citations(now, answer)
+        out += await self._tests() + await self._named_commands()
         return out
 
-    def _missing_outputs(self, now: dict[str, bytes]) -> list[str]:
+    def _outputs(self) -> list[str]:
+        """The files the task names that had no content before the run: what it asks to write."""
         if not _WRITE_VERBS.search(self.prompt):
             return []
+        names = dict.fromkeys(m.group(1) for m in _FILE_NAME.finditer(self.prompt))
+        return [n for n in names if not self.before.get(n)]  # one with content is an input, or a file to change
+
+    def _missing_outputs(self, now: dict[str, bytes]) -> list[str]:
         out = []
-        for name in dict.fromkeys(m.group(1) for m in _FILE_NAME.finditer(self.prompt)):
-            if self.before.get(name):
-                continue  # it had content before the run: an input, or a file to change
+        for name in self._outputs():
             if name not in now and not (self.cwd / name).exists():
                 out.append(f"The task asks for {name}, but it does not exist. Create it with the right content.")
             elif name in now and not now[name].strip():
@@ -205,17 +188,75 @@ class WorkChecks:
                            f"asks for the value, write only the value to {name}.")
         return out
 
+    def _renamed(self, now: dict[str, bytes]) -> list[str]:
+        """A rename asked for: the old name must be gone from the workspace's text files."""
+        m = _RENAME.search(self.prompt)
+        if not m or m.group(1) == m.group(2):
+            return []
+        old, new = m.group(1), m.group(2)
+        word = re.compile(rf"\b{re.escape(old)}\b")
+        places = [f"{path}:{i}" for path, content in now.items()
+                  for i, line in enumerate(content.decode("utf-8", "replace").splitlines(), 1) if word.search(line)]
+        if not places:
+            return []
+        files = " ".join(dict.fromkeys(p.rsplit(":", 1)[0] for p in places))
+        return [f"{old} still occurs at {', '.join(places[:8])}{' …' * (len(places) > 8)}. The task asks to rename it "
+                f"everywhere: change it there too (e.g. sed -i 's/\\b{old}\\b/{new}/g' {files}), then check again."]
+
+    def _citations(self, now: dict[str, bytes], answer: str) -> list[str]:
+        """Each path:line the answer cites exists and mentions what the task asks about."""
+        cited = list(dict.fromkeys(_CITATION.findall(answer)))
+        if not cited:
+            if _ASKS_CITATION.search(self.prompt) and not self._outputs():
+                return ["The task asks for path:line, and your answer cites none. Find it (grep -n) and answer "
+                        "as path:line."]
+            return []
+        texts = {p: c.decode("utf-8", "replace") for p, c in now.items()}
+        subjects = [w for m in _IDENT.finditer(self.prompt) if (w := m.group(1) or m.group(2))
+                    and any(w in t for t in texts.values())]
+        out = []
+        for path, number in cited[:5]:
+            lines = texts[path].splitlines() if path in texts else None
+            n = int(number)
+            if lines is None:
+                out.append(f"You cite {path}:{n}, but there is no file {path}. Find the right place with grep -n.")
+            elif not 1 <= n <= len(lines):
+                out.append(f"You cite {path}:{n}, but {path} has {len(lines)} lines. Find the right line with grep -n.")
+            elif subjects and not any(s in lines[n - 1] for s in subjects):
+                out.append(f"You cite {path}:{n}, but that line is {lines[n - 1].strip()!r}, which does not mention "
+                           f"{' or '.join(subjects[:3])}. Find the right line with grep -n.")
+        return out
+
     async def _tests(self) -> list[str]:
         ran = [c for c in self.calls if c.command and _TEST_CMD.search(c.command)]
         if not ran:
             if _TEST_WORDS.search(self.prompt) and self._has_tests():
                 return ["The task is about tests, but you have not run them. Run them and make sure they pass."]
             return []
-        command = ran[-1].command
+        command = _the_part(ran[-1].command, _TEST_CMD)
         code, output = await _run(command, self.cwd)
         if code == 0:
             return []
         return [f"The test command `{command}` fails now (exit code {code}):\n{output[-1500:]}"]
+
+    async def _named_commands(self) -> list[str]:
+        """A command the task names, when the task wants it to work: run again now if the model ran it
+        (the call passed the permission checks then), asked for if it never did."""
+        if not _WANTS_WORKING.search(self.prompt):
+            return []
+        out = []
+        ran = [_normal(c.command) for c in self.calls if c.command]
+        for m in _NAMED_CMD.finditer(self.prompt):
+            command = (m.group(1) or m.group(2)).strip()
+            if not _looks_runnable(command, self.cwd) or _TEST_CMD.search(command):
+                continue  # not a command, or a test run (``_tests`` checks those)
+            if not any(_normal(command) in r for r in ran):
+                out.append(f"The task names `{command}`, and you have not run it. Run it to check that it works.")
+                continue
+            code, output = await _run(command, self.cwd)
+            if code != 0:
+                out.append(f"`{command}` fails now (exit code {code}):\n{output[-1500:]}")
+        return out
 
     def _has_tests(self) -> bool:
         return any(re.search(r"(^|/)(test_\w+|\w+_test)\.py$|(^|/)tests?/", p) for p in self.before)
@@ -226,6 +267,29 @@ class WorkChecks:
         if not lines:
             return any(Path(path).name in c.text for c in self.calls)
         return any(ln in c.text for c in self.calls for ln in lines[:50])
+
+
+def _normal(command: str) -> str:
+    return re.sub(r"\bpython\b(?!3)", "python3", " ".join(command.split()))
+
+
+def _looks_runnable(command: str, cwd: Path) -> bool:
+    """A command (its program a script of the workspace or a test runner), not a name or a value in backticks."""
+    words = command.split()
+    if not words:
+        return False
+    if words[0] in ("pytest", "make", "npm", "cargo", "go", "tox"):
+        return True
+    return words[0] in ("python", "python3", "bash", "sh", "node") and len(words) > 1 and (cwd / words[1]).is_file()
+
+
+def _the_part(command: str, pattern: re.Pattern) -> str:
+    """The part of a chained command that matches (``sed -i … && python3 test_x.py`` → ``python3 test_x.py``):
+    the edits before it must not run twice."""
+    if not looks_like_edit(command):
+        return command
+    parts = [p.strip() for p in re.split(r"&&|\|\||;|\n", command)]
+    return next((p for p in reversed(parts) if pattern.search(p)), command)
 
 
 async def _run(command: str, cwd: Path) -> tuple[int, str]:

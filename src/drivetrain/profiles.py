@@ -3,8 +3,9 @@
 A 1.5B model makes one well-scoped decision reliably but cannot carry a long multi-turn loop. The
 ``small`` profile asks it for fewer, simpler decisions and does in code what a strong model does by
 itself: it answers in code blocks (see ``models/codeact.py``), must act on its first turn, cannot
-sample a refused repeat again, sees repeats collapsed and old output shortened, is checked before it
-may stop, and always ends with an answer. ``full`` is the plain loop, for models that need none of it.
+sample a refused repeat again, sees repeats collapsed and old output shortened, is told what each
+command changed, is checked before it may stop, and always ends with an answer. ``full`` is the plain
+loop, for models that need none of it.
 
 Each aid can be switched off alone (``DRIVETRAIN_ABLATE=checks,collapse``) to measure what it is worth.
 """
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
     from drivetrain.nodes import Node
     from drivetrain.tools.base import Tool
 
-AIDS = ("codeact", "example", "act", "exclude", "collapse", "context", "final", "checks", "prefixcache")
+AIDS = ("codeact", "example", "act", "exclude", "collapse", "context", "final", "checks", "changes", "prefixcache")
 ENV_ABLATE = "DRIVETRAIN_ABLATE"
 
 
@@ -37,6 +38,7 @@ class Profile:
     context: bool = False  # long outputs shown head and tail; old outputs shortened when context fills
     final: bool = False  # at the turn cap or when stuck, one last request without tools, for the answer
     checks: bool = False  # generic checks before the model may stop (see checks.py)
+    changes: bool = False  # each call's result says what it changed in the workspace (see changes.py)
     prefixcache: bool = False  # the fixed prompt prefix's KV state kept on disk (local model)
 
     def without(self, *aids: str) -> Profile:
@@ -106,5 +108,8 @@ def equip(profile: Profile, model: Model, tools: list[Tool], hooks: Hooks, cwd: 
     # The listing goes with the task, not in the system prompt, which stays fixed (and cacheable).
     hooks.add("UserPromptSubmit", lambda _: {"hookSpecificOutput": {
         "hookEventName": "UserPromptSubmit", "additionalContext": workspace_context(cwd)}})
-    nodes: list[Node] = [WorkChecks(cwd).install(hooks)] if profile.checks else []
+    nodes: list[Node] = []
+    if profile.checks or profile.changes:
+        checks = WorkChecks(cwd, report_changes=profile.changes).install(hooks)
+        nodes = [checks] if profile.checks else []
     return model, tools, system if system is not None else small_system_prompt(profile.codeact, profile.example), nodes
