@@ -172,7 +172,10 @@ async def test_checks_send_back_a_missing_output_file_then_a_wrong_value_at_most
              reply("Write it again.\n```bash\necho 4 > total.txt\n```"),
              reply("DONE: the total is 2")]  # still wrong, but the checks only refuse twice
     with ScriptedServer(steps) as server:
-        result = await small_agent(server, tmp_path).run("Count the lines of the .py files and write the total to total.txt")
+        agent = small_agent(server, tmp_path, record=True)
+        result = await agent.run("Count the lines of the .py files and write the total to total.txt")
+    choices = [r.tool_choice for r in agent.model.requests]
+    assert choices == ["any", None, "any", None, "any", None]  # sent back to work, it must act before answering
     second_try, third_try = texts(server.requests[2].body)[-1], texts(server.requests[4].body)[-1]
     assert "total.txt, but it does not exist" in second_try
     assert "You wrote 3 to total.txt, but your answer says 2" in third_try
@@ -352,3 +355,14 @@ async def test_a_test_run_chained_after_an_edit_is_run_again_without_the_edit(tm
                           "tool_response": {}})
     (tmp_path / "log").write_text("+\n")
     assert await checks.failures("done") == []  # the append is not run a second time
+
+
+async def test_a_list_of_path_line_must_hold_only_path_line(tmp_path):
+    (tmp_path / "a.py").write_text("x = 1  # TODO: y\n")
+    checks = WorkChecks(tmp_path)
+    await checks.on_prompt({"prompt": "List every TODO in todo.txt, one per line, as file:line."})
+    (tmp_path / "todo.txt").write_text("a.py:1:x = 1  # TODO: y\n")
+    [failure] = await checks.failures("done")
+    assert "Each line of todo.txt should be just path:line" in failure and "'a.py:1:x = 1  # TODO: y'" in failure
+    (tmp_path / "todo.txt").write_text("a.py:1\n")
+    assert await checks.failures("done") == []

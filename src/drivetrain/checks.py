@@ -113,7 +113,7 @@ class WorkChecks:
         now = await asyncio.to_thread(snapshot, self.cwd, self._known)
         changed = {p: c for p, c in now.items() if self.before.get(p) != c}
         out = self._missing_outputs(now) + self._placeholders(changed) + self._mismatch(changed, answer)
-        out += self._more_than_the_value(changed, answer)
+        out += self._more_than_the_value(changed, answer) + self._citation_lists(changed)
         if _ASKS_NUMBER.search(self.prompt) and not _NUMBER.search(answer):
             out.append("The task asks for a number, and your answer gives none. Answer with the number.")
         unread, self.unread = [p for p in self.unread if p in changed], []  # said once per file
@@ -186,6 +186,19 @@ class WorkChecks:
             if len(text.splitlines()) <= 20:
                 out.append(f"You reported {value}, but {name} holds more than that value:\n{text}\nIf the task "
                            f"asks for the value, write only the value to {name}.")
+        return out
+
+    def _citation_lists(self, changed: dict[str, bytes]) -> list[str]:
+        """The task wants a list of path:line in a file: each line holds just that (grep -n prints more)."""
+        if not _ASKS_CITATION.search(self.prompt):
+            return []
+        out = []
+        for name in self._outputs():
+            lines = [ln.strip() for ln in changed.get(name, b"").decode("utf-8", "replace").splitlines() if ln.strip()]
+            extra = [ln for ln in lines if not re.fullmatch(r"\S+:\d+", ln)]
+            if extra:
+                out.append(f"Each line of {name} should be just path:line (like a.py:4), but it has {extra[0]!r}. "
+                           f"Write only path:line on each line (e.g. grep -n PATTERN FILES | cut -d: -f1,2 > {name}).")
         return out
 
     def _renamed(self, now: dict[str, bytes]) -> list[str]:

@@ -64,7 +64,7 @@ sed -i, python, or cat > FILE <<'EOF'.
 - Never repeat a command that already gave its result. If a command is denied, do it another way.
 - DONE: gives the answer with the values you found (numbers, names, file:line).
 
-Two examples of how a task goes.
+Three examples of how a task goes.
 
 User: How many of the .md files mention "deprecated"? Write the number to result.txt and tell me.
 Assistant: List the .md files that mention it.
@@ -97,7 +97,16 @@ sed -i '2s/.*/print("Hello, " + sys.argv[1] + "!")/' greet.py && python3 greet.p
 User: Output:
 Hello, Ann!
 Assistant: DONE: Fixed greet.py line 2: it now prints "Hello, NAME!" (checked: `python3 greet.py Ann` prints \
-"Hello, Ann!")."""
+"Hello, Ann!").
+
+User: Where is parse_date defined? Answer as path:line.
+Assistant: Search for its definition.
+```bash
+grep -rn "def parse_date" .
+```
+User: Output:
+./utils/dates.py:14:def parse_date(text):
+Assistant: DONE: utils/dates.py:14"""
 
 SMALL_TOOLS = """You are a coding agent working in a folder on the user's computer. You act only through tools.
 
@@ -111,4 +120,4 @@ SMALL_TOOLS = """You are a coding agent working in a folder on the user's comput
 def small_system_prompt(codeact: bool, example: bool) -> str:
     if not codeact:
         return SMALL_TOOLS
-    return SMALL_CODEACT if example else SMALL_CODEACT.split("\n\nTwo examples")[0]
+    return SMALL_CODEACT if example else SMALL_CODEACT.split("\n\nThree examples")[0]
