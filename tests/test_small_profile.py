@@ -193,11 +193,14 @@ async def test_checks_rerun_the_tests_the_model_ran_and_flag_unread_rewrites(tmp
     with ScriptedServer(steps) as server:
         result = await small_agent(server, tmp_path).run("The test fails. Fix the bug in calc.py.")
     feedback = texts(server.requests[3].body)[-1]
-    assert "You changed calc.py without looking at its content first" in feedback
+    assert "You rewrote calc.py without looking at its content first" in feedback
     assert "`python3 test_calc.py` fails now" not in feedback  # 2*2 == 4: the test passes with the wrong fix
     assert result.result == "fixed"
+    (tmp_path / "settings.ini").write_text("[a]\nx = 1\ny = 2\nz = 3\n")
     checks = WorkChecks(tmp_path)
     await checks.on_prompt({"prompt": "make the tests pass"})
+    (tmp_path / "settings.ini").write_text("[a]\nx = 1\ny = 5\nz = 3\n")  # a targeted edit invents nothing
+    await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": "sed -i 's/y = 2/y = 5/' settings.ini"}})
     assert await checks.failures("") == ["The task is about tests, but you have not run them. Run them and make "
                                          "sure they pass."]
 
@@ -366,3 +369,16 @@ async def test_a_list_of_path_line_must_hold_only_path_line(tmp_path):
     assert "Each line of todo.txt should be just path:line" in failure and "'a.py:1:x = 1  # TODO: y'" in failure
     (tmp_path / "todo.txt").write_text("a.py:1\n")
     assert await checks.failures("done") == []
+
+
+async def test_an_answer_that_only_lacks_the_value_is_asked_for_again_without_forcing_a_command(tmp_path):
+    (tmp_path / "a.py").write_text("x = 1\ny = 2\n")
+    steps = [reply("Write it.\n```bash\nwc -l < a.py > total.txt\n```"),
+             reply("DONE: I wrote the total to total.txt."),
+             reply("DONE: The total is 2, in total.txt.")]
+    with ScriptedServer(steps) as server:
+        agent = small_agent(server, tmp_path, record=True)
+        result = await agent.run("Count the lines of a.py, write the total to total.txt and tell me")
+    assert "Your answer does not give the value you wrote to total.txt (2)" in texts(server.requests[2].body)[-1]
+    assert [r.tool_choice for r in agent.model.requests] == ["any", None, None]
+    assert result.result == "The total is 2, in total.txt."

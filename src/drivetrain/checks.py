@@ -13,6 +13,7 @@ user's own ``Verify`` node uses: it sends the model back at most ``limit`` times
 from __future__ import annotations
 
 import asyncio
+import difflib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,7 +64,7 @@ class WorkChecks:
     prompt: str = ""
     before: dict[str, bytes] = field(default_factory=dict)
     calls: list[_Call] = field(default_factory=list)
-    unread: list[str] = field(default_factory=list)  # existing files changed before their content was shown
+    unread: list[str] = field(default_factory=list)  # existing files rewritten before their content was shown
     _last: dict[str, bytes] = field(default_factory=dict)
     _known: dict = field(default_factory=dict)  # snapshot's cache of unchanged files
     report_changes: bool = True  # add to each call's result what it changed (changes.py)
@@ -90,7 +91,8 @@ class WorkChecks:
         response = payload.get("tool_response") or {}
         now = await asyncio.to_thread(snapshot, self.cwd, self._known)
         for path, content in now.items():
-            if path in self.before and self._last.get(path) != content and not self._shown(path):
+            if (path in self.before and self._last.get(path) != content and _rewritten(self._last.get(path), content)
+                    and not self._shown(path)):
                 if path not in self.unread:
                     self.unread.append(path)
         last, self._last = self._last, now
@@ -102,27 +104,34 @@ class WorkChecks:
 
     async def run(self, ctx: NodeContext) -> NodeResult:
         """The node: what fails of the checks goes back to the model (at most ``limit`` times a run)."""
-        failures = await self.failures(ctx.answer)
-        if not failures:
+        work, answer = await self.sorted_failures(ctx.answer)
+        if not work + answer:
             return Proceed()
-        return SendBack("Before you finish, fix this:\n" + "\n".join(f"- {f}" for f in failures))
+        return SendBack("Before you finish, fix this:\n" + "\n".join(f"- {f}" for f in work + answer),
+                        answer_only=not work)
 
     # -- the checks
 
     async def failures(self, answer: str) -> list[str]:
+        work, answer_only = await self.sorted_failures(answer)
+        return work + answer_only
+
+    async def sorted_failures(self, answer: str) -> tuple[list[str], list[str]]:
+        """(what needs more work, what needs only a better answer)."""
         now = await asyncio.to_thread(snapshot, self.cwd, self._known)
         changed = {p: c for p, c in now.items() if self.before.get(p) != c}
         out = self._missing_outputs(now) + self._placeholders(changed) + self._mismatch(changed, answer)
         out += self._more_than_the_value(changed, answer) + self._citation_lists(changed)
-        if _ASKS_NUMBER.search(self.prompt) and not _NUMBER.search(answer):
-            out.append("The task asks for a number, and your answer gives none. Answer with the number.")
         unread, self.unread = [p for p in self.unread if p in changed], []  # said once per file
-        out += [f"You changed {p} without looking at its content first, so what you wrote may be invented. "
+        out += [f"You rewrote {p} without looking at its content first, so what you wrote may be invented. "
                 f"Show it (cat -n {p}), check your change against what was there, and fix it if needed."
                 for p in unread]
         out += self._renamed(now) + self._citations(now, answer)
         out += await self._tests() + await self._named_commands()
-        return out
+        answer_only = self._unreported(changed, answer)
+        if _ASKS_NUMBER.search(self.prompt) and not _NUMBER.search(answer) and not answer_only:
+            answer_only.append("The task asks for a number, and your answer gives none. Answer with the number.")
+        return out, answer_only
 
     def _outputs(self) -> list[str]:
         """The files the task names that had no content before the run: what it asks to write."""
@@ -156,20 +165,22 @@ class WorkChecks:
         return out
 
     @staticmethod
-    def _mismatch(changed: dict[str, bytes], answer: str) -> list[str]:
+    def _written_values(changed: dict[str, bytes]) -> dict[str, str]:
+        """Files the run wrote that hold just one number."""
+        values = {p: c.decode("utf-8", "replace").strip() for p, c in changed.items()}
+        return {p: v for p, v in values.items() if _NUMBER.fullmatch(v)}
+
+    def _mismatch(self, changed: dict[str, bytes], answer: str) -> list[str]:
         said = set(_NUMBER.findall(answer))
-        out = []
-        for path, content in changed.items():
-            value = content.decode("utf-8", "replace").strip()
-            if not _NUMBER.fullmatch(value) or value in said:
-                continue
-            if said:
-                out.append(f"You wrote {value} to {path}, but your answer says {', '.join(sorted(said))}. Find out "
-                           "which is right (recompute it), fix the file or the answer, then answer again.")
-            else:
-                out.append(f"Your answer does not give the value you wrote to {path} ({value}). Check it, then "
-                           "answer with the value.")
-        return out
+        return [f"You wrote {value} to {path}, but your answer says {', '.join(sorted(said))}. Find out which is "
+                "right (recompute it), fix the file or the answer, then answer again."
+                for path, value in self._written_values(changed).items() if said and value not in said]
+
+    def _unreported(self, changed: dict[str, bytes], answer: str) -> list[str]:
+        if _NUMBER.search(answer):
+            return []
+        return [f"Your answer does not give the value you wrote to {path} ({value}). Answer again, with the value."
+                for path, value in self._written_values(changed).items()]
 
     def _more_than_the_value(self, changed: dict[str, bytes], answer: str) -> list[str]:
         """The answer reports one value, and the output file the task named holds it among other text
@@ -268,7 +279,9 @@ class WorkChecks:
                 continue
             code, output = await _run(command, self.cwd)
             if code != 0:
-                out.append(f"`{command}` fails now (exit code {code}):\n{output[-1500:]}")
+                script = command.split()[1]
+                out.append(f"`{command}` fails now (exit code {code}):\n{output[-1500:]}\nChange {script} itself (the "
+                           f"file) so that it works, then run `{command}` again.")
         return out
 
     def _has_tests(self) -> bool:
@@ -280,6 +293,16 @@ class WorkChecks:
         if not lines:
             return any(Path(path).name in c.text for c in self.calls)
         return any(ln in c.text for c in self.calls for ln in lines[:50])
+
+
+def _rewritten(old: bytes | None, new: bytes) -> bool:
+    """Most of the file's lines are new: written from memory (a targeted edit keeps the rest as it was)."""
+    if old is None:
+        return False
+    old_lines, new_lines = old.splitlines(), new.splitlines()
+    kept = sum(block.size for block in difflib.SequenceMatcher(None, old_lines, new_lines, autojunk=False)
+               .get_matching_blocks())
+    return kept < len(old_lines) / 2
 
 
 def _normal(command: str) -> str:

@@ -451,7 +451,8 @@ async def run_node(s: RunNode, w: Draft) -> CallModel | RunNode | Done:
     result = await node.run(NodeContext(w))
     if isinstance(result, SendBack) and isinstance(s.then, Done):
         w.append(Message.user(result.text))
-        return CallModel(tool_choice="any" if w.deps.agent.profile.act else None)  # there is work to do: act
+        act = w.deps.agent.profile.act and not result.answer_only  # there is work to do: act before answering
+        return CallModel(tool_choice="any" if act else None)
     if isinstance(result, (Note, SendBack)):  # a send-back before the first request is a note
         w.ask(result.text)
     return enter_node(w, node.at, s.then, after=s.name)

@@ -43,6 +43,7 @@ class Note:
 @dataclass(frozen=True)
 class SendBack:
     text: str
+    answer_only: bool = False  # only the answer must change: the model need not act before answering again
 
 
 NodeResult = Union[Proceed, Note, SendBack]
