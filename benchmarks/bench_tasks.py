@@ -13,8 +13,9 @@ Configs (``--config``, repeatable; default ``drivetrain`` and ``naive``):
   naive                      the same GGUF in llama_cpp.Llama (loaded once), plain prompt, regex parsing,
                              drivetrain's own tool classes, no grammar (``benchmarks/naive.py``)
   NAME=ITEM+ITEM…            drivetrain with: ``ablate:a,b`` (DRIVETRAIN_ABLATE=a,b: techniques switched
-                             off), ``profile:P`` (``--profile P``), ``arg:--flag`` (any CLI argument);
-                             or ``NAME=naive``. E.g. ``no-checks=ablate:checks``, ``full=profile:full``
+                             off), ``profile:P`` (``--profile P``), ``arg:--flag`` (any CLI argument),
+                             ``src:DIR`` (the code of another checkout, e.g. a ``git worktree`` of an older
+                             commit); or ``NAME=naive``. E.g. ``no-checks=ablate:checks``, ``full=profile:full``
 
     python benchmarks/bench_tasks.py --runs 3 --results runs.jsonl [--resume] [--tasks a,b] [--config …]
     python benchmarks/bench_tasks.py --report runs.jsonl [more.jsonl …]   # tables only
@@ -49,10 +50,14 @@ class Config:
     naive: bool = False
     ablate: tuple[str, ...] = ()
     args: tuple[str, ...] = ()
+    src: str = ""  # another checkout's source tree to run instead (its src/ goes first on PYTHONPATH)
 
     @property
     def env(self) -> dict[str, str]:
-        return {"DRIVETRAIN_ABLATE": ",".join(self.ablate)} if self.ablate else {}
+        env = {"DRIVETRAIN_ABLATE": ",".join(self.ablate)} if self.ablate else {}
+        if self.src:
+            env["PYTHONPATH"] = str(Path(self.src).resolve() / "src")
+        return env
 
 
 def parse_config(text: str) -> Config:
@@ -65,6 +70,7 @@ def parse_config(text: str) -> Config:
         raise ValueError(f"config {text!r} has no name")
     ablate: list[str] = []
     args: list[str] = []
+    src = ""
     naive = False
     for item in spec.split("+"):
         key, _, value = item.partition(":")
@@ -74,13 +80,18 @@ def parse_config(text: str) -> Config:
             args += ["--profile", value]
         elif key == "arg" and value:
             args.append(value)
+        elif key == "src" and value:
+            if not (Path(value) / "src" / "drivetrain").is_dir():
+                raise ValueError(f"config {text!r}: {value} has no src/drivetrain")
+            src = value
         elif item in ("naive", "drivetrain"):
             naive = item == "naive"
         else:
-            raise ValueError(f"config {text!r}: unknown item {item!r} (ablate:a,b  profile:P  arg:--flag  naive)")
-    if naive and (ablate or args):
+            raise ValueError(f"config {text!r}: unknown item {item!r} (ablate:a,b  profile:P  arg:--flag  src:DIR  "
+                             "naive)")
+    if naive and (ablate or args or src):
         raise ValueError(f"config {text!r}: the naive loop takes no ablations or drivetrain arguments")
-    return Config(name, spec, naive, tuple(ablate), tuple(args))
+    return Config(name, spec, naive, tuple(ablate), tuple(args), src)
 
 
 def plan(task_names: list[str], configs: list[Config], runs: int, seed: int) -> list[tuple[str, int, int, Config]]:

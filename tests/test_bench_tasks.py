@@ -2,6 +2,8 @@
 work, its config syntax and run order, its results file, and both runners on a scripted model (no weights)."""
 
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -110,9 +112,19 @@ def test_config_syntax():
     assert (c.name, c.ablate, c.args) == ("lean", ("checks", "collapse"), ("--profile", "full", "--verbose"))
     assert c.env == {"DRIVETRAIN_ABLATE": "checks,collapse"}
     assert bench_tasks.parse_config("plain=naive").naive
-    for bad in ("nochecks", "x=ablate", "x=profile:full+naive", "x=frobnicate:1", "=ablate:checks"):
+    for bad in ("nochecks", "x=ablate", "x=profile:full+naive", "x=frobnicate:1", "=ablate:checks", "x=src:/nowhere"):
         with pytest.raises(ValueError):
             bench_tasks.parse_config(bad)
+
+
+def test_a_config_can_run_the_code_of_another_checkout(tmp_path):
+    (tmp_path / "old" / "src" / "drivetrain").mkdir(parents=True)
+    (tmp_path / "old" / "src" / "drivetrain" / "__init__.py").write_text("WHICH = 'old'\n")
+    c = bench_tasks.parse_config(f"before=src:{tmp_path / 'old'}")
+    env = {**os.environ, **c.env}
+    which = subprocess.run([sys.executable, "-c", "import drivetrain; print(drivetrain.WHICH)"], env=env,
+                           capture_output=True, text=True, cwd=tmp_path)
+    assert which.stdout.strip() == "old", which.stderr  # before the installed drivetrain
 
 
 def test_runs_interleave_the_configs():

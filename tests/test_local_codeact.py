@@ -67,6 +67,9 @@ def test_the_grammar_allows_one_block_or_the_answer_and_never_a_forbidden_block(
     assert not accepts(llm, auto, "I think there are 3 files.")  # prose is neither
     assert not accepts(llm, auto, "```bash\nls\n```\n```bash\npwd\n```")  # one block per reply
     assert not accepts(llm, grammar("any"), "DONE: nothing to do")
+    assert not accepts(llm, grammar("any"), "```bash\nsudo wc -l *.py\n```")  # never root rights, never an editor
+    assert not accepts(llm, auto, "```bash\nnano notes.txt\n```")
+    assert accepts(llm, auto, "```bash\nsudoku_solver --help\n```")
     assert not accepts(llm, grammar("none"), "```bash\nls\n```")
 
 

@@ -1,6 +1,7 @@
 """The small-model profile's mechanisms, each driven through the loop against the scripted server."""
 
 import json
+import re
 import subprocess
 import sys
 from dataclasses import replace
@@ -95,7 +96,7 @@ def test_the_grammar_leaves_out_only_the_forbidden_bodies():
     assert "root ::= act | done" in g
     assert grammar("any").startswith("root ::= act\n") and grammar("none").startswith("root ::= done\n")
     # the trie: after "ls" + newline the body may not close, but may go on
-    assert 'bash-body ::= "l" bash-body-' in g
+    assert re.search(r'bash-body ::= .*"l" bash-body-\d', g)
     with pytest.raises(ValueError):
         SMALL.without("nonsense")
 
@@ -340,11 +341,11 @@ async def test_a_command_the_task_wants_working_is_run_again_or_asked_for(tmp_pa
     (tmp_path / "report.py").write_text("def total(rows)\n    return 1\n")
     checks = WorkChecks(tmp_path)
     await checks.on_prompt({"prompt": "python3 report.py fails with a syntax error. Fix it so the script runs."})
-    assert await checks.failures("fixed") == ["The task names `python3 report.py`, and you have not run it. Run it "
-                                              "to check that it works."]
+    assert ("The task names `python3 report.py`, and you have not run it. Run it to check that it works."
+            in await checks.failures("fixed"))
     await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": "sed -i '1s/rows/rows/' report.py && "
                                                                         "python report.py"}, "tool_response": {}})
-    [failure] = await checks.failures("fixed")
+    [failure] = [f for f in await checks.failures("fixed") if "report.py" in f]
     assert failure.startswith("`python3 report.py` fails now (exit code 1)") and "SyntaxError" in failure
     (tmp_path / "report.py").write_text("def total(rows):\n    return 1\n")
     assert await checks.failures("fixed") == []
@@ -382,3 +383,15 @@ async def test_an_answer_that_only_lacks_the_value_is_asked_for_again_without_fo
     assert "Your answer does not give the value you wrote to total.txt (2)" in texts(server.requests[2].body)[-1]
     assert [r.tool_choice for r in agent.model.requests] == ["any", None, None]
     assert result.result == "The total is 2, in total.txt."
+
+
+async def test_a_task_that_asks_for_a_change_is_not_done_while_no_file_changed(tmp_path):
+    (tmp_path / "a.py").write_text("def sum_to(n):\n    return sum(range(n))\n")
+    checks = WorkChecks(tmp_path)
+    await checks.on_prompt({"prompt": "sum_to in a.py is off by one. Fix it."})
+    assert await checks.failures("Fixed.") == ["The task asks for a change, but no file has changed yet. Make the "
+                                               "change in the file, then check it."]
+    (tmp_path / "a.py").write_text("def sum_to(n):\n    return sum(range(n + 1))\n")
+    assert await checks.failures("Fixed.") == []
+    await checks.on_prompt({"prompt": "Which function is off by one?"})
+    assert await checks.failures("sum_to") == []  # a question changes nothing

@@ -28,6 +28,7 @@ TEST_RUN_TIMEOUT_S = 120
 _EXTENSIONS = r"(?:txt|md|json|csv|tsv|py|ya?ml|toml|ini|cfg|log|sh|js|ts|html|css|xml|sql|rs|go|c|h|cpp|java|rb|out)"
 _FILE_NAME = re.compile(rf"(?<![\w/.-])((?:[\w-]+/)*[\w-]+\.{_EXTENSIONS})\b")
 _WRITE_VERBS = re.compile(r"\b(write|save|create|put|store|output|record|generate|produce|make|add|list)\b", re.I)
+_CHANGE_VERBS = re.compile(r"\b(fix|change|rename|update|edit|replace|refactor|implement|remove|delete|correct)\b", re.I)
 _TEST_WORDS = re.compile(r"\btests?\b|\bfailing\b", re.I)
 _TEST_CMD = re.compile(r"\b(pytest|unittest|npm (run )?test|make (check|test)|go test|cargo test|tox)\b|"
                        r"(^|[\s/])(test_\w+|\w+_test)\.py\b")
@@ -121,6 +122,9 @@ class WorkChecks:
         now = await asyncio.to_thread(snapshot, self.cwd, self._known)
         changed = {p: c for p, c in now.items() if self.before.get(p) != c}
         out = self._missing_outputs(now) + self._placeholders(changed) + self._mismatch(changed, answer)
+        if not changed and _CHANGE_VERBS.search(self.prompt):
+            out.append("The task asks for a change, but no file has changed yet. Make the change in the file, "
+                       "then check it.")
         out += self._more_than_the_value(changed, answer) + self._citation_lists(changed)
         unread, self.unread = [p for p in self.unread if p in changed], []  # said once per file
         out += [f"You rewrote {p} without looking at its content first, so what you wrote may be invented. "

@@ -73,7 +73,8 @@ class Gate:
         source = f"{decision.source}" if decision is not None else "no policy"
         reason = decision.reason if decision is not None else ""
         if behavior == "deny":  # a deny rule wins over everything, hooks included
-            return Deny(f"Permission denied: {reason}", by=source)
+            return Deny(f"Permission denied: {reason}\nIt will be denied again (with sudo too): do it another way.",
+                        by=source)
         if hook_says == "allow" and behavior == "ask":
             return Allow(changed, by=hook_by, reason="allowed by a PreToolUse hook")
         if behavior == "allow" and hook_says != "ask":

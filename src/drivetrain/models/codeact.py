@@ -26,6 +26,8 @@ DONE = "DONE:"
 _PY_OPEN, _PY_CLOSE = "python3 - <<'PY'\n", "\nPY"
 _FENCE = re.compile(r"```(bash|sh|shell|console|python|py|python3)[ \t]*\n(.*?)```", re.DOTALL)
 _DONE_LINE = re.compile(r"^\s*DONE:[ \t]*", re.MULTILINE)
+# Commands a small model reaches for that never help here: root rights, and editors that wait for a person.
+NEVER_STARTS = ("sudo ", "nano ", "vi ", "vim ", "emacs ")
 
 
 def to_command(lang: str, code: str) -> str:
@@ -118,7 +120,8 @@ def grammar(choice: str, forbidden: list[tuple[str, str]] = ()) -> str:
     """GBNF for one reply: ``auto`` a block or the answer, ``any`` a block, ``none`` the answer.
 
     A block's body is any text without backticks that ends in a newline, except the bodies in
-    ``forbidden`` (per language): a trie over those strings, left as soon as the body differs.
+    ``forbidden`` (per language) and bash bodies starting with ``NEVER_STARTS``: a trie over those strings,
+    left as soon as the body differs.
     """
     rules = [
         'done ::= "DONE: " [^ \\t\\n\\x00-\\x08\\x0B-\\x1F] [^\\x00-\\x08\\x0B-\\x1F]*',
@@ -128,7 +131,8 @@ def grammar(choice: str, forbidden: list[tuple[str, str]] = ()) -> str:
         'act ::= thought? ( "```bash\\n" bash-body | "```python\\n" python-body )',
     ]
     for lang in ("bash", "python"):
-        rules += _body_rules(f"{lang}-body", [code + "\n" for kind, code in forbidden if kind == lang])
+        bodies = [code + "\n" for kind, code in forbidden if kind == lang]
+        rules += _body_rules(f"{lang}-body", bodies + list(NEVER_STARTS) * (lang == "bash"))
     root = {"auto": "act | done", "any": "act", "none": "done"}[choice]
     return f"root ::= {root}\n" + "\n".join(rules) + "\n"
 
