@@ -89,6 +89,11 @@ def test_blocks_and_commands_convert_both_ways():
     msg = Message("assistant", (TextBlock(text), ToolUseBlock("t1", "Bash", {"command": to_command(*block)})))
     assert render_assistant(msg) == raw
     assert parse_reply("DONE: all good") == ("all good", None)
+    from drivetrain.messages import ToolResultBlock
+    from drivetrain.models.codeact import render_result
+    assert render_result(ToolResultBlock("t1", "(no output)")) == "(no output, exit code 0)"
+    note = "(no output)\n\nCreated t.txt (1 line):\n   1| 2"
+    assert render_result(ToolResultBlock("t1", note)) == "(no output, exit code 0)\n\nCreated t.txt (1 line):\n   1| 2"
 
 
 def test_the_grammar_leaves_out_only_the_forbidden_bodies():

@@ -74,12 +74,14 @@ grep -l deprecated *.md
 User: Output:
 api.md
 setup.md
-Assistant: Two files. Write the number and show the file.
+Assistant: Two files. Write the number.
 ```bash
-echo 2 > result.txt && cat result.txt
+echo 2 > result.txt
 ```
-User: Output:
-2
+User: (no output, exit code 0)
+
+Created result.txt (1 line):
+   1| 2
 Assistant: DONE: 2 of the .md files mention "deprecated" (api.md, setup.md); I wrote 2 to result.txt.
 
 User: greet.py should print "Hello, NAME!" but prints "Hi NAME". Fix it.
@@ -90,12 +92,20 @@ cat -n greet.py
 User: Output:
      1	import sys
      2	print("Hi " + sys.argv[1])
-Assistant: Change line 2 and run it to check.
+Assistant: Write the fixed greet.py and run it to check.
 ```bash
-sed -i '2s/.*/print("Hello, " + sys.argv[1] + "!")/' greet.py && python3 greet.py Ann
+cat > greet.py <<'EOF'
+import sys
+print("Hello, " + sys.argv[1] + "!")
+EOF
+python3 greet.py Ann
 ```
 User: Output:
 Hello, Ann!
+
+Changed greet.py (- old line, + new line):
+-   2| print("Hi " + sys.argv[1])
++   2| print("Hello, " + sys.argv[1] + "!")
 Assistant: DONE: Fixed greet.py line 2: it now prints "Hello, NAME!" (checked: `python3 greet.py Ann` prints \
 "Hello, Ann!").
 
