@@ -61,7 +61,7 @@ def render_result(r: ToolResultBlock) -> str:
     if text.strip() in ("", "(no output)"):
         return "(no output, exit code 0)"
     if text.startswith("(no output)\n"):  # and a note after it (what the command changed)
-        return "(no output, exit code 0)\n" + text[len("(no output)"):]
+        return "(no output, exit code 0)" + text[len("(no output)"):]
     return f"Output:\n{text}"
 
 
