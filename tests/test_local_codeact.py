@@ -70,6 +70,21 @@ def test_the_grammar_allows_one_block_or_the_answer_and_never_a_forbidden_block(
     assert not accepts(llm, grammar("any"), "```bash\nsudo wc -l *.py\n```")  # never root rights, never an editor
     assert not accepts(llm, auto, "```bash\nnano notes.txt\n```")
     assert accepts(llm, auto, "```bash\nsudoku_solver --help\n```")
+
+
+
+def test_a_denied_program_cannot_be_written_as_a_command_word(model):
+    llm = model._llm
+    g = grammar("any", [("bash", "wc -l *.py")], denied=["wc"])
+    for text in ("find . -name '*.py' -exec wc -l {} +", "cat *.py | wc -l", "cat *.py | wc", "wc;ls", "sudo wc -l a"):
+        assert not accepts(llm, g, f"```bash\n{text}\n```"), text
+    for text in ("awk 'END {print NR}' *.py", "echo wcx", "grep -c '' *.py"):
+        assert accepts(llm, g, f"```bash\n{text}\n```"), text
+    assert accepts(llm, g, "```python\nprint('wc -l')\n```")  # python is not a shell command line
+    g = grammar("auto", denied=["python3"])
+    assert not accepts(llm, g, "```python\nprint(1)\n```")  # python blocks run as python3
+    assert not accepts(llm, g, "```bash\npython3 - <<'PY'\nprint(1)\nPY\n```")
+    assert accepts(llm, g, "```bash\nls\n```") and accepts(llm, g, "DONE: 3 files")
     assert not accepts(llm, grammar("none"), "```bash\nls\n```")
 
 

@@ -14,7 +14,8 @@ from drivetrain.checks import WorkChecks
 from drivetrain.hooks import Hooks
 from drivetrain.loop import FINAL_ASK, NUDGE
 from drivetrain.models.anthropic import AnthropicModel
-from drivetrain.models.codeact import CodeActionModel, grammar, parse_reply, render_assistant, to_block, to_command
+from drivetrain.models.codeact import (CodeActionModel, denied_programs, grammar, parse_reply, render_assistant,
+                                       to_block, to_command)
 from drivetrain.profiles import FULL, SMALL, equip, is_small, select_profile
 from drivetrain.testing import ScriptedServer, reply, respond, tool_call
 from drivetrain.tools import builtin_tools
@@ -400,3 +401,31 @@ async def test_a_task_that_asks_for_a_change_is_not_done_while_no_file_changed(t
     assert await checks.failures("Fixed.") == []
     await checks.on_prompt({"prompt": "Which function is off by one?"})
     assert await checks.failures("sum_to") == []  # a question changes nothing
+
+
+async def test_a_program_the_policy_denies_leaves_the_grammar(tmp_path):
+    from drivetrain.permissions import Policy
+
+    (tmp_path / "a.py").write_text("x = 1\n")
+    env = {"DRIVETRAIN_HOME": str(tmp_path / "home")}
+    policy = Policy.load(tmp_path, mode="acceptEdits", disallowed_tools=["Bash(wc:*)"], interactive=False, env=env)
+    steps = [reply("Count.\n```bash\nwc -l a.py\n```"), reply("Count.\n```python\nprint(len(open('a.py').readlines()))\n```"),
+             reply("DONE: 1")]
+    with ScriptedServer(steps) as server:
+        inner = Recording(anthropic(server))
+        agent = Agent(model=CodeActionModel(inner), tools=[t for t in builtin_tools() if t.name == "Bash"],
+                      cwd=tmp_path, profile=SMALL, policy=policy)
+        await agent.run("How many lines has a.py?")
+    first, second, third = (r.grammar for r in inner.requests)
+    assert '"w" bash-body-f1' not in first and '"w" bash-body-f1' in second  # wc, after it was denied by a rule
+    assert "python-body" in second and "python-body" not in third  # python3: no rule allows it in acceptEdits
+
+
+def test_the_denied_programs_come_from_the_policys_own_messages():
+    from drivetrain.messages import Message, ToolResultBlock
+    from drivetrain.permissions import Policy
+
+    policy = Policy.load(".", mode="acceptEdits", disallowed_tools=["Bash(rm -rf:*)"], interactive=False, env={})
+    said = [policy.decide("Bash", {"command": c}, ".").reason for c in ("rm -rf build", "curl -s x", "cat /etc/hosts")]
+    results = [ToolResultBlock(f"t{i}", f"Permission denied: {r}", True) for i, r in enumerate(said)]
+    assert denied_programs([Message("user", tuple(results))]) == ["rm -rf", "curl"]  # not cat: a path was the reason

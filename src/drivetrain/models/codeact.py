@@ -102,8 +102,9 @@ class CodeActionModel:
         if not any(t["name"] == "Bash" for t in request.tools):
             choice = "none"
         forbidden = [to_block(str(inp.get("command", ""))) for name, inp in request.forbidden_calls if name == "Bash"]
+        rules = grammar(choice, forbidden, denied_programs(request.messages))
         inner = replace(request, messages=to_text_history(request.messages), tools=[], tool_choice=None,
-                        forbidden_calls=(), grammar=grammar(choice, forbidden))
+                        forbidden_calls=(), grammar=rules)
         response = await self.inner.respond(inner)
         raw = "".join(b.text for b in response.content if isinstance(b, TextBlock))
         text, block = parse_reply(raw)
@@ -117,44 +118,105 @@ class CodeActionModel:
 
 # --------------------------------------------------------------------- grammar
 
+# What a policy denial says (gate.py, permissions/): a prefix rule ``Bash(wc:*)``, or a program no rule allows.
+_DENIED_PREFIX = re.compile(r"\(rule Bash\(([^():*`]+):\*\)")
+_NOT_ALLOWED = re.compile(r"no rule allows `([\w./+-]+)")
+_ENDS = (" ", "\n", ";", "|", ")", "&")
 
-def grammar(choice: str, forbidden: list[tuple[str, str]] = ()) -> str:
+
+def denied_programs(messages: list[Message]) -> list[str]:
+    """Commands the permission policy denied outright in this run (a prefix rule, or a program no rule allows):
+    the same command would be denied again, so the grammar leaves it out (see ``grammar``)."""
+    out: dict[str, None] = {}
+    for m in messages:
+        for b in m.content:
+            if isinstance(b, ToolResultBlock) and b.is_error:
+                for hit in (*_DENIED_PREFIX.finditer(b.text), *_NOT_ALLOWED.finditer(b.text)):
+                    out[hit.group(1).strip()] = None
+    return [p for p in out if p]
+
+
+def grammar(choice: str, forbidden: list[tuple[str, str]] = (), denied: list[str] = ()) -> str:
     """GBNF for one reply: ``auto`` a block or the answer, ``any`` a block, ``none`` the answer.
 
     A block's body is any text without backticks that ends in a newline, except the bodies in
     ``forbidden`` (per language) and bash bodies starting with ``NEVER_STARTS``: a trie over those strings,
-    left as soon as the body differs.
+    left as soon as the body differs. A bash body also never contains a ``denied`` program as a command
+    word (``wc`` followed by a space, ``;``, ``|`` …): an automaton over those words runs alongside. A
+    denied ``python3`` leaves out python blocks, which run as python3.
     """
+    python = not any(d in ("python3", "python") for d in denied)
     rules = [
         'done ::= "DONE: " [^ \\t\\n\\x00-\\x08\\x0B-\\x1F] [^\\x00-\\x08\\x0B-\\x1F]*',
         'thought ::= [^`\\n \\t#] [^`\\n]* "\\n"',
-        'free ::= [^`]* "\\n```"',
-        'fresh ::= "```" | free',  # the body so far ends in a newline: it may close here
-        'act ::= thought? ( "```bash\\n" bash-body | "```python\\n" python-body )',
+        'act ::= thought? ( "```bash\\n" bash-body' + (' | "```python\\n" python-body )' if python else " )"),
     ]
-    for lang in ("bash", "python"):
+    words = [d + end for d in denied for end in _ENDS]
+    for lang in ("bash", "python") if python else ("bash",):
         bodies = [code + "\n" for kind, code in forbidden if kind == lang]
-        rules += _body_rules(f"{lang}-body", bodies + list(NEVER_STARTS) * (lang == "bash"))
+        rules += _body_rules(f"{lang}-body", bodies + list(NEVER_STARTS) * (lang == "bash"),
+                             words if lang == "bash" else [])
     root = {"auto": "act | done", "any": "act", "none": "done"}[choice]
     return f"root ::= {root}\n" + "\n".join(rules) + "\n"
 
 
-def _body_rules(name: str, forbidden: list[str]) -> list[str]:
-    """A body that does not start with any forbidden body (each a whole number of lines): the refused
-    command is left out, and so is the refused command with more lines added after it."""
+class _Words:
+    """An Aho-Corasick automaton over banned words: its states are the words' prefixes; reading a word whole
+    is the dead state (None)."""
+
+    def __init__(self, words: list[str]) -> None:
+        self.words = [w for w in dict.fromkeys(words) if w and "`" not in w]
+        self.states = sorted({""} | {w[:i] for w in self.words for i in range(len(w))}, key=lambda x: (len(x), x))
+        self.alphabet = sorted({c for w in self.words for c in w} - {"\n"})
+
+    def step(self, state: str | None, c: str) -> str | None:
+        if state is None:
+            return None
+        t = state + c
+        if any(t.endswith(w) for w in self.words):
+            return None
+        while t not in self.states:
+            t = t[1:]
+        return t
+
+    def run(self, text: str) -> str | None:
+        state: str | None = ""
+        for c in text:
+            state = self.step(state, c)
+        return state
+
+
+def _body_rules(name: str, forbidden: list[str], words: list[str] = ()) -> list[str]:
+    """A body that does not start with any forbidden body (each a whole number of lines: the refused
+    command is left out, and so is the refused command with more lines added after it) and never contains
+    a banned word. Rules: a trie over the forbidden bodies; off the trie, ``{name}-f{k}`` is "free text in
+    word state k" and ``{name}-g`` free text that may close here (just after a newline)."""
     forbidden = {f for f in forbidden if "`" not in f}  # such a body cannot be generated anyway
     forbidden = [f for f in forbidden if not any(g != f and f.startswith(g) for g in forbidden)]
-    if not forbidden:
-        return [f"{name} ::= [^`] free"]
-    prefixes = sorted({f[:i] for f in forbidden for i in range(len(f))})
-    node = {p: f"{name}-{i}" if p else name for i, p in enumerate(prefixes)}
+    ac = _Words(list(words))
+    free = {state: f"{name}-f{i}" for i, state in enumerate(ac.states)}
+    other = f"[^{_cls('`' + chr(10) + ''.join(ac.alphabet))}] {free['']}"  # a character no banned word has
+
     rules = []
+    for state, rule in free.items():  # free text from a word state, up to a newline that closes the block
+        alts = [f"{_lit(c)} {free[t]}" for c in ac.alphabet if (t := ac.step(state, c)) is not None]
+        if ac.step(state, "\n") is not None:  # a newline ends every word but can complete one ("wc\n")
+            alts.append('"\\n" ' + f"{name}-g")
+        rules.append(f"{rule} ::= " + " | ".join(alts + [other]))
+    rules.append(f'{name}-g ::= "```" | {free[""]}')
+    prefixes = sorted({f[:i] for f in forbidden for i in range(len(f))} | {""})
+    node = {p: f"{name}-{i}" if p else name for i, p in enumerate(prefixes)}
     for p in prefixes:
+        if ac.run(p) is None:
+            continue  # holds a banned word: never reached
+        state = ac.run(p)
         children = sorted({f[len(p)] for f in forbidden if f.startswith(p)})
-        alts = [f"{_lit(c)} {node[p + c]}" for c in children if p + c in node]  # a completed one is a dead end
-        if "\n" not in children:
-            alts.append('"\\n" fresh' if p else '"\\n" free')
-        alts.append(f"[^{_cls('`' + chr(10) + ''.join(children))}] free")
+        alts = [f"{_lit(c)} {node[p + c]}" for c in children if p + c in node and ac.run(p + c) is not None]
+        if "\n" not in children and ac.step(state, "\n") is not None:
+            alts.append('"\\n" ' + (f"{name}-g" if p else free[""]))  # a body is never empty
+        others = [c for c in ac.alphabet if c not in children]  # leave the trie: on with the word automaton
+        alts += [f"{_lit(c)} {free[t]}" for c in others if (t := ac.step(state, c)) is not None]
+        alts.append(f"[^{_cls('`' + chr(10) + ''.join(children + others))}] {free['']}")
         if p.endswith("\n"):
             alts.append('"```"')  # p is no forbidden body: those are never reached
         rules.append(f"{node[p]} ::= " + " | ".join(alts))
