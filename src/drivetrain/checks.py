@@ -2,8 +2,10 @@
 
 A small model often says it is done when it is not: the file the task names was never written, a
 placeholder was written instead of a value, the answer and the file disagree, "the tests pass" was
-said without running them, or a file was rewritten from memory without being read. None of this
-needs to know the task: the prompt, the workspace before and after, and the calls made are enough.
+said without running them, a file was rewritten from memory without being read, nothing changed
+although the task asked for a fix, a rename was left half done, the path:line cited is not where the
+name is, or the script the task says fails still fails. None of this needs to know the particular
+task: the prompt's general shape, the workspace before and after, and the calls made are enough.
 
 ``WorkChecks`` watches through plain hooks (UserPromptSubmit to see the task, PostToolUse to watch
 the calls) and checks as a node of the loop entered at ``end_turn`` (``nodes.py``), the mechanism a
@@ -46,6 +48,7 @@ _RENAME = re.compile(r"\brename\b(?:\s+(?:the|a|an|function|method|class|variabl
 _NAMED_CMD = re.compile(r"`([^`\n]+)`|\b((?:python3?|bash|sh|node)\s+[\w./-]+\.(?:py|sh|js)|pytest\b[\w./: -]*)")
 _WANTS_WORKING = re.compile(r"\b(fix|fails?|failing|broken|crash(es)?|errors?)\b|\b(must|should|still)\s+(still\s+)?"
                             r"(work|run|pass)|\bso (that )?(it|the \w+) (runs|works|passes)", re.I)
+_INTERPRETERS = ("python", "python3", "bash", "sh", "node")
 _CITATION = re.compile(rf"(?<![\w/.-])((?:[\w.-]+/)*[\w-]+\.{_EXTENSIONS}):(\d+)\b")
 _ASKS_CITATION = re.compile(r"\b(path|file(name)?):line\b|\bwhich (file|line)\b", re.I)
 _IDENT = re.compile(r"`([A-Za-z_][\w.]*)`|\b([A-Za-z_]\w*_\w*|[a-z]+[A-Z]\w*)\b")
@@ -283,9 +286,10 @@ class WorkChecks:
                 continue
             code, output = await _run(command, self.cwd)
             if code != 0:
-                script = command.split()[1]
-                out.append(f"`{command}` fails now (exit code {code}):\n{output[-1500:]}\nChange {script} itself (the "
-                           f"file) so that it works, then run `{command}` again.")
+                words = command.split()
+                fix = f"Change {words[1]} itself (the file)" if words[0] in _INTERPRETERS else "Fix the cause"
+                out.append(f"`{command}` fails now (exit code {code}):\n{output[-1500:]}\n{fix} so that it works, "
+                           f"then run `{command}` again.")
         return out
 
     def _has_tests(self) -> bool:
@@ -320,7 +324,7 @@ def _looks_runnable(command: str, cwd: Path) -> bool:
         return False
     if words[0] in ("pytest", "make", "npm", "cargo", "go", "tox"):
         return True
-    return words[0] in ("python", "python3", "bash", "sh", "node") and len(words) > 1 and (cwd / words[1]).is_file()
+    return words[0] in _INTERPRETERS and len(words) > 1 and (cwd / words[1]).is_file()
 
 
 def _the_part(command: str, pattern: re.Pattern) -> str:
