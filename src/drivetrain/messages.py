@@ -7,6 +7,7 @@ anything new) are kept as ``RawBlock`` and sent back byte-for-byte as received.
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -136,6 +137,17 @@ class Message:
     @cached_property  # immutable, and sent again with every later request of the run: convert once
     def _wire(self) -> dict:
         return {"role": self.role, "content": [b.to_wire() for b in self.content]}
+
+    # Asked of the history's messages before each request (placing prompt-cache breakpoints): found once each.
+    @cached_property
+    def cache_marked(self) -> bool:
+        """Does a block of it carry a ``cache_control`` breakpoint (placed by whoever made the message)?"""
+        return any(isinstance(b, dict) and "cache_control" in b for b in self._wire["content"])
+
+    @cached_property
+    def wire_chars(self) -> int:
+        """The length of its wire form as JSON."""
+        return len(json.dumps(self._wire))
 
     @cached_property  # messages are immutable and the loop asks this of every message each turn
     def tool_uses(self) -> list[ToolUseBlock]:
