@@ -11,7 +11,7 @@ import json
 import logging
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Literal, Union
+from typing import Any, Collection, Iterable, Literal, Union
 
 log = logging.getLogger("drivetrain.messages")
 
@@ -192,15 +192,14 @@ class LintReport:
         return bool(self.problems)
 
 
-def lint(history: list[Message], start: int = 0) -> LintReport:
+def lint(history: list[Message], start: int = 0, seen: Collection[str] | None = None) -> LintReport:
     """Every rule the Messages API enforces on tool use, checked before a request is sent.
 
-    Messages before ``start`` are known good: only their tool_use ids are collected.
+    Messages before ``start`` are known good: only their tool_use ids count, ``seen`` when the caller
+    carries them (a run does, so a long history is not walked again for each request), else collected.
     """
     report = LintReport()
-    seen_ids: set[str] = set()
-    for msg in history[:start]:
-        seen_ids.update(u.id for u in msg.tool_uses)
+    seen_ids = set(tool_use_ids(history[:start]) if seen is None else seen)
     for i, msg in enumerate(history[start:], start):
         for b in msg.content:
             if isinstance(b, TextBlock) and not b.text:
@@ -214,6 +213,10 @@ def lint(history: list[Message], start: int = 0) -> LintReport:
         else:
             _check_results(history, i, report)
     return report
+
+
+def tool_use_ids(messages: Iterable[Message]) -> frozenset[str]:
+    return frozenset(u.id for m in messages for u in m.tool_uses)
 
 
 def _check_answers(history: list[Message], i: int, report: LintReport) -> None:
@@ -277,9 +280,10 @@ def repair(history: list[Message]) -> list[Message]:
     return out
 
 
-def ensure_valid(history: list[Message], *, strict: bool, start: int = 0) -> list[Message]:
-    """Lint before sending. Strict (tests): raise. Otherwise repair and log loudly."""
-    report = lint(history, start)
+def ensure_valid(history: list[Message], *, strict: bool, start: int = 0,
+                 seen: Collection[str] | None = None) -> list[Message]:
+    """Lint before sending (``lint``). Strict (tests): raise. Otherwise repair and log loudly."""
+    report = lint(history, start, seen)
     if not report:
         return history
     if strict:
