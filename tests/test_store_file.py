@@ -132,3 +132,14 @@ def test_reindex_forgets_deleted_logs_and_finds_new_ones(tmp_path):
     store.reindex()
     assert sorted(s.session_id for s in store.list()) == ["one", "three"]
     assert store.info("three").first_prompt == "first"
+
+
+def test_a_log_another_writer_deleted_and_began_again_is_indexed_from_the_new_records(tmp_path):
+    """A writer remembers the index row it last wrote, and goes on from it only while the log is as it left it."""
+    mine, theirs = FileStore(tmp_path), FileStore(tmp_path)
+    mine.append("s", [{"kind": "session", "cwd": "/old", "model": "m"}, {"kind": "prompt", "text": "old"}])
+    theirs.delete("s")
+    theirs.append("s", [{"kind": "session", "cwd": "/new", "model": "m"}, {"kind": "prompt", "text": "new"}])
+    mine.append("s", [{"kind": "note"}])  # seq 3 in either log: only the log itself tells them apart
+    info = mine.info("s")
+    assert (info.cwd, info.first_prompt, info.records) == ("/new", "new", 3)
