@@ -11,6 +11,8 @@ import asyncio
 import re
 import time
 from dataclasses import dataclass, field, replace
+from functools import cached_property
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from drivetrain import budget, calls, compaction, loops
@@ -81,6 +83,11 @@ class Deps:
     def elapsed(self) -> float:
         return time.monotonic() - self.started
 
+    @cached_property
+    def outputs(self) -> Path:
+        """This session's saved tool outputs (``context.session_outputs``), named once per run."""
+        return session_outputs(self.session_id)
+
     @property
     def context(self) -> ToolContext:
         """What tools know of the run (made once per run: the policy's workspace roots resolved, the session's
@@ -91,7 +98,7 @@ class Deps:
             hide = getattr(policy, "search_filter", None)  # and the files a search must skip
             self._context = ToolContext(cwd=self.agent.cwd, roots=roots(self.agent.cwd) if roots else [],
                                         read_filter=hide(self.agent.cwd) if hide else None,
-                                        outputs=session_outputs(self.session_id) if self.session_id else None)
+                                        outputs=self.outputs if self.session_id else None)
         return self._context
 
 
@@ -272,7 +279,7 @@ async def call_model(s: CallModel, w: Draft) -> RunTools | Recover | CallModel |
     w.check(a.strict)
     max_tokens = s.max_tokens or a.max_tokens
     choice = "none" if s.final else s.tool_choice or ("any" if p.act and w.num_turns == 0 else None)
-    view = request_view(w.history, a, w.deps.model, w.value.session_id)
+    view = request_view(w.history, a, w.deps.model, w.deps.outputs)
     if not s.final and s.compact and w.compact_failures < MAX_COMPACT_FAILURES and \
             compaction.estimate_tokens(view, a.system) >= a.compact_at * context_window(a):
         return Compact("auto")  # what would be sent (old outputs already cleared) still nears the window

@@ -149,6 +149,11 @@ class Message:
         """The length of its wire form as JSON."""
         return len(json.dumps(self._wire))
 
+    @cached_property  # summed over the whole history before every request: measured once per message
+    def tokens(self) -> int:
+        """Its estimated tokens (``CHARS_PER_TOKEN``), for deciding what fits the context window."""
+        return (sum(_block_chars(b) for b in self.content) + 20) // CHARS_PER_TOKEN
+
     @cached_property  # messages are immutable and the loop asks this of every message each turn
     def tool_uses(self) -> list[ToolUseBlock]:
         return [b for b in self.content if isinstance(b, ToolUseBlock)]
@@ -156,6 +161,19 @@ class Message:
     @property
     def text(self) -> str:
         return "".join(b.text for b in self.content if isinstance(b, TextBlock))
+
+
+CHARS_PER_TOKEN = 4  # the estimate used throughout: a token is four bytes of the request
+
+
+def _block_chars(b: Block) -> int:
+    if isinstance(b, TextBlock):
+        return len(b.text) + 20
+    if isinstance(b, ToolResultBlock):
+        return (len(b.content) if isinstance(b.content, str) else len(json.dumps(b.content))) + 60
+    if isinstance(b, ToolUseBlock):
+        return len(json.dumps(b.input)) + len(b.name) + 60
+    return len(json.dumps(b.to_wire()))
 
 
 @dataclass
