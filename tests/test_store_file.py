@@ -76,6 +76,23 @@ def test_a_line_no_crash_leaves_is_warned_about_loudly(tmp_path, caplog):
     assert "not a drivetrain record" in caplog.text and caplog.records[0].levelname == "ERROR"
 
 
+def test_an_index_of_the_older_schema_is_rebuilt(tmp_path):
+    store = FileStore(tmp_path)
+    before = _sessions(store)
+    store.close()
+    with sqlite3.connect(tmp_path / "sessions.sqlite3") as db:  # schema 1: a rowid table and two indexes
+        db.execute("DROP TABLE sessions")
+        db.execute("CREATE TABLE sessions (session_id TEXT PRIMARY KEY, cwd TEXT, model TEXT, parent_id TEXT, "
+                   "created_at TEXT NOT NULL, updated_at TEXT NOT NULL, first_prompt TEXT, num_turns INTEGER NOT NULL, "
+                   "total_cost_usd REAL, status TEXT NOT NULL, records INTEGER NOT NULL, last_seq INTEGER NOT NULL)")
+        db.execute("CREATE INDEX sessions_by_update ON sessions (updated_at)")
+        db.execute("PRAGMA user_version = 1")
+    with pytest.warns(SessionLogWarning, match="has schema 1, not 2"):
+        assert FileStore(tmp_path).list() == before
+    with sqlite3.connect(tmp_path / "sessions.sqlite3") as db:
+        assert db.execute("SELECT name FROM sqlite_master WHERE type = 'index'").fetchall() == []
+
+
 def test_a_lost_index_is_rebuilt_from_the_logs(tmp_path):
     before = _sessions(FileStore(tmp_path))
     for path in tmp_path.glob("sessions.sqlite3*"):
@@ -106,7 +123,7 @@ def test_an_index_of_another_schema_is_rebuilt_with_a_warning(tmp_path):
     with sqlite3.connect(tmp_path / "sessions.sqlite3") as db:
         db.execute("DELETE FROM sessions")
         db.execute("PRAGMA user_version = 99")
-    with pytest.warns(SessionLogWarning, match="has schema 99, not 1"):
+    with pytest.warns(SessionLogWarning, match="has schema 99, not 2"):
         assert FileStore(tmp_path).list() == before
 
 
