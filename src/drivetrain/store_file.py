@@ -26,7 +26,7 @@ from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 from drivetrain.home import drivetrain_home
 from drivetrain.store import (
-    HEADER, INDEX_FIELDS, VERSION, CorruptLogWarning, Record, SessionInfo, SessionLogWarning, SessionNotFound,
+    FOLDED_KINDS, HEADER, INDEX_FIELDS, VERSION, CorruptLogWarning, Record, SessionInfo, SessionLogWarning, SessionNotFound,
     SessionRecords, check_session_id, fields_of, fold, now_ts,
 )
 
@@ -186,9 +186,13 @@ class FileStore:
         return written
 
     def _index_append(self, path: Path, written: list[Record]) -> None:
-        found = self._index.get(written[0]["session_id"])
+        session_id, first = written[0]["session_id"], written[0]["seq"]
+        if all(r["kind"] not in FOLDED_KINDS for r in written) and \
+                self._index.count(session_id, first - 1, len(written), written[-1]):
+            return  # records fold only counts (audit records, the run's steps): one statement, nothing read
+        found = self._index.get(session_id)
         info, last_seq = found if found else (None, 0)
-        if last_seq != written[0]["seq"] - 1:  # the index missed records (a crash between log and index)
+        if last_seq != first - 1:  # the index missed records (a crash between log and index)
             info = None
             written = parse_log(path.read_bytes(), path)  # we hold the lock: read it as it is
         info = fold(info, written)
@@ -374,6 +378,14 @@ class _Index:
             row = self._conn().execute(f"SELECT {_COLUMNS}, last_seq FROM sessions WHERE session_id = ?",
                                        (session_id,)).fetchone()
         return (SessionInfo(*row[:-1]), row[-1]) if row else None
+
+    def count(self, session_id: str, after_seq: int, n: int, last: Record) -> bool:
+        """The session's row, if it is at ``after_seq``, moved on by ``n`` records that ``fold`` only counts, the last
+        one ``last``. False when it is not there or not at ``after_seq`` (nothing changed)."""
+        with self._lock:
+            return self._conn().execute(
+                "UPDATE sessions SET updated_at = ?, records = records + ?, last_seq = ? "
+                "WHERE session_id = ? AND last_seq = ?", (last["ts"], n, last["seq"], session_id, after_seq)).rowcount == 1
 
     def put(self, info: SessionInfo, last_seq: int) -> None:
         with self._lock:
