@@ -18,6 +18,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import gc
+import json
 import multiprocessing
 import statistics
 import subprocess
@@ -35,6 +37,7 @@ from drivetrain.audit import AuditLog
 from drivetrain.models.anthropic import AnthropicModel
 from drivetrain.permissions import Policy
 from drivetrain.procs import child_env, watch_group
+from drivetrain.store_file import FileStore
 from drivetrain.testing import ScriptedServer, reply, respond, tool_call
 from drivetrain.tools import Bash
 from drivetrain.tools.base import ToolContext
@@ -90,13 +93,16 @@ def model_for(url: str) -> AnthropicModel:
 # ---------------------------------------------------------------- 1. per-turn overhead
 
 
-async def harness_run(turns: int, ws: Path, profile: cProfile.Profile | None = None) -> tuple[tuple, list[dict]]:
-    """drivetrain as the CLI builds it: a Policy (default mode, an allow rule for the tool), the audit log.
+async def harness_run(turns: int, ws: Path, profile: cProfile.Profile | None = None,
+                      session_log: bool = False) -> tuple[tuple, list[dict]]:
+    """drivetrain with a Policy (default mode, an allow rule for the tool) and the audit log; with ``session_log``,
+    as the CLI builds it: the run saved to the same store after every step (fsync'd once a turn).
 
     Returns ((wall, CPU, wall outside the model call, CPU outside it) in seconds, the request bodies)."""
     with server_process(("noop", turns)) as (url, out):
         policy = Policy.load(ws, allowed_tools=["noop"], interactive=False)
-        audit = AuditLog.for_session(str(uuid.uuid4()), home=ws / "dthome")
+        store = FileStore(ws / "dthome")
+        audit = AuditLog(store, str(uuid.uuid4()))
         model = model_for(url)
         in_model = [0.0, 0.0]
         model_respond = model.respond
@@ -110,24 +116,40 @@ async def harness_run(turns: int, ws: Path, profile: cProfile.Profile | None = N
                 in_model[1] += time.process_time() - cpu
 
         model.respond = timed_respond
-        agent = Agent(model=model, tools=[noop], system="bench", cwd=ws, policy=policy, observers=[audit.observe])
+        agent = Agent(model=model, tools=[noop], system="bench", cwd=ws, policy=policy, observers=[audit.observe],
+                      store=store if session_log else None)
+        gc.collect()  # each timed run starts with no one else's garbage
         started, cpu = time.perf_counter(), time.process_time()
         if profile is not None:
             profile.enable()
-        result = await agent.run("go")
+        result = await agent.start("go", session_id=audit.session_id).finish()
         if profile is not None:
             profile.disable()
         wall, cpu = time.perf_counter() - started, time.process_time() - cpu
-        audit.close()
+        store.close()
     assert result.num_turns == turns and result.subtype == "success", result
-    return (wall, cpu, wall - in_model[0], cpu - in_model[1]), out["bodies"]
+    return (wall, cpu, wall - in_model[0], cpu - in_model[1]), one_history(out["bodies"])
+
+
+def one_history(bodies: list[dict]) -> list[dict]:
+    """The bodies with equal messages made one object, as a client that keeps one history holds them.
+
+    Received from the server, each body is a copy of the whole history so far: 200 of them are ~250,000
+    objects, and every full garbage collection in the timed runs (~0.4 s each) would walk them all."""
+    seen: dict[str, dict] = {}
+    for body in bodies:
+        body["messages"] = [seen.setdefault(json.dumps(m, sort_keys=True), m) for m in body["messages"]]
+    return bodies
 
 
 async def raw_sdk_run(bodies: list[dict]) -> tuple[float, float]:
-    """(wall, CPU) seconds to stream ``bodies`` with the raw SDK; the server's CPU is not ours to count."""
+    """(wall, CPU) seconds to stream ``bodies`` with the raw SDK; the server's CPU is not ours to count.
+
+    Making the client is counted, as drivetrain's run makes its own (~25 ms: an SSL context)."""
     with server_process(("noop", len(bodies))) as (url, _):
-        client = anthropic.AsyncAnthropic(base_url=url, api_key="k", max_retries=0)
+        gc.collect()
         started, cpu = time.perf_counter(), time.process_time()
+        client = anthropic.AsyncAnthropic(base_url=url, api_key="k", max_retries=0)
         for body in bodies:
             params = {k: v for k, v in body.items() if k != "stream"}
             async with client.messages.stream(**params) as stream:
@@ -190,6 +212,8 @@ async def main() -> None:
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--profile", metavar="FILE", help="cProfile drivetrain's runs into FILE (pstats format)")
     ap.add_argument("--skip-parallel", action="store_true")
+    ap.add_argument("--session-log", action="store_true",
+                    help="save the run to the session store after every step, as the CLI does (an fsync a turn)")
     args = ap.parse_args()
     ws = Path(tempfile.mkdtemp(prefix="drivetrain-bench-"))
     profile = cProfile.Profile() if args.profile else None
@@ -198,17 +222,21 @@ async def main() -> None:
     await raw_sdk_run((await harness_run(10, ws))[1])
     harness, raw = [], []
     for _ in range(args.repeats):  # interleaved, so both see the same machine state
-        h, bodies = await harness_run(args.turns, ws, profile)
+        h, bodies = await harness_run(args.turns, ws, profile, args.session_log)
         harness.append(h)
         raw.append(await raw_sdk_run(bodies))
+        del bodies  # not held through the next run's garbage collections
+    saved = " and the session log" if args.session_log else ""
     print(f"per-turn, {args.turns} turns x {args.repeats} runs, interleaved, server in its own process; drivetrain "
-          "with streaming, a Policy and the audit log vs the raw anthropic SDK streaming the same bodies:")
+          f"with streaming, a Policy, the audit log{saved} vs the raw anthropic SDK streaming the same bodies:")
     for i, what in enumerate(("wall", "CPU")):
         for name, pick in (("median", statistics.median), ("best", min)):
             h_turn = pick(x[i] for x in harness) / args.turns * 1000
             r_turn = pick(x[i] for x in raw) / args.turns * 1000
             print(f"  {what:4} {name:6}: drivetrain {h_turn:6.2f} ms/turn, raw SDK {r_turn:6.2f} ms/request: "
                   f"ratio {h_turn / r_turn:.3f} ({100 * (h_turn / r_turn - 1):+.1f}%)")
+    pairs = sorted(h[0] / r[0] for h, r in zip(harness, raw))  # each pair ran back to back, on one machine state
+    print(f"  wall, each pair's ratio: median {statistics.median(pairs):.3f}, from {pairs[0]:.3f} to {pairs[-1]:.3f}")
     own = [statistics.median(x[i] for x in harness) / args.turns * 1000 for i in (2, 3)]
     print(f"  drivetrain's own work per turn (outside the model call): {own[0]:.2f} ms wall, {own[1]:.2f} ms CPU")
     if profile is not None:

@@ -11,7 +11,7 @@ from drivetrain import Agent, tool
 from drivetrain.context import (
     CONTEXT_OFF, ContextSettings, cap_text, clear_old_results, result_cap, session_outputs, window_of,
 )
-from drivetrain.messages import Message, ToolResultBlock, ToolUseBlock
+from drivetrain.messages import Message, RawBlock, ToolResultBlock, ToolUseBlock
 from drivetrain.models.anthropic import AnthropicModel
 from drivetrain.models.anthropic_wire import breakpoints, validate, with_cache_breakpoints
 from drivetrain.models.base import ModelRequest
@@ -241,6 +241,28 @@ async def test_the_provider_caches_by_default_and_not_when_turned_off():
     assert r3.usage.cache_read_input_tokens == 0 and r3.usage.input_tokens > r2.usage.cache_read_input_tokens
     env = {"ANTHROPIC_API_KEY": "k", "DISABLE_PROMPT_CACHING": "1"}
     assert AnthropicModel.from_env(None, env).prompt_caching is False
+
+
+
+async def test_a_breakpoint_the_caller_placed_anywhere_in_the_history_stands_and_none_are_added():
+    """The provider asks each message once whether it carries one and how large it is (``Message.cache_marked``,
+    ``wire_chars``), not every block of the history on every request: the answers must be the same as looking."""
+    image = RawBlock({"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AA=="},
+                      "cache_control": {"type": "ephemeral"}})
+    h = history(4, 8000)
+    placed = [Message("user", (*h[0].content, image)), *h[1:]]  # the very first message, far from the end
+    assert placed[0].cache_marked and not any(m.cache_marked for m in h)
+    tools = [{"name": "fetch", "description": "Fetch a record.", "input_schema": {"type": "object"}}]
+    with ScriptedServer([reply("a"), reply("b")]) as server:
+        model = model_for(server)
+        await model.respond(ModelRequest(placed, "sys", tools, 100))
+        await model.respond(ModelRequest(h, "sys", tools, 100))
+        marks = [[w for w, _ in breakpoints(q.body)] for q in server.requests]
+    assert marks[0] == ["messages.0.content.1"]  # theirs, alone
+    assert marks[1] == ["messages.6.content.0", "messages.8.content.0"]  # ours, where the full scan puts them
+    for msgs in (placed, h):
+        params = {"model": "m", "max_tokens": 10, "system": "sys", "tools": tools, "messages": [m.to_wire() for m in msgs]}
+        assert with_cache_breakpoints(params, msgs) == with_cache_breakpoints(params)
 
 
 # ---------------------------------------------------------------- clearing

@@ -243,6 +243,34 @@ def test_lint_from_a_start_index_still_sees_earlier_ids():
     assert any("duplicate" in p for p in lint(history, start=3).problems)
 
 
+
+async def test_a_tool_use_id_used_many_turns_earlier_is_still_caught():
+    """Each request checks only the new part of the history; the ids of the part checked before are carried from
+    step to step, and must hold every earlier id."""
+    from drivetrain.messages import HistoryError
+
+    steps = [respond([tool_call("slow", {"label": str(i), "seconds": 0}, id=f"toolu_{i}")]) for i in range(5)]
+    steps.append(respond([tool_call("slow", {"label": "again", "seconds": 0}, id="toolu_1")]))
+    with ScriptedServer(steps) as server:
+        with pytest.raises(HistoryError, match="duplicate tool_use id toolu_1"):
+            await agent_for(server).run("go")
+    assert calls == ["0", "1", "2", "3", "4", "again"]  # caught before the next request, not at it
+
+
+async def test_ids_carried_from_a_history_that_was_replaced_are_not_used():
+    """A history replaced between steps (compaction, a caller's rewrite) is checked with its own ids: one it no
+    longer holds may come again."""
+    steps = [respond([tool_call("slow", {"label": str(i), "seconds": 0}, id=f"toolu_{i}")]) for i in range(3)]
+    steps += [respond([tool_call("slow", {"label": "again", "seconds": 0}, id="toolu_0")]), reply("done")]
+    with ScriptedServer(steps) as server:
+        run = agent_for(server).start("go")
+        while len(run.history) < 7:  # three rounds
+            await run.step()
+        run.value = run.value.evolve(history=(run.value.history[0], *run.value.history[3:]))  # round 0 dropped
+        result = await run.finish()
+    assert result.subtype == "success" and calls == ["0", "1", "2", "again"]
+
+
 async def test_thinking_and_server_blocks_go_back_verbatim_with_signatures():
     first = [thinking("let me think", "sig-ABC=="), text("looking"),
              server_tool_use("web_search", {"query": "q"}, id="srvtoolu_9"),

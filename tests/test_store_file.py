@@ -8,7 +8,11 @@ import warnings
 
 import pytest
 
-from drivetrain.store import CorruptLogWarning, SessionLogWarning, SessionNotFound, open_store
+from dataclasses import replace
+
+from drivetrain.store import (
+    FOLDED_KINDS, CorruptLogWarning, SessionLogWarning, SessionNotFound, fold, open_store,
+)
 from drivetrain.store_file import FileStore, read_log
 
 
@@ -76,6 +80,23 @@ def test_a_line_no_crash_leaves_is_warned_about_loudly(tmp_path, caplog):
     assert "not a drivetrain record" in caplog.text and caplog.records[0].levelname == "ERROR"
 
 
+def test_an_index_of_the_older_schema_is_rebuilt(tmp_path):
+    store = FileStore(tmp_path)
+    before = _sessions(store)
+    store.close()
+    with sqlite3.connect(tmp_path / "sessions.sqlite3") as db:  # schema 1: a rowid table and two indexes
+        db.execute("DROP TABLE sessions")
+        db.execute("CREATE TABLE sessions (session_id TEXT PRIMARY KEY, cwd TEXT, model TEXT, parent_id TEXT, "
+                   "created_at TEXT NOT NULL, updated_at TEXT NOT NULL, first_prompt TEXT, num_turns INTEGER NOT NULL, "
+                   "total_cost_usd REAL, status TEXT NOT NULL, records INTEGER NOT NULL, last_seq INTEGER NOT NULL)")
+        db.execute("CREATE INDEX sessions_by_update ON sessions (updated_at)")
+        db.execute("PRAGMA user_version = 1")
+    with pytest.warns(SessionLogWarning, match="has schema 1, not 2"):
+        assert FileStore(tmp_path).list() == before
+    with sqlite3.connect(tmp_path / "sessions.sqlite3") as db:
+        assert db.execute("SELECT name FROM sqlite_master WHERE type = 'index'").fetchall() == []
+
+
 def test_a_lost_index_is_rebuilt_from_the_logs(tmp_path):
     before = _sessions(FileStore(tmp_path))
     for path in tmp_path.glob("sessions.sqlite3*"):
@@ -106,7 +127,7 @@ def test_an_index_of_another_schema_is_rebuilt_with_a_warning(tmp_path):
     with sqlite3.connect(tmp_path / "sessions.sqlite3") as db:
         db.execute("DELETE FROM sessions")
         db.execute("PRAGMA user_version = 99")
-    with pytest.warns(SessionLogWarning, match="has schema 99, not 1"):
+    with pytest.warns(SessionLogWarning, match="has schema 99, not 2"):
         assert FileStore(tmp_path).list() == before
 
 
@@ -132,3 +153,43 @@ def test_reindex_forgets_deleted_logs_and_finds_new_ones(tmp_path):
     store.reindex()
     assert sorted(s.session_id for s in store.list()) == ["one", "three"]
     assert store.info("three").first_prompt == "first"
+
+
+def test_a_log_another_writer_deleted_and_began_again_is_indexed_from_the_new_records(tmp_path):
+    """A writer remembers the index row it last wrote, and goes on from it only while the log is as it left it."""
+    mine, theirs = FileStore(tmp_path), FileStore(tmp_path)
+    mine.append("s", [{"kind": "session", "cwd": "/old", "model": "m"}, {"kind": "prompt", "text": "old"}])
+    theirs.delete("s")
+    theirs.append("s", [{"kind": "session", "cwd": "/new", "model": "m"}, {"kind": "prompt", "text": "new"}])
+    mine.append("s", [{"kind": "note"}])  # seq 3 in either log: only the log itself tells them apart
+    info = mine.info("s")
+    assert (info.cwd, info.first_prompt, info.records) == ("/new", "new", 3)
+
+
+def test_records_fold_only_counts_move_the_row_on_as_folding_the_whole_log_would(tmp_path):
+    """An append of only such records (audit records, the run's steps) updates the row in one statement, without
+    reading it; it must come out as the fold of the log, however the appends and writers mix."""
+    one, two = FileStore(tmp_path), FileStore(tmp_path)
+    one.append("s", [{"kind": "session", "cwd": "/a", "model": "m"}, {"kind": "prompt", "text": "go"}])
+    one.append("s", [{"kind": "intent", "call_id": "c1"}])
+    two.append("s", [{"kind": "outcome", "call_id": "c1"}, {"kind": "state", "run": {}}])
+    one.append("s", [{"kind": "history", "at": 0, "messages": []}, {"kind": "turn", "turn": 1, "cost_usd": 0.5}])
+    with open(one.path("s"), "ab") as f:  # a record the index never saw (a crash between log and index)
+        f.write(b'{"ts": "2025-01-01T00:00:00.000Z", "session_id": "s", "seq": 8, "kind": "note", "v": 1}\n')
+    two.append("s", [{"kind": "intent", "call_id": "c2"}])  # the row is behind: caught up from the log
+    one.append("s", [{"kind": "outcome", "call_id": "c2"}])
+    for store in (one, two):
+        assert store.info("s") == fold(None, store.read("s"))
+    assert (one.info("s").records, one.info("s").num_turns, one.info("s").total_cost_usd) == (10, 1, 0.5)
+
+
+def test_fold_reads_the_kinds_it_names_and_only_counts_the_others():
+    start = fold(None, [{"session_id": "s", "ts": "2025-01-01T00:00:00.000Z", "seq": 1, "kind": "note"}])
+    later = {"session_id": "s", "ts": "2025-01-02T00:00:00.000Z", "seq": 2}
+    samples = {"session": {"cwd": "/a"}, "prompt": {"text": "hi"}, "turn": {"cost_usd": 1.0},
+               "result": {"subtype": "success"}, "interrupted": {}}
+    assert samples.keys() == FOLDED_KINDS
+    for kind in [*FOLDED_KINDS, "intent", "outcome", "denied", "state", "history", "repair", "checkpoint", "x"]:
+        after = fold(start, [{**later, "kind": kind, **samples.get(kind, {"cwd": "/b", "text": "t", "subtype": "s"})}])
+        counted = replace(start, updated_at=later["ts"], records=2)
+        assert (after == counted) == (kind not in FOLDED_KINDS), kind

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from drivetrain.home import drivetrain_home
-from drivetrain.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
+from drivetrain.messages import CHARS_PER_TOKEN, Message, ToolResultBlock, ToolUseBlock
 from drivetrain.pricing import context_window
 
 if TYPE_CHECKING:
@@ -60,7 +60,6 @@ class ContextSettings:
 
 
 CONTEXT_OFF = ContextSettings(cap_outputs=False, clear=False)
-CHARS_PER_TOKEN = 4  # the estimate used throughout: a token is four bytes of the request
 
 
 # ---------------------------------------------------------------- accounting
@@ -98,38 +97,14 @@ def window_of(model: Any) -> int:
     return known_window(name, "openai" if type(model).__name__.startswith("OpenAI") else "anthropic")
 
 
-def _block_chars(b: Any) -> int:
-    if isinstance(b, TextBlock):
-        return len(b.text) + 20
-    if isinstance(b, ToolResultBlock):
-        return (len(b.content) if isinstance(b.content, str) else len(json.dumps(b.content))) + 60
-    if isinstance(b, ToolUseBlock):
-        return len(json.dumps(b.input)) + len(b.name) + 60
-    return len(json.dumps(b.to_wire()))
-
-
-def message_tokens(m: Message) -> int:
-    """The message's estimated tokens, measured once per message object (messages never change): every request
-    sums them over the whole history, so measuring again would make a long run quadratic."""
-    hit = _MEASURED.get(id(m))
-    if hit is not None and hit[0]() is m:
-        return hit[1]
-    n = (sum(_block_chars(b) for b in m.content) + 20) // CHARS_PER_TOKEN
-    key = id(m)
-    _MEASURED[key] = (weakref.ref(m, lambda _, key=key: _MEASURED.pop(key, None)), n)
-    return n
-
-
-_MEASURED: dict[int, tuple[weakref.ref, int]] = {}  # id(message) -> (the message, its tokens), while it lives
-
-
 def fixed_tokens(system: str, tools: list[dict]) -> int:
     """What every request carries besides the history: the system prompt and the tool definitions."""
     return (len(system) + len(json.dumps(tools))) // CHARS_PER_TOKEN
 
 
 def history_tokens(history: list[Message]) -> int:
-    return sum(message_tokens(m) for m in history)
+    """Estimated (``Message.tokens``, measured once per message: every request sums them over the history)."""
+    return sum(m.tokens for m in history)
 
 
 # ---------------------------------------------------------------- caps, when a result is made
@@ -242,7 +217,7 @@ def clear_old_results(history: list[Message], s: ContextSettings, window: int, f
     window, rounds are cleared from the oldest on until it is under ``clear_to`` (or only the last
     ``keep_rounds`` are left). Rounds cleared once stay cleared, so the view only changes at a batch."""
     high, low = s.clear_at * window, s.clear_to * window
-    if fixed + sum(map(message_tokens, history)) <= high:
+    if fixed + history_tokens(history) <= high:
         return history  # the request never passed the mark at any point (totals only grow): nothing to clear
     total = fixed
     rounds: list[tuple[int, int]] = []  # (index of a results message, its tokens)
@@ -250,7 +225,7 @@ def clear_old_results(history: list[Message], s: ContextSettings, window: int, f
     cleared: dict[int, Message] = {}
     calls: dict[str, ToolUseBlock] = {}
     for i, m in enumerate(history):
-        size = message_tokens(m)
+        size = m.tokens
         total += size
         if m.role == "assistant":
             calls.update((u.id, u) for u in m.tool_uses)
@@ -260,7 +235,7 @@ def clear_old_results(history: list[Message], s: ContextSettings, window: int, f
             while total > low and cut < len(rounds) - s.keep_rounds:
                 j, full = rounds[cut]
                 cleared[j] = _cleared_once(history[j], calls, s.keep_under, outputs)
-                total -= full - message_tokens(cleared[j])
+                total -= full - cleared[j].tokens
                 cut += 1
     if not cleared:
         return history
@@ -359,7 +334,8 @@ def _view(history: list[Message], agent: Agent, window: int, outputs: Path | Non
                       window=window, fixed=fixed_tokens(agent.system, _specs(agent)), outputs=outputs)
 
 
-def request_view(history: list[Message], agent: Agent, model: Model, session_id: str) -> list[Message]:
-    """The messages of the next request: the history as the agent's profile and context settings show it."""
-    return _view(history, agent, window_of(model), session_outputs(session_id))
+def request_view(history: list[Message], agent: Agent, model: Model, outputs: Path | None) -> list[Message]:
+    """The messages of the next request: the history as the agent's profile and context settings show it
+    (``outputs``: the session's saved tool outputs, which a cleared result points to)."""
+    return _view(history, agent, window_of(model), outputs)
 

@@ -11,6 +11,8 @@ import asyncio
 import re
 import time
 from dataclasses import dataclass, field, replace
+from functools import cached_property
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from drivetrain import budget, calls, compaction, loops
@@ -23,7 +25,7 @@ from drivetrain.events import (
 )
 from drivetrain.gate import Gate
 from drivetrain.hooks import HookOutcome
-from drivetrain.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, ensure_valid
+from drivetrain.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, ensure_valid, tool_use_ids
 from drivetrain.models.base import Model, ModelRequest, ModelResponse
 from drivetrain.nodes import POINTS, NodeContext, Note, SendBack
 from drivetrain.session import close_open_calls
@@ -81,6 +83,11 @@ class Deps:
     def elapsed(self) -> float:
         return time.monotonic() - self.started
 
+    @cached_property
+    def outputs(self) -> Path:
+        """This session's saved tool outputs (``context.session_outputs``), named once per run."""
+        return session_outputs(self.session_id)
+
     @property
     def context(self) -> ToolContext:
         """What tools know of the run (made once per run: the policy's workspace roots resolved, the session's
@@ -91,7 +98,7 @@ class Deps:
             hide = getattr(policy, "search_filter", None)  # and the files a search must skip
             self._context = ToolContext(cwd=self.agent.cwd, roots=roots(self.agent.cwd) if roots else [],
                                         read_filter=hide(self.agent.cwd) if hide else None,
-                                        outputs=session_outputs(self.session_id) if self.session_id else None)
+                                        outputs=self.outputs if self.session_id else None)
         return self._context
 
 
@@ -112,6 +119,7 @@ class Draft:
         self.value, self.deps, self._emit = value, deps, emit
         self.history = list(value.history)
         self.linted = value.linted if value.linted_of is value.history else 0  # a history replaced: check it all
+        self.linted_ids = value.linted_ids
         for name in self._COPIED:
             setattr(self, name, getattr(value, name))
         self.trajectory = list(value.trajectory)
@@ -136,6 +144,21 @@ class Draft:
         message = self.history.pop()
         self.linted = min(self.linted, len(self.history))
         return message
+
+    def check(self, strict: bool) -> None:
+        """Lint the history before a request (``messages.ensure_valid``: repaired, or raises when ``strict``).
+
+        Only from where it may have changed: the part checked before and unchanged since is known good,
+        and its tool_use ids are carried from the last check when it ended where this one starts."""
+        start = max(self.linted - 1, 0)
+        n, ids = self.linted_ids
+        seen = ids if n == start else tool_use_ids(self.history[:start])
+        checked = ensure_valid(self.history, strict=strict, start=start, seen=seen)
+        if checked is not self.history:  # repaired: valid as a whole
+            self.history, start, seen = checked, 0, frozenset()
+        self.linted = len(self.history)
+        end = max(self.linted - 1, 0)  # the last message is checked again next time: its answer may be new
+        self.linted_ids = (end, seen | tool_use_ids(self.history[start:end]))
 
     def payload(self, event: str, **fields: Any) -> dict:
         return {"session_id": self.value.session_id, "cwd": str(self.deps.agent.cwd), "hook_event_name": event,
@@ -163,7 +186,7 @@ class Draft:
         history = tuple(self.history)
         return replace(v, history=history, state=state, path=path, trajectory=tuple(self.trajectory),
                        seen_calls=self.seen_calls, blocked=self.blocked, node_visits=self.node_visits,
-                       linted=self.linted, linted_of=history,
+                       linted=self.linted, linted_of=history, linted_ids=self.linted_ids,
                        **{name: getattr(self, name) for name in self._COPIED})
 
 
@@ -253,13 +276,10 @@ async def call_model(s: CallModel, w: Draft) -> RunTools | Recover | CallModel |
         s = CallModel(s.max_tokens, final="turn_limit")
     if s.final:
         w.ask(FINAL_ASK.get(s.final) or LIMIT_ASK.format(limit=budget.NAMES[s.final]))
-    checked = ensure_valid(w.history, strict=a.strict, start=max(w.linted - 1, 0))
-    if checked is not w.history:  # repaired
-        w.history, w.linted = checked, 0
-    w.linted = len(w.history)  # the last message is checked again next time: its answer may be new
+    w.check(a.strict)
     max_tokens = s.max_tokens or a.max_tokens
     choice = "none" if s.final else s.tool_choice or ("any" if p.act and w.num_turns == 0 else None)
-    view = request_view(w.history, a, w.deps.model, w.value.session_id)
+    view = request_view(w.history, a, w.deps.model, w.deps.outputs)
     if not s.final and s.compact and w.compact_failures < MAX_COMPACT_FAILURES and \
             compaction.estimate_tokens(view, a.system) >= a.compact_at * context_window(a):
         return Compact("auto")  # what would be sent (old outputs already cleared) still nears the window

@@ -7,10 +7,11 @@ anything new) are kept as ``RawBlock`` and sent back byte-for-byte as received.
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Literal, Union
+from typing import Any, Collection, Iterable, Literal, Union
 
 log = logging.getLogger("drivetrain.messages")
 
@@ -137,6 +138,22 @@ class Message:
     def _wire(self) -> dict:
         return {"role": self.role, "content": [b.to_wire() for b in self.content]}
 
+    # Asked of the history's messages before each request (placing prompt-cache breakpoints): found once each.
+    @cached_property
+    def cache_marked(self) -> bool:
+        """Does a block of it carry a ``cache_control`` breakpoint (placed by whoever made the message)?"""
+        return any(isinstance(b, dict) and "cache_control" in b for b in self._wire["content"])
+
+    @cached_property
+    def wire_chars(self) -> int:
+        """The length of its wire form as JSON."""
+        return len(json.dumps(self._wire))
+
+    @cached_property  # summed over the whole history before every request: measured once per message
+    def tokens(self) -> int:
+        """Its estimated tokens (``CHARS_PER_TOKEN``), for deciding what fits the context window."""
+        return (sum(_block_chars(b) for b in self.content) + 20) // CHARS_PER_TOKEN
+
     @cached_property  # messages are immutable and the loop asks this of every message each turn
     def tool_uses(self) -> list[ToolUseBlock]:
         return [b for b in self.content if isinstance(b, ToolUseBlock)]
@@ -144,6 +161,19 @@ class Message:
     @property
     def text(self) -> str:
         return "".join(b.text for b in self.content if isinstance(b, TextBlock))
+
+
+CHARS_PER_TOKEN = 4  # the estimate used throughout: a token is four bytes of the request
+
+
+def _block_chars(b: Block) -> int:
+    if isinstance(b, TextBlock):
+        return len(b.text) + 20
+    if isinstance(b, ToolResultBlock):
+        return (len(b.content) if isinstance(b.content, str) else len(json.dumps(b.content))) + 60
+    if isinstance(b, ToolUseBlock):
+        return len(json.dumps(b.input)) + len(b.name) + 60
+    return len(json.dumps(b.to_wire()))
 
 
 @dataclass
@@ -180,15 +210,14 @@ class LintReport:
         return bool(self.problems)
 
 
-def lint(history: list[Message], start: int = 0) -> LintReport:
+def lint(history: list[Message], start: int = 0, seen: Collection[str] | None = None) -> LintReport:
     """Every rule the Messages API enforces on tool use, checked before a request is sent.
 
-    Messages before ``start`` are known good: only their tool_use ids are collected.
+    Messages before ``start`` are known good: only their tool_use ids count, ``seen`` when the caller
+    carries them (a run does, so a long history is not walked again for each request), else collected.
     """
     report = LintReport()
-    seen_ids: set[str] = set()
-    for msg in history[:start]:
-        seen_ids.update(u.id for u in msg.tool_uses)
+    seen_ids = set(tool_use_ids(history[:start]) if seen is None else seen)
     for i, msg in enumerate(history[start:], start):
         for b in msg.content:
             if isinstance(b, TextBlock) and not b.text:
@@ -202,6 +231,10 @@ def lint(history: list[Message], start: int = 0) -> LintReport:
         else:
             _check_results(history, i, report)
     return report
+
+
+def tool_use_ids(messages: Iterable[Message]) -> frozenset[str]:
+    return frozenset(u.id for m in messages for u in m.tool_uses)
 
 
 def _check_answers(history: list[Message], i: int, report: LintReport) -> None:
@@ -265,9 +298,10 @@ def repair(history: list[Message]) -> list[Message]:
     return out
 
 
-def ensure_valid(history: list[Message], *, strict: bool, start: int = 0) -> list[Message]:
-    """Lint before sending. Strict (tests): raise. Otherwise repair and log loudly."""
-    report = lint(history, start)
+def ensure_valid(history: list[Message], *, strict: bool, start: int = 0,
+                 seen: Collection[str] | None = None) -> list[Message]:
+    """Lint before sending (``lint``). Strict (tests): raise. Otherwise repair and log loudly."""
+    report = lint(history, start, seen)
     if not report:
         return history
     if strict:

@@ -106,6 +106,8 @@ class RunState:
     hook_stop: str | None = None  # a hook said {"continue": false}: the run stops after this step
     linted: int = 0  # leading messages already checked before a request and unchanged since …
     linted_of: tuple | None = field(default=None, compare=False, repr=False)  # … in this very history tuple
+    # (n, the tool_use ids of history[:n]): what the next check starts from, if it starts at n (``loop.Draft.check``)
+    linted_ids: tuple[int, frozenset] = field(default=(0, frozenset()), compare=False, repr=False)
 
     @property
     def done(self) -> bool:

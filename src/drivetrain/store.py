@@ -163,6 +163,11 @@ def fields_of(session_id: str, given: Mapping[str, Any]) -> tuple[str, dict[str,
     return kind, fields
 
 
+# The kinds ``fold`` reads beyond their ``ts``; a record of any other kind is only counted, so a store may move
+# an index row on by such records without reading it (FileStore does).
+FOLDED_KINDS = frozenset({"session", "prompt", "turn", "result", "interrupted"})
+
+
 def fold(info: SessionInfo | None, records: Iterable[Record]) -> SessionInfo | None:
     """The index entry after ``records``, starting from ``info`` (None: from nothing)."""
     for r in records:
@@ -170,6 +175,8 @@ def fold(info: SessionInfo | None, records: Iterable[Record]) -> SessionInfo | N
             info = SessionInfo(r["session_id"], None, None, None, r["ts"], r["ts"], None, 0, None, "running", 0)
         change: dict[str, Any] = {"updated_at": r["ts"], "records": info.records + 1}
         match r["kind"]:
+            case kind if kind not in FOLDED_KINDS:
+                pass  # only counted (a case added below must be named in FOLDED_KINDS to be reached)
             case "session":
                 change.update(cwd=r.get("cwd"), model=r.get("model"), parent_id=r.get("parent_id"))
             case "prompt":

@@ -123,7 +123,7 @@ class AnthropicModel:
         if request.stop_sequences:
             params["stop_sequences"] = request.stop_sequences
         if self.prompt_caching:
-            params = with_cache_breakpoints(params)
+            params = with_cache_breakpoints(params, request.messages)
         if request.temperature is not None:  # this SDK's stream() no longer takes it as an argument
             params["extra_body"] = {"temperature": min(request.temperature, 1.0)}
         async with self._clients.get().messages.stream(**params) as stream:

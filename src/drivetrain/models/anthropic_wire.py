@@ -6,7 +6,10 @@ Shared by ``drivetrain serve`` and the scripted test server (``drivetrain.testin
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
+
+if TYPE_CHECKING:
+    from drivetrain.messages import Message
 
 # ----------------------------------------------------------------- responses
 
@@ -71,7 +74,7 @@ MIN_CACHE_CHARS = 3 * 1024
 _UNMARKABLE = ("thinking", "redacted_thinking")  # cache_control cannot sit on these blocks
 
 
-def with_cache_breakpoints(params: dict) -> dict:
+def with_cache_breakpoints(params: dict, history: Sequence[Message] | None = None) -> dict:
     """``params`` with ``cache_control`` breakpoints (never more than 3), the rest untouched and not copied.
 
     - the stable prefix: the last tool definition, or the system prompt when there are no tools;
@@ -82,12 +85,24 @@ def with_cache_breakpoints(params: dict) -> dict:
 
     Tools and system are before the messages in the cache's order, so a history rewritten in the middle
     (clearing old results) still reads the tools. The blocks are copied where marked: a message's
-    cached wire form is shared with the history.
+    cached wire form is shared with the history. Breakpoints the caller placed (a client of
+    `drivetrain serve`, say) stand, and none are added.
+
+    ``history``: the messages ``params["messages"]`` was made from, when the caller has them. Whether a
+    message carries a breakpoint and how large it is are then found once per message
+    (``Message.cache_marked``, ``Message.wire_chars``), not again on every request of a long run.
     """
-    if breakpoints(params):  # the caller placed its own (a client of `drivetrain serve`, say): theirs stand
+    messages = list(params.get("messages") or ())
+    if history is not None:
+        placed = any(m.cache_marked for m in history) or _tools_or_system_marked(params)
+        sizes: Iterable[int] = (m.wire_chars for m in history)
+    else:
+        placed = bool(breakpoints(params))
+        sizes = (len(json.dumps(m)) for m in messages)
+    if placed:
         return params
     out = dict(params)
-    tools, system, messages = params.get("tools"), params.get("system"), list(params.get("messages") or ())
+    tools, system = params.get("tools"), params.get("system")
     size = len(json.dumps(tools)) if tools else 0
     if tools:
         if size >= MIN_CACHE_CHARS:
@@ -100,15 +115,26 @@ def with_cache_breakpoints(params: dict) -> dict:
             out["system"] = [*blocks[:-1], dict(blocks[-1], cache_control=EPHEMERAL)]
     if not messages:
         return out
+    first = 0  # messages[:first] make the request large enough to cache (sizes are measured up to there)
+    for n in sizes:
+        if size >= MIN_CACHE_CHARS:
+            break
+        size, first = size + n, first + 1
+    if size < MIN_CACHE_CHARS:
+        return out
     last = len(messages) - 1
     previous = next((i for i in range(last - 1, -1, -1) if messages[i].get("role") == "user"), None)
-    for i, message in enumerate(messages):
-        if size < MIN_CACHE_CHARS:  # past it, sizes no longer matter
-            size += len(json.dumps(message))
-        if i in (previous, last) and size >= MIN_CACHE_CHARS:
-            messages[i] = _mark_last_block(message)
+    for i in (previous, last):
+        if i is not None and i >= first - 1:
+            messages[i] = _mark_last_block(messages[i])
     out["messages"] = messages
     return out
+
+
+def _tools_or_system_marked(params: dict) -> bool:
+    system = params.get("system")
+    return any(isinstance(b, dict) and "cache_control" in b
+               for b in (*(params.get("tools") or ()), *(system if isinstance(system, list) else ())))
 
 
 def _mark_last_block(message: dict) -> dict:
