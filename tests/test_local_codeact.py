@@ -113,3 +113,32 @@ async def test_the_prefix_cache_saves_the_system_turn_and_a_new_process_loads_it
     prefix = len(model._system_tokens(request))
     assert stats2.prompt_eval_tokens < stats1.prompt_eval_tokens - prefix // 2  # the prefix was not evaluated again
     assert first.content == second.content  # the same state: the same greedy answer
+
+
+def test_under_the_grammar_a_control_token_is_never_sampled(model):
+    """The grammar matches a control token by its text ("<|im_start|>"), which is never shown: a body
+    "ls -la<|im_start|>" passes a trie that refuses "ls -la", and then reads as the refused call."""
+    import llama_cpp as lc
+    import numpy as np
+
+    from drivetrain.models.local import compile_grammar
+
+    llm = model._llm
+    start = llm.tokenize(b"<|im_start|>", add_bos=False, special=True)[0]
+    assert not lc.llama_vocab_is_eog(llm._model.vocab, start)
+
+    def push(_ids, scores):  # <|im_start|> becomes the favourite wherever it is still allowed
+        if np.isfinite(scores[start]):
+            scores[start] = scores.max() + 50.0
+        return scores
+
+    gbnf = grammar("any", [("bash", "ls -la")])
+    prompt = llm.tokenize(b"<|im_start|>user\nList the files.<|im_end|>\n<|im_start|>assistant\n", special=True)
+    out = []
+    for token in llm.generate(prompt, grammar=compile_grammar(llm, gbnf), reset=True, temp=0.0,
+                              logits_processor=lc.LogitsProcessorList([push])):
+        if lc.llama_vocab_is_eog(llm._model.vocab, token) or len(out) >= 40:
+            break
+        out.append(token)
+    assert out and start not in out
+    assert not any(lc.llama_vocab_is_control(llm._model.vocab, t) for t in out)

@@ -25,6 +25,7 @@ from drivetrain.models.base import Model, ModelRequest, ModelResponse
 DONE = "DONE:"
 _PY_OPEN, _PY_CLOSE = "python3 - <<'PY'\n", "\nPY"
 _FENCE = re.compile(r"```(bash|sh|shell|console|python|py|python3)[ \t]*\n(.*?)```", re.DOTALL)
+_TRAILING_BLANKS = re.compile(r"[ \t]+$", re.MULTILINE)
 _DONE_LINE = re.compile(r"^\s*DONE:[ \t]*", re.MULTILINE)
 # Commands a small model reaches for that never help here: root rights, and editors that wait for a person.
 NEVER_STARTS = ("sudo ", "nano ", "vi ", "vim ", "emacs ")
@@ -81,7 +82,8 @@ def parse_reply(text: str) -> tuple[str, tuple[str, str] | None]:
     fence = _FENCE.search(text)
     done = _DONE_LINE.search(text)
     if fence and not (done and done.start() < fence.start()):
-        code = fence.group(2)
+        # Trailing blanks on a line are a small model's noise, and would make a refused call new to the grammar.
+        code = _TRAILING_BLANKS.sub("", fence.group(2))
         code = code[:-1] if code.endswith("\n") else code
         return text[: fence.start()].strip(), (fence.group(1), code)
     if done:

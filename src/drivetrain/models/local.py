@@ -74,6 +74,7 @@ def _llama_class():
 
         evaluated = 0
         _grammar_sampler = None
+        _control_ids: frozenset[int] | None = None
 
         def eval(self, tokens):
             self.evaluated += len(tokens)
@@ -91,18 +92,29 @@ def _llama_class():
             token = super().sample(*args, idx=idx, **kwargs)
             if self._grammar_sampler is None:
                 return token
-            if not self._allowed(token):
+            if token in self._controls() or not self._allowed(token):
                 n = self._n_vocab
                 cands = np.empty(n, dtype=token_data)
                 cands["id"] = np.arange(n)
                 logits = lc.llama_get_logits_ith(self._ctx.ctx, idx - self.n_tokens if idx is not None else -1)
                 cands["logit"], cands["p"] = np.ctypeslib.as_array(logits, shape=(n,)), 0.0
+                cands["logit"][list(self._controls())] = -np.inf
                 cur = lc.llama_token_data_array(cands.ctypes.data_as(lc.llama_token_data_p), n, -1, False)
                 lc.llama_sampler_apply(self._grammar_sampler, ctypes.byref(cur))
                 lc.llama_sampler_apply(self._sampler.sampler, ctypes.byref(cur))  # the usual chain, ending in dist
                 token = cur.data[cur.selected].id
             lc.llama_sampler_accept(self._grammar_sampler, token)
             return token
+
+        def _controls(self) -> frozenset[int]:
+            """Control tokens other than the end of generation (``<|im_start|>`` …). The grammar matches them
+            by their text, which is never shown, so one could carry a refused call past the grammar: the
+            text "cmd<|im_start|>\n" is not "cmd\n", yet it reads as that. Under a grammar they are never sampled."""
+            if self._control_ids is None:
+                vocab = self._model.vocab
+                self._control_ids = frozenset(t for t in range(self._n_vocab) if lc.llama_vocab_is_control(vocab, t)
+                                              and not lc.llama_vocab_is_eog(vocab, t))
+            return self._control_ids
 
         def _allowed(self, token: int) -> bool:
             one = (lc.llama_token_data * 1)(lc.llama_token_data(token, 0.0, 0.0))
