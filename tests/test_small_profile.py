@@ -186,6 +186,7 @@ async def test_checks_send_back_a_missing_output_file_then_a_wrong_value_at_most
     assert choices == ["any", None, "any", None, "any", None]  # sent back to work, it must act before answering
     second_try, third_try = texts(server.requests[2].body)[-1], texts(server.requests[4].body)[-1]
     assert "total.txt, but it does not exist" in second_try
+    assert second_try.endswith("If your answer is right, this writes it:\n```bash\necho 2 > total.txt\n```")
     assert "You wrote 3 to total.txt, but your answer says 2" in third_try
     assert result.subtype == "success" and len(server.requests) == 6
 
@@ -328,7 +329,8 @@ async def test_a_rename_must_leave_no_old_name_behind(tmp_path):
     await checks.on_prompt({"prompt": "Rename the function compute_ticket to format_product everywhere."})
     (tmp_path / "a.py").write_text("def format_product():\n    return 1\n")
     [failure] = await checks.failures("Renamed it.")
-    assert failure.startswith("compute_ticket still occurs at b.py:1, b.py:2.") and "b.py" in failure.split("sed")[1]
+    assert failure.startswith("compute_ticket still occurs at b.py:1, b.py:2.")
+    assert "```bash\nsed -i 's/\\bcompute_ticket\\b/format_product/g' b.py\n```" in failure
     (tmp_path / "b.py").write_text("from a import format_product\nprint(format_product())\n")
     assert await checks.failures("Renamed it.") == []
 
@@ -375,6 +377,15 @@ async def test_a_list_of_path_line_must_hold_only_path_line(tmp_path):
     (tmp_path / "todo.txt").write_text("a.py:1:x = 1  # TODO: y\n")
     [failure] = await checks.failures("done")
     assert "Each line of todo.txt should be just path:line" in failure and "'a.py:1:x = 1  # TODO: y'" in failure
+    assert failure.endswith("```bash\ngrep -rn PATTERN . | cut -d: -f1,2 > todo.txt\n```")  # no search seen yet
+    await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": "grep -n TODO *.py"},
+                          "tool_response": {"content": "a.py:1:x = 1  # TODO: y"}})
+    [failure] = await checks.failures("done")
+    assert failure.endswith("```bash\ngrep -n TODO *.py | cut -d: -f1,2 > todo.txt\n```")  # the model's own search
+    (tmp_path / "todo.txt").unlink()
+    (tmp_path / "b.py").write_text("# TODO: z\n")
+    [failure] = await checks.failures("The TODOs are at a.py:1 and b.py:1.")
+    assert failure.endswith("```bash\nprintf '%s\\n' a.py:1 b.py:1 > todo.txt\n```")
     (tmp_path / "todo.txt").write_text("a.py:1\n")
     assert await checks.failures("done") == []
 

@@ -124,7 +124,7 @@ class WorkChecks:
         """(what needs more work, what needs only a better answer)."""
         now = await asyncio.to_thread(snapshot, self.cwd, self._known)
         changed = {p: c for p, c in now.items() if self.before.get(p) != c}
-        out = self._missing_outputs(now) + self._placeholders(changed) + self._mismatch(changed, answer)
+        out = self._missing_outputs(now, answer) + self._placeholders(changed) + self._mismatch(changed, answer)
         if not changed and _CHANGE_VERBS.search(self.prompt):
             out.append("The task asks for a change, but no file has changed yet. Make the change in the file, "
                        "then check it.")
@@ -147,14 +147,28 @@ class WorkChecks:
         names = dict.fromkeys(m.group(1) for m in _FILE_NAME.finditer(self.prompt))
         return [n for n in names if not self.before.get(n)]  # one with content is an input, or a file to change
 
-    def _missing_outputs(self, now: dict[str, bytes]) -> list[str]:
+    def _missing_outputs(self, now: dict[str, bytes], answer: str) -> list[str]:
         out = []
         for name in self._outputs():
             if name not in now and not (self.cwd / name).exists():
-                out.append(f"The task asks for {name}, but it does not exist. Create it with the right content.")
+                out.append(f"The task asks for {name}, but it does not exist. Create it with the right content."
+                           + self._from_answer(name, answer))
             elif name in now and not now[name].strip():
                 out.append(f"{name} is empty. Write the result the task asks for into it.")
         return out
+
+    def _from_answer(self, name: str, answer: str) -> str:
+        """When the answer already holds what the file should (the path:line list asked for, or the one
+        number), the command that writes it: a small model that answered often does not connect the two."""
+        cited = [f"{p}:{n}" for p, n in dict.fromkeys(_CITATION.findall(answer))]
+        numbers = set(_NUMBER.findall(answer))
+        if cited and _ASKS_CITATION.search(self.prompt):
+            command = f"printf '%s\\n' {' '.join(cited)} > {name}"
+        elif len(numbers) == 1 and not cited:
+            command = f"echo {numbers.pop()} > {name}"
+        else:
+            return ""
+        return f" If your answer is right, this writes it:\n{_fence(command)}"
 
     @staticmethod
     def _placeholders(changed: dict[str, bytes]) -> list[str]:
@@ -216,8 +230,17 @@ class WorkChecks:
             extra = [ln for ln in lines if not re.fullmatch(r"\S+:\d+", ln)]
             if extra:
                 out.append(f"Each line of {name} should be just path:line (like a.py:4), but it has {extra[0]!r}. "
-                           f"Write only path:line on each line (e.g. grep -n PATTERN FILES | cut -d: -f1,2 > {name}).")
+                           f"Write only path:line on each line, e.g.:\n{_fence(f'{self._search()} | cut -d: -f1,2 > {name}')}")
         return out
+
+    def _search(self) -> str:
+        """The model's own last ``grep -n`` over files whose output was path:line:text, else a template."""
+        for call in reversed(self.calls):
+            c = call.command.strip()
+            if re.match(r"grep\s(.*\s)?-\w*n", c) and not re.search(r"[|>;&\n]", c) \
+                    and re.search(r"\n(\./)?[\w./-]+:\d+:", call.text):
+                return c
+        return "grep -rn PATTERN ."
 
     def _renamed(self, now: dict[str, bytes]) -> list[str]:
         """A rename asked for: the old name must be gone from the workspace's text files."""
@@ -231,8 +254,9 @@ class WorkChecks:
         if not places:
             return []
         files = " ".join(dict.fromkeys(p.rsplit(":", 1)[0] for p in places))
+        sed = f"sed -i 's/\\b{old}\\b/{new}/g' {files}"
         return [f"{old} still occurs at {', '.join(places[:8])}{' …' * (len(places) > 8)}. The task asks to rename it "
-                f"everywhere: change it there too (e.g. sed -i 's/\\b{old}\\b/{new}/g' {files}), then check again."]
+                f"everywhere. This changes every one of them:\n{_fence(sed)}\nThen check again."]
 
     def _citations(self, now: dict[str, bytes], answer: str) -> list[str]:
         """Each path:line the answer cites exists and mentions what the task asks about."""
@@ -301,6 +325,12 @@ class WorkChecks:
         if not lines:
             return any(Path(path).name in c.text for c in self.calls)
         return any(ln in c.text for c in self.calls for ln in lines[:50])
+
+
+def _fence(command: str) -> str:
+    """A command to run, as a block the model can copy (a small model copies a block far more readily than
+    it follows "e.g." in a sentence)."""
+    return f"```bash\n{command}\n```"
 
 
 def _rewritten(old: bytes | None, new: bytes) -> bool:
