@@ -69,7 +69,10 @@ def test_the_grammar_allows_one_block_or_the_answer_and_never_a_forbidden_block(
     assert not accepts(llm, grammar("any"), "DONE: nothing to do")
     assert not accepts(llm, grammar("any"), "```bash\nsudo wc -l *.py\n```")  # never root rights, never an editor
     assert not accepts(llm, auto, "```bash\nnano notes.txt\n```")
-    assert accepts(llm, auto, "```bash\nsudoku_solver --help\n```")
+    assert not accepts(llm, auto, "```bash\nsudoapt-get install wc\n```")  # nor root rights spelled together
+    assert accepts(llm, auto, "```bash\necho sudo\n```")
+    assert accepts(llm, auto, "x" * 200 + "\n```bash\nls\n```")  # a plan line of up to 200 characters
+    assert not accepts(llm, auto, "x" * 201 + "\n```bash\nls\n```")
 
 
 

@@ -28,7 +28,10 @@ _FENCE = re.compile(r"```(bash|sh|shell|console|python|py|python3)[ \t]*\n(.*?)`
 _TRAILING_BLANKS = re.compile(r"[ \t]+$", re.MULTILINE)
 _DONE_LINE = re.compile(r"^\s*DONE:[ \t]*", re.MULTILINE)
 # Commands a small model reaches for that never help here: root rights, and editors that wait for a person.
-NEVER_STARTS = ("sudo ", "nano ", "vi ", "vim ", "emacs ")
+NEVER_STARTS = ("sudo", "nano ", "vi ", "vim ", "emacs ")  # "sudo" whole: "sudoapt-get" was tried
+# The plan line before a block is one short line: unbounded, a model can ramble in it until max_tokens and never
+# reach the block the turn must hold.
+THOUGHT_CHARS = 200
 
 
 def to_command(lang: str, code: str) -> str:
@@ -150,7 +153,7 @@ def grammar(choice: str, forbidden: list[tuple[str, str]] = (), denied: list[str
     python = not any(d in ("python3", "python") for d in denied)
     rules = [
         'done ::= "DONE: " [^ \\t\\n\\x00-\\x08\\x0B-\\x1F] [^\\x00-\\x08\\x0B-\\x1F]*',
-        'thought ::= [^`\\n \\t#] [^`\\n]* "\\n"',
+        f'thought ::= [^`\\n \\t#] [^`\\n]{{0,{THOUGHT_CHARS - 1}}} "\\n"',
         'act ::= thought? ( "```bash\\n" bash-body' + (' | "```python\\n" python-body )' if python else " )"),
     ]
     words = [d + end for d in denied for end in _ENDS]
