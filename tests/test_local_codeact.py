@@ -145,3 +145,21 @@ def test_under_the_grammar_a_control_token_is_never_sampled(model):
         out.append(token)
     assert out and start not in out
     assert not any(lc.llama_vocab_is_control(llm._model.vocab, t) for t in out)
+
+
+def test_a_block_never_starts_with_a_line_of_the_output_just_shown(model):
+    from drivetrain.messages import ToolResultBlock, ToolUseBlock
+    from drivetrain.models.codeact import echoes
+
+    output = "./storage.py:12:    # TODO: test tickets\n./alerts.py:4:# TODO: speed up\nok"
+    history = [Message.user("List the TODOs."),
+               Message.assistant(ToolUseBlock("t1", "Bash", {"command": "grep -rn TODO ."})),
+               Message("user", (ToolResultBlock("t1", output),))]
+    assert echoes(history) == ["./storage.py:12:    # TODO: test tickets", "./alerts.py:4:# TODO: speed up"]
+    assert echoes(history[:2]) == []  # only right after a tool result
+    gbnf = grammar("any", echoed=echoes(history))
+    llm = model._llm
+    assert not accepts(llm, gbnf, "```bash\n./storage.py:12:    # TODO: test tickets\n```")
+    assert not accepts(llm, gbnf, "Copy.\n```python\n./alerts.py:4:# TODO: speed up\nx\n```")
+    assert accepts(llm, gbnf, "```bash\ngrep -rn TODO . | cut -d: -f1,2 > todo.txt\n```")
+    assert accepts(llm, gbnf, "```bash\n./storage.py --help\n```")  # a line's start alone is fine

@@ -107,7 +107,7 @@ class CodeActionModel:
         if not any(t["name"] == "Bash" for t in request.tools):
             choice = "none"
         forbidden = [to_block(str(inp.get("command", ""))) for name, inp in request.forbidden_calls if name == "Bash"]
-        rules = grammar(choice, forbidden, denied_programs(request.messages))
+        rules = grammar(choice, forbidden, denied_programs(request.messages), echoes(request.messages))
         inner = replace(request, messages=to_text_history(request.messages), tools=[], tool_choice=None,
                         forbidden_calls=(), grammar=rules)
         response = await self.inner.respond(inner)
@@ -141,12 +141,28 @@ def denied_programs(messages: list[Message]) -> list[str]:
     return [p for p in out if p]
 
 
-def grammar(choice: str, forbidden: list[tuple[str, str]] = (), denied: list[str] = ()) -> str:
+def echoes(messages: list[Message], lines: int = 6, shortest: int = 12) -> list[str]:
+    """The first lines of the last tool output, where a block must not start: a small model stuck in a rut
+    copies the output it was just shown into its next block, runs it, and copies that error in turn."""
+    if not messages or messages[-1].role != "user":
+        return []
+    out: dict[str, None] = {}
+    for b in messages[-1].content:
+        if isinstance(b, ToolResultBlock):
+            for line in b.text.splitlines():
+                line = line.rstrip()
+                if len(line) >= shortest and len(out) < lines:
+                    out[line] = None
+    return list(out)
+
+
+def grammar(choice: str, forbidden: list[tuple[str, str]] = (), denied: list[str] = (),
+            echoed: list[str] = ()) -> str:
     """GBNF for one reply: ``auto`` a block or the answer, ``any`` a block, ``none`` the answer.
 
     A block's body is any text without backticks that ends in a newline, except the bodies in
-    ``forbidden`` (per language) and bash bodies starting with ``NEVER_STARTS``: a trie over those strings,
-    left as soon as the body differs. A bash body also never contains a ``denied`` program as a command
+    ``forbidden`` (per language), bodies starting with a line of the output just shown (``echoed``), and bash
+    bodies starting with ``NEVER_STARTS``: a trie over those strings, left as soon as the body differs. A bash body also never contains a ``denied`` program as a command
     word (``wc`` followed by a space, ``;``, ``|`` …): an automaton over those words runs alongside. A
     denied ``python3`` leaves out python blocks, which run as python3.
     """
@@ -159,7 +175,7 @@ def grammar(choice: str, forbidden: list[tuple[str, str]] = (), denied: list[str
     words = [d + end for d in denied for end in _ENDS]
     for lang in ("bash", "python") if python else ("bash",):
         bodies = [code + "\n" for kind, code in forbidden if kind == lang]
-        rules += _body_rules(f"{lang}-body", bodies + list(NEVER_STARTS) * (lang == "bash"),
+        rules += _body_rules(f"{lang}-body", bodies + list(echoed) + list(NEVER_STARTS) * (lang == "bash"),
                              words if lang == "bash" else [])
     root = {"auto": "act | done", "any": "act", "none": "done"}[choice]
     return f"root ::= {root}\n" + "\n".join(rules) + "\n"
