@@ -63,6 +63,7 @@ def test_the_grammar_allows_one_block_or_the_answer_and_never_a_forbidden_block(
     assert not accepts(llm, auto, "List the files.\n```bash\nls -la\n```")  # the refused call, exactly
     assert not accepts(llm, auto, "```python\nprint(1)\n```")
     assert not accepts(llm, auto, "```bash\nls -la\necho more\n```")  # nor the refused call with lines added
+    assert not accepts(llm, auto, "```bash\nls -la\r\n```")  # nor with a carriage return (the 1.5B tried it)
     assert accepts(llm, auto, "```bash\necho first\nls -la\n```")
     assert not accepts(llm, auto, "I think there are 3 files.")  # prose is neither
     assert not accepts(llm, auto, "```bash\nls\n```\n```bash\npwd\n```")  # one block per reply

@@ -90,7 +90,7 @@ def test_blocks_and_commands_convert_both_ways():
     msg = Message("assistant", (TextBlock(text), ToolUseBlock("t1", "Bash", {"command": to_command(*block)})))
     assert render_assistant(msg) == raw
     assert parse_reply("DONE: all good") == ("all good", None)
-    assert parse_reply("```python\nx = 1 \t\nprint(x)  \n```")[1] == ("python", "x = 1\nprint(x)")
+    assert parse_reply("```python\nx = 1 \t\nprint(x)  \r\n```")[1] == ("python", "x = 1\nprint(x)")
     from drivetrain.messages import ToolResultBlock
     from drivetrain.models.codeact import render_result
     assert render_result(ToolResultBlock("t1", "(no output)")) == "(no output, exit code 0)"

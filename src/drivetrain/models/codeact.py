@@ -25,7 +25,7 @@ from drivetrain.models.base import Model, ModelRequest, ModelResponse
 DONE = "DONE:"
 _PY_OPEN, _PY_CLOSE = "python3 - <<'PY'\n", "\nPY"
 _FENCE = re.compile(r"```(bash|sh|shell|console|python|py|python3)[ \t]*\n(.*?)```", re.DOTALL)
-_TRAILING_BLANKS = re.compile(r"[ \t]+$", re.MULTILINE)
+_TRAILING_BLANKS = re.compile(r"[ \t\r]+$", re.MULTILINE)
 _DONE_LINE = re.compile(r"^\s*DONE:[ \t]*", re.MULTILINE)
 # Commands a small model reaches for that never help here: root rights, and editors that wait for a person.
 NEVER_STARTS = ("sudo", "nano ", "vi ", "vim ", "emacs ")  # "sudo" whole: "sudoapt-get" was tried
@@ -160,11 +160,12 @@ def grammar(choice: str, forbidden: list[tuple[str, str]] = (), denied: list[str
             echoed: list[str] = ()) -> str:
     """GBNF for one reply: ``auto`` a block or the answer, ``any`` a block, ``none`` the answer.
 
-    A block's body is any text without backticks that ends in a newline, except the bodies in
-    ``forbidden`` (per language), bodies starting with a line of the output just shown (``echoed``), and bash
-    bodies starting with ``NEVER_STARTS``: a trie over those strings, left as soon as the body differs. A bash body also never contains a ``denied`` program as a command
-    word (``wc`` followed by a space, ``;``, ``|`` …): an automaton over those words runs alongside. A
-    denied ``python3`` leaves out python blocks, which run as python3.
+    A block's body is any text without backticks or carriage returns that ends in a newline, except the
+    bodies in ``forbidden`` (per language), bodies starting with a line of the output just shown
+    (``echoed``), and bash bodies starting with ``NEVER_STARTS``: a trie over those strings, left as soon as
+    the body differs. A bash body also never contains a ``denied`` program as a command word (``wc``
+    followed by a space, ``;``, ``|`` …): an automaton over those words runs alongside. A denied
+    ``python3`` leaves out python blocks, which run as python3.
     """
     python = not any(d in ("python3", "python") for d in denied)
     rules = [
@@ -216,7 +217,7 @@ def _body_rules(name: str, forbidden: list[str], words: list[str] = ()) -> list[
     forbidden = [f for f in forbidden if not any(g != f and f.startswith(g) for g in forbidden)]
     ac = _Words(list(words))
     free = {state: f"{name}-f{i}" for i, state in enumerate(ac.states)}
-    other = f"[^{_cls('`' + chr(10) + ''.join(ac.alphabet))}] {free['']}"  # a character no banned word has
+    other = f"[^{_cls('`' + chr(10) + chr(13) + ''.join(ac.alphabet))}] {free['']}"  # a character no banned word has
 
     rules = []
     for state, rule in free.items():  # free text from a word state, up to a newline that closes the block
@@ -237,7 +238,7 @@ def _body_rules(name: str, forbidden: list[str], words: list[str] = ()) -> list[
             alts.append('"\\n" ' + (f"{name}-g" if p else free[""]))  # a body is never empty
         others = [c for c in ac.alphabet if c not in children]  # leave the trie: on with the word automaton
         alts += [f"{_lit(c)} {free[t]}" for c in others if (t := ac.step(state, c)) is not None]
-        alts.append(f"[^{_cls('`' + chr(10) + ''.join(children + others))}] {free['']}")
+        alts.append(f"[^{_cls('`' + chr(10) + chr(13) + ''.join(children + others))}] {free['']}")
         if p.endswith("\n"):
             alts.append('"```"')  # p is no forbidden body: those are never reached
         rules.append(f"{node[p]} ::= " + " | ".join(alts))
