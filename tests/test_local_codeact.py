@@ -76,7 +76,6 @@ def test_the_grammar_allows_one_block_or_the_answer_and_never_a_forbidden_block(
     assert not accepts(llm, auto, "x" * 201 + "\n```bash\nls\n```")
 
 
-
 def test_a_denied_program_cannot_be_written_as_a_command_word(model):
     llm = model._llm
     g = grammar("any", [("bash", "wc -l *.py")], denied=["wc"])
