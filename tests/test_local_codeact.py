@@ -76,6 +76,16 @@ def test_the_grammar_allows_one_block_or_the_answer_and_never_a_forbidden_block(
     assert not accepts(llm, auto, "x" * 201 + "\n```bash\nls\n```")
 
 
+def test_with_edit_tools_a_block_may_name_a_file_to_change(model):
+    llm = model._llm
+    files = grammar("any", files=True)
+    assert accepts(llm, files, "Fix it.\n```python greet.py\ndef greet(n):\n    return n\n```")
+    assert accepts(llm, files, "```json conf/app.json\n{\"port\": 80}\n```")
+    assert accepts(llm, files, "```bash\nls\n```")
+    assert not accepts(llm, files, "```python greet.py extra\nx = 1\n```")  # one file name, then the body
+    assert not accepts(llm, grammar("any"), "```python greet.py\nx = 1\n```")  # without Edit and Write: no
+
+
 def test_a_denied_program_cannot_be_written_as_a_command_word(model):
     llm = model._llm
     g = grammar("any", [("bash", "wc -l *.py")], denied=["wc"])

@@ -80,17 +80,38 @@ async def test_a_code_block_runs_as_a_bash_call_and_the_model_sees_text(tmp_path
     assert third[4] == "Output:\n20"
 
 
+async def test_a_block_naming_a_file_is_an_edit_of_it_and_reads_back_as_the_block(tmp_path):
+    (tmp_path / "acc.py").write_text("import sys\n\n\ndef largest(xs):\n    return min(xs)\n\n\nprint(largest([1, 3]))\n")
+    steps = [reply("Fix largest.\n```python acc.py\ndef largest(xs):\n    return max(xs)\n```"),
+             reply("Create the notes.\n```text notes.txt\nfixed\n```"),
+             reply("DONE: largest now returns the maximum.")]
+    with ScriptedServer(steps) as server:
+        result = await small_agent(server, tmp_path, profile=SMALL.without("checks")).run("Fix largest in acc.py.")
+    assert result.subtype == "success"
+    uses = [b for m in result.history for b in m.content if getattr(b, "type", "") == "tool_use"]
+    assert [u.name for u in uses] == ["Edit", "Write"]  # ordinary calls: permissions and audit as for any edit
+    assert uses[0].input == {"file_path": "acc.py", "old_string": "def largest(xs):\n    return min(xs)",
+                             "new_string": "def largest(xs):\n    return max(xs)"}
+    assert (tmp_path / "acc.py").read_text().count("max(xs)") == 1 and (tmp_path / "notes.txt").read_text() == "fixed\n"
+    second = texts(server.requests[1].body)
+    assert second[1] == "Fix largest.\n```python acc.py\ndef largest(xs):\n    return max(xs)\n```"
+    assert second[2] == "Changed acc.py (- old line, + new line):\n-   5|     return min(xs)\n+   5|     return max(xs)"
+
+
 def test_blocks_and_commands_convert_both_ways():
     for lang, code in [("bash", "ls -la\necho hi"), ("python", "import os\nprint(os.getcwd())")]:
         assert to_block(to_command(lang, code)) == (lang, code)
     raw = "List the files.\n```bash\nls\n```"
     text, block = parse_reply(raw)
-    assert (text, block) == ("List the files.", ("bash", "ls"))
+    assert (text, block) == ("List the files.", ("bash", "ls", None))
     from drivetrain.messages import Message, TextBlock, ToolUseBlock
-    msg = Message("assistant", (TextBlock(text), ToolUseBlock("t1", "Bash", {"command": to_command(*block)})))
+    msg = Message("assistant", (TextBlock(text), ToolUseBlock("t1", "Bash", {"command": to_command(*block[:2])})))
     assert render_assistant(msg) == raw
     assert parse_reply("DONE: all good") == ("all good", None)
-    assert parse_reply("```python\nx = 1 \t\nprint(x)  \r\n```")[1] == ("python", "x = 1\nprint(x)")
+    assert parse_reply("```python\nx = 1 \t\nprint(x)  \r\n```")[1] == ("python", "x = 1\nprint(x)", None)
+    assert parse_reply("Fix it.\n```python greet.py\ndef f():\n    pass\n```") == \
+        ("Fix it.", ("python", "def f():\n    pass", "greet.py"))
+    assert parse_reply("```json\n{}\n```\n```bash\nls\n```")[1] == ("bash", "ls", None)  # json without a file: text
     from drivetrain.messages import ToolResultBlock
     from drivetrain.models.codeact import render_result
     assert render_result(ToolResultBlock("t1", "(no output)")) == "(no output, exit code 0)"
@@ -344,6 +365,16 @@ async def test_a_cited_path_line_must_exist_and_mention_what_was_asked(tmp_path)
     assert "accounts.py has 5 lines" in (await checks.failures("accounts.py:150"))[0]
     assert "there is no file notify.py" in (await checks.failures("notify.py:12"))[0]
     assert await checks.failures("fetch_account is defined at accounts.py:4") == []
+
+
+async def test_a_question_for_a_path_is_not_taken_for_one_asking_path_line_or_a_number(tmp_path):
+    (tmp_path / "big.json").write_text("x" * 2000)
+    checks = WorkChecks(tmp_path)
+    await checks.on_prompt({"prompt": "Which file is the largest one here? Write its path to answer.txt and tell me."})
+    [missing] = await checks.failures("The largest file is big.json (2000 bytes).")
+    assert "answer.txt" in missing and "echo" not in missing  # the size is not what the file should hold
+    (tmp_path / "answer.txt").write_text("2000\n")  # wrong, but not a path:line list gone wrong
+    assert not any("path:line" in f for f in await checks.failures("The largest file is big.json."))
 
 
 async def test_a_command_the_task_wants_working_is_run_again_or_asked_for(tmp_path):

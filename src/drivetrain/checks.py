@@ -40,6 +40,7 @@ _PLACEHOLDER = re.compile(
 _HTML_TAGS = {"html", "head", "body", "div", "span", "p", "a", "b", "i", "ul", "li", "ol", "br", "hr", "table",
               "tr", "td", "th", "title", "script", "style", "pre", "code", "h1", "h2", "h3", "em", "strong"}
 _ASKS_NUMBER = re.compile(r"\bhow (many|much|long|big)\b|\b(count|total|sum|number of)\b.*\b(report|tell|say|answer)", re.I)
+_NUMBER_WORDS = re.compile(r"\bhow (many|much|long|big)\b|\b(count|total|sum|number)\b", re.I)  # a value, not a path
 _NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w.]*\d)")
 # "rename [the function] old_name to new_name"
 _RENAME = re.compile(r"\brename\b(?:\s+(?:the|a|an|function|method|class|variable|constant|field|attribute|module))*"
@@ -50,7 +51,8 @@ _WANTS_WORKING = re.compile(r"\b(fix|fails?|failing|broken|crash(es)?|errors?)\b
                             r"(work|run|pass)|\bso (that )?(it|the \w+) (runs|works|passes)", re.I)
 _INTERPRETERS = ("python", "python3", "bash", "sh", "node")
 _CITATION = re.compile(rf"(?<![\w/.-])((?:[\w.-]+/)*[\w-]+\.{_EXTENSIONS}):(\d+)\b")
-_ASKS_CITATION = re.compile(r"\b(path|file(name)?):line\b|\bwhich (file|line)\b", re.I)
+# "which file" alone asks for a path, not for path:line
+_ASKS_CITATION = re.compile(r"\b(path|file(name)?):line\b|\bwhich (file and )?line\b", re.I)
 _IDENT = re.compile(r"`([A-Za-z_][\w.]*)`|\b([A-Za-z_]\w*_\w*|[a-z]+[A-Z]\w*)\b")
 
 
@@ -164,7 +166,7 @@ class WorkChecks:
         numbers = set(_NUMBER.findall(answer))
         if cited and _ASKS_CITATION.search(self.prompt):
             command = f"printf '%s\\n' {' '.join(cited)} > {name}"
-        elif len(numbers) == 1 and not cited:
+        elif len(numbers) == 1 and not cited and _NUMBER_WORDS.search(self.prompt):
             command = f"echo {numbers.pop()} > {name}"
         else:
             return ""

@@ -102,7 +102,8 @@ def equip(profile: Profile, model: Model, tools: list[Tool], hooks: Hooks, cwd: 
     if profile.prefixcache and isinstance(model, LocalModel):  # before the code-block wrapper hides it
         model.prefix_cache = True
     if profile.codeact:
-        model, tools = CodeActionModel(model), [t for t in tools if t.name == "Bash"]
+        # Blocks run as Bash; a block naming a file is an Edit or Write of it (models/fragments.py).
+        model, tools = CodeActionModel(model, cwd), [t for t in tools if t.name in ("Bash", "Edit", "Write")]
     else:
         tools = [t for t in tools if t.name in SMALL_TOOLS]
     # The listing goes with the task, not in the system prompt, which stays fixed (and cacheable).

@@ -57,8 +57,10 @@ Rules:
 - Compute values with code (wc -l, grep -c, python); never guess them or count in your head.
 - When the task asks you to write something to a file, write just what it asks for (a value, not a whole \
 command output; never a placeholder), then show the file to check it.
-- Before you change an existing file, show it with cat -n; never invent its content. Change it with \
-sed -i, python, or cat > FILE <<'EOF'.
+- Before you change an existing file, show it with cat -n; never invent its content. To change it, write \
+a block with the file name after the language (```python greet.py): each function in it replaces the \
+function of that name, each other line the line most like it, and the rest of the file stays as it is. \
+A block naming a new file creates it.
 - No editors (nano, vi), no sudo, nothing that waits for input.
 - After changing code, run it or its tests. Say tests pass only after running them.
 - Never repeat a command that already gave its result. If a command is denied, do it another way.
@@ -91,22 +93,28 @@ cat -n greet.py
 ```
 User: Output:
      1	import sys
-     2	print("Hi " + sys.argv[1])
-Assistant: Write the fixed greet.py and run it to check.
+     2	
+     3	
+     4	def greet(name):
+     5	    return "Hi " + name
+     6	
+     7	
+     8	print(greet(sys.argv[1]))
+Assistant: Fix the greet function.
+```python greet.py
+def greet(name):
+    return "Hello, " + name + "!"
+```
+User: Changed greet.py (- old line, + new line):
+-   5|     return "Hi " + name
++   5|     return "Hello, " + name + "!"
+Assistant: Run it to check.
 ```bash
-cat > greet.py <<'EOF'
-import sys
-print("Hello, " + sys.argv[1] + "!")
-EOF
 python3 greet.py Ann
 ```
 User: Output:
 Hello, Ann!
-
-Changed greet.py (- old line, + new line):
--   2| print("Hi " + sys.argv[1])
-+   2| print("Hello, " + sys.argv[1] + "!")
-Assistant: DONE: Fixed greet.py line 2: it now prints "Hello, NAME!" (checked: `python3 greet.py Ann` prints \
+Assistant: DONE: Fixed greet.py line 5: it now prints "Hello, NAME!" (checked: `python3 greet.py Ann` prints \
 "Hello, Ann!").
 
 User: Where is parse_date defined? Answer as path:line.

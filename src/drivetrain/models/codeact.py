@@ -5,7 +5,8 @@ loop, and it already knows the shell. ``CodeActionModel`` wraps any ``Model``: i
 the inner model as plain text (each Bash call as the block it came from, each result as its output)
 and turns the reply back into the canonical shape: a block becomes an ordinary Bash ``tool_use``, so
 permissions, hooks, the audit log and the wire format are exactly as for any other call. A python
-block runs as ``python3 - <<'PY' … PY``.
+block runs as ``python3 - <<'PY' … PY``. A block that names a file after its language (```python
+greet.py) is a change to that file instead: an ``Edit`` (or ``Write``) call, see ``fragments.py``.
 
 Where the inner model can decode under a grammar (the local model), the reply is constrained to that
 shape: an optional one-line plan, then one block, or the answer. ``tool_choice`` "any" leaves only a
@@ -18,13 +19,17 @@ from __future__ import annotations
 import re
 import uuid
 from dataclasses import replace
+from pathlib import Path, PurePath
 
 from drivetrain.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
 from drivetrain.models.base import Model, ModelRequest, ModelResponse
+from drivetrain.models.fragments import to_call
 
 DONE = "DONE:"
 _PY_OPEN, _PY_CLOSE = "python3 - <<'PY'\n", "\nPY"
-_FENCE = re.compile(r"```(bash|sh|shell|console|python|py|python3)[ \t]*\n(.*?)```", re.DOTALL)
+_RUN_LANGS = ("bash", "sh", "shell", "console", "python", "py", "python3")
+# ```bash … ``` runs; ```python greet.py … ``` (any language, then a file name) changes that file.
+_FENCE = re.compile(r"```([\w+-]*)(?:[ \t]+([\w./-]+))?[ \t]*\n(.*?)```", re.DOTALL)
 _TRAILING_BLANKS = re.compile(r"[ \t\r]+$", re.MULTILINE)
 _DONE_LINE = re.compile(r"^\s*DONE:[ \t]*", re.MULTILINE)
 # Commands a small model reaches for that never help here: root rights, and editors that wait for a person.
@@ -46,10 +51,22 @@ def to_block(command: str) -> tuple[str, str]:
     return "bash", command
 
 
+_LANGS = {".py": "python", ".sh": "bash", ".js": "javascript", ".ts": "typescript", ".md": "markdown"}
+
+
+def file_block(path: str, content: str) -> str:
+    lang = _LANGS.get(PurePath(path).suffix, PurePath(path).suffix.lstrip(".") or "text")
+    return f"```{lang} {path}\n{content.rstrip(chr(10))}\n```"
+
+
 def render_assistant(msg: Message) -> str:
     """An assistant turn as the model wrote it: plan line and block, or ``DONE: answer``."""
     parts = [msg.text] if msg.text else []
     for use in msg.tool_uses:
+        if use.name in ("Edit", "Write") and isinstance(use.input.get("file_path"), str):
+            new = use.input.get("new_string", use.input.get("content", ""))
+            parts.append(file_block(use.input["file_path"], str(new)))
+            continue
         command = use.input.get("command", "") if use.name == "Bash" else f"# {use.name} {use.input}"
         lang, code = to_block(str(command))
         parts.append(f"```{lang}\n{code}\n```")
@@ -58,10 +75,17 @@ def render_assistant(msg: Message) -> str:
     return "\n".join(parts)
 
 
-def render_result(r: ToolResultBlock) -> str:
+_NOTES = ("Changed ", "Created ", "Deleted ", "No file changed")  # what changes.py says a call changed
+
+
+def render_result(r: ToolResultBlock, tool: str = "Bash") -> str:
     text = r.text
     if r.is_error:
         return f"Error:\n{text}"
+    if tool in ("Edit", "Write"):  # a file block: what it changed is the whole story (not the tool's snippet)
+        note = text.split("\n\n", 1)[-1]
+        if note.startswith(_NOTES):
+            return note
     if text.strip() in ("", "(no output)"):
         return "(no output, exit code 0)"
     if text.startswith("(no output)\n"):  # and a note after it (what the command changed)
@@ -69,26 +93,28 @@ def render_result(r: ToolResultBlock) -> str:
     return f"Output:\n{text}"
 
 
-def render_user(msg: Message) -> str:
-    parts = [render_result(b) for b in msg.content if isinstance(b, ToolResultBlock)]
+def render_user(msg: Message, tools: dict[str, str] | None = None) -> str:
+    parts = [render_result(b, (tools or {}).get(b.tool_use_id, "Bash")) for b in msg.content
+             if isinstance(b, ToolResultBlock)]
     parts += [b.text for b in msg.content if isinstance(b, TextBlock) and b.text]
     return "\n\n".join(parts) or "(empty)"
 
 
 def to_text_history(messages: list[Message]) -> list[Message]:
-    return [Message(m.role, (TextBlock(render_assistant(m) if m.role == "assistant" else render_user(m)),))
+    tools = {u.id: u.name for m in messages if m.role == "assistant" for u in m.tool_uses}
+    return [Message(m.role, (TextBlock(render_assistant(m) if m.role == "assistant" else render_user(m, tools)),))
             for m in messages]
 
 
-def parse_reply(text: str) -> tuple[str, tuple[str, str] | None]:
-    """(plan or answer text, (language, code) of the first block or None)."""
-    fence = _FENCE.search(text)
+def parse_reply(text: str) -> tuple[str, tuple[str, str, str | None] | None]:
+    """(plan or answer text, (language, code, file name or None) of the first block or None)."""
+    fence = next((f for f in _FENCE.finditer(text) if f.group(2) or f.group(1) in _RUN_LANGS), None)
     done = _DONE_LINE.search(text)
     if fence and not (done and done.start() < fence.start()):
         # Trailing blanks on a line are a small model's noise, and would make a refused call new to the grammar.
-        code = _TRAILING_BLANKS.sub("", fence.group(2))
+        code = _TRAILING_BLANKS.sub("", fence.group(3))
         code = code[:-1] if code.endswith("\n") else code
-        return text[: fence.start()].strip(), (fence.group(1), code)
+        return text[: fence.start()].strip(), (fence.group(1), code, fence.group(2))
     if done:
         return text[done.end():].strip(), None
     return text.strip(), None
@@ -97,8 +123,9 @@ def parse_reply(text: str) -> tuple[str, tuple[str, str] | None]:
 class CodeActionModel:
     """Any ``Model``, spoken to in code blocks (see the module docstring)."""
 
-    def __init__(self, inner: Model) -> None:
+    def __init__(self, inner: Model, cwd: Path | None = None) -> None:
         self.inner = inner
+        self.cwd = cwd or Path.cwd()  # where a file block's file is read, to make its Edit call
         self.name = inner.name
         self.context_window = getattr(inner, "context_window", None)
 
@@ -107,7 +134,8 @@ class CodeActionModel:
         if not any(t["name"] == "Bash" for t in request.tools):
             choice = "none"
         forbidden = [to_block(str(inp.get("command", ""))) for name, inp in request.forbidden_calls if name == "Bash"]
-        rules = grammar(choice, forbidden, denied_programs(request.messages), echoes(request.messages))
+        files = {"Edit", "Write"} <= {t["name"] for t in request.tools}
+        rules = grammar(choice, forbidden, denied_programs(request.messages), echoes(request.messages), files)
         inner = replace(request, messages=to_text_history(request.messages), tools=[], tool_choice=None,
                         forbidden_calls=(), grammar=rules)
         response = await self.inner.respond(inner)
@@ -117,7 +145,9 @@ class CodeActionModel:
             content = (TextBlock(text),) if text else ()
             stop = response.stop_reason if response.stop_reason != "tool_use" else "end_turn"
             return replace(response, content=content, stop_reason=stop)
-        call = ToolUseBlock(f"toolu_{uuid.uuid4().hex[:24]}", "Bash", {"command": to_command(*block)})
+        lang, code, path = block
+        name, call_input = to_call(path, code, self.cwd) if path else ("Bash", {"command": to_command(lang, code)})
+        call = ToolUseBlock(f"toolu_{uuid.uuid4().hex[:24]}", name, call_input)
         return replace(response, content=((TextBlock(text),) if text else ()) + (call,), stop_reason="tool_use")
 
 
@@ -157,8 +187,9 @@ def echoes(messages: list[Message], lines: int = 6, shortest: int = 12) -> list[
 
 
 def grammar(choice: str, forbidden: list[tuple[str, str]] = (), denied: list[str] = (),
-            echoed: list[str] = ()) -> str:
-    """GBNF for one reply: ``auto`` a block or the answer, ``any`` a block, ``none`` the answer.
+            echoed: list[str] = (), files: bool = False) -> str:
+    """GBNF for one reply: ``auto`` a block or the answer, ``any`` a block, ``none`` the answer. With
+    ``files``, a block may also name a file after its language (a change to it, any text).
 
     A block's body is any text without backticks or carriage returns that ends in a newline, except the
     bodies in ``forbidden`` (per language), bodies starting with a line of the output just shown
@@ -171,8 +202,11 @@ def grammar(choice: str, forbidden: list[tuple[str, str]] = (), denied: list[str
     rules = [
         'done ::= "DONE: " [^ \\t\\n\\x00-\\x08\\x0B-\\x1F] [^\\x00-\\x08\\x0B-\\x1F]*',
         f'thought ::= [^`\\n \\t#] [^`\\n]{{0,{THOUGHT_CHARS - 1}}} "\\n"',
-        'act ::= thought? ( "```bash\\n" bash-body' + (' | "```python\\n" python-body )' if python else " )"),
+        'act ::= thought? ( "```bash\\n" bash-body' + (' | "```python\\n" python-body' if python else "")
+        + (' | "```" [a-z0-9]* " " [A-Za-z0-9_./-]+ "\\n" file-body )' if files else " )"),
     ]
+    if files:
+        rules += _body_rules("file-body", [])
     words = [d + end for d in denied for end in _ENDS]
     for lang in ("bash", "python") if python else ("bash",):
         bodies = [code + "\n" for kind, code in forbidden if kind == lang]

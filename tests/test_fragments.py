@@ -1,0 +1,94 @@
+"""File blocks (```python FILE): a fragment merged into its file, and the Edit/Write call that applies it."""
+
+from pathlib import Path
+
+from drivetrain.models.fragments import to_call
+from drivetrain.tools import builtin_tools
+from drivetrain.tools.base import ToolContext
+
+SCRIPT = '''"""Totals."""
+
+ROWS = [('a', 1), ('b', 2)]
+
+
+def total(rows):
+    result = 0
+    for name, qty in rows:
+        result += qty
+    return result
+
+
+class Shelf:
+    def largest(self, xs):
+        return min(xs)
+
+
+print("total:, total(ROWS))
+'''
+
+
+async def apply(tmp_path: Path, fragment: str, name: str = "s.py"):
+    """The call the block becomes, run by the real tool: (tool name, result, file text after)."""
+    tool_name, call_input = to_call(name, fragment, tmp_path)
+    tool = next(t for t in builtin_tools() if t.name == tool_name)
+    result = await tool.call(call_input, ToolContext(cwd=tmp_path))
+    return tool_name, result, (tmp_path / name).read_text() if (tmp_path / name).exists() else None
+
+
+async def test_a_function_replaces_the_one_of_the_same_name_and_nothing_else(tmp_path):
+    (tmp_path / "s.py").write_text(SCRIPT)
+    name, result, text = await apply(tmp_path, "def total(rows):\n    return sum(q for _, q in rows)")
+    assert name == "Edit" and not result.is_error
+    assert text == SCRIPT.replace("    result = 0\n    for name, qty in rows:\n        result += qty\n"
+                                  "    return result\n", "    return sum(q for _, q in rows)\n")
+
+
+async def test_a_method_is_matched_by_name_and_indented_like_the_file(tmp_path):
+    (tmp_path / "s.py").write_text(SCRIPT)
+    _, result, text = await apply(tmp_path, "def largest(self, xs):\n    return max(xs)")
+    assert not result.is_error
+    assert "    def largest(self, xs):\n        return max(xs)\n" in text and "min(xs)" not in text
+
+
+async def test_a_single_line_replaces_the_most_similar_line(tmp_path):
+    (tmp_path / "s.py").write_text(SCRIPT)
+    _, result, text = await apply(tmp_path, 'print("total:", total(ROWS))')
+    assert not result.is_error and text == SCRIPT.replace('print("total:, total(ROWS))', 'print("total:", total(ROWS))')
+
+
+async def test_a_whole_file_with_blank_lines_dropped_changes_only_what_differs(tmp_path):
+    (tmp_path / "s.py").write_text(SCRIPT)
+    squeezed = "\n".join(line for line in SCRIPT.replace("min(xs)", "max(xs)").splitlines() if line.strip())
+    _, result, text = await apply(tmp_path, squeezed)
+    assert not result.is_error and text == SCRIPT.replace("min(xs)", "max(xs)")  # the blank lines stay
+
+
+async def test_a_new_function_goes_at_the_end(tmp_path):
+    (tmp_path / "m.py").write_text("def a():\n    return 1\n")
+    _, result, text = await apply(tmp_path, "def b():\n    return 2", "m.py")
+    assert not result.is_error and text == "def a():\n    return 1\n\n\ndef b():\n    return 2\n"
+
+
+async def test_a_new_file_is_written_whole(tmp_path):
+    name, result, text = await apply(tmp_path, '{"port": 80}', "conf.json")
+    assert name == "Write" and not result.is_error and text == '{"port": 80}\n'
+
+
+async def test_a_line_like_none_of_the_file_is_new_and_goes_after_the_line_before_it(tmp_path):
+    (tmp_path / "s.py").write_text(SCRIPT)
+    _, result, text = await apply(tmp_path, "ROWS = [('a', 1), ('b', 2)]\nLIMIT = 10")
+    assert not result.is_error and text == SCRIPT.replace("('b', 2)]\n", "('b', 2)]\nLIMIT = 10\n")
+    _, result, text = await apply(tmp_path, "import numpy as np")  # nothing to follow: at the end
+    assert not result.is_error and text.endswith("total(ROWS))\nimport numpy as np\n")
+
+
+async def test_a_block_the_file_already_holds_changes_nothing_and_says_so(tmp_path):
+    (tmp_path / "s.py").write_text(SCRIPT)
+    _, result, text = await apply(tmp_path, "ROWS = [('a', 1), ('b', 2)]")
+    assert result.is_error and "identical" in result.content and text == SCRIPT
+
+
+async def test_a_config_line_is_changed_in_place(tmp_path):
+    (tmp_path / "c.ini").write_text("[db]\nhost = x\nport = 5432\ntimeout = 30\n")
+    _, result, text = await apply(tmp_path, "port = 6543", "c.ini")
+    assert not result.is_error and text == "[db]\nhost = x\nport = 6543\ntimeout = 30\n"
