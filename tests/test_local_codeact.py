@@ -74,6 +74,10 @@ def test_the_grammar_allows_one_block_or_the_answer_and_never_a_forbidden_block(
     assert accepts(llm, auto, "```bash\necho sudo\n```")
     assert accepts(llm, auto, "x" * 200 + "\n```bash\nls\n```")  # a plan line of up to 200 characters
     assert not accepts(llm, auto, "x" * 201 + "\n```bash\nls\n```")
+    # the plan line is never the answer's mark (the 1.5B, made to act after a check, wrote "DONE: …" there)
+    assert not accepts(llm, grammar("any"), "DONE: Created it.\n```bash\ncat -n t.txt\n```")
+    assert accepts(llm, grammar("any"), "DONUT count.\n```bash\nls\n```")
+    assert accepts(llm, grammar("any"), "Done with reading; now write.\n```bash\nls\n```")
 
 
 def test_with_edit_tools_a_block_may_name_a_file_to_change(model):

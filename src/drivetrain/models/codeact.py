@@ -201,7 +201,10 @@ def grammar(choice: str, forbidden: list[tuple[str, str]] = (), denied: list[str
     python = not any(d in ("python3", "python") for d in denied)
     rules = [
         'done ::= "DONE: " [^ \\t\\n\\x00-\\x08\\x0B-\\x1F] [^\\x00-\\x08\\x0B-\\x1F]*',
-        f'thought ::= [^`\\n \\t#] [^`\\n]{{0,{THOUGHT_CHARS - 1}}} "\\n"',
+        # never "DONE:" (the answer's mark): after a check sent it back, the 1.5B wrote "DONE: …" as the plan line
+        # of the block it was made to write, and the reply read as an answer again
+        'thought ::= ( [^`\\n \\t#D] | "D" [^`\\nO] | "DO" [^`\\nN] | "DON" [^`\\nE] | "DONE" [^`\\n:] )'
+        f' [^`\\n]{{0,{THOUGHT_CHARS - 1}}} "\\n"',
         'act ::= thought? ( "```bash\\n" bash-body' + (' | "```python\\n" python-body' if python else "")
         + (' | "```" [a-z0-9]* " " [A-Za-z0-9_./-]+ "\\n" file-body )' if files else " )"),
     ]
