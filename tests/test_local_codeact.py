@@ -177,3 +177,7 @@ def test_a_block_never_starts_with_a_line_of_the_output_just_shown(model):
     assert not accepts(llm, gbnf, "Copy.\n```python\n./alerts.py:4:# TODO: speed up\nx\n```")
     assert accepts(llm, gbnf, "```bash\ngrep -rn TODO . | cut -d: -f1,2 > todo.txt\n```")
     assert accepts(llm, gbnf, "```bash\n./storage.py --help\n```")  # a line's start alone is fine
+    # characters llama.cpp cannot take escaped with a backslash in a class (a traceback's caret line)
+    carets = grammar("any", echoed=["    return min(xs) - [1] ^ 2", "           ^^^^^^^^^^^^^^^^"])
+    assert not accepts(llm, carets, "```bash\n    return min(xs) - [1] ^ 2\n```")
+    assert accepts(llm, carets, "```bash\npython3 test_x.py\n```")

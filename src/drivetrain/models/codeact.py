@@ -291,7 +291,9 @@ def _cls(chars: str) -> str:
 
 
 def _esc(c: str, cls: bool = False) -> str:
-    if c in '"\\' or (cls and c in "]^-["):
+    if cls and c in "^-":  # llama.cpp has no \^ or \- escape (an echoed traceback line of ^^^ broke the grammar)
+        return f"\\x{ord(c):02X}"
+    if c in '"\\' or (cls and c in "]["):
         return "\\" + c
     if ord(c) < 0x20 or c == "\x7f":
         return f"\\x{ord(c):02X}"
