@@ -472,3 +472,15 @@ def test_the_denied_programs_come_from_the_policys_own_messages():
     said = [policy.decide("Bash", {"command": c}, ".").reason for c in ("rm -rf build", "curl -s x", "cat /etc/hosts")]
     results = [ToolResultBlock(f"t{i}", f"Permission denied: {r}", True) for i, r in enumerate(said)]
     assert denied_programs([Message("user", tuple(results))]) == ["rm -rf", "curl"]  # not cat: a path was the reason
+
+
+async def test_a_fix_written_to_a_new_file_is_sent_back_to_the_file_that_defines_it(tmp_path):
+    (tmp_path / "catalog.py").write_text("def countdown(n):\n    return list(range(n, 1, -1))\n")
+    checks = WorkChecks(tmp_path)
+    await checks.on_prompt({"prompt": "countdown in catalog.py is off by one. Please fix it."})
+    (tmp_path / "countdown.py").write_text("def countdown(n):\n    return list(range(n, 0, -1))\n")
+    assert any(f.startswith("You created countdown.py, but countdown is defined in catalog.py")
+               for f in await checks.failures("Fixed."))
+    (tmp_path / "countdown.py").unlink()
+    (tmp_path / "helpers.py").write_text("def other():\n    return 1\n")  # a new file of its own: fine
+    assert not any("You created" in f for f in await checks.failures("Fixed."))

@@ -53,6 +53,7 @@ _INTERPRETERS = ("python", "python3", "bash", "sh", "node")
 _CITATION = re.compile(rf"(?<![\w/.-])((?:[\w.-]+/)*[\w-]+\.{_EXTENSIONS}):(\d+)\b")
 # "which file" alone asks for a path, not for path:line
 _ASKS_CITATION = re.compile(r"\b(path|file(name)?):line\b|\bwhich (file and )?line\b", re.I)
+_TOP_DEF = re.compile(r"^(?:async[ \t]+)?(?:def|class)[ \t]+(\w+)", re.M)
 _IDENT = re.compile(r"`([A-Za-z_][\w.]*)`|\b([A-Za-z_]\w*_\w*|[a-z]+[A-Z]\w*)\b")
 
 
@@ -135,7 +136,7 @@ class WorkChecks:
         out += [f"You rewrote {p} without looking at its content first, so what you wrote may be invented. "
                 f"Show it (cat -n {p}), check your change against what was there, and fix it if needed."
                 for p in unread]
-        out += self._renamed(now) + self._citations(now, answer)
+        out += self._renamed(now) + self._citations(now, answer) + self._strays(now)
         out += await self._tests() + await self._named_commands()
         answer_only = self._unreported(changed, answer)
         if _ASKS_NUMBER.search(self.prompt) and not _NUMBER.search(answer) and not answer_only:
@@ -259,6 +260,25 @@ class WorkChecks:
         sed = f"sed -i 's/\\b{old}\\b/{new}/g' {files}"
         return [f"{old} still occurs at {', '.join(places[:8])}{' …' * (len(places) > 8)}. The task asks to rename it "
                 f"everywhere. This changes every one of them:\n{_fence(sed)}\nThen check again."]
+
+    def _strays(self, now: dict[str, bytes]) -> list[str]:
+        """A task asking for a change, and a new .py file the task does not name defines what an existing file
+        does: the change went to a new file (the 1.5B named the file after the function it fixed)."""
+        if not _CHANGE_VERBS.search(self.prompt):
+            return []
+        out = []
+        for path in now.keys() - self.before.keys():
+            if not path.endswith(".py") or path in self.prompt:
+                continue
+            names = set(_TOP_DEF.findall(now[path].decode("utf-8", "replace")))
+            for old, content in self.before.items():
+                common = sorted(names & set(_TOP_DEF.findall(content.decode("utf-8", "replace")))) \
+                    if old.endswith(".py") and old in now else []
+                if common:
+                    out.append(f"You created {path}, but {', '.join(common)} is defined in {old}: the task is "
+                               f"about that file. Make the change in {old} (a block naming {old}), and remove {path}.")
+                    break
+        return out
 
     def _citations(self, now: dict[str, bytes], answer: str) -> list[str]:
         """Each path:line the answer cites exists and mentions what the task asks about."""

@@ -95,14 +95,14 @@ User: Output:
      1	import sys
      2	
      3	
-     4	def greet(name):
+     4	def welcome(name):
      5	    return "Hi " + name
      6	
      7	
-     8	print(greet(sys.argv[1]))
-Assistant: Fix the greet function.
+     8	print(welcome(sys.argv[1]))
+Assistant: Fix the welcome function in greet.py.
 ```python greet.py
-def greet(name):
+def welcome(name):
     return "Hello, " + name + "!"
 ```
 User: Changed greet.py (- old line, + new line):
