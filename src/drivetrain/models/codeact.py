@@ -29,7 +29,7 @@ DONE = "DONE:"
 _PY_OPEN, _PY_CLOSE = "python3 - <<'PY'\n", "\nPY"
 _RUN_LANGS = ("bash", "sh", "shell", "console", "python", "py", "python3")
 # ```bash … ``` runs; ```python greet.py … ``` (any language, then a file name) changes that file.
-_FENCE = re.compile(r"```([\w+-]*)(?:[ \t]+([\w./-]+))?[ \t]*\n(.*?)```", re.DOTALL)
+_FENCE = re.compile(r"```([\w+-]*)(?:[ \t]+([\w./-]*\.\w+))?[ \t]*\n(.*?)```", re.DOTALL)
 _TRAILING_BLANKS = re.compile(r"[ \t\r]+$", re.MULTILINE)
 _DONE_LINE = re.compile(r"^\s*DONE:[ \t]*", re.MULTILINE)
 # Commands a small model reaches for that never help here: root rights, and editors that wait for a person.
@@ -206,7 +206,9 @@ def grammar(choice: str, forbidden: list[tuple[str, str]] = (), denied: list[str
         'thought ::= ( [^`\\n \\t#D] | "D" [^`\\nO] | "DO" [^`\\nN] | "DON" [^`\\nE] | "DONE" [^`\\n:] )'
         f' [^`\\n]{{0,{THOUGHT_CHARS - 1}}} "\\n"',
         'act ::= thought? ( "```bash\\n" bash-body' + (' | "```python\\n" python-body' if python else "")
-        + (' | "```" [a-z0-9]* " " [A-Za-z0-9_./-]+ "\\n" file-body )' if files else " )"),
+        + (' | "```" [a-z] [a-z0-9]* " " file-name "\\n" file-body )' if files else " )"),
+        # a file name has an extension (the 1.5B, lost, wrote "```text 18" and created a file named 18)
+        'file-name ::= [A-Za-z0-9_/-] [A-Za-z0-9_./-]* "." [A-Za-z0-9]+',
     ]
     if files:
         rules += _body_rules("file-body", [])
