@@ -183,3 +183,12 @@ def test_a_block_never_starts_with_a_line_of_the_output_just_shown(model):
     carets = grammar("any", echoed=["    return min(xs) - [1] ^ 2", "           ^^^^^^^^^^^^^^^^"])
     assert not accepts(llm, carets, "```bash\n    return min(xs) - [1] ^ 2\n```")
     assert accepts(llm, carets, "```bash\npython3 test_x.py\n```")
+
+
+def test_a_denied_program_is_banned_before_a_colon_or_a_dot_and_package_installs_never_start_a_block(model):
+    llm = model._llm
+    g = grammar("any", denied=["wc"])
+    for text in ("wc: *.py: Permission denied", "find . -exec wc.exe -l {} +", "apt-get install coreutils",
+                 "apt install wc"):
+        assert not accepts(llm, g, f"```bash\n{text}\n```"), text
+    assert accepts(llm, g, "```bash\ngrep -c '' *.py\n```")

@@ -57,10 +57,9 @@ Rules:
 - Compute values with code (wc -l, grep -c, python); never guess them or count in your head.
 - When the task asks you to write something to a file, write just what it asks for (a value, not a whole \
 command output; never a placeholder), then show the file to check it.
-- Before you change an existing file, show it with cat -n; never invent its content. To change it, write \
-a block with the file name after the language (```python greet.py): each function in it replaces the \
-function of that name, each other line the line most like it, and the rest of the file stays as it is. \
-A block naming a new file creates it.
+- To write a file, put its name after the block's language: ```python greet.py. A new file gets the block \
+as its content. In an existing file (show it with cat -n first; never invent its content) each function in \
+the block replaces the function of that name and each other line the line most like it; the rest stays.
 - No editors (nano, vi), no sudo, nothing that waits for input.
 - After changing code, run it or its tests. Say tests pass only after running them.
 - Never repeat a command that already gave its result. If a command is denied, do it another way.
@@ -73,9 +72,16 @@ Assistant: List the .md files that mention it.
 ```bash
 grep -l deprecated *.md
 ```
+User: Error:
+Permission denied: `grep -l deprecated *.md`: deny (rule Bash(grep:*) from settings)
+It will be denied again (with sudo too): do it another way.
+Assistant: grep is denied; find them with python instead.
+```python
+import glob
+print([f for f in sorted(glob.glob("*.md")) if "deprecated" in open(f).read()])
+```
 User: Output:
-api.md
-setup.md
+['api.md', 'setup.md']
 Assistant: Two files. Write the number.
 ```bash
 echo 2 > result.txt

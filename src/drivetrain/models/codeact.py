@@ -33,7 +33,8 @@ _FENCE = re.compile(r"```([\w+-]*)(?:[ \t]+([\w./-]*\.\w+))?[ \t]*\n(.*?)```", r
 _TRAILING_BLANKS = re.compile(r"[ \t\r]+$", re.MULTILINE)
 _DONE_LINE = re.compile(r"^\s*DONE:[ \t]*", re.MULTILINE)
 # Commands a small model reaches for that never help here: root rights, and editors that wait for a person.
-NEVER_STARTS = ("sudo", "nano ", "vi ", "vim ", "emacs ")  # "sudo" whole: "sudoapt-get" was tried
+# Installing packages is never the way around a denied command (the 1.5B ran apt-get to get wc back).
+NEVER_STARTS = ("sudo", "nano ", "vi ", "vim ", "emacs ", "apt-get ", "apt ")  # "sudo" whole: "sudoapt-get" was tried
 # The plan line before a block is one short line: unbounded, a model can ramble in it until max_tokens and never
 # reach the block the turn must hold.
 THOUGHT_CHARS = 200
@@ -156,7 +157,7 @@ class CodeActionModel:
 # What a policy denial says (gate.py, permissions/): a prefix rule ``Bash(wc:*)``, or a program no rule allows.
 _DENIED_PREFIX = re.compile(r"\(rule Bash\(([^():*`]+):\*\)")
 _NOT_ALLOWED = re.compile(r"no rule allows `([\w./+-]+)")
-_ENDS = (" ", "\n", ";", "|", ")", "&")
+_ENDS = (" ", "\n", ";", "|", ")", "&", ":", ".")  # "wc:" and "wc.exe" were tried after wc was denied
 
 
 def denied_programs(messages: list[Message]) -> list[str]:
