@@ -92,3 +92,9 @@ async def test_a_config_line_is_changed_in_place(tmp_path):
     (tmp_path / "c.ini").write_text("[db]\nhost = x\nport = 5432\ntimeout = 30\n")
     _, result, text = await apply(tmp_path, "port = 6543", "c.ini")
     assert not result.is_error and text == "[db]\nhost = x\nport = 6543\ntimeout = 30\n"
+
+
+async def test_a_replaced_line_keeps_the_trailing_comma_the_model_dropped(tmp_path):
+    (tmp_path / "c.json").write_text('{\n  "theme": "dark",\n  "debug": false\n}\n')
+    _, result, text = await apply(tmp_path, '  "theme": "solarized"', "c.json")
+    assert not result.is_error and text == '{\n  "theme": "solarized",\n  "debug": false\n}\n'

@@ -84,15 +84,18 @@ async def test_a_block_naming_a_file_is_an_edit_of_it_and_reads_back_as_the_bloc
     (tmp_path / "acc.py").write_text("import sys\n\n\ndef largest(xs):\n    return min(xs)\n\n\nprint(largest([1, 3]))\n")
     steps = [reply("Fix largest.\n```python acc.py\ndef largest(xs):\n    return max(xs)\n```"),
              reply("Create the notes.\n```text notes.txt\nfixed\n```"),
+             reply("Create helpers.py.\n```python\n# helpers.py\ndef twice(x):\n    return 2 * x\n```"),
+             reply("Run a check.\n```python\n# check\nprint(1)\n```"),
              reply("DONE: largest now returns the maximum.")]
     with ScriptedServer(steps) as server:
         result = await small_agent(server, tmp_path, profile=SMALL.without("checks")).run("Fix largest in acc.py.")
     assert result.subtype == "success"
     uses = [b for m in result.history for b in m.content if getattr(b, "type", "") == "tool_use"]
-    assert [u.name for u in uses] == ["Edit", "Write"]  # ordinary calls: permissions and audit as for any edit
+    assert [u.name for u in uses] == ["Edit", "Write", "Write", "Bash"]  # ordinary calls: permissions, audit as usual
     assert uses[0].input == {"file_path": "acc.py", "old_string": "def largest(xs):\n    return min(xs)",
                              "new_string": "def largest(xs):\n    return max(xs)"}
     assert (tmp_path / "acc.py").read_text().count("max(xs)") == 1 and (tmp_path / "notes.txt").read_text() == "fixed\n"
+    assert (tmp_path / "helpers.py").read_text() == "def twice(x):\n    return 2 * x\n"  # headed "# helpers.py"
     second = texts(server.requests[1].body)
     assert second[1] == "Fix largest.\n```python acc.py\ndef largest(xs):\n    return max(xs)\n```"
     assert second[2] == "Changed acc.py (- old line, + new line):\n-   5|     return min(xs)\n+   5|     return max(xs)"
@@ -484,3 +487,18 @@ async def test_a_fix_written_to_a_new_file_is_sent_back_to_the_file_that_defines
     (tmp_path / "countdown.py").unlink()
     (tmp_path / "helpers.py").write_text("def other():\n    return 1\n")  # a new file of its own: fine
     assert not any("You created" in f for f in await checks.failures("Fixed."))
+
+
+async def test_a_changed_file_that_no_longer_parses_is_sent_back_with_where(tmp_path):
+    (tmp_path / "config.json").write_text('{\n  "theme": "dark",\n  "debug": false\n}\n')
+    (tmp_path / "old.py").write_text("def f(:\n")  # broken before the run: not the run's doing
+    checks = WorkChecks(tmp_path)
+    await checks.on_prompt({"prompt": "In config.json, change theme to solarized."})
+    (tmp_path / "config.json").write_text('{\n  "theme": "solarized"\n  "debug": false\n}\n')
+    (tmp_path / "old.py").write_text("def f(:\n    pass\n")
+    failures = await checks.failures("Changed it.")
+    assert any(f.startswith("config.json no longer parses after your change: Expecting ',' delimiter at line 3")
+               for f in failures)
+    assert not any("old.py" in f for f in failures)
+    (tmp_path / "config.json").write_text('{\n  "theme": "solarized",\n  "debug": false\n}\n')
+    assert not any("parses" in f for f in await checks.failures("Changed it."))

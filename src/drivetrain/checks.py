@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import difflib
+import json
 import re
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -136,7 +138,7 @@ class WorkChecks:
         out += [f"You rewrote {p} without looking at its content first, so what you wrote may be invented. "
                 f"Show it (cat -n {p}), check your change against what was there, and fix it if needed."
                 for p in unread]
-        out += self._renamed(now) + self._citations(now, answer) + self._strays(now)
+        out += self._broken(changed) + self._renamed(now) + self._citations(now, answer) + self._strays(now)
         out += await self._tests() + await self._named_commands()
         answer_only = self._unreported(changed, answer)
         if _ASKS_NUMBER.search(self.prompt) and not _NUMBER.search(answer) and not answer_only:
@@ -261,6 +263,17 @@ class WorkChecks:
         return [f"{old} still occurs at {', '.join(places[:8])}{' …' * (len(places) > 8)}. The task asks to rename it "
                 f"everywhere. This changes every one of them:\n{_fence(sed)}\nThen check again."]
 
+    def _broken(self, changed: dict[str, bytes]) -> list[str]:
+        """A .py, .json or .toml file the run changed no longer parses (and did before): a dropped comma, a
+        bad indent. The error says where."""
+        out = []
+        for path, content in changed.items():
+            error = _parse_error(path, content)
+            if error and not (path in self.before and _parse_error(path, self.before[path])):
+                out.append(f"{path} no longer parses after your change: {error}. Show it (cat -n {path}) and fix "
+                           "that line.")
+        return out
+
     def _strays(self, now: dict[str, bytes]) -> list[str]:
         """A task asking for a change, and a new .py file the task does not name defines what an existing file
         does: the change went to a new file (the 1.5B named the file after the function it fixed)."""
@@ -353,6 +366,25 @@ def _fence(command: str) -> str:
     """A command to run, as a block the model can copy (a small model copies a block far more readily than
     it follows "e.g." in a sentence)."""
     return f"```bash\n{command}\n```"
+
+
+def _parse_error(path: str, content: bytes) -> str:
+    """Why a .py/.json/.toml file does not parse ("" when it does, or is of another kind)."""
+    try:
+        text = content.decode("utf-8")
+        if path.endswith(".py"):
+            compile(text, path, "exec", dont_inherit=True)
+        elif path.endswith(".json"):
+            json.loads(text)
+        elif path.endswith(".toml"):
+            tomllib.loads(text)
+    except SyntaxError as e:
+        return f"{e.msg} at line {e.lineno}"
+    except json.JSONDecodeError as e:
+        return f"{e.msg} at line {e.lineno}"
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError, ValueError) as e:
+        return str(e)
+    return ""
 
 
 def _rewritten(old: bytes | None, new: bytes) -> bool:

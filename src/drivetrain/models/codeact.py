@@ -31,6 +31,9 @@ _RUN_LANGS = ("bash", "sh", "shell", "console", "python", "py", "python3")
 # ```bash … ``` runs; ```python greet.py … ``` (any language, then a file name) changes that file.
 _FENCE = re.compile(r"```([\w+-]*)(?:[ \t]+([\w./-]*\.\w+))?[ \t]*\n(.*?)```", re.DOTALL)
 _TRAILING_BLANKS = re.compile(r"[ \t\r]+$", re.MULTILINE)
+# A first line naming a file, the way models head a file's code: the 1.5B, asked to create helpers.py, ran
+# "# helpers.py" and the function as a script (which wrote nothing), turn after turn.
+_NAMED_BY_COMMENT = re.compile(r"#[ \t]*([\w./-]+\.\w+)[ \t]*\n(?=.)")
 _DONE_LINE = re.compile(r"^\s*DONE:[ \t]*", re.MULTILINE)
 # Commands a small model reaches for that never help here: root rights, and editors that wait for a person.
 # Installing packages is never the way around a denied command (the 1.5B ran apt-get to get wc back).
@@ -147,7 +150,13 @@ class CodeActionModel:
             stop = response.stop_reason if response.stop_reason != "tool_use" else "end_turn"
             return replace(response, content=content, stop_reason=stop)
         lang, code, path = block
-        name, call_input = to_call(path, code, self.cwd) if path else ("Bash", {"command": to_command(lang, code)})
+        if files and not path and (named := _NAMED_BY_COMMENT.match(code)) and \
+                named.group(1).endswith(".py" if lang.startswith("py") else ".sh"):
+            path, code = named.group(1), code[named.end():]  # "# helpers.py" over the code: that file's content
+        if path and files:
+            name, call_input = to_call(path, code, self.cwd)
+        else:
+            name, call_input = "Bash", {"command": to_command(lang, code)}
         call = ToolUseBlock(f"toolu_{uuid.uuid4().hex[:24]}", name, call_input)
         return replace(response, content=((TextBlock(text),) if text else ()) + (call,), stop_reason="tool_use")
 

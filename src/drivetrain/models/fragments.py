@@ -105,6 +105,8 @@ def merge(original: str, fragment: str) -> list[tuple[int, int, list[str]]]:
         best = max(scores, default=(0.0, -1))
         if best[0] >= LIKENESS and sum(s == best[0] for s, _ in scores) == 1:
             k = best[1]
+            if orig[k].rstrip().endswith(",") and not line.endswith((",", "{", "[", "(")):
+                line += ","  # the separator the model dropped (a JSON value, a list item): not its point
             place(k, k + 1, [orig[k][: _indent(orig[k])] + line])
         elif at is not None:
             edits.append((at, at, [frag[start]]))
