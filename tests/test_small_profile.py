@@ -502,3 +502,16 @@ async def test_a_changed_file_that_no_longer_parses_is_sent_back_with_where(tmp_
     assert not any("old.py" in f for f in failures)
     (tmp_path / "config.json").write_text('{\n  "theme": "solarized",\n  "debug": false\n}\n')
     assert not any("parses" in f for f in await checks.failures("Changed it."))
+
+
+async def test_a_script_that_only_defined_the_asked_for_module_is_offered_as_its_file_block(tmp_path):
+    checks = WorkChecks(tmp_path)
+    await checks.on_prompt({"prompt": "Create textutils.py with a function digit_sum(n)."})
+    code = "def digit_sum(n):\n    return sum(int(d) for d in str(n))"
+    await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": f"python3 - <<'PY'\n{code}\nPY"},
+                          "tool_response": {"content": "(no output)"}})
+    [missing] = await checks.failures("Created textutils.py.")
+    assert missing.endswith(f"This writes it:\n```python textutils.py\n{code}\n```")
+    await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": f"python3 - <<'PY'\n{code}\nprint(digit_sum(12))\nPY"},
+                          "tool_response": {"content": "3"}})
+    assert "This writes it" not in (await checks.failures("Created textutils.py."))[0]  # it ran something: no

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from drivetrain.changes import describe, looks_like_edit, snapshot
 from drivetrain.hooks import Hooks
+from drivetrain.models.codeact import to_block
 from drivetrain.nodes import NodeContext, NodeResult, Proceed, SendBack
 from drivetrain.procs import run_command
 
@@ -157,10 +158,22 @@ class WorkChecks:
         for name in self._outputs():
             if name not in now and not (self.cwd / name).exists():
                 out.append(f"The task asks for {name}, but it does not exist. Create it with the right content."
-                           + self._from_answer(name, answer))
+                           + (self._from_script(name) or self._from_answer(name, answer)))
             elif name in now and not now[name].strip():
                 out.append(f"{name} is empty. Write the result the task asks for into it.")
         return out
+
+    def _from_script(self, name: str) -> str:
+        """A .py file asked for, and the model's last python block only defined functions (it ran, and wrote
+        nothing): the same code as a block naming the file writes it (see models/fragments.py)."""
+        last = next((c for c in reversed(self.calls) if c.command), None)
+        if not name.endswith(".py") or last is None or last.failed:
+            return ""
+        lang, code = to_block(last.command)
+        if lang != "python" or not _TOP_DEF.search(code) or re.search(r"^(?!def |class |import |from |@|\s|#|$)",
+                                                                         code, re.M):
+            return ""
+        return f" Your last python block only defined it, and wrote no file. This writes it:\n```python {name}\n{code}\n```"
 
     def _from_answer(self, name: str, answer: str) -> str:
         """When the answer already holds what the file should (the path:line list asked for, or the one
