@@ -101,6 +101,15 @@ async def test_a_block_naming_a_file_is_an_edit_of_it_and_reads_back_as_the_bloc
     assert second[2] == "Changed acc.py (- old line, + new line):\n-   5|     return min(xs)\n+   5|     return max(xs)"
 
 
+async def test_a_file_block_that_changes_nothing_says_so_in_words_about_the_block(tmp_path):
+    (tmp_path / "a.py").write_text("x = 1\n")
+    steps = [reply("Fix.\n```python a.py\nx = 1\n```"), reply("DONE: fixed")]
+    with ScriptedServer(steps) as server:
+        await small_agent(server, tmp_path, profile=SMALL.without("checks")).run("Fix a.py.")
+    assert texts(server.requests[1].body)[2] == ("Error:\nThe file already holds exactly this block: nothing changed. "
+                                                 "Write the lines as they must be.")
+
+
 def test_blocks_and_commands_convert_both_ways():
     for lang, code in [("bash", "ls -la\necho hi"), ("python", "import os\nprint(os.getcwd())")]:
         assert to_block(to_command(lang, code)) == (lang, code)

@@ -84,6 +84,10 @@ _NOTES = ("Changed ", "Created ", "Deleted ", "No file changed")  # what changes
 
 def render_result(r: ToolResultBlock, tool: str = "Bash") -> str:
     text = r.text
+    if r.is_error and tool == "Edit" and text.startswith("old_string and new_string are identical"):
+        # the Edit tool's words are about its fields, which a file block does not show (the 1.5B answered with a
+        # script setting new_string = "old_string")
+        return "Error:\nThe file already holds exactly this block: nothing changed. Write the lines as they must be."
     if r.is_error:
         return f"Error:\n{text}"
     if tool in ("Edit", "Write"):  # a file block: what it changed is the whole story (not the tool's snippet)
@@ -137,7 +141,9 @@ class CodeActionModel:
         choice = request.tool_choice or "auto"
         if not any(t["name"] == "Bash" for t in request.tools):
             choice = "none"
-        forbidden = [to_block(str(inp.get("command", ""))) for name, inp in request.forbidden_calls if name == "Bash"]
+        forbidden = [to_block(str(inp.get("command", ""))) if name == "Bash" else
+                     ("file", str(inp.get("new_string", inp.get("content", ""))).rstrip("\n"))
+                     for name, inp in request.forbidden_calls if name in ("Bash", "Edit", "Write")]
         files = {"Edit", "Write"} <= {t["name"] for t in request.tools}
         rules = grammar(choice, forbidden, denied_programs(request.messages), echoes(request.messages), files)
         inner = replace(request, messages=to_text_history(request.messages), tools=[], tool_choice=None,
@@ -220,8 +226,8 @@ def grammar(choice: str, forbidden: list[tuple[str, str]] = (), denied: list[str
         # a file name has an extension (the 1.5B, lost, wrote "```text 18" and created a file named 18)
         'file-name ::= [A-Za-z0-9_/-] [A-Za-z0-9_./-]* "." [A-Za-z0-9]+',
     ]
-    if files:
-        rules += _body_rules("file-body", [])
+    if files:  # a refused file block is left out whatever file it names
+        rules += _body_rules("file-body", [code + "\n" for kind, code in forbidden if kind == "file"])
     words = [d + end for d in denied for end in _ENDS]
     for lang in ("bash", "python") if python else ("bash",):
         bodies = [code + "\n" for kind, code in forbidden if kind == lang]
