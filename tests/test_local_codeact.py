@@ -90,6 +90,10 @@ def test_with_edit_tools_a_block_may_name_a_file_to_change(model):
     assert not accepts(llm, files, "```text 18\nreports.py 6\n```")  # a file name has an extension
     assert not accepts(llm, files, "``` notes.txt\nx\n```")  # and comes after a language
     assert not accepts(llm, grammar("any"), "```python greet.py\nx = 1\n```")  # without Edit and Write: no
+    missing = grammar("any", files=True, targets=["total.txt"])  # a check found total.txt missing
+    assert accepts(llm, missing, "Write the total.\n```text total.txt\n18\n```")
+    assert not accepts(llm, missing, "```bash\necho 18 > total.txt\n```")
+    assert not accepts(llm, missing, "```text other.txt\n18\n```")
     refused = grammar("any", [("file", "x = 1")], files=True)  # a refused file block, whatever file it names
     assert not accepts(llm, refused, "```python a.py\nx = 1\n```") and accepts(llm, refused, "```python a.py\nx = 2\n```")
 

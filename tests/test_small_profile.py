@@ -86,12 +86,14 @@ async def test_a_block_naming_a_file_is_an_edit_of_it_and_reads_back_as_the_bloc
              reply("Create the notes.\n```text notes.txt\nfixed\n```"),
              reply("Create helpers.py.\n```python\n# helpers.py\ndef twice(x):\n    return 2 * x\n```"),
              reply("Run a check.\n```python\n# check\nprint(1)\n```"),
+             reply("Write it.\n```text total.txt\necho 18 > total.txt\n```"),
              reply("DONE: largest now returns the maximum.")]
     with ScriptedServer(steps) as server:
         result = await small_agent(server, tmp_path, profile=SMALL.without("checks")).run("Fix largest in acc.py.")
     assert result.subtype == "success"
     uses = [b for m in result.history for b in m.content if getattr(b, "type", "") == "tool_use"]
-    assert [u.name for u in uses] == ["Edit", "Write", "Write", "Bash"]  # ordinary calls: permissions, audit as usual
+    assert [u.name for u in uses] == ["Edit", "Write", "Write", "Bash", "Bash"]  # ordinary calls, permissions as usual
+    assert uses[-1].input == {"command": "echo 18 > total.txt"}  # a block holding the command that writes it: run
     assert uses[0].input == {"file_path": "acc.py", "old_string": "def largest(xs):\n    return min(xs)",
                              "new_string": "def largest(xs):\n    return max(xs)"}
     assert (tmp_path / "acc.py").read_text().count("max(xs)") == 1 and (tmp_path / "notes.txt").read_text() == "fixed\n"
@@ -217,9 +219,11 @@ async def test_checks_send_back_a_missing_output_file_then_a_wrong_value_at_most
         result = await agent.run("Count the lines of the .py files and write the total to total.txt")
     choices = [r.tool_choice for r in agent.model.requests]
     assert choices == ["any", None, "any", None, "any", None]  # sent back to work, it must act before answering
+    # the file it said it wrote is missing: the next call must write it (a grammar allows only that, locally)
+    assert [r.must_write for r in agent.model.requests] == [(), (), ("total.txt",), (), (), ()]
     second_try, third_try = texts(server.requests[2].body)[-1], texts(server.requests[4].body)[-1]
     assert "total.txt, but it does not exist" in second_try
-    assert second_try.endswith("If your answer is right, this writes it:\n```bash\necho 2 > total.txt\n```")
+    assert second_try.endswith("If your answer is right, this writes it:\n```text total.txt\n2\n```")  # as a file block
     assert "You wrote 3 to total.txt, but your answer says 2" in third_try
     assert result.subtype == "success" and len(server.requests) == 6
 
@@ -524,3 +528,11 @@ async def test_a_script_that_only_defined_the_asked_for_module_is_offered_as_its
     await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": f"python3 - <<'PY'\n{code}\nprint(digit_sum(12))\nPY"},
                           "tool_response": {"content": "3"}})
     assert "This writes it" not in (await checks.failures("Created textutils.py."))[0]  # it ran something: no
+
+
+async def test_the_hint_for_a_missing_value_file_is_a_command_unless_the_model_writes_file_blocks(tmp_path):
+    for file_blocks, hint in ((False, "```bash\necho 18 > total.txt\n```"), (True, "```text total.txt\n18\n```")):
+        checks = WorkChecks(tmp_path, file_blocks=file_blocks)
+        await checks.on_prompt({"prompt": "Count the lines, write the total to total.txt and report it."})
+        [missing] = await checks.failures("The total is 18. I wrote 18 to total.txt.")
+        assert missing.endswith(f"this writes it:\n{hint}")

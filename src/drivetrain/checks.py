@@ -78,6 +78,7 @@ class WorkChecks:
     _last: dict[str, bytes] = field(default_factory=dict)
     _known: dict = field(default_factory=dict)  # snapshot's cache of unchanged files
     report_changes: bool = True  # add to each call's result what it changed (changes.py)
+    file_blocks: bool = False  # the model writes files as code blocks naming them (hints take that form)
 
     name: str = "WorkChecks"  # a node of the loop (nodes.py), entered when the model wants to stop …
     at: str = "end_turn"
@@ -117,8 +118,9 @@ class WorkChecks:
         work, answer = await self.sorted_failures(ctx.answer)
         if not work + answer:
             return Proceed()
+        missing = tuple(n for n in self._outputs() if not (self.cwd / n).exists())
         return SendBack("Before you finish, fix this:\n" + "\n".join(f"- {f}" for f in work + answer),
-                        answer_only=not work)
+                        answer_only=not work, must_write=missing if work else ())
 
     # -- the checks
 
@@ -181,11 +183,14 @@ class WorkChecks:
         cited = [f"{p}:{n}" for p, n in dict.fromkeys(_CITATION.findall(answer))]
         numbers = set(_NUMBER.findall(answer))
         if cited and _ASKS_CITATION.search(self.prompt):
-            command = f"printf '%s\\n' {' '.join(cited)} > {name}"
+            lines, command = cited, f"printf '%s\\n' {' '.join(cited)} > {name}"
         elif len(numbers) == 1 and not cited and _NUMBER_WORDS.search(self.prompt):
-            command = f"echo {numbers.pop()} > {name}"
+            value = numbers.pop()
+            lines, command = [value], f"echo {value} > {name}"
         else:
             return ""
+        if self.file_blocks:  # the form the model is made to write a missing file in (models/codeact.py)
+            return f" If your answer is right, this writes it:\n```text {name}\n" + "\n".join(lines) + "\n```"
         return f" If your answer is right, this writes it:\n{_fence(command)}"
 
     @staticmethod

@@ -111,6 +111,6 @@ def equip(profile: Profile, model: Model, tools: list[Tool], hooks: Hooks, cwd: 
         "hookEventName": "UserPromptSubmit", "additionalContext": workspace_context(cwd)}})
     nodes: list[Node] = []
     if profile.checks or profile.changes:
-        checks = WorkChecks(cwd, report_changes=profile.changes).install(hooks)
+        checks = WorkChecks(cwd, report_changes=profile.changes, file_blocks=profile.codeact).install(hooks)
         nodes = [checks] if profile.checks else []
     return model, tools, system if system is not None else small_system_prompt(profile.codeact, profile.example), nodes

@@ -83,12 +83,10 @@ print([f for f in sorted(glob.glob("*.md")) if "deprecated" in open(f).read()])
 User: Output:
 ['api.md', 'setup.md']
 Assistant: Two files. Write the number.
-```bash
-echo 2 > result.txt
+```text result.txt
+2
 ```
-User: (no output, exit code 0)
-
-Created result.txt (1 line):
+User: Created result.txt (1 line):
    1| 2
 Assistant: DONE: 2 of the .md files mention "deprecated" (api.md, setup.md); I wrote 2 to result.txt.
 

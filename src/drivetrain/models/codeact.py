@@ -34,6 +34,9 @@ _TRAILING_BLANKS = re.compile(r"[ \t\r]+$", re.MULTILINE)
 # A first line naming a file, the way models head a file's code: the 1.5B, asked to create helpers.py, ran
 # "# helpers.py" and the function as a script (which wrote nothing), turn after turn.
 _NAMED_BY_COMMENT = re.compile(r"#[ \t]*([\w./-]+\.\w+)[ \t]*\n(?=.)")
+# One echo/printf line redirected into a file: made to write total.txt as a block, the 1.5B wrote
+# 'echo 18 > total.txt' as its content.
+_WRITES_ITSELF = re.compile(r"(?:echo|printf)\b[^\n]*?>>?[ \t]*([\w./-]+)[ \t]*\Z")
 _DONE_LINE = re.compile(r"^\s*DONE:[ \t]*", re.MULTILINE)
 # Commands a small model reaches for that never help here: root rights, and editors that wait for a person.
 # Installing packages is never the way around a denied command (the 1.5B ran apt-get to get wc back).
@@ -145,7 +148,8 @@ class CodeActionModel:
                      ("file", str(inp.get("new_string", inp.get("content", ""))).rstrip("\n"))
                      for name, inp in request.forbidden_calls if name in ("Bash", "Edit", "Write")]
         files = {"Edit", "Write"} <= {t["name"] for t in request.tools}
-        rules = grammar(choice, forbidden, denied_programs(request.messages), echoes(request.messages), files)
+        targets = list(request.must_write) if files and choice == "any" else []
+        rules = grammar(choice, forbidden, denied_programs(request.messages), echoes(request.messages), files, targets)
         inner = replace(request, messages=to_text_history(request.messages), tools=[], tool_choice=None,
                         forbidden_calls=(), grammar=rules)
         response = await self.inner.respond(inner)
@@ -159,6 +163,8 @@ class CodeActionModel:
         if files and not path and (named := _NAMED_BY_COMMENT.match(code)) and \
                 named.group(1).endswith(".py" if lang.startswith("py") else ".sh"):
             path, code = named.group(1), code[named.end():]  # "# helpers.py" over the code: that file's content
+        if path and _WRITES_ITSELF.match(code) and _WRITES_ITSELF.match(code).group(1) == path:
+            lang, path = "bash", None  # a command writing the very file the block names: the command is meant
         if path and files:
             name, call_input = to_call(path, code, self.cwd)
         else:
@@ -203,9 +209,10 @@ def echoes(messages: list[Message], lines: int = 6, shortest: int = 12) -> list[
 
 
 def grammar(choice: str, forbidden: list[tuple[str, str]] = (), denied: list[str] = (),
-            echoed: list[str] = (), files: bool = False) -> str:
+            echoed: list[str] = (), files: bool = False, targets: list[str] = ()) -> str:
     """GBNF for one reply: ``auto`` a block or the answer, ``any`` a block, ``none`` the answer. With
-    ``files``, a block may also name a file after its language (a change to it, any text).
+    ``files``, a block may also name a file after its language (a change to it, any text); with ``targets``
+    (files a check found missing) the block must be one naming one of them: the model chooses the content.
 
     A block's body is any text without backticks or carriage returns that ends in a newline, except the
     bodies in ``forbidden`` (per language), bodies starting with a line of the output just shown
@@ -215,14 +222,18 @@ def grammar(choice: str, forbidden: list[tuple[str, str]] = (), denied: list[str
     ``python3`` leaves out python blocks, which run as python3.
     """
     python = not any(d in ("python3", "python") for d in denied)
+    blocks = ['"```bash\\n" bash-body'] + ['"```python\\n" python-body'] * python
+    blocks += ['"```" [a-z] [a-z0-9]* " " file-name "\\n" file-body'] * files
+    if targets:  # the 1.5B, told the file it said it wrote is missing, answered again, or wrote it with 0
+        blocks = ['"```" [a-z] [a-z0-9]* " " ( ' + " | ".join(_lit(t) for t in dict.fromkeys(targets))
+                  + ' ) "\\n" file-body']
     rules = [
         'done ::= "DONE: " [^ \\t\\n\\x00-\\x08\\x0B-\\x1F] [^\\x00-\\x08\\x0B-\\x1F]*',
         # never "DONE:" (the answer's mark): after a check sent it back, the 1.5B wrote "DONE: …" as the plan line
         # of the block it was made to write, and the reply read as an answer again
         'thought ::= ( [^`\\n \\t#D] | "D" [^`\\nO] | "DO" [^`\\nN] | "DON" [^`\\nE] | "DONE" [^`\\n:] )'
         f' [^`\\n]{{0,{THOUGHT_CHARS - 1}}} "\\n"',
-        'act ::= thought? ( "```bash\\n" bash-body' + (' | "```python\\n" python-body' if python else "")
-        + (' | "```" [a-z] [a-z0-9]* " " file-name "\\n" file-body )' if files else " )"),
+        f'act ::= thought? ( {" | ".join(blocks)} )',
         # a file name has an extension (the 1.5B, lost, wrote "```text 18" and created a file named 18)
         'file-name ::= [A-Za-z0-9_/-] [A-Za-z0-9_./-]* "." [A-Za-z0-9]+',
     ]
