@@ -221,6 +221,12 @@ async def test_checks_send_back_a_missing_output_file_then_a_wrong_value_at_most
     assert choices == ["any", None, "any", None, "any", None]  # sent back to work, it must act before answering
     # the file it said it wrote is missing: the next call must write it (a grammar allows only that, locally)
     assert [r.must_write for r in agent.model.requests] == [(), (), ("total.txt",), (), (), ()]
+    checks = WorkChecks(tmp_path, file_blocks=True)  # no value said yet: the model may first compute it
+    await checks.on_prompt({"prompt": "Sum the units column of a.csv and write the sum to sum.txt."})
+
+    class Ctx:
+        answer = "I looked at a.csv."
+    assert (await checks.run(Ctx())).must_write == ()
     second_try, third_try = texts(server.requests[2].body)[-1], texts(server.requests[4].body)[-1]
     assert "total.txt, but it does not exist" in second_try
     assert second_try.endswith("If your answer is right, this writes it:\n```text total.txt\n2\n```")  # as a file block

@@ -118,7 +118,10 @@ class WorkChecks:
         work, answer = await self.sorted_failures(ctx.answer)
         if not work + answer:
             return Proceed()
-        missing = tuple(n for n in self._outputs() if not (self.cwd / n).exists())
+        # the next call must write a missing output only when the model has said what goes in it (a hint was
+        # made from its answer or its code): forced without, the 1.5B wrote its script into column_total.txt
+        missing = tuple(n for n in self._outputs() if not (self.cwd / n).exists()
+                        and any(f.startswith(f"The task asks for {n},") and "this writes it" in f for f in work))
         return SendBack("Before you finish, fix this:\n" + "\n".join(f"- {f}" for f in work + answer),
                         answer_only=not work, must_write=missing if work else ())
 
