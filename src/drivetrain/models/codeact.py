@@ -163,7 +163,7 @@ class CodeActionModel:
         if files and not path and (named := _NAMED_BY_COMMENT.match(code)) and \
                 named.group(1).endswith(".py" if lang.startswith("py") else ".sh"):
             path, code = named.group(1), code[named.end():]  # "# helpers.py" over the code: that file's content
-        if path and _WRITES_ITSELF.match(code) and _WRITES_ITSELF.match(code).group(1) == path:
+        if path and (writes := _WRITES_ITSELF.match(code)) and writes.group(1) == path:
             lang, path = "bash", None  # a command writing the very file the block names: the command is meant
         if path and files:
             name, call_input = to_call(path, code, self.cwd)
