@@ -524,7 +524,7 @@ async def test_a_changed_file_that_no_longer_parses_is_sent_back_with_where(tmp_
 
 
 async def test_a_script_that_only_defined_the_asked_for_module_is_offered_as_its_file_block(tmp_path):
-    checks = WorkChecks(tmp_path)
+    checks = WorkChecks(tmp_path, file_blocks=True)
     await checks.on_prompt({"prompt": "Create textutils.py with a function digit_sum(n)."})
     code = "def digit_sum(n):\n    return sum(int(d) for d in str(n))"
     await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": f"python3 - <<'PY'\n{code}\nPY"},

@@ -77,6 +77,7 @@ class WorkChecks:
     unread: list[str] = field(default_factory=list)  # existing files rewritten before their content was shown
     _last: dict[str, bytes] = field(default_factory=dict)
     _known: dict = field(default_factory=dict)  # snapshot's cache of unchanged files
+    _hinted: set = field(default_factory=set)  # missing outputs the last check could say the content of
     report_changes: bool = True  # add to each call's result what it changed (changes.py)
     file_blocks: bool = False  # the model writes files as code blocks naming them (hints take that form)
 
@@ -120,8 +121,7 @@ class WorkChecks:
             return Proceed()
         # the next call must write a missing output only when the model has said what goes in it (a hint was
         # made from its answer or its code): forced without, the 1.5B wrote its script into column_total.txt
-        missing = tuple(n for n in self._outputs() if not (self.cwd / n).exists()
-                        and any(f.startswith(f"The task asks for {n},") and "this writes it" in f for f in work))
+        missing = tuple(n for n in self._outputs() if n in self._hinted and not (self.cwd / n).exists())
         return SendBack("Before you finish, fix this:\n" + "\n".join(f"- {f}" for f in work + answer),
                         answer_only=not work, must_write=missing if work else ())
 
@@ -159,11 +159,13 @@ class WorkChecks:
         return [n for n in names if not self.before.get(n)]  # one with content is an input, or a file to change
 
     def _missing_outputs(self, now: dict[str, bytes], answer: str) -> list[str]:
-        out = []
+        out, self._hinted = [], set()
         for name in self._outputs():
             if name not in now and not (self.cwd / name).exists():
-                out.append(f"The task asks for {name}, but it does not exist. Create it with the right content."
-                           + (self._from_script(name) or self._from_answer(name, answer)))
+                hint = self._from_script(name) or self._from_answer(name, answer)
+                if hint:
+                    self._hinted.add(name)
+                out.append(f"The task asks for {name}, but it does not exist. Create it with the right content." + hint)
             elif name in now and not now[name].strip():
                 out.append(f"{name} is empty. Write the result the task asks for into it.")
         return out
@@ -172,7 +174,7 @@ class WorkChecks:
         """A .py file asked for, and the model's last python block only defined functions (it ran, and wrote
         nothing): the same code as a block naming the file writes it (see models/fragments.py)."""
         last = next((c for c in reversed(self.calls) if c.command), None)
-        if not name.endswith(".py") or last is None or last.failed:
+        if not self.file_blocks or not name.endswith(".py") or last is None or last.failed:
             return ""
         lang, code = to_block(last.command)
         if lang != "python" or not _TOP_DEF.search(code) or re.search(r"^(?!def |class |import |from |@|\s|#|$)",
@@ -309,8 +311,9 @@ class WorkChecks:
                 common = sorted(names & set(_TOP_DEF.findall(content.decode("utf-8", "replace")))) \
                     if old.endswith(".py") and old in now else []
                 if common:
+                    how = f" (a block naming {old})" if self.file_blocks else ""
                     out.append(f"You created {path}, but {', '.join(common)} is defined in {old}: the task is "
-                               f"about that file. Make the change in {old} (a block naming {old}), and remove {path}.")
+                               f"about that file. Make the change in {old}{how}, and remove {path}.")
                     break
         return out
 
