@@ -542,3 +542,13 @@ async def test_the_hint_for_a_missing_value_file_is_a_command_unless_the_model_w
         await checks.on_prompt({"prompt": "Count the lines, write the total to total.txt and report it."})
         [missing] = await checks.failures("The total is 18. I wrote 18 to total.txt.")
         assert missing.endswith(f"this writes it:\n{hint}")
+
+
+def test_the_file_a_call_must_write_survives_a_saved_run():
+    from drivetrain.state import CallModel, state_from_json, state_to_json
+
+    forced = CallModel(tool_choice="any", must_write=("total.txt",))
+    assert state_to_json(forced)["must_write"] == ["total.txt"]
+    assert state_from_json(state_to_json(forced)) == forced
+    assert "must_write" not in state_to_json(CallModel())  # runs saved before it read the same
+    assert state_from_json(state_to_json(CallModel())) == CallModel()

@@ -77,7 +77,6 @@ class WorkChecks:
     unread: list[str] = field(default_factory=list)  # existing files rewritten before their content was shown
     _last: dict[str, bytes] = field(default_factory=dict)
     _known: dict = field(default_factory=dict)  # snapshot's cache of unchanged files
-    _hinted: set = field(default_factory=set)  # missing outputs the last check could say the content of
     report_changes: bool = True  # add to each call's result what it changed (changes.py)
     file_blocks: bool = False  # the model writes files as code blocks naming them (hints take that form)
 
@@ -121,7 +120,7 @@ class WorkChecks:
             return Proceed()
         # the next call must write a missing output only when the model has said what goes in it (a hint was
         # made from its answer or its code): forced without, the 1.5B wrote its script into column_total.txt
-        missing = tuple(n for n in self._outputs() if n in self._hinted and not (self.cwd / n).exists())
+        missing = tuple(n for n in self._outputs() if not (self.cwd / n).exists() and self._hint(n, ctx.answer))
         return SendBack("Before you finish, fix this:\n" + "\n".join(f"- {f}" for f in work + answer),
                         answer_only=not work, must_write=missing if work else ())
 
@@ -159,16 +158,18 @@ class WorkChecks:
         return [n for n in names if not self.before.get(n)]  # one with content is an input, or a file to change
 
     def _missing_outputs(self, now: dict[str, bytes], answer: str) -> list[str]:
-        out, self._hinted = [], set()
+        out = []
         for name in self._outputs():
             if name not in now and not (self.cwd / name).exists():
-                hint = self._from_script(name) or self._from_answer(name, answer)
-                if hint:
-                    self._hinted.add(name)
-                out.append(f"The task asks for {name}, but it does not exist. Create it with the right content." + hint)
+                out.append(f"The task asks for {name}, but it does not exist. Create it with the right content."
+                           + self._hint(name, answer))
             elif name in now and not now[name].strip():
                 out.append(f"{name} is empty. Write the result the task asks for into it.")
         return out
+
+    def _hint(self, name: str, answer: str) -> str:
+        """For a missing output: the block that writes it, when the model's code or answer already holds it."""
+        return self._from_script(name) or self._from_answer(name, answer)
 
     def _from_script(self, name: str) -> str:
         """A .py file asked for, and the model's last python block only defined functions (it ran, and wrote

@@ -61,6 +61,11 @@ def to_block(command: str) -> tuple[str, str]:
 _LANGS = {".py": "python", ".sh": "bash", ".js": "javascript", ".ts": "typescript", ".md": "markdown"}
 
 
+def written(call_input: dict) -> str:
+    """What an Edit or Write call puts in its file: the text a file block held."""
+    return str(call_input.get("new_string", call_input.get("content", "")))
+
+
 def file_block(path: str, content: str) -> str:
     lang = _LANGS.get(PurePath(path).suffix, PurePath(path).suffix.lstrip(".") or "text")
     return f"```{lang} {path}\n{content.rstrip(chr(10))}\n```"
@@ -71,8 +76,7 @@ def render_assistant(msg: Message) -> str:
     parts = [msg.text] if msg.text else []
     for use in msg.tool_uses:
         if use.name in ("Edit", "Write") and isinstance(use.input.get("file_path"), str):
-            new = use.input.get("new_string", use.input.get("content", ""))
-            parts.append(file_block(use.input["file_path"], str(new)))
+            parts.append(file_block(use.input["file_path"], written(use.input)))
             continue
         command = use.input.get("command", "") if use.name == "Bash" else f"# {use.name} {use.input}"
         lang, code = to_block(str(command))
@@ -145,7 +149,7 @@ class CodeActionModel:
         if not any(t["name"] == "Bash" for t in request.tools):
             choice = "none"
         forbidden = [to_block(str(inp.get("command", ""))) if name == "Bash" else
-                     ("file", str(inp.get("new_string", inp.get("content", ""))).rstrip("\n"))
+                     ("file", written(inp).rstrip("\n"))
                      for name, inp in request.forbidden_calls if name in ("Bash", "Edit", "Write")]
         files = {"Edit", "Write"} <= {t["name"] for t in request.tools}
         targets = list(request.must_write) if files and choice == "any" else []
