@@ -220,13 +220,13 @@ async def test_checks_send_back_a_missing_output_file_then_a_wrong_value_at_most
     choices = [r.tool_choice for r in agent.model.requests]
     assert choices == ["any", None, "any", None, "any", None]  # sent back to work, it must act before answering
     # the file it said it wrote is missing: the next call must write it (a grammar allows only that, locally)
-    assert [r.must_write for r in agent.model.requests] == [(), (), ("total.txt",), (), (), ()]
+    assert [r.must_call for r in agent.model.requests] == [(), (), (("Write", {"file_path": "total.txt"}),), (), (), ()]
     checks = WorkChecks(tmp_path, file_blocks=True)  # no value said yet: the model may first compute it
     await checks.on_prompt({"prompt": "Sum the units column of a.csv and write the sum to sum.txt."})
 
     class Ctx:
         answer = "I looked at a.csv."
-    assert (await checks.run(Ctx())).must_write == ()
+    assert (await checks.run(Ctx())).must_call == ()
     second_try, third_try = texts(server.requests[2].body)[-1], texts(server.requests[4].body)[-1]
     assert "total.txt, but it does not exist" in second_try
     assert second_try.endswith("If your answer is right, this writes it:\n```text total.txt\n2\n```")  # as a file block
@@ -243,7 +243,9 @@ async def test_checks_rerun_the_tests_the_model_ran_and_flag_unread_rewrites(tmp
              reply("Fix for real.\n```bash\necho 'def add(a, b): return a + b' > calc.py\n```"),
              reply("DONE: fixed")]
     with ScriptedServer(steps) as server:
-        result = await small_agent(server, tmp_path).run("The test fails. Fix the bug in calc.py.")
+        # (calc.py not shown with the task: a file named in it would count as seen)
+        result = await small_agent(server, tmp_path, profile=SMALL.without("show")).run(
+            "The test fails. Fix the bug in calc.py.")
     feedback = texts(server.requests[3].body)[-1]
     assert "You rewrote calc.py without looking at its content first" in feedback
     assert "`python3 test_calc.py` fails now" not in feedback  # 2*2 == 4: the test passes with the wrong fix
@@ -376,6 +378,46 @@ async def test_a_rename_must_leave_no_old_name_behind(tmp_path):
     assert "```bash\nsed -i 's/\\bcompute_ticket\\b/format_product/g' b.py\n```" in failure
     (tmp_path / "b.py").write_text("from a import format_product\nprint(format_product())\n")
     assert await checks.failures("Renamed it.") == []
+
+
+async def test_the_call_after_a_half_done_rename_must_be_the_sed_that_finishes_it(tmp_path):
+    (tmp_path / "a.py").write_text("def compute_ticket():\n    return 1\n")
+    (tmp_path / "b.py").write_text("from a import compute_ticket\nprint(compute_ticket())\n")
+    sed = "sed -i 's/\\bcompute_ticket\\b/format_product/g' b.py"
+    steps = [reply("Rename the definition.\n```bash\nsed -i 's/compute_ticket/format_product/' a.py\n```"),
+             reply("DONE: renamed"),
+             reply(f"Finish it.\n```bash\n{sed}\n```"),  # what the grammar allows, locally
+             reply("DONE: renamed in a.py and b.py")]
+    with ScriptedServer(steps) as server:
+        agent = small_agent(server, tmp_path, record=True)
+        result = await agent.run("Rename the function compute_ticket to format_product everywhere.")
+    assert [r.must_call for r in agent.model.requests] == [(), (), (("Bash", {"command": sed}),), ()]
+    assert result.subtype == "success" and "compute_ticket" not in (tmp_path / "b.py").read_text()
+    (tmp_path / "b.py").write_text("print(compute_ticket())\n")
+    with ScriptedServer([reply("DONE: renamed"), reply("Try.\n```bash\ngrep -n format_product b.py\n```"),
+                         reply("DONE: renamed"), reply("DONE: renamed")]) as server:
+        agent = small_agent(server, tmp_path, profile=SMALL.without("force"), record=True)
+        await agent.run("Rename the function compute_ticket to format_product everywhere.")
+    assert all(r.must_call == () for r in agent.model.requests)  # the aid off: told the sed, not made to run it
+
+
+async def test_the_files_the_task_names_go_with_it_and_count_as_read(tmp_path):
+    (tmp_path / "sales.csv").write_text("id,customer,amount\n1,ann,2.50\n" + "".join(f"{i},x,1\n" for i in range(40)))
+    (tmp_path / "blob.txt").write_bytes(b"\x00\x01binary")
+    prompt = "Add up the amount column of sales.csv (not blob.txt), write the sum to sum.txt, and tell me."
+    steps = [reply("Rewrite it.\n```bash\nprintf 'id,customer,amount\\n' > sales.csv\n```")] + [reply("DONE: 3.5")] * 3
+    with ScriptedServer(steps) as server:
+        agent = small_agent(server, tmp_path)
+        await agent.run(prompt)
+    first = texts(server.requests[0].body)[0]
+    assert "$ cat -n sales.csv\n     1\tid,customer,amount\n     2\t1,ann,2.50\n" in first
+    assert "… 12 more lines" in first and "cat -n blob.txt" not in first and "cat -n sum.txt" not in first
+    # sales.csv was rewritten, but its content had been shown: no "without looking at it" complaint
+    assert "sum.txt, but it does not exist" in texts(server.requests[2].body)[-1]
+    assert "without looking" not in texts(server.requests[2].body)[-1]
+    with ScriptedServer([reply("```bash\nls\n```"), reply("DONE: 3.5")]) as server:
+        await small_agent(server, tmp_path, profile=SMALL.without("show", "checks")).run(prompt)
+    assert "cat -n sales.csv" not in texts(server.requests[0].body)[0]  # the aid off
 
 
 async def test_a_cited_path_line_must_exist_and_mention_what_was_asked(tmp_path):
@@ -544,11 +586,15 @@ async def test_the_hint_for_a_missing_value_file_is_a_command_unless_the_model_w
         assert missing.endswith(f"this writes it:\n{hint}")
 
 
-def test_the_file_a_call_must_write_survives_a_saved_run():
+def test_the_calls_a_turn_must_choose_from_survive_a_saved_run():
     from drivetrain.state import CallModel, state_from_json, state_to_json
 
-    forced = CallModel(tool_choice="any", must_write=("total.txt",))
-    assert state_to_json(forced)["must_write"] == ["total.txt"]
-    assert state_from_json(state_to_json(forced)) == forced
-    assert "must_write" not in state_to_json(CallModel())  # runs saved before it read the same
+    forced = CallModel(tool_choice="any", must_call=(("Write", {"file_path": "total.txt"}),
+                                                      ("Bash", {"command": "sed -i 's/a/b/g' x.py"})))
+    assert state_to_json(forced)["must_call"] == [["Write", {"file_path": "total.txt"}],
+                                                  ["Bash", {"command": "sed -i 's/a/b/g' x.py"}]]
+    assert state_from_json(json.loads(json.dumps(state_to_json(forced)))) == forced
+    old = {"type": "CallModel", "tool_choice": "any", "must_write": ["total.txt"]}  # saved by the previous version
+    assert state_from_json(old) == CallModel(tool_choice="any", must_call=(("Write", {"file_path": "total.txt"}),))
+    assert "must_call" not in state_to_json(CallModel())  # runs saved before it read the same
     assert state_from_json(state_to_json(CallModel())) == CallModel()

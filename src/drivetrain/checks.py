@@ -27,11 +27,10 @@ from drivetrain.hooks import Hooks
 from drivetrain.models.codeact import to_block
 from drivetrain.nodes import NodeContext, NodeResult, Proceed, SendBack
 from drivetrain.procs import run_command
+from drivetrain.prompts import EXTENSIONS, FILE_NAME
 
 TEST_RUN_TIMEOUT_S = 120
 
-_EXTENSIONS = r"(?:txt|md|json|csv|tsv|py|ya?ml|toml|ini|cfg|log|sh|js|ts|html|css|xml|sql|rs|go|c|h|cpp|java|rb|out)"
-_FILE_NAME = re.compile(rf"(?<![\w/.-])((?:[\w-]+/)*[\w-]+\.{_EXTENSIONS})\b")
 _WRITE_VERBS = re.compile(r"\b(write|save|create|put|store|output|record|generate|produce|make|add|list)\b", re.I)
 _CHANGE_VERBS = re.compile(r"\b(fix|change|rename|update|edit|replace|refactor|implement|remove|delete|correct)\b", re.I)
 _TEST_WORDS = re.compile(r"\btests?\b|\bfailing\b", re.I)
@@ -53,9 +52,10 @@ _NAMED_CMD = re.compile(r"`([^`\n]+)`|\b((?:python3?|bash|sh|node)\s+[\w./-]+\.(
 _WANTS_WORKING = re.compile(r"\b(fix|fails?|failing|broken|crash(es)?|errors?)\b|\b(must|should|still)\s+(still\s+)?"
                             r"(work|run|pass)|\bso (that )?(it|the \w+) (runs|works|passes)", re.I)
 _INTERPRETERS = ("python", "python3", "bash", "sh", "node")
-_CITATION = re.compile(rf"(?<![\w/.-])((?:[\w.-]+/)*[\w-]+\.{_EXTENSIONS}):(\d+)\b")
+_CITATION = re.compile(rf"(?<![\w/.-])((?:[\w.-]+/)*[\w-]+\.{EXTENSIONS}):(\d+)\b")
 # "which file" alone asks for a path, not for path:line
 _ASKS_CITATION = re.compile(r"\b(path|file(name)?):line\b|\bwhich (file and )?line\b", re.I)
+_IN_PLACE = re.compile(r"\bsed\s+(-\w*\s+)*-\w*i|\bperl\s+-\w*i")  # sed -i, perl -pi
 _TOP_DEF = re.compile(r"^(?:async[ \t]+)?(?:def|class)[ \t]+(\w+)", re.M)
 _IDENT = re.compile(r"`([A-Za-z_][\w.]*)`|\b([A-Za-z_]\w*_\w*|[a-z]+[A-Z]\w*)\b")
 
@@ -79,6 +79,8 @@ class WorkChecks:
     _known: dict = field(default_factory=dict)  # snapshot's cache of unchanged files
     report_changes: bool = True  # add to each call's result what it changed (changes.py)
     file_blocks: bool = False  # the model writes files as code blocks naming them (hints take that form)
+    force: bool = True  # the next call must be the fix a check knows (see ``_fixes``), not just told it
+    shown: str = ""  # what was shown with the task (the files it names): counts as seen for ``_shown``
 
     name: str = "WorkChecks"  # a node of the loop (nodes.py), entered when the model wants to stop …
     at: str = "end_turn"
@@ -101,13 +103,14 @@ class WorkChecks:
         tool_input = payload.get("tool_input") or {}
         response = payload.get("tool_response") or {}
         now = await asyncio.to_thread(snapshot, self.cwd, self._known)
+        command = str(tool_input.get("command", "")) if payload.get("tool_name") == "Bash" else ""
+        in_place = bool(_IN_PLACE.search(command))  # a substitution changes what is there: nothing is invented
         for path, content in now.items():
-            if (path in self.before and self._last.get(path) != content and _rewritten(self._last.get(path), content)
+            if (not in_place and path in self.before and self._last.get(path) != content and _rewritten(self._last.get(path), content)
                     and not self._shown(path)):
                 if path not in self.unread:
                     self.unread.append(path)
         last, self._last = self._last, now
-        command = str(tool_input.get("command", "")) if payload.get("tool_name") == "Bash" else ""
         self.calls.append(_Call(f"{tool_input}\n{response.get('content', '')}", command,
                                 bool(response.get("is_error"))))
         note = describe(last, now, command) if self.report_changes else ""
@@ -118,11 +121,17 @@ class WorkChecks:
         work, answer = await self.sorted_failures(ctx.answer)
         if not work + answer:
             return Proceed()
-        # the next call must write a missing output only when the model has said what goes in it (a hint was
-        # made from its answer or its code): forced without, the 1.5B wrote its script into column_total.txt
-        missing = tuple(n for n in self._outputs() if not (self.cwd / n).exists() and self._hint(n, ctx.answer))
         return SendBack("Before you finish, fix this:\n" + "\n".join(f"- {f}" for f in work + answer),
-                        answer_only=not work, must_write=missing if work else ())
+                        answer_only=not work, must_call=await self._fixes(ctx.answer) if work and self.force else ())
+
+    async def _fixes(self, answer: str) -> tuple[tuple[str, dict], ...]:
+        """The calls the next turn must choose from, when a check knows the fix: a missing output, when the
+        model has said what goes in it (forced without, the 1.5B wrote its script into column_total.txt), and
+        the command that finishes a rename (handed it as a hint, the 1.5B ran grep instead, twice)."""
+        must = [("Write", {"file_path": n}) for n in self._outputs()
+                if not (self.cwd / n).exists() and self._hint(n, answer)]
+        rename = self._rename_left(await asyncio.to_thread(snapshot, self.cwd, self._known))
+        return tuple(must + ([("Bash", {"command": rename[1]})] if rename else []))
 
     # -- the checks
 
@@ -154,7 +163,7 @@ class WorkChecks:
         """The files the task names that had no content before the run: what it asks to write."""
         if not _WRITE_VERBS.search(self.prompt):
             return []
-        names = dict.fromkeys(m.group(1) for m in _FILE_NAME.finditer(self.prompt))
+        names = dict.fromkeys(m.group(1) for m in FILE_NAME.finditer(self.prompt))
         return [n for n in names if not self.before.get(n)]  # one with content is an input, or a file to change
 
     def _missing_outputs(self, now: dict[str, bytes], answer: str) -> list[str]:
@@ -240,7 +249,7 @@ class WorkChecks:
             return []
         value = said[0]
         out = []
-        for name in dict.fromkeys(m.group(1) for m in _FILE_NAME.finditer(self.prompt)):
+        for name in dict.fromkeys(m.group(1) for m in FILE_NAME.finditer(self.prompt)):
             text = changed.get(name, b"").decode("utf-8", "replace").strip()
             if self.before.get(name) or not text or text == value or value not in _NUMBER.findall(text):
                 continue
@@ -273,19 +282,28 @@ class WorkChecks:
 
     def _renamed(self, now: dict[str, bytes]) -> list[str]:
         """A rename asked for: the old name must be gone from the workspace's text files."""
+        left = self._rename_left(now)
+        if not left:
+            return []
+        places, sed = left
+        old = _RENAME.search(self.prompt).group(1)
+        return [f"{old} still occurs at {', '.join(places[:8])}{' …' * (len(places) > 8)}. The task asks to rename it "
+                f"everywhere. This changes every one of them:\n{_fence(sed)}\nThen check again."]
+
+    def _rename_left(self, now: dict[str, bytes]) -> tuple[list[str], str] | None:
+        """Where the old name of a rename the task asks for still occurs (path:line), and the command that
+        replaces it there as a whole word."""
         m = _RENAME.search(self.prompt)
         if not m or m.group(1) == m.group(2):
-            return []
+            return None
         old, new = m.group(1), m.group(2)
         word = re.compile(rf"\b{re.escape(old)}\b")
         places = [f"{path}:{i}" for path, content in now.items()
                   for i, line in enumerate(content.decode("utf-8", "replace").splitlines(), 1) if word.search(line)]
         if not places:
-            return []
+            return None
         files = " ".join(dict.fromkeys(p.rsplit(":", 1)[0] for p in places))
-        sed = f"sed -i 's/\\b{old}\\b/{new}/g' {files}"
-        return [f"{old} still occurs at {', '.join(places[:8])}{' …' * (len(places) > 8)}. The task asks to rename it "
-                f"everywhere. This changes every one of them:\n{_fence(sed)}\nThen check again."]
+        return places, f"sed -i 's/\\b{old}\\b/{new}/g' {files}"
 
     def _broken(self, changed: dict[str, bytes]) -> list[str]:
         """A .py, .json or .toml file the run changed no longer parses (and did before): a dropped comma, a
@@ -384,7 +402,7 @@ class WorkChecks:
         lines = [ln.strip() for ln in self.before[path].decode("utf-8", "replace").splitlines() if len(ln.strip()) >= 6]
         if not lines:
             return any(Path(path).name in c.text for c in self.calls)
-        return any(ln in c.text for c in self.calls for ln in lines[:50])
+        return any(ln in text for text in [self.shown] + [c.text for c in self.calls] for ln in lines[:50])
 
 
 def _fence(command: str) -> str:

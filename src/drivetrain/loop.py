@@ -285,7 +285,7 @@ async def call_model(s: CallModel, w: Draft) -> RunTools | Recover | CallModel |
         return Compact("auto")  # what would be sent (old outputs already cleared) still nears the window
     request = ModelRequest(view, a.system, [tool_spec(t) for t in a.tools], max_tokens, tool_choice=choice,
                            forbidden_calls=calls.forbidden(w.seen_calls) if p.exclude else (),
-                           must_write=() if s.final else s.must_write)
+                           must_call=() if s.final else s.must_call)
     try:
         response = await w.deps.model.respond(request)
     except HarnessError as e:
@@ -473,7 +473,7 @@ async def run_node(s: RunNode, w: Draft) -> CallModel | RunNode | Done:
     if isinstance(result, SendBack) and isinstance(s.then, Done):
         w.append(Message.user(result.text))
         act = w.deps.agent.profile.act and not result.answer_only  # there is work to do: act before answering
-        return CallModel(tool_choice="any" if act else None, must_write=result.must_write if act else ())
+        return CallModel(tool_choice="any" if act else None, must_call=result.must_call if act else ())
     if isinstance(result, (Note, SendBack)):  # a send-back before the first request is a note
         w.ask(result.text)
     return enter_node(w, node.at, s.then, after=s.name)

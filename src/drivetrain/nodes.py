@@ -44,7 +44,7 @@ class Note:
 class SendBack:
     text: str
     answer_only: bool = False  # only the answer must change: the model need not act before answering again
-    must_write: tuple[str, ...] = ()  # files the next call must write (missing outputs); see ModelRequest
+    must_call: tuple[tuple[str, dict], ...] = ()  # the next call must be one of these; see ModelRequest
 
 
 NodeResult = Union[Proceed, Note, SendBack]

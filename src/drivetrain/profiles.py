@@ -23,7 +23,8 @@ if TYPE_CHECKING:
     from drivetrain.nodes import Node
     from drivetrain.tools.base import Tool
 
-AIDS = ("codeact", "example", "act", "exclude", "collapse", "context", "final", "checks", "changes", "prefixcache")
+AIDS = ("codeact", "example", "act", "exclude", "collapse", "context", "final", "checks", "changes", "prefixcache",
+        "show", "force")
 ENV_ABLATE = "DRIVETRAIN_ABLATE"
 
 
@@ -40,6 +41,9 @@ class Profile:
     checks: bool = False  # generic checks before the model may stop (see checks.py)
     changes: bool = False  # each call's result says what it changed in the workspace (see changes.py)
     prefixcache: bool = False  # the fixed prompt prefix's KV state kept on disk (local model)
+    show: bool = False  # the first lines of the files the task names go with it (as an @-mention attaches them)
+    force: bool = False  # when a check knows the fix (a missing output's content, a rename's sed), the next call
+    # must be it, not just be told it (see checks.py ``_fixes``)
 
     def without(self, *aids: str) -> Profile:
         unknown = [a for a in aids if a not in AIDS]
@@ -95,7 +99,7 @@ def equip(profile: Profile, model: Model, tools: list[Tool], hooks: Hooks, cwd: 
         return model, tools, system, []
     from drivetrain.checks import WorkChecks
     from drivetrain.models.codeact import CodeActionModel
-    from drivetrain.prompts import small_system_prompt, workspace_context
+    from drivetrain.prompts import small_system_prompt, task_context
 
     from drivetrain.models.local import LocalModel
 
@@ -106,11 +110,20 @@ def equip(profile: Profile, model: Model, tools: list[Tool], hooks: Hooks, cwd: 
         model, tools = CodeActionModel(model, cwd), [t for t in tools if t.name in ("Bash", "Edit", "Write")]
     else:
         tools = [t for t in tools if t.name in SMALL_TOOLS]
-    # The listing goes with the task, not in the system prompt, which stays fixed (and cacheable).
-    hooks.add("UserPromptSubmit", lambda _: {"hookSpecificOutput": {
-        "hookEventName": "UserPromptSubmit", "additionalContext": workspace_context(cwd)}})
+    checks = WorkChecks(cwd, report_changes=profile.changes, file_blocks=profile.codeact, force=profile.force) \
+        if profile.checks or profile.changes else None
+
+    def context(payload: dict) -> dict:
+        """The listing (and the files the task names) go with the task, not in the system prompt, which stays
+        fixed (and cacheable)."""
+        text = task_context(cwd, str(payload.get("prompt", "")), profile.show)
+        if checks:
+            checks.shown = text  # a file shown here counts as looked at
+        return {"hookSpecificOutput": {"hookEventName": "UserPromptSubmit", "additionalContext": text}}
+
+    hooks.add("UserPromptSubmit", context)
     nodes: list[Node] = []
-    if profile.checks or profile.changes:
-        checks = WorkChecks(cwd, report_changes=profile.changes, file_blocks=profile.codeact).install(hooks)
+    if checks:
+        checks.install(hooks)
         nodes = [checks] if profile.checks else []
     return model, tools, system if system is not None else small_system_prompt(profile.codeact, profile.example), nodes

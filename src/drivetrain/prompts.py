@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime
 import platform
+import re
 from pathlib import Path
 
 BASE = """You are drivetrain, a coding agent working in the user's workspace. You act only through tools; \
@@ -35,6 +36,46 @@ def workspace_context(cwd: Path, limit: int = 40) -> str:
     listing = "\n".join(f"  {name}" for name in shown) or "  (empty)"
     return (f"Working directory: {cwd}\nPlatform: {platform.system()}\nToday: {datetime.date.today()}\n"
             f"Files in the working directory:\n{listing}{more}")
+
+
+# A file name as a task writes it: "sales.csv", "src/app.py" (checks.py reads outputs and inputs with it too).
+EXTENSIONS = r"(?:txt|md|json|csv|tsv|py|ya?ml|toml|ini|cfg|log|sh|js|ts|html|css|xml|sql|rs|go|c|h|cpp|java|rb|out)"
+FILE_NAME = re.compile(rf"(?<![\w/.-])((?:[\w-]+/)*[\w-]+\.{EXTENSIONS})\b")
+
+
+def named_files(cwd: Path, prompt: str, files: int = 3, lines: int = 30, chars: int = 2000) -> str:
+    """The first lines of the existing text files the task names, numbered as ``cat -n`` numbers them: what
+    an @-mention attaches. A small model otherwise spends its first turn on ``ls`` and then guesses (the
+    1.5B summed a CSV's second column without ever seeing its header)."""
+    out = []
+    for name in dict.fromkeys(m.group(1) for m in FILE_NAME.finditer(prompt)):
+        path = cwd / name
+        try:
+            if not path.is_file() or path.stat().st_size > 1_000_000:
+                continue
+            text = path.read_bytes().decode("utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+        if not text.strip() or "\x00" in text:
+            continue
+        all_lines = text.splitlines()
+        shown, size = [], 0
+        for i, line in enumerate(all_lines[:lines], 1):
+            size += len(line) + 8
+            if size > chars:
+                break
+            shown.append(f"{i:6}\t{line}")
+        more = f"\n  … {len(all_lines) - len(shown)} more lines" if len(shown) < len(all_lines) else ""
+        out.append(f"$ cat -n {name}\n" + "\n".join(shown) + more)
+        if len(out) == files:
+            break
+    return "\n\n".join(out)
+
+
+def task_context(cwd: Path, prompt: str, show: bool = True) -> str:
+    """What goes with the task in the small profile: the workspace, and (``show``) the files it names."""
+    shown = named_files(cwd, prompt) if show else ""
+    return workspace_context(cwd) + (f"\n\nThe files the task names:\n{shown}" if shown else "")
 
 
 def default_system_prompt(cwd: Path) -> str:

@@ -28,7 +28,7 @@ class CallModel:
     tool_choice: str | None = None  # "any": the model must act (it described calls instead of making them)
     final: str = ""  # why this is the last request, made without tools for the answer ("" when it is not)
     compact: bool = True  # may the history be compacted before this request (not right after a failed try)
-    must_write: tuple[str, ...] = ()  # files this turn's call must write (a check found them missing)
+    must_call: tuple[tuple[str, dict], ...] = ()  # this turn's call must be one of these (a check's fix)
 
 
 @dataclass(frozen=True)
@@ -169,9 +169,9 @@ def state_to_json(state: State) -> dict:
     match state:
         case SubmitPrompt(prompt=p):
             return {"type": "SubmitPrompt", "prompt": p}
-        case CallModel(max_tokens=m, tool_choice=c, final=f, compact=k, must_write=w):
+        case CallModel(max_tokens=m, tool_choice=c, final=f, compact=k, must_call=w):
             return {"type": "CallModel", "max_tokens": m, "tool_choice": c, "final": f, "compact": k,
-                    **({"must_write": list(w)} if w else {})}
+                    **({"must_call": [[name, inp] for name, inp in w]} if w else {})}
         case RunTools(calls=c, verdicts=v) | AwaitApproval(calls=c, verdicts=v):
             return {"type": type(state).__name__, "calls": [x.to_wire() for x in c],
                     "verdicts": {k: verdict_to_json(x) for k, x in v.items()}}
@@ -194,8 +194,10 @@ def state_from_json(d: dict) -> State:
         case "SubmitPrompt":
             return SubmitPrompt(d["prompt"])
         case "CallModel":
+            must = [(name, inp) for name, inp in d.get("must_call", ())]
+            must += [("Write", {"file_path": n}) for n in d.get("must_write", ())]  # saved by the previous version
             return CallModel(d.get("max_tokens"), d.get("tool_choice"), d.get("final", ""), d.get("compact", True),
-                             tuple(d.get("must_write", ())))
+                             tuple(must))
         case "RunTools" | "AwaitApproval":
             calls = tuple(block_from_wire(c) for c in d["calls"])
             verdicts = {k: verdict_from_json(v) for k, v in d["verdicts"].items()}

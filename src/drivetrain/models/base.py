@@ -27,9 +27,10 @@ class ModelRequest:
     # Calls (tool name, input) the model must not make this turn: refused repeats. Providers that decode
     # under a grammar (local) leave them out of it; the others ignore this (the loop refuses them anyway).
     forbidden_calls: tuple[tuple[str, dict], ...] = ()
-    # Files the reply's call must write (a check found them missing): a provider that decodes under a grammar
-    # may allow only such calls; the others ignore it.
-    must_write: tuple[str, ...] = ()
+    # Calls the reply must make one of (a check's fix): a Write or Edit names the file and leaves its content
+    # to the model; a Bash call is the exact command. A provider that decodes under a grammar may allow only
+    # these; the others ignore it.
+    must_call: tuple[tuple[str, dict], ...] = ()
     # A GBNF grammar the whole reply must follow, for providers that can constrain decoding (local).
     grammar: str | None = None
     # Called with each piece of streamed text as it arrives; optional.
