@@ -98,3 +98,20 @@ async def test_a_replaced_line_keeps_the_trailing_comma_the_model_dropped(tmp_pa
     (tmp_path / "c.json").write_text('{\n  "theme": "dark",\n  "debug": false\n}\n')
     _, result, text = await apply(tmp_path, '  "theme": "solarized"', "c.json")
     assert not result.is_error and text == '{\n  "theme": "solarized",\n  "debug": false\n}\n'
+
+
+async def test_a_python_block_that_only_redefines_one_files_functions_is_that_files_change(tmp_path):
+    from drivetrain.models.fragments import home_of
+
+    (tmp_path / "reports.py").write_text("def load(v):\n    return v\n\n\ndef largest(xs):\n    return min(xs)\n")
+    (tmp_path / "test_reports.py").write_text("from reports import largest\nassert largest([3, 9]) == 9\n")
+    block = "# Corrected largest function\nimport math\n\n\ndef largest(xs):\n    return max(xs)\n"
+    assert home_of(block, tmp_path) == ("reports.py", "import math\n\ndef largest(xs):\n    return max(xs)")
+    assert home_of("def largest(xs):\n    return max(xs)\nprint(largest([1]))\n", tmp_path) is None  # it does something
+    assert home_of("def biggest(xs):\n    return max(xs)\n", tmp_path) is None  # defined nowhere: a new function
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "reports.py").write_text("def largest(xs):\n    return xs[0]\n")
+    assert home_of(block, tmp_path) is None  # two files define it: which one is meant is not known
+    (tmp_path / ".venv").mkdir()
+    (tmp_path / "old" / "reports.py").rename(tmp_path / ".venv" / "reports.py")
+    assert home_of(block, tmp_path)[0] == "reports.py"  # hidden folders are not the project's

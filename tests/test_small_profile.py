@@ -259,6 +259,23 @@ async def test_checks_rerun_the_tests_the_model_ran_and_flag_unread_rewrites(tmp
                                          "sure they pass."]
 
 
+async def test_a_named_command_never_run_is_the_next_call(tmp_path):
+    (tmp_path / "calc.py").write_text("def add(a, b):\n    return a - b\n")
+    (tmp_path / "test_calc.py").write_text("from calc import add\nassert add(2, 2) == 4\n")
+    checks = WorkChecks(tmp_path)
+    await checks.on_prompt({"prompt": "python3 test_calc.py fails. Fix the bug in calc.py so the test passes."})
+
+    class Ctx:
+        answer = "Fixed."
+    sent = await checks.run(Ctx())
+    assert "Run them (`python3 test_calc.py`) and make sure they pass." in sent.text
+    assert sent.must_call == (("Bash", {"command": "python3 test_calc.py"}),)
+    await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": "python3 test_calc.py 2>&1"},
+                          "tool_response": {"content": "AssertionError", "is_error": True}})
+    sent = await checks.run(Ctx())
+    assert "`python3 test_calc.py 2>&1` fails now" in sent.text and sent.must_call == ()  # ran: what to change is its call
+
+
 async def test_placeholders_in_written_files_are_sent_back(tmp_path):
     checks = WorkChecks(tmp_path)
     await checks.on_prompt({"prompt": "write the sum to sum.txt"})
@@ -362,6 +379,18 @@ async def test_the_model_sees_what_its_command_changed_and_that_a_wrong_edit_cha
     with ScriptedServer([reply("Fix.\n```bash\nsed -i 's/max/min/' shipping.py\n```"), reply("DONE: ok")]) as server:
         await small_agent(server, tmp_path, profile=SMALL.without("checks", "changes")).run("Undo it.")
     assert "Changed shipping.py" not in texts(server.requests[1].body)[-1]  # the aid switched off
+
+
+async def test_a_python_block_redefining_a_files_function_changes_that_file(tmp_path):
+    (tmp_path / "reports.py").write_text("def largest(xs):\n    return min(xs)\n")
+    steps = [reply("Correct largest.\n```python\n# Corrected largest function\ndef largest(xs):\n    return max(xs)\n```"),
+             reply("DONE: fixed")]
+    with ScriptedServer(steps) as server:
+        result = await small_agent(server, tmp_path, profile=SMALL.without("checks")).run("Fix largest.")
+    [use] = [b for m in result.history for b in m.content if getattr(b, "type", "") == "tool_use"]
+    assert use.name == "Edit" and use.input["file_path"] == "reports.py"
+    assert (tmp_path / "reports.py").read_text() == "def largest(xs):\n    return max(xs)\n"
+    assert "```python reports.py\ndef largest(xs):" in texts(server.requests[1].body)[-2]  # shown as what it was
 
 
 # ---------------------------------------------------------------- checks of what the task names

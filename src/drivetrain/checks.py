@@ -127,11 +127,13 @@ class WorkChecks:
     async def _fixes(self, answer: str) -> tuple[tuple[str, dict], ...]:
         """The calls the next turn must choose from, when a check knows the fix: a missing output, when the
         model has said what goes in it (forced without, the 1.5B wrote its script into column_total.txt), and
-        the command that finishes a rename (handed it as a hint, the 1.5B ran grep instead, twice)."""
+        the command that finishes a rename (handed it as a hint, the 1.5B ran grep instead, twice), and the
+        command the task names and wants to work, never run (the 1.5B "fixed" a function it had not seen fail)."""
         must = [("Write", {"file_path": n}) for n in self._outputs()
                 if not (self.cwd / n).exists() and self._hint(n, answer)]
         rename = self._rename_left(await asyncio.to_thread(snapshot, self.cwd, self._known))
-        return tuple(must + ([("Bash", {"command": rename[1]})] if rename else []))
+        must += [("Bash", {"command": rename[1]})] if rename else []
+        return tuple(must + [("Bash", {"command": c}) for c in self._named() if not self._ran(c)])
 
     # -- the checks
 
@@ -364,7 +366,8 @@ class WorkChecks:
         ran = [c for c in self.calls if c.command and _TEST_CMD.search(c.command)]
         if not ran:
             if _TEST_WORDS.search(self.prompt) and self._has_tests():
-                return ["The task is about tests, but you have not run them. Run them and make sure they pass."]
+                named = next((f" (`{c}`)" for c in self._named() if _TEST_CMD.search(c)), "")
+                return [f"The task is about tests, but you have not run them. Run them{named} and make sure they pass."]
             return []
         command = _the_part(ran[-1].command, _TEST_CMD)
         code, output = await _run(command, self.cwd)
@@ -372,18 +375,25 @@ class WorkChecks:
             return []
         return [f"The test command `{command}` fails now (exit code {code}):\n{output[-1500:]}"]
 
+    def _named(self) -> list[str]:
+        """The commands the task names (a script run by its interpreter, a test runner), when it wants them to
+        work."""
+        if not _WANTS_WORKING.search(self.prompt):
+            return []
+        named = dict.fromkeys((m.group(1) or m.group(2)).strip() for m in _NAMED_CMD.finditer(self.prompt))
+        return [c for c in named if _looks_runnable(c, self.cwd)]
+
+    def _ran(self, command: str) -> bool:
+        return any(_normal(command) in _normal(c.command) for c in self.calls if c.command)
+
     async def _named_commands(self) -> list[str]:
         """A command the task names, when the task wants it to work: run again now if the model ran it
         (the call passed the permission checks then), asked for if it never did."""
-        if not _WANTS_WORKING.search(self.prompt):
-            return []
         out = []
-        ran = [_normal(c.command) for c in self.calls if c.command]
-        for m in _NAMED_CMD.finditer(self.prompt):
-            command = (m.group(1) or m.group(2)).strip()
-            if not _looks_runnable(command, self.cwd) or _TEST_CMD.search(command):
-                continue  # not a command, or a test run (``_tests`` checks those)
-            if not any(_normal(command) in r for r in ran):
+        for command in self._named():
+            if _TEST_CMD.search(command):
+                continue  # a test run (``_tests`` checks those)
+            if not self._ran(command):
                 out.append(f"The task names `{command}`, and you have not run it. Run it to check that it works.")
                 continue
             code, output = await _run(command, self.cwd)

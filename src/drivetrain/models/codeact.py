@@ -23,7 +23,7 @@ from pathlib import Path, PurePath
 
 from drivetrain.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
 from drivetrain.models.base import Model, ModelRequest, ModelResponse
-from drivetrain.models.fragments import to_call
+from drivetrain.models.fragments import home_of, to_call
 
 DONE = "DONE:"
 _PY_OPEN, _PY_CLOSE = "python3 - <<'PY'\n", "\nPY"
@@ -40,7 +40,10 @@ _WRITES_ITSELF = re.compile(r"(?:echo|printf)\b[^\n]*?>>?[ \t]*([\w./-]+)[ \t]*\
 _DONE_LINE = re.compile(r"^\s*DONE:[ \t]*", re.MULTILINE)
 # Commands a small model reaches for that never help here: root rights, and editors that wait for a person.
 # Installing packages is never the way around a denied command (the 1.5B ran apt-get to get wc back).
-NEVER_STARTS = ("sudo", "nano ", "vi ", "vim ", "emacs ", "apt-get ", "apt ")  # "sudo" whole: "sudoapt-get" was tried
+NEVER_STARTS = ("sudo", "vi ", "apt-get ", "apt ")  # "sudo" whole: "sudoapt-get" was tried
+# Editors never appear in a bash block at all: "nano.service.ini" and "nanoledger.py" were tried seven times each,
+# with comments added, after "nano " was left out.
+EDITORS = ("nano", "vim", "emacs")
 # The plan line before a block is one short line: unbounded, a model can ramble in it until max_tokens and never
 # reach the block the turn must hold.
 THOUGHT_CHARS = 200
@@ -170,6 +173,8 @@ class CodeActionModel:
         if files and not path and (named := _NAMED_BY_COMMENT.match(code)) and \
                 named.group(1).endswith(".py" if lang.startswith("py") else ".sh"):
             path, code = named.group(1), code[named.end():]  # "# helpers.py" over the code: that file's content
+        if files and not path and lang.startswith("py") and (home := home_of(code, self.cwd)):
+            path, code = home  # it only redefines what that file defines: run, it would change nothing
         if path and (writes := _WRITES_ITSELF.match(code)) and writes.group(1) == path:
             lang, path = "bash", None  # a command writing the very file the block names: the command is meant
         if path and files:
@@ -227,8 +232,8 @@ def grammar(choice: str, forbidden: list[tuple[str, str]] = (), denied: list[str
     bodies in ``forbidden`` (per language), bodies starting with a line of the output just shown
     (``echoed``), and bash bodies starting with ``NEVER_STARTS``: a trie over those strings, left as soon as
     the body differs. A bash body also never contains a ``denied`` program as a command word (``wc``
-    followed by a space, ``;``, ``|`` …): an automaton over those words runs alongside. A denied
-    ``python3`` leaves out python blocks, which run as python3.
+    followed by a space, ``;``, ``|`` …), nor ``EDITORS`` at all: an automaton over those words runs
+    alongside. A denied ``python3`` leaves out python blocks, which run as python3.
     """
     python = not any(d in ("python3", "python") for d in denied)
     blocks = ['"```bash\\n" bash-body'] + ['"```python\\n" python-body'] * python
@@ -250,7 +255,7 @@ def grammar(choice: str, forbidden: list[tuple[str, str]] = (), denied: list[str
     ]
     if files:  # a refused file block is left out whatever file it names
         rules += _body_rules("file-body", [code + "\n" for kind, code in forbidden if kind == "file"])
-    words = [d + end for d in denied for end in _ENDS]
+    words = [d + end for d in denied for end in _ENDS] + list(EDITORS)
     for lang in ("bash", "python") if python else ("bash",):
         bodies = [code + "\n" for kind, code in forbidden if kind == lang]
         rules += _body_rules(f"{lang}-body", bodies + list(echoed) + list(NEVER_STARTS) * (lang == "bash"),

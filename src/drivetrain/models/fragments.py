@@ -16,11 +16,15 @@ is an Edit that changes nothing, which the Edit tool refuses with its own messag
 
 from __future__ import annotations
 
+import ast
 import difflib
+import os
 import re
 from pathlib import Path
 
 _DEF = re.compile(r"^([ \t]*)(?:async[ \t]+)?(def|class)[ \t]+(\w+)")
+_TOP_DEF = re.compile(r"^(?:async[ \t]+)?(?:def|class)[ \t]+(\w+)", re.M)
+_SKIP_DIRS = {"node_modules", "__pycache__", "venv", "site-packages"}
 LIKENESS = 0.6  # below this, a line is not taken for a changed version of the file's line
 
 
@@ -152,3 +156,38 @@ def to_call(path: str, fragment: str, cwd: Path) -> tuple[str, dict]:
         whole = lines[:lo] + new + lines[hi:]
         return "Write", {"file_path": path, "content": "\n".join(whole) + "\n"}
     return "Edit", {"file_path": path, "old_string": old_text, "new_string": new_text}
+
+
+def home_of(code: str, cwd: Path, scan: int = 300) -> tuple[str, str] | None:
+    """(file, its fragment) when a python block only defines functions and classes that one workspace file
+    defines, all of them: run, such a block changes nothing; it is that file's change. The 1.5B, having found
+    the bug, wrote the fixed function as a plain python block, turn after turn. The fragment keeps the
+    definitions (and imports), not the comments around them."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return None
+    body = [n for n in tree.body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
+    defs = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+    names = {n.name for n in body if isinstance(n, defs)}
+    if not names or not all(isinstance(n, (*defs, ast.Import, ast.ImportFrom)) for n in body):
+        return None
+    files = []
+    for root, dirs, names_here in os.walk(cwd):
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in _SKIP_DIRS)
+        files += [Path(root, n).relative_to(cwd) for n in sorted(names_here) if n.endswith(".py")]
+        if len(files) > scan:
+            return None  # too many files to look through for each block
+    homes = []
+    for rel in files:
+        try:
+            defined = set(_TOP_DEF.findall((cwd / rel).read_text(encoding="utf-8")))
+        except (OSError, UnicodeDecodeError):
+            continue
+        if names <= defined:
+            homes.append(rel.as_posix())
+    if len(homes) != 1:
+        return None
+    lines = code.splitlines()
+    spans = [(min([n.lineno] + [d.lineno for d in getattr(n, "decorator_list", [])]), n.end_lineno) for n in body]
+    return homes[0], "\n\n".join("\n".join(lines[a - 1:b]) for a, b in spans)
