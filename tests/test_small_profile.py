@@ -276,6 +276,20 @@ async def test_a_named_command_never_run_is_the_next_call(tmp_path):
     assert "`python3 test_calc.py 2>&1` fails now" in sent.text and sent.must_call == ()  # ran: what to change is its call
 
 
+async def test_a_path_asked_for_is_a_files_path(tmp_path):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "notes.md").write_text("x" * 900)
+    checks = WorkChecks(tmp_path)
+    await checks.on_prompt({"prompt": "Which file is the largest one here? Write its path to answer.txt and tell me."})
+    for wrong in ("The largest file is notes.md (900 bytes).", "docs/", "notes.md"):
+        (tmp_path / "answer.txt").write_text(wrong + "\n")
+        assert f"answer.txt should hold just the path of a file (like docs/notes.md), but it holds {wrong!r}" in \
+            "\n".join(await checks.failures("docs/notes.md"))
+    for right in ("docs/notes.md", "./docs/notes.md", str(tmp_path / "docs" / "notes.md")):
+        (tmp_path / "answer.txt").write_text(right + "\n")
+        assert await checks.failures("docs/notes.md") == []
+
+
 async def test_placeholders_in_written_files_are_sent_back(tmp_path):
     checks = WorkChecks(tmp_path)
     await checks.on_prompt({"prompt": "write the sum to sum.txt"})

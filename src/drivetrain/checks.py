@@ -56,6 +56,9 @@ _CITATION = re.compile(rf"(?<![\w/.-])((?:[\w.-]+/)*[\w-]+\.{EXTENSIONS}):(\d+)\
 # "which file" alone asks for a path, not for path:line
 _ASKS_CITATION = re.compile(r"\b(path|file(name)?):line\b|\bwhich (file and )?line\b", re.I)
 _IN_PLACE = re.compile(r"\bsed\s+(-\w*\s+)*-\w*i|\bperl\s+-\w*i")  # sed -i, perl -pi
+# "write its path to answer.txt": the file holds a path, not a sentence about it
+_ASKS_PATH = re.compile(r"\b(?:write|save|put|store|record)\s+(?:its|the|that|their)\s+(?:file\s*)?(?:path|name)s?\b",
+                        re.I)
 _TOP_DEF = re.compile(r"^(?:async[ \t]+)?(?:def|class)[ \t]+(\w+)", re.M)
 _IDENT = re.compile(r"`([A-Za-z_][\w.]*)`|\b([A-Za-z_]\w*_\w*|[a-z]+[A-Z]\w*)\b")
 
@@ -149,7 +152,7 @@ class WorkChecks:
         if not changed and _CHANGE_VERBS.search(self.prompt):
             out.append("The task asks for a change, but no file has changed yet. Make the change in the file, "
                        "then check it.")
-        out += self._more_than_the_value(changed, answer) + self._citation_lists(changed)
+        out += self._more_than_the_value(changed, answer) + self._citation_lists(changed) + self._not_paths(changed)
         unread, self.unread = [p for p in self.unread if p in changed], []  # said once per file
         out += [f"You rewrote {p} without looking at its content first, so what you wrote may be invented. "
                 f"Show it (cat -n {p}), check your change against what was there, and fix it if needed."
@@ -271,6 +274,20 @@ class WorkChecks:
             if extra:
                 out.append(f"Each line of {name} should be just path:line (like a.py:4), but it has {extra[0]!r}. "
                            f"Write only path:line on each line, e.g.:\n{_fence(f'{self._search()} | cut -d: -f1,2 > {name}')}")
+        return out
+
+    def _not_paths(self, changed: dict[str, bytes]) -> list[str]:
+        """The task wants a file's path written: each line of the output is the path of an existing file (a
+        sentence about it, or its folder, is not)."""
+        if not _ASKS_PATH.search(self.prompt):
+            return []
+        out = []
+        for name in self._outputs():
+            lines = [ln.strip().strip("`'\"") for ln in changed.get(name, b"").decode("utf-8", "replace").splitlines()]
+            wrong = next((ln for ln in lines if ln and not (self.cwd / ln).is_file()), None)
+            if wrong is not None:
+                out.append(f"{name} should hold just the path of a file (like docs/notes.md), but it holds "
+                           f"{wrong[:80]!r}, which is no file's path. Write only the path.")
         return out
 
     def _search(self) -> str:
