@@ -25,6 +25,7 @@ from pathlib import Path
 from drivetrain.changes import describe, looks_like_edit, snapshot
 from drivetrain.hooks import Hooks
 from drivetrain.models.codeact import to_block
+from drivetrain.models.fragments import TOP_DEF, definitions
 from drivetrain.nodes import NodeContext, NodeResult, Proceed, SendBack
 from drivetrain.procs import run_command
 from drivetrain.prompts import EXTENSIONS, FILE_NAME
@@ -59,7 +60,6 @@ _IN_PLACE = re.compile(r"\bsed\s+(-\w*\s+)*-\w*i|\bperl\s+-\w*i")  # sed -i, per
 # "write its path to answer.txt": the file holds a path, not a sentence about it
 _ASKS_PATH = re.compile(r"\b(?:write|save|put|store|record)\s+(?:its|the|that|their)\s+(?:file\s*)?(?:path|name)s?\b",
                         re.I)
-_TOP_DEF = re.compile(r"^(?:async[ \t]+)?(?:def|class)[ \t]+(\w+)", re.M)
 _IDENT = re.compile(r"`([A-Za-z_][\w.]*)`|\b([A-Za-z_]\w*_\w*|[a-z]+[A-Z]\w*)\b")
 
 
@@ -109,8 +109,8 @@ class WorkChecks:
         command = str(tool_input.get("command", "")) if payload.get("tool_name") == "Bash" else ""
         in_place = bool(_IN_PLACE.search(command))  # a substitution changes what is there: nothing is invented
         for path, content in now.items():
-            if (not in_place and path in self.before and self._last.get(path) != content and _rewritten(self._last.get(path), content)
-                    and not self._shown(path)):
+            if (not in_place and path in self.before and self._last.get(path) != content
+                    and _rewritten(self._last.get(path), content) and not self._shown(path)):
                 if path not in self.unread:
                     self.unread.append(path)
         last, self._last = self._last, now
@@ -192,8 +192,7 @@ class WorkChecks:
         if not self.file_blocks or not name.endswith(".py") or last is None or last.failed:
             return ""
         lang, code = to_block(last.command)
-        if lang != "python" or not _TOP_DEF.search(code) or re.search(r"^(?!def |class |import |from |@|\s|#|$)",
-                                                                         code, re.M):
+        if lang != "python" or not definitions(code):
             return ""
         return f" Your last python block only defined it, and wrote no file. This writes it:\n```python {name}\n{code}\n```"
 
@@ -344,9 +343,9 @@ class WorkChecks:
         for path in now.keys() - self.before.keys():
             if not path.endswith(".py") or path in self.prompt:
                 continue
-            names = set(_TOP_DEF.findall(now[path].decode("utf-8", "replace")))
+            names = set(TOP_DEF.findall(now[path].decode("utf-8", "replace")))
             for old, content in self.before.items():
-                common = sorted(names & set(_TOP_DEF.findall(content.decode("utf-8", "replace")))) \
+                common = sorted(names & set(TOP_DEF.findall(content.decode("utf-8", "replace")))) \
                     if old.endswith(".py") and old in now else []
                 if common:
                     how = f" (a block naming {old})" if self.file_blocks else ""

@@ -23,7 +23,7 @@ import re
 from pathlib import Path
 
 _DEF = re.compile(r"^([ \t]*)(?:async[ \t]+)?(def|class)[ \t]+(\w+)")
-_TOP_DEF = re.compile(r"^(?:async[ \t]+)?(?:def|class)[ \t]+(\w+)", re.M)
+TOP_DEF = re.compile(r"^(?:async[ \t]+)?(?:def|class)[ \t]+(\w+)", re.M)
 _SKIP_DIRS = {"node_modules", "__pycache__", "venv", "site-packages"}
 LIKENESS = 0.6  # below this, a line is not taken for a changed version of the file's line
 
@@ -158,20 +158,30 @@ def to_call(path: str, fragment: str, cwd: Path) -> tuple[str, dict]:
     return "Edit", {"file_path": path, "old_string": old_text, "new_string": new_text}
 
 
+def definitions(code: str) -> list[ast.stmt]:
+    """The statements of python code that only defines functions and classes (imports and docstrings aside):
+    run, it does nothing. [] for code that does something, or does not parse."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return []
+    body = [n for n in tree.body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
+    defs = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+    if not any(isinstance(n, defs) for n in body) or not all(isinstance(n, (*defs, ast.Import, ast.ImportFrom))
+                                                             for n in body):
+        return []
+    return body
+
+
 def home_of(code: str, cwd: Path, scan: int = 300) -> tuple[str, str] | None:
     """(file, its fragment) when a python block only defines functions and classes that one workspace file
     defines, all of them: run, such a block changes nothing; it is that file's change. The 1.5B, having found
     the bug, wrote the fixed function as a plain python block, turn after turn. The fragment keeps the
     definitions (and imports), not the comments around them."""
-    try:
-        tree = ast.parse(code)
-    except SyntaxError:
+    body = definitions(code)
+    if not body:
         return None
-    body = [n for n in tree.body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
-    defs = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
-    names = {n.name for n in body if isinstance(n, defs)}
-    if not names or not all(isinstance(n, (*defs, ast.Import, ast.ImportFrom)) for n in body):
-        return None
+    names = {n.name for n in body if not isinstance(n, (ast.Import, ast.ImportFrom))}
     files = []
     for root, dirs, names_here in os.walk(cwd):
         dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in _SKIP_DIRS)
@@ -181,7 +191,7 @@ def home_of(code: str, cwd: Path, scan: int = 300) -> tuple[str, str] | None:
     homes = []
     for rel in files:
         try:
-            defined = set(_TOP_DEF.findall((cwd / rel).read_text(encoding="utf-8")))
+            defined = set(TOP_DEF.findall((cwd / rel).read_text(encoding="utf-8")))
         except (OSError, UnicodeDecodeError):
             continue
         if names <= defined:
