@@ -97,13 +97,14 @@ def test_with_edit_tools_a_block_may_name_a_file_to_change(model):
     assert accepts(llm, missing, "Write the total.\n```text total.txt\n18\n```")
     assert not accepts(llm, missing, "```bash\necho 18 > total.txt\n```")
     assert not accepts(llm, missing, "```text other.txt\n18\n```")
-    sed = ("bash", "sed -i 's/\\bold\\b/new/g' a.py b.py")  # a check's fix: that block, or a missing file
-    fix = grammar("any", files=True, targets=["total.txt"], commands=[sed])
+    sed = "```bash\nsed -i 's/\\bold\\b/new/g' a.py b.py\n```"  # a check's fix: that block, or a missing file
+    fix = grammar("any", files=True, targets=["total.txt"], exact=[sed])
     assert accepts(llm, fix, "Finish the rename.\n```bash\nsed -i 's/\\bold\\b/new/g' a.py b.py\n```")
     assert accepts(llm, fix, "```text total.txt\n18\n```")
     assert not accepts(llm, fix, "```bash\ngrep -rn new .\n```")
     assert not accepts(llm, fix, "```bash\nsed -i 's/\\bold\\b/new/g' a.py\n```")
-    assert not accepts(llm, grammar("any", files=True, commands=[sed]), "```text total.txt\n18\n```")
+    known = grammar("any", files=True, exact=[sed, "```text total.txt\n18\n```"])  # the content known too
+    assert accepts(llm, known, "```text total.txt\n18\n```") and not accepts(llm, known, "```text total.txt\n0\n```")
     refused = grammar("any", [("file", "x = 1")], files=True)  # a refused file block, whatever file it names
     assert not accepts(llm, refused, "```python a.py\nx = 1\n```") and accepts(llm, refused, "```python a.py\nx = 2\n```")
 

@@ -220,7 +220,7 @@ async def test_checks_send_back_a_missing_output_file_then_a_wrong_value_at_most
     choices = [r.tool_choice for r in agent.model.requests]
     assert choices == ["any", None, "any", None, "any", None]  # sent back to work, it must act before answering
     # the file it said it wrote is missing: the next call must write it (a grammar allows only that, locally)
-    assert [r.must_call for r in agent.model.requests] == [(), (), (("Write", {"file_path": "total.txt"}),), (), (), ()]
+    assert [r.must_call for r in agent.model.requests] == [(), (), (("Write", {"file_path": "total.txt", "content": "2"}),), (), (), ()]
     checks = WorkChecks(tmp_path, file_blocks=True)  # no value said yet: the model may first compute it
     await checks.on_prompt({"prompt": "Sum the units column of a.csv and write the sum to sum.txt."})
 
@@ -288,6 +288,20 @@ async def test_a_path_asked_for_is_a_files_path(tmp_path):
     for right in ("docs/notes.md", "./docs/notes.md", str(tmp_path / "docs" / "notes.md")):
         (tmp_path / "answer.txt").write_text(right + "\n")
         assert await checks.failures("docs/notes.md") == []
+
+
+async def test_a_check_the_answer_claims_was_run(tmp_path):
+    (tmp_path / "a.py").write_text("x = 1\n")
+    checks = WorkChecks(tmp_path)
+    await checks.on_prompt({"prompt": "How many lines do the .py files have?"})
+    await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": "wc -l *.py"},
+                          "tool_response": {"content": "Permission denied: `wc -l *.py`", "is_error": True}})
+    await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": "cd . && python3 count.py | tail -1"},
+                          "tool_response": {"content": "7"}})
+    [claim] = await checks.failures("7 lines (checked: `wc -l *.py` prints 7).")
+    assert claim.startswith("Your answer says what `wc -l *.py` showed, but you did not run wc (or it failed).")
+    assert await checks.failures("7 lines (checked: `python3 count.py` prints 7, `tail -1` gives 7).") == []
+    assert await checks.failures("7 lines; `total.txt` says 7.") == []  # not a command
 
 
 async def test_placeholders_in_written_files_are_sent_back(tmp_path):

@@ -18,13 +18,14 @@ import asyncio
 import difflib
 import json
 import re
+import shutil
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from drivetrain.changes import describe, looks_like_edit, snapshot
 from drivetrain.hooks import Hooks
-from drivetrain.models.codeact import to_block
+from drivetrain.models.codeact import file_block, to_block
 from drivetrain.models.fragments import TOP_DEF, definitions
 from drivetrain.nodes import NodeContext, NodeResult, Proceed, SendBack
 from drivetrain.procs import run_command
@@ -57,6 +58,9 @@ _CITATION = re.compile(rf"(?<![\w/.-])((?:[\w.-]+/)*[\w-]+\.{EXTENSIONS}):(\d+)\
 # "which file" alone asks for a path, not for path:line
 _ASKS_CITATION = re.compile(r"\b(path|file(name)?):line\b|\bwhich (file and )?line\b", re.I)
 _IN_PLACE = re.compile(r"\bsed\s+(-\w*\s+)*-\w*i|\bperl\s+-\w*i")  # sed -i, perl -pi
+# "(checked: `wc -l *.py` prints 271)": a command the answer says it ran, and what it showed
+_CLAIMED = re.compile(r"`([^`\n]{2,200})`\s*(?:now\s+)?(?:prints|printed|shows|showed|outputs|returns|returned|"
+                      r"gives|gave|says|said|passes|passed|runs|ran|works|worked)\b", re.I)
 # "write its path to answer.txt": the file holds a path, not a sentence about it
 _ASKS_PATH = re.compile(r"\b(?:write|save|put|store|record)\s+(?:its|the|that|their)\s+(?:file\s*)?(?:path|name)s?\b",
                         re.I)
@@ -128,12 +132,13 @@ class WorkChecks:
                         answer_only=not work, must_call=await self._fixes(ctx.answer) if work and self.force else ())
 
     async def _fixes(self, answer: str) -> tuple[tuple[str, dict], ...]:
-        """The calls the next turn must choose from, when a check knows the fix: a missing output, when the
-        model has said what goes in it (forced without, the 1.5B wrote its script into column_total.txt), and
-        the command that finishes a rename (handed it as a hint, the 1.5B ran grep instead, twice), and the
-        command the task names and wants to work, never run (the 1.5B "fixed" a function it had not seen fail)."""
-        must = [("Write", {"file_path": n}) for n in self._outputs()
-                if not (self.cwd / n).exists() and self._hint(n, answer)]
+        """The calls the next turn must choose from, when a check knows the fix: writing a missing output with
+        what the model's code or answer already holds (made to write the file, content free, the 1.5B wrote
+        its script or "python3 helpers.py" into it), the command that finishes a rename (handed it as a hint,
+        the 1.5B ran grep instead, twice), and the command the task names and wants to work, never run (the
+        1.5B "fixed" a function it had not seen fail)."""
+        known = {n: self._content(n, answer) for n in self._outputs() if not (self.cwd / n).exists()}
+        must = [("Write", {"file_path": n, "content": c[1]}) for n, c in known.items() if c]
         rename = self._rename_left(await asyncio.to_thread(snapshot, self.cwd, self._known))
         must += [("Bash", {"command": rename[1]})] if rename else []
         return tuple(must + [("Bash", {"command": c}) for c in self._named() if not self._ran(c)])
@@ -158,7 +163,7 @@ class WorkChecks:
                 f"Show it (cat -n {p}), check your change against what was there, and fix it if needed."
                 for p in unread]
         out += self._broken(changed) + self._renamed(now) + self._citations(now, answer) + self._strays(now)
-        out += await self._tests() + await self._named_commands()
+        out += await self._tests() + await self._named_commands() + self._claimed(answer)
         answer_only = self._unreported(changed, answer)
         if _ASKS_NUMBER.search(self.prompt) and not _NUMBER.search(answer) and not answer_only:
             answer_only.append("The task asks for a number, and your answer gives none. Answer with the number.")
@@ -183,34 +188,41 @@ class WorkChecks:
 
     def _hint(self, name: str, answer: str) -> str:
         """For a missing output: the block that writes it, when the model's code or answer already holds it."""
+        known = self._content(name, answer)
+        if not known:
+            return ""
+        why, content = known
+        if self.file_blocks:  # the form the model is made to write a missing file in (models/codeact.py)
+            return f" {why}\n{file_block(name, content)}"
+        lines = content.splitlines()
+        command = f"echo {lines[0]} > {name}" if len(lines) == 1 else f"printf '%s\\n' {' '.join(lines)} > {name}"
+        return f" {why}\n{_fence(command)}"
+
+    def _content(self, name: str, answer: str) -> tuple[str, str] | None:
+        """(the hint's words, content) of a missing output the model's code or answer already holds."""
         return self._from_script(name) or self._from_answer(name, answer)
 
-    def _from_script(self, name: str) -> str:
+    def _from_script(self, name: str) -> tuple[str, str] | None:
         """A .py file asked for, and the model's last python block only defined functions (it ran, and wrote
-        nothing): the same code as a block naming the file writes it (see models/fragments.py)."""
+        nothing): the same code, in the file (a block naming it; see models/fragments.py)."""
         last = next((c for c in reversed(self.calls) if c.command), None)
         if not self.file_blocks or not name.endswith(".py") or last is None or last.failed:
-            return ""
+            return None
         lang, code = to_block(last.command)
         if lang != "python" or not definitions(code):
-            return ""
-        return f" Your last python block only defined it, and wrote no file. This writes it:\n```python {name}\n{code}\n```"
+            return None
+        return "Your last python block only defined it, and wrote no file. This writes it:", code
 
-    def _from_answer(self, name: str, answer: str) -> str:
+    def _from_answer(self, name: str, answer: str) -> tuple[str, str] | None:
         """When the answer already holds what the file should (the path:line list asked for, or the one
-        number), the command that writes it: a small model that answered often does not connect the two."""
+        number): a small model that answered often does not connect the two."""
         cited = [f"{p}:{n}" for p, n in dict.fromkeys(_CITATION.findall(answer))]
         numbers = set(_NUMBER.findall(answer))
         if cited and _ASKS_CITATION.search(self.prompt):
-            lines, command = cited, f"printf '%s\\n' {' '.join(cited)} > {name}"
-        elif len(numbers) == 1 and not cited and _NUMBER_WORDS.search(self.prompt):
-            value = numbers.pop()
-            lines, command = [value], f"echo {value} > {name}"
-        else:
-            return ""
-        if self.file_blocks:  # the form the model is made to write a missing file in (models/codeact.py)
-            return f" If your answer is right, this writes it:\n```text {name}\n" + "\n".join(lines) + "\n```"
-        return f" If your answer is right, this writes it:\n{_fence(command)}"
+            return "If your answer is right, this writes it:", "\n".join(cited)
+        if len(numbers) == 1 and not cited and _NUMBER_WORDS.search(self.prompt):
+            return "If your answer is right, this writes it:", numbers.pop()
+        return None
 
     @staticmethod
     def _placeholders(changed: dict[str, bytes]) -> list[str]:
@@ -391,6 +403,19 @@ class WorkChecks:
             return []
         return [f"The test command `{command}` fails now (exit code {code}):\n{output[-1500:]}"]
 
+    def _claimed(self, answer: str) -> list[str]:
+        """A command the answer says showed something (its check of the result) is one the model ran: the
+        1.5B, with wc denied, summed characters with python and answered "(checked: `wc -l *.py` prints 271)"."""
+        ran = {_program(part) for c in self.calls if c.command and not c.failed
+               for part in re.split(r"&&|\|\|?|;|\n", c.command)}
+        out = []
+        for command in dict.fromkeys(m.group(1).strip() for m in _CLAIMED.finditer(answer)):
+            program = _program(command)
+            if program and program not in ran and shutil.which(program.split()[0]):
+                out.append(f"Your answer says what `{command}` showed, but you did not run {program} (or it failed). "
+                           "Check the result with a command that runs, then answer with what it showed.")
+        return out
+
     def _named(self) -> list[str]:
         """The commands the task names (a script run by its interpreter, a test runner), when it wants them to
         work."""
@@ -464,6 +489,14 @@ def _rewritten(old: bytes | None, new: bytes) -> bool:
     kept = sum(block.size for block in difflib.SequenceMatcher(None, old_lines, new_lines, autojunk=False)
                .get_matching_blocks())
     return kept < len(old_lines) / 2
+
+
+def _program(command: str) -> str:
+    """What a command runs: its program, or an interpreter and its script (``python3 greet.py``)."""
+    words = _normal(command).split()
+    if not words:
+        return ""
+    return " ".join(words[:2]) if words[0] in _INTERPRETERS and len(words) > 1 else words[0]
 
 
 def _normal(command: str) -> str:

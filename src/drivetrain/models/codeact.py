@@ -61,7 +61,7 @@ def to_block(command: str) -> tuple[str, str]:
     return "bash", command
 
 
-_LANGS = {".py": "python", ".sh": "bash", ".js": "javascript", ".ts": "typescript", ".md": "markdown"}
+_LANGS = {".txt": "text", ".py": "python", ".sh": "bash", ".js": "javascript", ".ts": "typescript", ".md": "markdown"}
 
 
 def written(call_input: dict) -> str:
@@ -156,10 +156,14 @@ class CodeActionModel:
                      for name, inp in request.forbidden_calls if name in ("Bash", "Edit", "Write")]
         files = {"Edit", "Write"} <= {t["name"] for t in request.tools}
         must = request.must_call if choice == "any" else ()
-        targets = [str(inp.get("file_path")) for name, inp in must if name in ("Edit", "Write") and files]
-        commands = [to_block(str(inp["command"])) for name, inp in must if name == "Bash" and "command" in inp]
+        # a file to write (the model chooses the content), or the exact block of a call the check knows
+        writes = [inp for name, inp in must if name in ("Edit", "Write") and files and "file_path" in inp]
+        targets = [str(inp["file_path"]) for inp in writes if "content" not in inp]
+        exact = [file_block(str(inp["file_path"]), str(inp["content"])) for inp in writes if "content" in inp]
+        exact += ["```{}\n{}\n```".format(*to_block(str(inp["command"]))) for name, inp in must
+                  if name == "Bash" and "command" in inp]
         rules = grammar(choice, forbidden, denied_programs(request.messages), echoes(request.messages), files,
-                        targets, commands)
+                        targets, exact)
         inner = replace(request, messages=to_text_history(request.messages), tools=[], tool_choice=None,
                         forbidden_calls=(), grammar=rules)
         response = await self.inner.respond(inner)
@@ -222,11 +226,11 @@ def echoes(messages: list[Message], lines: int = 6, shortest: int = 12) -> list[
 
 def grammar(choice: str, forbidden: list[tuple[str, str]] = (), denied: list[str] = (),
             echoed: list[str] = (), files: bool = False, targets: list[str] = (),
-            commands: list[tuple[str, str]] = ()) -> str:
+            exact: list[str] = ()) -> str:
     """GBNF for one reply: ``auto`` a block or the answer, ``any`` a block, ``none`` the answer. With
     ``files``, a block may also name a file after its language (a change to it, any text). A check's fix
-    narrows that: with ``targets`` (files it found missing) or ``commands`` ((language, code) it offered)
-    the block must name one of those files (the model chooses the content) or be one of those blocks.
+    narrows that: with ``targets`` (files it found missing) or ``exact`` (whole blocks it knows) the block
+    must name one of those files (the model chooses the content) or be one of those blocks.
 
     A block's body is any text without backticks or carriage returns that ends in a newline, except the
     bodies in ``forbidden`` (per language), bodies starting with a line of the output just shown
@@ -238,11 +242,11 @@ def grammar(choice: str, forbidden: list[tuple[str, str]] = (), denied: list[str
     python = not any(d in ("python3", "python") for d in denied)
     blocks = ['"```bash\\n" bash-body'] + ['"```python\\n" python-body'] * python
     blocks += ['"```" [a-z] [a-z0-9]* " " file-name "\\n" file-body'] * files
-    if targets or commands:  # the 1.5B, told the file it said it wrote is missing, answered again, or wrote it
+    if targets or exact:  # the 1.5B, told the file it said it wrote is missing, answered again, or wrote it
         # with 0; handed the sed that finishes a rename, it ran grep instead, twice
         blocks = ['"```" [a-z] [a-z0-9]* " " ( ' + " | ".join(_lit(t) for t in dict.fromkeys(targets))
                   + ' ) "\\n" file-body'] * bool(targets)
-        blocks += [_lit(f"```{lang}\n{code}\n```") for lang, code in dict.fromkeys(commands)]
+        blocks += [_lit(block) for block in dict.fromkeys(exact)]
     rules = [
         'done ::= "DONE: " [^ \\t\\n\\x00-\\x08\\x0B-\\x1F] [^\\x00-\\x08\\x0B-\\x1F]*',
         # never "DONE:" (the answer's mark): after a check sent it back, the 1.5B wrote "DONE: …" as the plan line
