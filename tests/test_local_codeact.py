@@ -91,6 +91,8 @@ def test_with_edit_tools_a_block_may_name_a_file_to_change(model):
     assert accepts(llm, files, "```bash\nls\n```")
     assert not accepts(llm, files, "```python greet.py extra\nx = 1\n```")  # one file name, then the body
     assert not accepts(llm, files, "```text 18\nreports.py 6\n```")  # a file name has an extension
+    assert not accepts(llm, files, "```python3 -c.0.0\nx\n```")  # and does not start with a dash
+    assert not accepts(llm, files, "```text " + "a" * 120 + ".txt\nx\n```")  # nor run on
     assert not accepts(llm, files, "``` notes.txt\nx\n```")  # and comes after a language
     assert not accepts(llm, grammar("any"), "```python greet.py\nx = 1\n```")  # without Edit and Write: no
     missing = grammar("any", files=True, targets=["total.txt"])  # a check found total.txt missing

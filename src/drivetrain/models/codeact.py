@@ -254,8 +254,9 @@ def grammar(choice: str, forbidden: list[tuple[str, str]] = (), denied: list[str
         'thought ::= ( [^`\\n \\t#D] | "D" [^`\\nO] | "DO" [^`\\nN] | "DON" [^`\\nE] | "DONE" [^`\\n:] )'
         f' [^`\\n]{{0,{THOUGHT_CHARS - 1}}} "\\n"',
         f'act ::= thought? ( {" | ".join(blocks)} )',
-        # a file name has an extension (the 1.5B, lost, wrote "```text 18" and created a file named 18)
-        'file-name ::= [A-Za-z0-9_/-] [A-Za-z0-9_./-]* "." [A-Za-z0-9]+',
+        # a file name has an extension (the 1.5B, lost, wrote "```text 18" and created a file named 18), and is
+        # not endless (it wrote "```python3 -c.0.0.0…" until max_tokens)
+        'file-name ::= [A-Za-z0-9_/] [A-Za-z0-9_./-]{0,100} "." [A-Za-z0-9]{1,10}',
     ]
     if files:  # a refused file block is left out whatever file it names
         rules += _body_rules("file-body", [code + "\n" for kind, code in forbidden if kind == "file"])
