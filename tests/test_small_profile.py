@@ -304,6 +304,27 @@ async def test_a_check_the_answer_claims_was_run(tmp_path):
     assert await checks.failures("7 lines; `total.txt` says 7.") == []  # not a command
 
 
+async def test_lines_asked_for_sorted_and_unique_are(tmp_path):
+    (tmp_path / "hosts.txt").write_text("b.internal\na.internal\nb.internal\n")
+    checks = WorkChecks(tmp_path)
+    await checks.on_prompt({"prompt": "Write the lines of hosts.txt to unique_hosts.txt sorted alphabetically, "
+                                      "with duplicates removed."})
+    (tmp_path / "unique_hosts.txt").write_text("b.internal\na.internal\nb.internal\n")
+    [failure] = await checks.failures("Done.")
+    assert failure == ("unique_hosts.txt has duplicate lines ('b.internal' 2 times) and unique_hosts.txt is not sorted "
+                       "(line 2, 'a.internal', comes after 'b.internal'), but the task asks for them sorted and without "
+                       "duplicates. This writes it:\n```bash\nsort -u hosts.txt > unique_hosts.txt\n```")
+
+    class Ctx:
+        answer = "Done."
+    assert (await checks.run(Ctx())).must_call == (("Bash", {"command": "sort -u hosts.txt > unique_hosts.txt"}),)
+    (tmp_path / "unique_hosts.txt").write_text("a.internal\nb.internal\n")
+    assert await checks.failures("Done.") == []
+    await checks.on_prompt({"prompt": "Write the sizes to sizes.txt sorted in reverse order."})
+    (tmp_path / "sizes.txt").write_text("1\n9\n")
+    assert await checks.failures("Done.") == []  # another order: not checked
+
+
 async def test_placeholders_in_written_files_are_sent_back(tmp_path):
     checks = WorkChecks(tmp_path)
     await checks.on_prompt({"prompt": "write the sum to sum.txt"})

@@ -61,6 +61,10 @@ _IN_PLACE = re.compile(r"\bsed\s+(-\w*\s+)*-\w*i|\bperl\s+-\w*i")  # sed -i, per
 # "(checked: `wc -l *.py` prints 271)": a command the answer says it ran, and what it showed
 _CLAIMED = re.compile(r"`([^`\n]{2,200})`\s*(?:now\s+)?(?:prints|printed|shows|showed|outputs|returns|returned|"
                       r"gives|gave|says|said|passes|passed|runs|ran|works|worked)\b", re.I)
+# What a task asks of the lines of a file it writes: sorted (in plain order), without duplicates
+_ASKS_SORTED = re.compile(r"\bsort(ed)?\b(?!.*\b(reverse|descending|numeric\w*|by)\b)", re.I)
+_ASKS_UNIQUE = re.compile(r"\b(duplicates?\s+removed|without\s+duplicates|no\s+duplicates|remove\s+(the\s+)?"
+                          r"duplicates|unique|deduplicate\w*)\b", re.I)
 # "write its path to answer.txt": the file holds a path, not a sentence about it
 _ASKS_PATH = re.compile(r"\b(?:write|save|put|store|record)\s+(?:its|the|that|their)\s+(?:file\s*)?(?:path|name)s?\b",
                         re.I)
@@ -135,12 +139,15 @@ class WorkChecks:
         """The calls the next turn must choose from, when a check knows the fix: writing a missing output with
         what the model's code or answer already holds (made to write the file, content free, the 1.5B wrote
         its script or "python3 helpers.py" into it), the command that finishes a rename (handed it as a hint,
-        the 1.5B ran grep instead, twice), and the command the task names and wants to work, never run (the
+        the 1.5B ran grep instead, twice) or writes the sorted unique lines asked for, and the command the task names and wants to work, never run (the
         1.5B "fixed" a function it had not seen fail)."""
         known = {n: self._content(n, answer) for n in self._outputs() if not (self.cwd / n).exists()}
         must = [("Write", {"file_path": n, "content": c[1]}) for n, c in known.items() if c]
-        rename = self._rename_left(await asyncio.to_thread(snapshot, self.cwd, self._known))
+        now = await asyncio.to_thread(snapshot, self.cwd, self._known)
+        rename = self._rename_left(now)
         must += [("Bash", {"command": rename[1]})] if rename else []
+        must += [("Bash", {"command": fix}) for _, fix in
+                 self._line_order({p: c for p, c in now.items() if self.before.get(p) != c}) if fix]
         return tuple(must + [("Bash", {"command": c}) for c in self._named() if not self._ran(c)])
 
     # -- the checks
@@ -158,6 +165,7 @@ class WorkChecks:
             out.append("The task asks for a change, but no file has changed yet. Make the change in the file, "
                        "then check it.")
         out += self._more_than_the_value(changed, answer) + self._citation_lists(changed) + self._not_paths(changed)
+        out += [text for text, _ in self._line_order(changed)]
         unread, self.unread = [p for p in self.unread if p in changed], []  # said once per file
         out += [f"You rewrote {p} without looking at its content first, so what you wrote may be invented. "
                 f"Show it (cat -n {p}), check your change against what was there, and fix it if needed."
@@ -299,6 +307,31 @@ class WorkChecks:
             if wrong is not None:
                 out.append(f"{name} should hold just the path of a file (like docs/notes.md), but it holds "
                            f"{wrong[:80]!r}, which is no file's path. Write only the path.")
+        return out
+
+    def _line_order(self, changed: dict[str, bytes]) -> list[tuple[str, str]]:
+        """The task asks for the lines of an output sorted, or without duplicates: they are. (failure, the
+        command that fixes it or "")"""
+        sort, unique = bool(_ASKS_SORTED.search(self.prompt)), bool(_ASKS_UNIQUE.search(self.prompt))
+        if not (sort or unique):
+            return []
+        inputs = [n for n in dict.fromkeys(m.group(1) for m in FILE_NAME.finditer(self.prompt)) if self.before.get(n)]
+        command = f"sort{' -u' * unique} {inputs[0]}" if len(inputs) == 1 else ""
+        out = []
+        for name in self._outputs():
+            lines = [ln for ln in changed.get(name, b"").decode("utf-8", "replace").splitlines() if ln.strip()]
+            wrong = []
+            if unique and len(set(lines)) < len(lines):
+                twice = next(ln for ln in lines if lines.count(ln) > 1)
+                wrong.append(f"{name} has duplicate lines ({twice!r} {lines.count(twice)} times)")
+            if sort and lines != sorted(lines):
+                at = next(i for i in range(1, len(lines)) if lines[i] < lines[i - 1])
+                wrong.append(f"{name} is not sorted (line {at + 1}, {lines[at]!r}, comes after {lines[at - 1]!r})")
+            if wrong:
+                fix = f"{command} > {name}" if command else ""
+                out.append((" and ".join(wrong) + ", but the task asks for them" + (" sorted" * sort)
+                            + (" and" * (sort and unique)) + (" without duplicates" * unique) + "."
+                            + (f" This writes it:\n{_fence(fix)}" if fix else ""), fix))
         return out
 
     def _search(self) -> str:

@@ -40,7 +40,8 @@ _WRITES_ITSELF = re.compile(r"(?:echo|printf)\b[^\n]*?>>?[ \t]*([\w./-]+)[ \t]*\
 _DONE_LINE = re.compile(r"^\s*DONE:[ \t]*", re.MULTILINE)
 # Commands a small model reaches for that never help here: root rights, and editors that wait for a person.
 # Installing packages is never the way around a denied command (the 1.5B ran apt-get to get wc back).
-NEVER_STARTS = ("sudo", "vi ", "apt-get ", "apt ")  # "sudo" whole: "sudoapt-get" was tried
+# "sudo" whole: "sudoapt-get" was tried; "vi/app.cfg" too
+NEVER_STARTS = ("sudo", "vi ", "vi/", "vi.", "vi\n", "apt-get ", "apt ")
 # Editors never appear in a bash block at all: "nano.service.ini" and "nanoledger.py" were tried seven times each,
 # with comments added, after "nano " was left out.
 EDITORS = ("nano", "vim", "emacs")
