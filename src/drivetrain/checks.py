@@ -139,8 +139,8 @@ class WorkChecks:
         """The calls the next turn must choose from, when a check knows the fix: writing a missing output with
         what the model's code or answer already holds (made to write the file, content free, the 1.5B wrote
         its script or "python3 helpers.py" into it), the command that finishes a rename (handed it as a hint,
-        the 1.5B ran grep instead, twice) or writes the sorted unique lines asked for, and the command the task names and wants to work, never run (the
-        1.5B "fixed" a function it had not seen fail)."""
+        the 1.5B ran grep instead, twice) or writes the sorted unique lines asked for, and the command the
+        task names and wants to work, never run (the 1.5B "fixed" a function it had not seen fail)."""
         known = {n: self._content(n, answer) for n in self._outputs() if not (self.cwd / n).exists()}
         must = [("Write", {"file_path": n, "content": c[1]}) for n, c in known.items() if c]
         now = await asyncio.to_thread(snapshot, self.cwd, self._known)
