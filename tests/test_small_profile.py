@@ -498,6 +498,25 @@ async def test_the_files_the_task_names_go_with_it_and_count_as_read(tmp_path):
     assert "cat -n sales.csv" not in texts(server.requests[0].body)[0]  # the aid off
 
 
+async def test_a_named_file_a_read_rule_denies_is_not_shown(tmp_path):
+    from drivetrain.permissions import Policy
+
+    (tmp_path / "secrets.json").write_text('{"token": "abc123"}\n')
+    (tmp_path / "notes.txt").write_text("hello\n")
+    env = {"DRIVETRAIN_HOME": str(tmp_path / "home")}
+    policy = Policy.load(tmp_path, mode="acceptEdits", disallowed_tools=["Read(secrets.json)"], interactive=False,
+                         env=env)
+    hooks = Hooks()
+    readable = lambda path: policy.decide("Read", {"file_path": path}, tmp_path).behavior == "allow"  # noqa: E731
+    model = AnthropicModel.from_env("claude-sonnet-4-6", {"ANTHROPIC_BASE_URL": "http://127.0.0.1:9",
+                                                           "ANTHROPIC_API_KEY": "k"})  # never asked here
+    equip(SMALL, model, builtin_tools(), hooks, tmp_path, readable=readable)
+    out = await hooks.run("UserPromptSubmit", {"prompt": "Copy the token of secrets.json into notes.txt."})
+    context = "\n".join(out.additional_context)
+    assert "cat -n notes.txt" in context and "secrets.json" in context  # listed, not shown
+    assert "abc123" not in context and "cat -n secrets.json" not in context
+
+
 async def test_a_cited_path_line_must_exist_and_mention_what_was_asked(tmp_path):
     (tmp_path / "accounts.py").write_text("import os\n\n\ndef fetch_account(n):\n    return n\n")
     checks = WorkChecks(tmp_path)

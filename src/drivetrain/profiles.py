@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Callable, Mapping
 
 if TYPE_CHECKING:
     from drivetrain.hooks import Hooks
@@ -92,9 +92,11 @@ SMALL_TOOLS = ("Read", "Write", "Edit", "Bash")  # without code blocks: four too
 
 
 def equip(profile: Profile, model: Model, tools: list[Tool], hooks: Hooks, cwd: Path,
-          system: str | None = None) -> tuple[Model, list[Tool], str | None, list[Node]]:
+          system: str | None = None, readable: Callable[[str], bool] = lambda _: True,
+          ) -> tuple[Model, list[Tool], str | None, list[Node]]:
     """The model, tools, system prompt and loop nodes a profile runs with (``system`` None: the profile's own);
-    its hooks (workspace context, what the checks watch) are added to ``hooks``."""
+    its hooks (workspace context, what the checks watch) are added to ``hooks``. ``readable``: may a file the
+    task names be shown with it (the permission policy's answer for a Read of it)."""
     if profile.name != "small":
         return model, tools, system, []
     from drivetrain.checks import WorkChecks
@@ -116,7 +118,7 @@ def equip(profile: Profile, model: Model, tools: list[Tool], hooks: Hooks, cwd: 
     def context(payload: dict) -> dict:
         """The listing (and the files the task names) go with the task, not in the system prompt, which stays
         fixed (and cacheable)."""
-        text = task_context(cwd, str(payload.get("prompt", "")), profile.show)
+        text = task_context(cwd, str(payload.get("prompt", "")), profile.show, readable)
         if checks:
             checks.shown = text  # a file shown here counts as looked at
         return {"hookSpecificOutput": {"hookEventName": "UserPromptSubmit", "additionalContext": text}}

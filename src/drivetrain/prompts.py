@@ -10,6 +10,7 @@ import datetime
 import platform
 import re
 from pathlib import Path
+from typing import Callable
 
 BASE = """You are drivetrain, a coding agent working in the user's workspace. You act only through tools; \
 each tool call is executed by the harness and its result comes back to you.
@@ -43,13 +44,17 @@ EXTENSIONS = r"(?:txt|md|json|csv|tsv|py|ya?ml|toml|ini|cfg|log|sh|js|ts|html|cs
 FILE_NAME = re.compile(rf"(?<![\w/.-])((?:[\w-]+/)*[\w-]+\.{EXTENSIONS})\b")
 
 
-def named_files(cwd: Path, prompt: str, files: int = 3, lines: int = 30, chars: int = 2000) -> str:
-    """The first lines of the existing text files the task names, numbered as ``cat -n`` numbers them: what
-    an @-mention attaches. A small model otherwise spends its first turn on ``ls`` and then guesses (the
-    1.5B summed a CSV's second column without ever seeing its header)."""
+def named_files(cwd: Path, prompt: str, readable: Callable[[str], bool] = lambda _: True, files: int = 3,
+                lines: int = 30, chars: int = 2000) -> str:
+    """The first lines of the existing text files the task names that ``readable`` (the permission policy's
+    answer for a Read) lets through, numbered as ``cat -n`` numbers them: what an @-mention attaches. A small
+    model otherwise spends its first turn on ``ls`` and then guesses (the 1.5B summed a CSV's second column
+    without ever seeing its header)."""
     out = []
     for name in dict.fromkeys(m.group(1) for m in FILE_NAME.finditer(prompt)):
         path = cwd / name
+        if not readable(name):
+            continue
         try:
             if not path.is_file() or path.stat().st_size > 1_000_000:
                 continue
@@ -72,9 +77,9 @@ def named_files(cwd: Path, prompt: str, files: int = 3, lines: int = 30, chars: 
     return "\n\n".join(out)
 
 
-def task_context(cwd: Path, prompt: str, show: bool = True) -> str:
+def task_context(cwd: Path, prompt: str, show: bool = True, readable: Callable[[str], bool] = lambda _: True) -> str:
     """What goes with the task in the small profile: the workspace, and (``show``) the files it names."""
-    shown = named_files(cwd, prompt) if show else ""
+    shown = named_files(cwd, prompt, readable) if show else ""
     return workspace_context(cwd) + (f"\n\nThe files the task names:\n{shown}" if shown else "")
 
 

@@ -67,7 +67,8 @@ def build_agent(args: argparse.Namespace, cwd: Path, session_id: str, *,
         raise ConfigError(str(e)) from None
     hooks = Hooks.from_settings(settings.raw, settings.env_passthrough)
     tools = builtin_tools(sandbox=sandbox, env_passthrough=settings.env_passthrough)
-    model, tools, system, nodes = equip(profile, model, tools, hooks, cwd)
+    model, tools, system, nodes = equip(profile, model, tools, hooks, cwd, readable=lambda path: policy.decide(
+        "Read", {"file_path": path}, cwd).behavior == "allow")  # a file named in the task is shown only if readable
     agent = Agent(
         model=model, tools=tools, system=system_prompt(args, cwd, system), max_turns=args.max_turns, cwd=cwd,
         policy=policy, hooks=hooks, observers=[audit.observe], profile=profile, store=store, nodes=nodes,
