@@ -129,13 +129,13 @@ class WorkChecks:
 
     async def run(self, ctx: NodeContext) -> NodeResult:
         """The node: what fails of the checks goes back to the model (at most ``limit`` times a run)."""
-        work, answer = await self.sorted_failures(ctx.answer)
+        work, answer, fixes = await self._review(ctx.answer)
         if not work + answer:
             return Proceed()
         return SendBack("Before you finish, fix this:\n" + "\n".join(f"- {f}" for f in work + answer),
-                        answer_only=not work, must_call=await self._fixes(ctx.answer) if work and self.force else ())
+                        answer_only=not work, must_call=fixes if work and self.force else ())
 
-    async def _fixes(self, answer: str) -> tuple[tuple[str, dict], ...]:
+    def _fixes(self, now: dict[str, bytes], changed: dict[str, bytes], answer: str) -> tuple[tuple[str, dict], ...]:
         """The calls the next turn must choose from, when a check knows the fix: writing a missing output with
         what the model's code or answer already holds (made to write the file, content free, the 1.5B wrote
         its script or "python3 helpers.py" into it), the command that finishes a rename (handed it as a hint,
@@ -143,11 +143,9 @@ class WorkChecks:
         task names and wants to work, never run (the 1.5B "fixed" a function it had not seen fail)."""
         known = {n: self._content(n, answer) for n in self._outputs() if not (self.cwd / n).exists()}
         must = [("Write", {"file_path": n, "content": c[1]}) for n, c in known.items() if c]
-        now = await asyncio.to_thread(snapshot, self.cwd, self._known)
         rename = self._rename_left(now)
         must += [("Bash", {"command": rename[1]})] if rename else []
-        must += [("Bash", {"command": fix}) for _, fix in
-                 self._line_order({p: c for p, c in now.items() if self.before.get(p) != c}) if fix]
+        must += [("Bash", {"command": fix}) for _, fix in self._line_order(changed) if fix]
         return tuple(must + [("Bash", {"command": c}) for c in self._named() if not self._ran(c)])
 
     # -- the checks
@@ -158,6 +156,12 @@ class WorkChecks:
 
     async def sorted_failures(self, answer: str) -> tuple[list[str], list[str]]:
         """(what needs more work, what needs only a better answer)."""
+        work, answer_only, _ = await self._review(answer)
+        return work, answer_only
+
+    async def _review(self, answer: str) -> tuple[list[str], list[str], tuple[tuple[str, dict], ...]]:
+        """The failures (work, answer only) and the calls that fix those a check knows the fix of, all from one
+        look at the workspace."""
         now = await asyncio.to_thread(snapshot, self.cwd, self._known)
         changed = {p: c for p, c in now.items() if self.before.get(p) != c}
         out = self._missing_outputs(now, answer) + self._placeholders(changed) + self._mismatch(changed, answer)
@@ -175,7 +179,7 @@ class WorkChecks:
         answer_only = self._unreported(changed, answer)
         if _ASKS_NUMBER.search(self.prompt) and not _NUMBER.search(answer) and not answer_only:
             answer_only.append("The task asks for a number, and your answer gives none. Answer with the number.")
-        return out, answer_only
+        return out, answer_only, self._fixes(now, changed, answer)
 
     def _outputs(self) -> list[str]:
         """The files the task names that had no content before the run: what it asks to write."""

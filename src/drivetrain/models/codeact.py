@@ -70,6 +70,11 @@ def written(call_input: dict) -> str:
     return str(call_input.get("new_string", call_input.get("content", "")))
 
 
+def run_block(command: str) -> str:
+    """A Bash command as the block it runs from."""
+    return "```{}\n{}\n```".format(*to_block(command))
+
+
 def file_block(path: str, content: str) -> str:
     lang = _LANGS.get(PurePath(path).suffix, PurePath(path).suffix.lstrip(".") or "text")
     return f"```{lang} {path}\n{content.rstrip(chr(10))}\n```"
@@ -83,8 +88,7 @@ def render_assistant(msg: Message) -> str:
             parts.append(file_block(use.input["file_path"], written(use.input)))
             continue
         command = use.input.get("command", "") if use.name == "Bash" else f"# {use.name} {use.input}"
-        lang, code = to_block(str(command))
-        parts.append(f"```{lang}\n{code}\n```")
+        parts.append(run_block(str(command)))
     if not msg.tool_uses:
         return f"{DONE} {msg.text}"
     return "\n".join(parts)
@@ -161,8 +165,7 @@ class CodeActionModel:
         writes = [inp for name, inp in must if name in ("Edit", "Write") and files and "file_path" in inp]
         targets = [str(inp["file_path"]) for inp in writes if "content" not in inp]
         exact = [file_block(str(inp["file_path"]), str(inp["content"])) for inp in writes if "content" in inp]
-        exact += ["```{}\n{}\n```".format(*to_block(str(inp["command"]))) for name, inp in must
-                  if name == "Bash" and "command" in inp]
+        exact += [run_block(str(inp["command"])) for name, inp in must if name == "Bash" and "command" in inp]
         rules = grammar(choice, forbidden, denied_programs(request.messages), echoes(request.messages), files,
                         targets, exact)
         inner = replace(request, messages=to_text_history(request.messages), tools=[], tool_choice=None,
