@@ -80,6 +80,22 @@ async def test_a_code_block_runs_as_a_bash_call_and_the_model_sees_text(tmp_path
     assert third[4] == "Output:\n20"
 
 
+async def test_an_answer_ends_where_the_model_makes_up_the_next_turn(tmp_path):
+    """The 1.5B went on after its answer: a made-up "User:" turn, its answer again and again, a code block. The
+    answer is what came before; it is not read as calls described in prose (no nudge), and the run ends."""
+    steps = [reply("DONE: Counted 271 lines; wrote 271 to lines.txt.\n\nUser: Create a new file\nAssistant: ```bash\n"
+                   "ls\n```")]
+    with ScriptedServer(steps) as server:
+        result = await small_agent(server, tmp_path, profile=SMALL.without("checks")).run("How many lines?")
+    assert (result.subtype, result.result) == ("success", "Counted 271 lines; wrote 271 to lines.txt.")
+    assert len(server.requests) == 1
+    assert server.requests[0].body["stop_sequences"] == ["\nUser:", "\nAssistant:"]
+    assert parse_reply("DONE: It is 1198. I wrote it. Done: It is 1198. I wrote it. Done: It")[0] == "It is 1198. I wrote it."
+    assert parse_reply("DONE: 4 files\n```python\n# placeholder\n```")[0] == "4 files"
+    kept = 'DONE: Fixed (checked: `python3 greet.py Ann` prints "Hello, Ann!"). Done: see greet.py'
+    assert parse_reply(kept)[0] == 'Fixed (checked: `python3 greet.py Ann` prints "Hello, Ann!").'
+
+
 async def test_a_block_naming_a_file_is_an_edit_of_it_and_reads_back_as_the_block(tmp_path):
     (tmp_path / "acc.py").write_text("import sys\n\n\ndef largest(xs):\n    return min(xs)\n\n\nprint(largest([1, 3]))\n")
     steps = [reply("Fix largest.\n```python acc.py\ndef largest(xs):\n    return max(xs)\n```"),
@@ -206,6 +222,28 @@ async def test_an_empty_answer_is_asked_for_again(tmp_path):
 # ---------------------------------------------------------------- checks before stopping
 
 
+async def test_an_empty_output_gets_the_code_the_model_only_ran(tmp_path):
+    """The 1.5B created utils.py with touch, then "wrote" it by running a python block that only defined the function:
+    the file stayed empty, told twice. The block it ran is the file's content, and the next block must write it."""
+    steps = [reply("Create it.\n```bash\ntouch utils.py\n```"),
+             reply("DONE: utils.py created."),
+             reply("Write it.\n```python\ndef dedupe(items):\n    return list(dict.fromkeys(items))\n```"),
+             reply("DONE: utils.py created."),
+             reply("Write it.\n```python utils.py\ndef dedupe(items):\n    return list(dict.fromkeys(items))\n```"),
+             reply("DONE: utils.py defines dedupe.")]
+    with ScriptedServer(steps) as server:
+        agent = small_agent(server, tmp_path, record=True)
+        result = await agent.run("Create utils.py with a function dedupe(items) that drops duplicates.")
+    assert result.result == "utils.py defines dedupe."
+    code = "def dedupe(items):\n    return list(dict.fromkeys(items))"
+    assert [r.must_call for r in agent.model.requests][2:5] == [(), (), (("Write", {"file_path": "utils.py", "content": code}),)]
+    assert texts(server.requests[2].body)[-1].endswith("utils.py is empty. Write the result the task asks for into it.")
+    assert texts(server.requests[4].body)[-1].endswith(
+        "utils.py is empty. Write the result the task asks for into it. Your last python block only defined it, and "
+        f"wrote no file. This writes it:\n```python utils.py\n{code}\n```")
+    assert (tmp_path / "utils.py").read_text() == code + "\n"
+
+
 async def test_checks_send_back_a_missing_output_file_then_a_wrong_value_at_most_twice(tmp_path):
     (tmp_path / "a.py").write_text("x = 1\ny = 2\n")
     steps = [reply("Count.\n```bash\nwc -l a.py\n```"),
@@ -312,8 +350,11 @@ async def test_lines_asked_for_sorted_and_unique_are(tmp_path):
     (tmp_path / "unique_hosts.txt").write_text("b.internal\na.internal\nb.internal\n")
     [failure] = await checks.failures("Done.")
     assert failure == ("unique_hosts.txt has duplicate lines ('b.internal' 2 times) and unique_hosts.txt is not sorted "
-                       "(line 2, 'a.internal', comes after 'b.internal'), but the task asks for them sorted and without "
-                       "duplicates. This writes it:\n```bash\nsort -u hosts.txt > unique_hosts.txt\n```")
+                       "(line 2, 'a.internal', comes after 'b.internal'), but the task asks for its lines sorted and "
+                       "without duplicates. This writes it:\n```bash\nsort -u hosts.txt > unique_hosts.txt\n```")
+    (tmp_path / "unique_hosts.txt").write_text("1:a.internal\n2:b.internal\n")  # grep -n's output: no lines of it
+    [failure] = await checks.failures("Wrote the 2 unique lines.")  # (and not "write only the value 2")
+    assert failure.startswith("unique_hosts.txt has the line '1:a.internal', which is no line of hosts.txt, but ")
 
     class Ctx:
         answer = "Done."
@@ -574,7 +615,16 @@ async def test_a_list_of_path_line_must_hold_only_path_line(tmp_path):
                           "tool_response": {"content": "a.py:1:x = 1  # TODO: y"}})
     [failure] = await checks.failures("done")
     assert failure.endswith("```bash\ngrep -n TODO *.py | cut -d: -f1,2 > todo.txt\n```")  # the model's own search
+
+    class Ctx:
+        answer = "done"
+    cut = (("Bash", {"command": "grep -n TODO *.py | cut -d: -f1,2 > todo.txt"}),)
+    assert (await checks.run(Ctx())).must_call == cut  # handed as an example, the 1.5B echoed the TODO texts
     (tmp_path / "todo.txt").unlink()
+    [failure] = await checks.failures("done")  # missing, and the answer cites nothing: the search writes it
+    assert failure.endswith("Your search found them; this writes them as path:line:\n```bash\ngrep -n TODO *.py | "
+                            "cut -d: -f1,2 > todo.txt\n```")
+    assert (await checks.run(Ctx())).must_call == cut
     (tmp_path / "b.py").write_text("# TODO: z\n")
     [failure] = await checks.failures("The TODOs are at a.py:1 and b.py:1.")
     assert failure.endswith("```bash\nprintf '%s\\n' a.py:1 b.py:1 > todo.txt\n```")
@@ -680,6 +730,10 @@ async def test_the_hint_for_a_missing_value_file_is_a_command_unless_the_model_w
     for file_blocks, hint in ((False, "```bash\necho 18 > total.txt\n```"), (True, "```text total.txt\n18\n```")):
         checks = WorkChecks(tmp_path, file_blocks=file_blocks)
         await checks.on_prompt({"prompt": "Count the lines, write the total to total.txt and report it."})
+        [missing] = await checks.failures("The total is 18. I wrote 18 to total.txt.")
+        assert missing.endswith("Create it with the right content.")  # no command printed 18: a guess, not handed
+        await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": "wc -l *.py"},
+                              "tool_response": {"content": "  7 a.py\n 11 b.py\n 18 total"}})
         [missing] = await checks.failures("The total is 18. I wrote 18 to total.txt.")
         assert missing.endswith(f"this writes it:\n{hint}")
 

@@ -76,6 +76,7 @@ class _Call:
     text: str  # the call's input and its output, as the model saw them
     command: str = ""
     failed: bool = False
+    output: str = ""  # a Bash call's output
 
 
 @dataclass
@@ -122,8 +123,9 @@ class WorkChecks:
                 if path not in self.unread:
                     self.unread.append(path)
         last, self._last = self._last, now
-        self.calls.append(_Call(f"{tool_input}\n{response.get('content', '')}", command,
-                                bool(response.get("is_error"))))
+        output = str(response.get("content", ""))
+        self.calls.append(_Call(f"{tool_input}\n{output}", command, bool(response.get("is_error")),
+                                output if command else ""))
         note = describe(last, now, command) if self.report_changes else ""
         return {"hookSpecificOutput": {"hookEventName": "PostToolUse", "additionalContext": note}} if note else None
 
@@ -141,8 +143,10 @@ class WorkChecks:
         its script or "python3 helpers.py" into it), the command that finishes a rename (handed it as a hint,
         the 1.5B ran grep instead, twice) or writes the sorted unique lines asked for, and the command the
         task names and wants to work, never run (the 1.5B "fixed" a function it had not seen fail)."""
-        known = {n: self._content(n, answer) for n in self._outputs() if not (self.cwd / n).exists()}
+        known = {n: self._content(n, answer) for n in self._outputs() if self._unwritten(n, now)}
         must = [("Write", {"file_path": n, "content": c[1]}) for n, c in known.items() if c]
+        must += [("Bash", {"command": fix}) for n in self._outputs() if (fix := self._cite_into(n))
+                 and (n in known and not known[n] or _not_citations(changed.get(n, b"")))]
         rename = self._rename_left(now)
         must += [("Bash", {"command": rename[1]})] if rename else []
         must += [("Bash", {"command": fix}) for _, fix in self._line_order(changed) if fix]
@@ -188,21 +192,26 @@ class WorkChecks:
         names = dict.fromkeys(m.group(1) for m in FILE_NAME.finditer(self.prompt))
         return [n for n in names if not self.before.get(n)]  # one with content is an input, or a file to change
 
+    def _unwritten(self, name: str, now: dict[str, bytes]) -> bool:
+        """An output the task asks for is missing, or empty."""
+        return not now[name].strip() if name in now else not (self.cwd / name).exists()
+
     def _missing_outputs(self, now: dict[str, bytes], answer: str) -> list[str]:
         out = []
         for name in self._outputs():
-            if name not in now and not (self.cwd / name).exists():
-                out.append(f"The task asks for {name}, but it does not exist. Create it with the right content."
-                           + self._hint(name, answer))
-            elif name in now and not now[name].strip():
-                out.append(f"{name} is empty. Write the result the task asks for into it.")
+            if not self._unwritten(name, now):
+                continue
+            what = f"{name} is empty. Write the result the task asks for into it." if name in now else \
+                f"The task asks for {name}, but it does not exist. Create it with the right content."
+            out.append(what + self._hint(name, answer))  # (touched first, then "written" by a script: the 1.5B)
         return out
 
     def _hint(self, name: str, answer: str) -> str:
         """For a missing output: the block that writes it, when the model's code or answer already holds it."""
         known = self._content(name, answer)
         if not known:
-            return ""
+            fix = self._cite_into(name)
+            return f" Your search found them; this writes them as path:line:\n{_fence(fix)}" if fix else ""
         why, content = known
         if self.file_blocks:  # the form the model is made to write a missing file in (models/codeact.py)
             return f" {why}\n{file_block(name, content)}"
@@ -232,9 +241,14 @@ class WorkChecks:
         numbers = set(_NUMBER.findall(answer))
         if cited and _ASKS_CITATION.search(self.prompt):
             return "If your answer is right, this writes it:", "\n".join(cited)
-        if len(numbers) == 1 and not cited and _NUMBER_WORDS.search(self.prompt):
-            return "If your answer is right, this writes it:", numbers.pop()
+        if len(numbers) == 1 and not cited and _NUMBER_WORDS.search(self.prompt) and self._computed(value := numbers.pop()):
+            return "If your answer is right, this writes it:", value
         return None
+
+    def _computed(self, value: str) -> bool:
+        """A command the model ran printed the value: its answer's number is a result, not a guess (the 1.5B
+        answered "Created greet.py (3 lines)" with no sum ever printed, and was made to write 3)."""
+        return any(re.search(rf"(?<![\w.]){re.escape(value)}(?![\w]|\.\d)", c.output) for c in self.calls if not c.failed)
 
     @staticmethod
     def _placeholders(changed: dict[str, bytes]) -> list[str]:
@@ -273,8 +287,8 @@ class WorkChecks:
         """The answer reports one value, and the output file the task named holds it among other text
         (typically a command's whole output, such as wc's per-file lines and its total)."""
         said = _NUMBER.findall(answer)
-        if len(set(said)) != 1:
-            return []
+        if len(set(said)) != 1 or not _NUMBER_WORDS.search(self.prompt):
+            return []  # (asked for lines, the 1.5B was told to write only "the value", its count of them)
         value = said[0]
         out = []
         for name in dict.fromkeys(m.group(1) for m in FILE_NAME.finditer(self.prompt)):
@@ -292,12 +306,18 @@ class WorkChecks:
             return []
         out = []
         for name in self._outputs():
-            lines = [ln.strip() for ln in changed.get(name, b"").decode("utf-8", "replace").splitlines() if ln.strip()]
-            extra = [ln for ln in lines if not re.fullmatch(r"\S+:\d+", ln)]
+            extra = _not_citations(changed.get(name, b""))
             if extra:
-                out.append(f"Each line of {name} should be just path:line (like a.py:4), but it has {extra[0]!r}. "
-                           f"Write only path:line on each line, e.g.:\n{_fence(f'{self._search()} | cut -d: -f1,2 > {name}')}")
+                fix = self._cite_into(name) or f"grep -rn PATTERN . | cut -d: -f1,2 > {name}"
+                out.append(f"Each line of {name} should be just path:line (like a.py:4), but it has {extra!r}. "
+                           f"Write only path:line on each line, e.g.:\n{_fence(fix)}")
         return out
+
+    def _cite_into(self, name: str) -> str:
+        """The command writing the path:line list a task asks for into ``name``: the model's own last search, cut
+        to path:line ("" when it made none)."""
+        search = self._search()
+        return f"{search} | cut -d: -f1,2 > {name}" if search and _ASKS_CITATION.search(self.prompt) else ""
 
     def _not_paths(self, changed: dict[str, bytes]) -> list[str]:
         """The task wants a file's path written: each line of the output is the path of an existing file (a
@@ -321,10 +341,15 @@ class WorkChecks:
             return []
         inputs = [n for n in dict.fromkeys(m.group(1) for m in FILE_NAME.finditer(self.prompt)) if self.before.get(n)]
         command = f"sort{' -u' * unique} {inputs[0]}" if len(inputs) == 1 else ""
+        source = {ln.rstrip() for ln in self.before[inputs[0]].decode("utf-8", "replace").splitlines()} \
+            if len(inputs) == 1 else set()
         out = []
         for name in self._outputs():
             lines = [ln for ln in changed.get(name, b"").decode("utf-8", "replace").splitlines() if ln.strip()]
             wrong = []
+            alien = next((ln for ln in lines if source and ln.rstrip() not in source), None)
+            if alien is not None:  # the 1.5B wrote `grep -n` output: "1:gamma7@example.com"
+                wrong.append(f"{name} has the line {alien!r}, which is no line of {inputs[0]}")
             if unique and len(set(lines)) < len(lines):
                 twice = next(ln for ln in lines if lines.count(ln) > 1)
                 wrong.append(f"{name} has duplicate lines ({twice!r} {lines.count(twice)} times)")
@@ -333,19 +358,19 @@ class WorkChecks:
                 wrong.append(f"{name} is not sorted (line {at + 1}, {lines[at]!r}, comes after {lines[at - 1]!r})")
             if wrong:
                 fix = f"{command} > {name}" if command else ""
-                out.append((" and ".join(wrong) + ", but the task asks for them" + (" sorted" * sort)
+                out.append((" and ".join(wrong) + ", but the task asks for its lines" + (" sorted" * sort)
                             + (" and" * (sort and unique)) + (" without duplicates" * unique) + "."
                             + (f" This writes it:\n{_fence(fix)}" if fix else ""), fix))
         return out
 
     def _search(self) -> str:
-        """The model's own last ``grep -n`` over files whose output was path:line:text, else a template."""
+        """The model's own last ``grep -n`` over files whose output was path:line:text ("" when none)."""
         for call in reversed(self.calls):
             c = call.command.strip()
             if re.match(r"grep\s(.*\s)?-\w*n", c) and not re.search(r"[|>;&\n]", c) \
                     and re.search(r"\n(\./)?[\w./-]+:\d+:", call.text):
                 return c
-        return "grep -rn PATTERN ."
+        return ""
 
     def _renamed(self, now: dict[str, bytes]) -> list[str]:
         """A rename asked for: the old name must be gone from the workspace's text files."""
@@ -497,6 +522,12 @@ def _fence(command: str) -> str:
     """A command to run, as a block the model can copy (a small model copies a block far more readily than
     it follows "e.g." in a sentence)."""
     return f"```bash\n{command}\n```"
+
+
+def _not_citations(content: bytes) -> str:
+    """The first line of a file that is not just path:line ("" when all are)."""
+    lines = [ln.strip() for ln in content.decode("utf-8", "replace").splitlines()]
+    return next((ln for ln in lines if ln and not re.fullmatch(r"\S+:\d+", ln)), "")
 
 
 def _parse_error(path: str, content: bytes) -> str:

@@ -38,6 +38,11 @@ _NAMED_BY_COMMENT = re.compile(r"#[ \t]*([\w./-]+\.\w+)[ \t]*\n(?=.)")
 # 'echo 18 > total.txt' as its content.
 _WRITES_ITSELF = re.compile(r"(?:echo|printf)\b[^\n]*?>>?[ \t]*([\w./-]+)[ \t]*\Z")
 _DONE_LINE = re.compile(r"^\s*DONE:[ \t]*", re.MULTILINE)
+# Where an answer ends although the model wrote on: a turn it made up ("User: Create a new file…", after the
+# examples' pattern), a code block, or the answer's mark again ("… 1198. Done: The value …" until max_tokens).
+# Kept, the 1.5B's right answer read as calls described in prose and was sent back (csv-sum, linecount-nowc).
+_ANSWER_END = re.compile(r"^\s*(?:User|Assistant):|```|\bDONE:|(?<=[.!\n] )Done:", re.MULTILINE)
+STOPS = ["\nUser:", "\nAssistant:"]  # the made-up turns, cut as they start (the answer's end is parsed anyway)
 # Commands a small model reaches for that never help here: root rights, and editors that wait for a person.
 # Installing packages is never the way around a denied command (the 1.5B ran apt-get to get wc back).
 # "sudo" whole: "sudoapt-get" was tried; "vi/app.cfg" too
@@ -139,7 +144,9 @@ def parse_reply(text: str) -> tuple[str, tuple[str, str, str | None] | None]:
         code = code[:-1] if code.endswith("\n") else code
         return text[: fence.start()].strip(), (fence.group(1), code, fence.group(2))
     if done:
-        return text[done.end():].strip(), None
+        answer = text[done.end():]
+        end = _ANSWER_END.search(answer)
+        return answer[: end.start() if end else None].strip(), None
     return text.strip(), None
 
 
@@ -169,7 +176,7 @@ class CodeActionModel:
         rules = grammar(choice, forbidden, denied_programs(request.messages), echoes(request.messages), files,
                         targets, exact)
         inner = replace(request, messages=to_text_history(request.messages), tools=[], tool_choice=None,
-                        forbidden_calls=(), grammar=rules)
+                        forbidden_calls=(), grammar=rules, stop_sequences=[*request.stop_sequences, *STOPS])
         response = await self.inner.respond(inner)
         raw = "".join(b.text for b in response.content if isinstance(b, TextBlock))
         text, block = parse_reply(raw)
