@@ -64,6 +64,13 @@ def test_the_grammar_allows_one_block_or_the_answer_and_never_a_forbidden_block(
     assert not accepts(llm, auto, "```python\nprint(1)\n```")
     assert not accepts(llm, auto, "```bash\nls -la\necho more\n```")  # nor the refused call with lines added
     assert not accepts(llm, auto, "```bash\nls -la\r\n```")  # nor with a carriage return (the 1.5B tried it)
+    assert not accepts(llm, auto, "```bash\nls -la \n```")  # nor with blanks at a line's end, read as the same call
+    assert not accepts(llm, auto, "```python\nprint(1)\t\n```")  # (a refused Edit came back five times so)
+    body = "def f(x):\n    return x"
+    edit = grammar("auto", [("file", body)], files=True)
+    assert not accepts(llm, edit, f"```python a.py\n{body} \n```") and not accepts(llm, edit, f"```python a.py\n{body}\n```")
+    assert accepts(llm, edit, "```python a.py\ndef f(x):\n    return x + 1\n```")
+    assert accepts(llm, edit, "```python a.py\ndef f(x):\n\n    return x + 1\n```")  # blank lines are fine
     assert accepts(llm, auto, "```bash\necho first\nls -la\n```")
     assert not accepts(llm, auto, "I think there are 3 files.")  # prose is neither
     assert not accepts(llm, auto, "```bash\nls\n```\n```bash\npwd\n```")  # one block per reply

@@ -50,6 +50,10 @@ NEVER_STARTS = ("sudo", "vi ", "vi/", "vi.", "vi\n", "apt-get ", "apt ")
 # Editors never appear in a bash block at all: "nano.service.ini" and "nanoledger.py" were tried seven times each,
 # with comments added, after "nano " was left out.
 EDITORS = ("nano", "vim", "emacs")
+# No line of a block ends in blanks: a reply's blocks are read without them (``parse_reply``), so a refused block
+# with a blank added at a line's end was a new body to the grammar and the same call once read (the 1.5B
+# repeated a refused Edit five times so).
+BLANK_ENDS = [" \n", "\t\n"]
 # The plan line before a block is one short line: unbounded, a model can ramble in it until max_tokens and never
 # reach the block the turn must hold.
 THOUGHT_CHARS = 200
@@ -243,11 +247,11 @@ def grammar(choice: str, forbidden: list[tuple[str, str]] = (), denied: list[str
     narrows that: with ``targets`` (files it found missing) or ``exact`` (whole blocks it knows) the block
     must name one of those files (the model chooses the content) or be one of those blocks.
 
-    A block's body is any text without backticks or carriage returns that ends in a newline, except the
-    bodies in ``forbidden`` (per language), bodies starting with a line of the output just shown
-    (``echoed``), and bash bodies starting with ``NEVER_STARTS``: a trie over those strings, left as soon as
-    the body differs. A bash body also never contains a ``denied`` program as a command word (``wc``
-    followed by a space, ``;``, ``|`` …), nor ``EDITORS`` at all: an automaton over those words runs
+    A block's body is any text without backticks, carriage returns or blanks at a line's end (``BLANK_ENDS``)
+    that ends in a newline, except the bodies in ``forbidden`` (per language), bodies starting with a line of
+    the output just shown (``echoed``), and bash bodies starting with ``NEVER_STARTS``: a trie over those
+    strings, left as soon as the body differs. A bash body also never contains a ``denied`` program as a command
+    word (``wc`` followed by a space, ``;``, ``|`` …), nor ``EDITORS`` at all: an automaton over those words runs
     alongside. A denied ``python3`` leaves out python blocks, which run as python3.
     """
     python = not any(d in ("python3", "python") for d in denied)
@@ -270,12 +274,12 @@ def grammar(choice: str, forbidden: list[tuple[str, str]] = (), denied: list[str
         'file-name ::= [A-Za-z0-9_/] [A-Za-z0-9_./-]{0,100} "." [A-Za-z0-9]{1,10}',
     ]
     if files:  # a refused file block is left out whatever file it names
-        rules += _body_rules("file-body", [code + "\n" for kind, code in forbidden if kind == "file"])
+        rules += _body_rules("file-body", [code + "\n" for kind, code in forbidden if kind == "file"], BLANK_ENDS)
     words = [d + end for d in denied for end in _ENDS] + list(EDITORS)
     for lang in ("bash", "python") if python else ("bash",):
         bodies = [code + "\n" for kind, code in forbidden if kind == lang]
         rules += _body_rules(f"{lang}-body", bodies + list(echoed) + list(NEVER_STARTS) * (lang == "bash"),
-                             words if lang == "bash" else [])
+                             (words if lang == "bash" else []) + BLANK_ENDS)
     root = {"auto": "act | done", "any": "act", "none": "done"}[choice]
     return f"root ::= {root}\n" + "\n".join(rules) + "\n"
 
