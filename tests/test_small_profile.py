@@ -337,9 +337,39 @@ async def test_a_check_the_answer_claims_was_run(tmp_path):
     await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": "cd . && python3 count.py | tail -1"},
                           "tool_response": {"content": "7"}})
     [claim] = await checks.failures("7 lines (checked: `wc -l *.py` prints 7).")
-    assert claim.startswith("Your answer says what `wc -l *.py` showed, but you did not run wc (or it failed).")
+    assert claim.startswith("Your answer says what `wc -l *.py` showed, but wc is denied here and never ran. Do not "
+                            "claim it")  # (told to run it, the 1.5B tried "wc," five times)
+    [claim] = await checks.failures("7 lines (checked: `grep -c . *.py` prints 7).")
+    assert claim.startswith("Your answer says what `grep -c . *.py` showed, but you did not run grep (or it failed).")
     assert await checks.failures("7 lines (checked: `python3 count.py` prints 7, `tail -1` gives 7).") == []
     assert await checks.failures("7 lines; `total.txt` says 7.") == []  # not a command
+
+
+async def test_characters_counted_as_lines_get_the_script_that_counts_lines(tmp_path):
+    """With wc denied the 1.5B summed len(open(f).read()) in every batch and reported characters as lines."""
+    (tmp_path / "a.py").write_text("x = 1\ny = 2\n")
+    checks = WorkChecks(tmp_path, file_blocks=True)
+    await checks.on_prompt({"prompt": "Count the lines of the .py files, write the total to total.txt, report it."})
+    code = 'import glob\nprint(sum(len(open(f).read()) for f in glob.glob("*.py")))'
+    await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": to_command("python", code)},
+                          "tool_response": {"content": "12"}})
+
+    class Ctx:
+        answer = "The .py files have 12 lines."
+    sent = await checks.run(Ctx())
+    fixed = 'import glob\nprint(sum(len(open(f).read().splitlines()) for f in glob.glob("*.py")))'
+    assert f"counts characters, not lines. This counts lines:\n```python\n{fixed}\n```" in sent.text
+    assert "If your answer is right" not in sent.text  # its 12 is no count of lines: not handed as total.txt
+    assert sent.must_call == (("Bash", {"command": to_command("python", fixed)}),)
+    await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": to_command("python", fixed)},
+                          "tool_response": {"content": "2"}})
+    (tmp_path / "total.txt").write_text("2\n")
+    assert await checks.failures("The .py files have 2 lines.") == []
+    await checks.on_prompt({"prompt": "How many characters do the .py files hold? Write it to total.txt."})
+    await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": to_command("python", code)},
+                          "tool_response": {"content": "12"}})
+    (tmp_path / "total.txt").write_text("12\n")
+    assert await checks.failures("They hold 12 characters.") == []  # characters asked for: fine
 
 
 async def test_lines_asked_for_sorted_and_unique_are(tmp_path):

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from drivetrain.changes import describe, looks_like_edit, snapshot
 from drivetrain.hooks import Hooks
-from drivetrain.models.codeact import file_block, to_block
+from drivetrain.models.codeact import file_block, to_block, to_command
 from drivetrain.models.fragments import TOP_DEF, definitions
 from drivetrain.nodes import NodeContext, NodeResult, Proceed, SendBack
 from drivetrain.procs import run_command
@@ -68,6 +68,8 @@ _ASKS_UNIQUE = re.compile(r"\b(duplicates?\s+removed|without\s+duplicates|no\s+d
 # "write its path to answer.txt": the file holds a path, not a sentence about it
 _ASKS_PATH = re.compile(r"\b(?:write|save|put|store|record)\s+(?:its|the|that|their)\s+(?:file\s*)?(?:path|name)s?\b",
                         re.I)
+_LINES = re.compile(r"\blines\b", re.I)
+_LEN_READ = re.compile(r"len\((?:open\([^()]*\)|\w+)\.read\(\)\)")  # len(open(f).read()), len(fh.read())
 _IDENT = re.compile(r"`([A-Za-z_][\w.]*)`|\b([A-Za-z_]\w*_\w*|[a-z]+[A-Z]\w*)\b")
 
 
@@ -150,6 +152,7 @@ class WorkChecks:
         rename = self._rename_left(now)
         must += [("Bash", {"command": rename[1]})] if rename else []
         must += [("Bash", {"command": fix}) for _, fix in self._line_order(changed) if fix]
+        must += [("Bash", {"command": chars[1]})] if (chars := self._characters_for_lines(changed, answer)) else []
         return tuple(must + [("Bash", {"command": c}) for c in self._named() if not self._ran(c)])
 
     # -- the checks
@@ -180,6 +183,7 @@ class WorkChecks:
                 for p in unread]
         out += self._broken(changed) + self._renamed(now) + self._citations(now, answer) + self._strays(now)
         out += await self._tests() + await self._named_commands() + self._claimed(answer)
+        out += [chars[0]] if (chars := self._characters_for_lines(changed, answer)) else []
         answer_only = self._unreported(changed, answer)
         if _ASKS_NUMBER.search(self.prompt) and not _NUMBER.search(answer) and not answer_only:
             answer_only.append("The task asks for a number, and your answer gives none. Answer with the number.")
@@ -248,7 +252,13 @@ class WorkChecks:
     def _computed(self, value: str) -> bool:
         """A command the model ran printed the value: its answer's number is a result, not a guess (the 1.5B
         answered "Created greet.py (3 lines)" with no sum ever printed, and was made to write 3)."""
-        return any(re.search(rf"(?<![\w.]){re.escape(value)}(?![\w]|\.\d)", c.output) for c in self.calls if not c.failed)
+        return any(re.search(rf"(?<![\w.]){re.escape(value)}(?![\w]|\.\d)", c.output) for c in self.calls
+                   if not c.failed and not self._counts_characters(c))
+
+    def _counts_characters(self, call: _Call) -> bool:
+        """A python call that counted characters where the task counts lines (see ``_characters_for_lines``)."""
+        lang, code = to_block(call.command) if call.command else ("", "")
+        return lang == "python" and bool(_LINES.search(self.prompt) and _LEN_READ.search(code))
 
     @staticmethod
     def _placeholders(changed: dict[str, bytes]) -> list[str]:
@@ -470,13 +480,34 @@ class WorkChecks:
         1.5B, with wc denied, summed characters with python and answered "(checked: `wc -l *.py` prints 271)"."""
         ran = {_program(part) for c in self.calls if c.command and not c.failed
                for part in re.split(r"&&|\|\|?|;|\n", c.command)}
+        denied = {_program(c.command) for c in self.calls if c.failed and "Permission denied" in c.output}
         out = []
         for command in dict.fromkeys(m.group(1).strip() for m in _CLAIMED.finditer(answer)):
             program = _program(command)
-            if program and program not in ran and shutil.which(program.split()[0]):
+            if program in denied:  # asked to run it, the 1.5B tried "wc," five times
+                out.append(f"Your answer says what `{command}` showed, but {program} is denied here and never ran. "
+                           "Do not claim it: check the value another way (print the value of each part), then answer "
+                           "with what that showed.")
+            elif program and program not in ran and shutil.which(program.split()[0]):
                 out.append(f"Your answer says what `{command}` showed, but you did not run {program} (or it failed). "
                            "Check the result with a command that runs, then answer with what it showed.")
         return out
+
+    def _characters_for_lines(self, changed: dict[str, bytes], answer: str) -> tuple[str, str] | None:
+        """(failure, the corrected script) when the task counts lines and the value the model reports came from
+        python that took ``len()`` of a whole ``.read()``: that counts characters (the 1.5B, with wc denied, did so
+        in every batch and reported the characters as lines)."""
+        said = set(_NUMBER.findall(answer)) | set(self._written_values(changed).values())
+        for call in reversed(self.calls):
+            if call.failed or not self._counts_characters(call):
+                continue
+            if not said & set(_NUMBER.findall(call.output)):
+                return None
+            fixed = _LEN_READ.sub(lambda m: m.group(0)[:-1] + ".splitlines())", to_block(call.command)[1])
+            return (f"Your python took len() of a whole .read(), which counts characters, not lines. This counts "
+                    f"lines:\n```python\n{fixed}\n```\nRun it, then write and report what it prints.",
+                    to_command("python", fixed))
+        return None
 
     def _named(self) -> list[str]:
         """The commands the task names (a script run by its interpreter, a test runner), when it wants them to

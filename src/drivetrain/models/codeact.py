@@ -209,7 +209,7 @@ class CodeActionModel:
 # What a policy denial says (gate.py, permissions/): a prefix rule ``Bash(wc:*)``, or a program no rule allows.
 _DENIED_PREFIX = re.compile(r"\(rule Bash\(([^():*`]+):\*\)")
 _NOT_ALLOWED = re.compile(r"no rule allows `([\w./+-]+)")
-_ENDS = (" ", "\n", ";", "|", ")", "&", ":", ".")  # "wc:" and "wc.exe" were tried after wc was denied
+_ENDS = (" ", "\n", ";", "|", ")", "&", ":", ".", ",", "<", ">", "\t")  # "wc:", "wc.exe", "wc," were tried
 
 
 def denied_programs(messages: list[Message]) -> list[str]:
