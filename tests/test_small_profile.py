@@ -202,6 +202,25 @@ async def test_a_repeated_call_is_forbidden_collapsed_and_ends_in_an_answer(tmp_
     assert (result.subtype, result.result) == ("error_loop_detected", "it prints same")
 
 
+async def test_a_stuck_models_answer_is_checked_and_can_be_sent_back_to_work(tmp_path):
+    """Stuck on a refused call, the model is asked for its answer; the checks see what is left and send it back with
+    the call that does it, which gets it out of its rut: the run ends in success, not error_loop_detected."""
+    (tmp_path / "a.py").write_text("x = 1\ny = 2\n")
+    steps = [reply("Count.\n```bash\nwc -l a.py\n```")] * 5 + [
+        reply("DONE: a.py has 2 lines."),  # stuck: the answer without tools, and total.txt is missing
+        reply("Write it.\n```text total.txt\n2\n```"),
+        reply("DONE: a.py has 2 lines; I wrote 2 to total.txt.")]
+    with ScriptedServer(steps) as server:
+        agent = small_agent(server, tmp_path, record=True)
+        result = await agent.run("Count the lines of a.py, write the total to total.txt and report it.")
+    reqs = agent.model.requests
+    assert reqs[5].tool_choice == "none" and FINAL_ASK["stuck"] in texts(server.requests[5].body)[-1]
+    assert reqs[6].tool_choice == "any" and reqs[6].must_call == (("Write", {"file_path": "total.txt", "content": "2"}),)
+    assert "The task asks for total.txt, but it does not exist" in texts(server.requests[6].body)[-1]
+    assert (result.subtype, result.result) == ("success", "a.py has 2 lines; I wrote 2 to total.txt.")
+    assert (tmp_path / "total.txt").read_text() == "2\n"
+
+
 async def test_the_last_turn_under_the_cap_asks_for_the_answer_without_tools(tmp_path):
     steps = [reply("One.\n```bash\necho 1\n```"), reply("Two.\n```bash\necho 2\n```"), reply("DONE: got 1 and 2")]
     with ScriptedServer(steps) as server:
