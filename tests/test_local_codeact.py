@@ -81,6 +81,7 @@ def test_the_grammar_allows_one_block_or_the_answer_and_never_a_forbidden_block(
     assert not accepts(llm, auto, "```bash\ncd conf && vim app.ini\n```")
     assert not accepts(llm, auto, "```bash\nnanoledger.py\n```")
     assert not accepts(llm, auto, "```bash\nvi/app.cfg\n```") and accepts(llm, auto, "```bash\ncat view.py\n```")
+    assert not accepts(llm, auto, "```bash\nvi\tservice.ini\n```")
     assert not accepts(llm, auto, "```bash\nsudoapt-get install wc\n```")  # nor root rights spelled together
     assert accepts(llm, auto, "```bash\necho sudo\n```")
     assert accepts(llm, auto, "x" * 200 + "\n```bash\nls\n```")  # a plan line of up to 200 characters

@@ -45,8 +45,8 @@ _ANSWER_END = re.compile(r"^\s*(?:User|Assistant):|```|\bDONE:|(?<=[.!\n] )Done:
 STOPS = ["\nUser:", "\nAssistant:"]  # the made-up turns, cut as they start (the answer's end is parsed anyway)
 # Commands a small model reaches for that never help here: root rights, and editors that wait for a person.
 # Installing packages is never the way around a denied command (the 1.5B ran apt-get to get wc back).
-# "sudo" whole: "sudoapt-get" was tried; "vi/app.cfg" too
-NEVER_STARTS = ("sudo", "vi ", "vi/", "vi.", "vi\n", "apt-get ", "apt ")
+# "sudo" whole: "sudoapt-get" was tried; "vi/app.cfg" too, and "vi<tab>service.ini" (it waited out the 120 s timeout)
+NEVER_STARTS = ("sudo", "vi ", "vi/", "vi.", "vi\n", "vi\t", "apt-get ", "apt ")
 # Editors never appear in a bash block at all: "nano.service.ini" and "nanoledger.py" were tried seven times each,
 # with comments added, after "nano " was left out.
 EDITORS = ("nano", "vim", "emacs")
