@@ -391,6 +391,17 @@ async def test_characters_counted_as_lines_get_the_script_that_counts_lines(tmp_
     assert await checks.failures("They hold 12 characters.") == []  # characters asked for: fine
 
 
+async def test_a_sum_in_the_answer_is_right_and_adds_no_total_to_its_parts(tmp_path):
+    checks = WorkChecks(tmp_path)
+    await checks.on_prompt({"prompt": "Count the lines of the .py files and report the total."})
+    [twice] = await checks.failures("The total is 20 + 5 + 25 = 50.")  # wc's total line added to its parts
+    assert twice == ("Your answer adds 20 + 5 + 25 = 50, but 25 is already the sum of the other numbers (a total line "
+                     "counted as a part), so the total is 25. Fix what you wrote and your answer.")
+    [wrong] = await checks.failures("The total is 12.5 + 4 = 17.")
+    assert wrong == "Your answer says 12.5 + 4 = 17, but that sum is 16.5. Fix what you wrote and your answer."
+    assert await checks.failures("The total is 20 + 5 = 25; 5 + 5 = 10.") == []
+
+
 async def test_lines_asked_for_sorted_and_unique_are(tmp_path):
     (tmp_path / "hosts.txt").write_text("b.internal\na.internal\nb.internal\n")
     checks = WorkChecks(tmp_path)

@@ -69,6 +69,7 @@ _ASKS_UNIQUE = re.compile(r"\b(duplicates?\s+removed|without\s+duplicates|no\s+d
 _ASKS_PATH = re.compile(r"\b(?:write|save|put|store|record)\s+(?:its|the|that|their)\s+(?:file\s*)?(?:path|name)s?\b",
                         re.I)
 _LINES = re.compile(r"\blines\b", re.I)
+_SUM = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?(?:\s*\+\s*\d+(?:\.\d+)?)+)\s*=\s*(\d+(?:\.\d+)?)(?![\w.]*\d)")
 _LEN_READ = re.compile(r"len\((?:open\([^()]*\)|\w+)\.read\(\)\)")  # len(open(f).read()), len(fh.read())
 _IDENT = re.compile(r"`([A-Za-z_][\w.]*)`|\b([A-Za-z_]\w*_\w*|[a-z]+[A-Z]\w*)\b")
 
@@ -184,6 +185,7 @@ class WorkChecks:
         out += self._broken(changed) + self._renamed(now) + self._citations(now, answer) + self._strays(now)
         out += await self._tests() + await self._named_commands() + self._claimed(answer)
         out += [chars[0]] if (chars := self._characters_for_lines(changed, answer)) else []
+        out += _arithmetic(answer)
         answer_only = self._unreported(changed, answer)
         if _ASKS_NUMBER.search(self.prompt) and not _NUMBER.search(answer) and not answer_only:
             answer_only.append("The task asks for a number, and your answer gives none. Answer with the number.")
@@ -553,6 +555,27 @@ def _fence(command: str) -> str:
     """A command to run, as a block the model can copy (a small model copies a block far more readily than
     it follows "e.g." in a sentence)."""
     return f"```bash\n{command}\n```"
+
+
+def _arithmetic(answer: str) -> list[str]:
+    """A sum written out in the answer ("20 + 5 + 25 = 50") is right, and does not add a total to its own parts
+    (the 1.5B added wc's total line to the per-file counts)."""
+    out = []
+    for m in _SUM.finditer(answer):
+        terms = [float(t) for t in re.split(r"\s*\+\s*", m.group(1))]
+        result, total = float(m.group(2)), sum(terms)
+        written = f"{m.group(1)} = {m.group(2)}"
+        part = next((t for i, t in enumerate(terms) if len(terms) > 2 and abs(t - (total - t)) < 1e-9), None)
+        if part is not None:
+            out.append(f"Your answer adds {written}, but {_num(part)} is already the sum of the other numbers (a "
+                       f"total line counted as a part), so the total is {_num(part)}. Fix what you wrote and your answer.")
+        elif abs(total - result) > 1e-6 * max(1.0, abs(result)):
+            out.append(f"Your answer says {written}, but that sum is {_num(total)}. Fix what you wrote and your answer.")
+    return out
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if x == int(x) else f"{x:.10g}"
 
 
 def _not_citations(content: bytes) -> str:
