@@ -263,6 +263,26 @@ async def test_an_empty_output_gets_the_code_the_model_only_ran(tmp_path):
     assert (tmp_path / "utils.py").read_text() == code + "\n"
 
 
+async def test_a_missing_py_output_gets_the_code_written_to_another_new_file(tmp_path):
+    checks = WorkChecks(tmp_path, file_blocks=True)
+    await checks.on_prompt({"prompt": "Create utils.py with a function digit_sum(n) that sums the digits of n."})
+    (tmp_path / "utils").mkdir()
+    code = "def digit_sum(n): return sum(int(d) for d in str(n))"
+    (tmp_path / "utils" / "digit_sum.py").write_text(code + "\n")
+    await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": f"mkdir -p utils\necho '{code}' > "
+                                                                         "utils/digit_sum.py"}, "tool_response": {}})
+
+    class Ctx:
+        answer = "utils/digit_sum.py:1 line"
+    sent = await checks.run(Ctx())
+    assert sent.text.endswith(f"You wrote the code to utils/digit_sum.py, not utils.py. This writes it:\n"
+                              f"```python utils.py\n{code}\n```")
+    assert sent.must_call == (("Write", {"file_path": "utils.py", "content": code}),)
+    (tmp_path / "utils" / "more.py").write_text("x = 1\n")
+    await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": "true"}, "tool_response": {}})
+    assert (await checks.run(Ctx())).must_call == ()  # two new files: which one is meant is not known
+
+
 async def test_checks_send_back_a_missing_output_file_then_a_wrong_value_at_most_twice(tmp_path):
     (tmp_path / "a.py").write_text("x = 1\ny = 2\n")
     steps = [reply("Count.\n```bash\nwc -l a.py\n```"),

@@ -227,7 +227,7 @@ class WorkChecks:
 
     def _content(self, name: str, answer: str) -> tuple[str, str] | None:
         """(the hint's words, content) of a missing output the model's code or answer already holds."""
-        return self._from_script(name) or self._from_answer(name, answer)
+        return self._from_script(name) or self._from_new_file(name) or self._from_answer(name, answer)
 
     def _from_script(self, name: str) -> tuple[str, str] | None:
         """A .py file asked for, and the model's last python block only defined functions (it ran, and wrote
@@ -239,6 +239,17 @@ class WorkChecks:
         if lang != "python" or not definitions(code):
             return None
         return "Your last python block only defined it, and wrote no file. This writes it:", code
+
+    def _from_new_file(self, name: str) -> tuple[str, str] | None:
+        """A .py file asked for, and the run created one other .py file that only defines functions or classes:
+        the code went to the wrong file (the 1.5B, asked for utils.py, wrote utils/digit_sum.py three times)."""
+        if not self.file_blocks or not name.endswith(".py"):
+            return None
+        made = [(p, c.decode("utf-8", "replace")) for p, c in self._last.items()
+                if p not in self.before and p != name and p.endswith(".py")]
+        if len(made) != 1 or not definitions(made[0][1]):
+            return None
+        return f"You wrote the code to {made[0][0]}, not {name}. This writes it:", made[0][1].rstrip("\n")
 
     def _from_answer(self, name: str, answer: str) -> tuple[str, str] | None:
         """When the answer already holds what the file should (the path:line list asked for, or the one
