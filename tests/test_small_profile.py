@@ -455,6 +455,13 @@ async def test_placeholders_in_written_files_are_sent_back(tmp_path):
     assert await checks.failures("the sum is 12") == []
     (tmp_path / "sum.txt").write_text("  4 a.csv\n  8 b.csv\n 12 total\n")  # a command's whole output
     assert any("holds more than that value" in f for f in await checks.failures("the sum is 12"))
+    (tmp_path / "sum.txt").write_text("12\n")
+    (tmp_path / "old.py").write_text("def g():\n    pass  # your code here\n")
+    await checks.on_prompt({"prompt": "Add a function f to orders.py"})
+    (tmp_path / "orders.py").write_text("def f(rows):\n    # Your implementation here\n    pass\n")
+    (tmp_path / "old.py").write_text("def g():\n    pass  # your code here\n\n\nX = 1\n")
+    assert await checks.failures("done") == ["orders.py contains the stub 'Your implementation here' instead of real "
+                                             "code. Write the code."]  # (old.py's stub was there before the run)
 
 
 # ---------------------------------------------------------------- profile selection

@@ -40,7 +40,8 @@ _TEST_CMD = re.compile(r"\b(pytest|unittest|npm (run )?test|make (check|test)|go
                        r"(^|[\s/])(test_\w+|\w+_test)\.py\b")
 _PLACEHOLDER = re.compile(
     r"<(?:your[ _-]?)?[a-z][a-z _-]{0,24}>|\{(?:total|count|result|value|answer|sum|number|n)\}|"
-    r"\$\{?(?:total|count|result|value|answer|sum)\}?|\b(?:PLACEHOLDER|TBD|FIXME: fill)\b|\[insert [^\]]*\]", re.I)
+    r"\$\{?(?:total|count|result|value|answer|sum)\}?|\b(?:PLACEHOLDER|TBD|FIXME: fill)\b|\[insert [^\]]*\]|"
+    r"\b(?:your|add|insert|put) (?:own )?(?:implementation|code|logic) here\b", re.I)  # a stub: "# Your implementation here"
 _HTML_TAGS = {"html", "head", "body", "div", "span", "p", "a", "b", "i", "ul", "li", "ol", "br", "hr", "table",
               "tr", "td", "th", "title", "script", "style", "pre", "code", "h1", "h2", "h3", "em", "strong"}
 _ASKS_NUMBER = re.compile(r"\bhow (many|much|long|big)\b|\b(count|total|sum|number of)\b.*\b(report|tell|say|answer)", re.I)
@@ -273,18 +274,20 @@ class WorkChecks:
         lang, code = to_block(call.command) if call.command else ("", "")
         return lang == "python" and bool(_LINES.search(self.prompt) and _LEN_READ.search(code))
 
-    @staticmethod
-    def _placeholders(changed: dict[str, bytes]) -> list[str]:
+    def _placeholders(self, changed: dict[str, bytes]) -> list[str]:
         out = []
         for path, content in changed.items():
-            text = content.decode("utf-8", "replace")
+            text, was = content.decode("utf-8", "replace"), self.before.get(path, b"").decode("utf-8", "replace")
             for m in _PLACEHOLDER.finditer(text):
                 inner = m.group(0).strip("<>/ ").lower()
-                if m.group(0).startswith("<") and (inner in _HTML_TAGS or not path.endswith((".txt", ".md", ".csv"))
-                                                   and len(text) > 200):
-                    continue
-                out.append(f"{path} contains the placeholder {m.group(0)!r} instead of a real value. Compute the "
-                           "value with a command and write it.")
+                if m.group(0) in was or m.group(0).startswith("<") and (
+                        inner in _HTML_TAGS or not path.endswith((".txt", ".md", ".csv")) and len(text) > 200):
+                    continue  # (one the file had before is not the run's)
+                if inner.endswith(" here"):
+                    out.append(f"{path} contains the stub {m.group(0)!r} instead of real code. Write the code.")
+                else:
+                    out.append(f"{path} contains the placeholder {m.group(0)!r} instead of a real value. Compute the "
+                               "value with a command and write it.")
                 break
         return out
 
