@@ -823,6 +823,10 @@ async def test_the_hint_for_a_missing_value_file_is_a_command_unless_the_model_w
                               "tool_response": {"content": "  7 a.py\n 11 b.py\n 18 total"}})
         [missing] = await checks.failures("The total is 18. I wrote 18 to total.txt.")
         assert missing.endswith(f"this writes it:\n{hint}")
+    await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": "find . -name '*.md'"},
+                          "tool_response": {"content": "./a.md\n./docs/b.md"}})
+    [missing] = await checks.failures("There are 2 .md files.")  # as many as the lines it was shown: counted
+    assert missing.endswith("this writes it:\n```text total.txt\n2\n```")
 
 
 def test_the_calls_a_turn_must_choose_from_survive_a_saved_run():

@@ -264,10 +264,12 @@ class WorkChecks:
         return None
 
     def _computed(self, value: str) -> bool:
-        """A command the model ran printed the value: its answer's number is a result, not a guess (the 1.5B
-        answered "Created greet.py (3 lines)" with no sum ever printed, and was made to write 3)."""
-        return any(re.search(rf"(?<![\w.]){re.escape(value)}(?![\w]|\.\d)", c.output) for c in self.calls
-                   if not c.failed and not self._counts_characters(c))
+        """A command the model ran printed the value, or as many lines (the files ``find`` listed): its answer's
+        number is a result, not a guess (the 1.5B answered "Created greet.py (3 lines)" with no sum ever
+        printed, and was made to write 3)."""
+        return any(re.search(rf"(?<![\w.]){re.escape(value)}(?![\w]|\.\d)", c.output)
+                   or value == str(len([ln for ln in c.output.splitlines() if ln.strip()]))
+                   for c in self.calls if c.command and not c.failed and not self._counts_characters(c))
 
     def _counts_characters(self, call: _Call) -> bool:
         """A python call that counted characters where the task counts lines (see ``_characters_for_lines``)."""
