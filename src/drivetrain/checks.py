@@ -25,7 +25,7 @@ from pathlib import Path
 
 from drivetrain.changes import describe, looks_like_edit, snapshot
 from drivetrain.hooks import Hooks
-from drivetrain.models.codeact import file_block, to_block, to_command
+from drivetrain.models.codeact import file_block, run_block, to_block, to_command
 from drivetrain.models.fragments import TOP_DEF, definitions
 from drivetrain.nodes import NodeContext, NodeResult, Proceed, SendBack
 from drivetrain.procs import run_command
@@ -521,10 +521,10 @@ class WorkChecks:
                 continue
             if not said & set(_NUMBER.findall(call.output)):
                 return None
-            fixed = _LEN_READ.sub(lambda m: m.group(0)[:-1] + ".splitlines())", to_block(call.command)[1])
+            fixed = to_command("python", _LEN_READ.sub(lambda m: m.group(0)[:-1] + ".splitlines())",
+                                                       to_block(call.command)[1]))
             return (f"Your python took len() of a whole .read(), which counts characters, not lines. This counts "
-                    f"lines:\n```python\n{fixed}\n```\nRun it, then write and report what it prints.",
-                    to_command("python", fixed))
+                    f"lines:\n{run_block(fixed)}\nRun it, then write and report what it prints.", fixed)
         return None
 
     def _named(self) -> list[str]:
@@ -581,7 +581,7 @@ def _arithmetic(answer: str) -> list[str]:
         terms = [float(t) for t in re.split(r"\s*\+\s*", m.group(1))]
         result, total = float(m.group(2)), sum(terms)
         written = f"{m.group(1)} = {m.group(2)}"
-        part = next((t for i, t in enumerate(terms) if len(terms) > 2 and abs(t - (total - t)) < 1e-9), None)
+        part = next((t for t in terms if len(terms) > 2 and abs(t - (total - t)) < 1e-9), None)
         if part is not None:
             out.append(f"Your answer adds {written}, but {_num(part)} is already the sum of the other numbers (a "
                        f"total line counted as a part), so the total is {_num(part)}. Fix what you wrote and your answer.")
