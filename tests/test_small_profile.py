@@ -422,6 +422,22 @@ async def test_a_sum_in_the_answer_is_right_and_adds_no_total_to_its_parts(tmp_p
     assert await checks.failures("The total is 20 + 5 = 25; 5 + 5 = 10.") == []
 
 
+async def test_a_failed_conversion_of_a_csv_column_name_is_called_a_header(tmp_path):
+    (tmp_path / "orders.csv").write_text("id,name,amount\n1,a,2.50\n2,b,3\n")
+    checks = WorkChecks(tmp_path)
+    await checks.on_prompt({"prompt": "Add up the amount column of orders.csv."})
+    command = "python3 -c \"import csv; print(sum(float(r[2]) for r in csv.reader(open('orders.csv'))))\""
+    error = "Traceback (most recent call last):\nValueError: could not convert string to float: 'amount'\nExit code: 1"
+    out = await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": command},
+                                "tool_response": {"content": error, "is_error": True}})
+    assert out["hookSpecificOutput"]["additionalContext"] == (
+        "Note: 'amount' is a column name: line 1 of orders.csv is its header (id,name,amount). Skip that line "
+        "(next(reader) first, or csv.DictReader), then convert the values.")
+    out = await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": command}, "tool_response": {
+        "content": "ValueError: could not convert string to float: '2,50'", "is_error": True}})
+    assert out is None  # a value that is no column name: nothing to say
+
+
 async def test_lines_asked_for_sorted_and_unique_are(tmp_path):
     (tmp_path / "hosts.txt").write_text("b.internal\na.internal\nb.internal\n")
     checks = WorkChecks(tmp_path)

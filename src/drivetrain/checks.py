@@ -70,6 +70,8 @@ _ASKS_UNIQUE = re.compile(r"\b(duplicates?\s+removed|without\s+duplicates|no\s+d
 _ASKS_PATH = re.compile(r"\b(?:write|save|put|store|record)\s+(?:its|the|that|their)\s+(?:file\s*)?(?:path|name)s?\b",
                         re.I)
 _LINES = re.compile(r"\blines\b", re.I)
+_BAD_NUMBER = re.compile(r"could not convert string to float: '([^'\n]*)'|invalid literal for int\(\) with base 10: "
+                         r"'([^'\n]*)'")
 _SUM = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?(?:\s*\+\s*\d+(?:\.\d+)?)+)\s*=\s*(\d+(?:\.\d+)?)(?![\w.]*\d)")
 _LEN_READ = re.compile(r"len\((?:open\([^()]*\)|\w+)\.read\(\)\)")  # len(open(f).read()), len(fh.read())
 _IDENT = re.compile(r"`([A-Za-z_][\w.]*)`|\b([A-Za-z_]\w*_\w*|[a-z]+[A-Z]\w*)\b")
@@ -131,6 +133,8 @@ class WorkChecks:
         self.calls.append(_Call(f"{tool_input}\n{output}", command, bool(response.get("is_error")),
                                 output if command else ""))
         note = describe(last, now, command) if self.report_changes else ""
+        if response.get("is_error") and (header := _header_hint(command, output, now)):
+            note = f"{note}\n\n{header}" if note else header
         return {"hookSpecificOutput": {"hookEventName": "PostToolUse", "additionalContext": note}} if note else None
 
     async def run(self, ctx: NodeContext) -> NodeResult:
@@ -571,6 +575,19 @@ def _fence(command: str) -> str:
     """A command to run, as a block the model can copy (a small model copies a block far more readily than
     it follows "e.g." in a sentence)."""
     return f"```bash\n{command}\n```"
+
+
+def _header_hint(command: str, output: str, files: dict[str, bytes]) -> str:
+    """A conversion that failed on a column name of a CSV file the command reads: that is its header row (the 1.5B
+    summed ``float(row[2])`` over every row, failed on 'amount', and then filtered every row out)."""
+    m = _BAD_NUMBER.search(output)
+    value = (m.group(1) or m.group(2)) if m else None
+    for name in dict.fromkeys(n for n in FILE_NAME.findall(command) if n.endswith((".csv", ".tsv"))) if m else ():
+        first = files.get(name, b"").decode("utf-8", "replace").partition("\n")[0].strip()
+        if value in [f.strip().strip('"') for f in re.split(r"[,\t;]", first)]:
+            return (f"Note: {value!r} is a column name: line 1 of {name} is its header ({first[:120]}). Skip that "
+                    "line (next(reader) first, or csv.DictReader), then convert the values.")
+    return ""
 
 
 def _arithmetic(answer: str) -> list[str]:
