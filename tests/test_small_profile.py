@@ -438,6 +438,22 @@ async def test_a_failed_conversion_of_a_csv_column_name_is_called_a_header(tmp_p
     assert out is None  # a value that is no column name: nothing to say
 
 
+async def test_an_indentation_error_shows_the_lines_with_their_leading_spaces(tmp_path):
+    (tmp_path / "stats.py").write_text("def total(rows):\n    result = 0\n    for v in rows:\n        result += v\n"
+                                       "      return result\n\n\nprint(total([1]))\n")
+    checks = WorkChecks(tmp_path)
+    await checks.on_prompt({"prompt": "python3 stats.py fails with a syntax error. Fix it so the script runs."})
+    shown = ("Note: stats.py around line 5, each leading space shown as ·:\n   1| def total(rows):\n   2| ····result = 0"
+             "\n   3| ····for v in rows:\n   4| ········result += v\n   5| ······return result\n   6| ")
+    error = ('  File "stats.py", line 5\n    return result\n                 ^\nIndentationError: unindent does not match '
+             'any outer indentation level\nExit code: 1')
+    out = await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": "python3 stats.py"},
+                                "tool_response": {"content": error, "is_error": True}})
+    assert out["hookSpecificOutput"]["additionalContext"] == shown
+    failures = await checks.failures("Fixed.")  # run again by the check: the same lines come with its output
+    assert any(f.startswith("`python3 stats.py` fails now (exit code 1):") and shown in f for f in failures)
+
+
 async def test_lines_asked_for_sorted_and_unique_are(tmp_path):
     (tmp_path / "hosts.txt").write_text("b.internal\na.internal\nb.internal\n")
     checks = WorkChecks(tmp_path)

@@ -70,6 +70,7 @@ _ASKS_UNIQUE = re.compile(r"\b(duplicates?\s+removed|without\s+duplicates|no\s+d
 _ASKS_PATH = re.compile(r"\b(?:write|save|put|store|record)\s+(?:its|the|that|their)\s+(?:file\s*)?(?:path|name)s?\b",
                         re.I)
 _LINES = re.compile(r"\blines\b", re.I)
+_INDENT_ERROR = re.compile(r'File "([^"\n]+)", line (\d+)\n(?:.*\n){0,3}?(?:IndentationError|TabError): ')
 _BAD_NUMBER = re.compile(r"could not convert string to float: '([^'\n]*)'|invalid literal for int\(\) with base 10: "
                          r"'([^'\n]*)'")
 _SUM = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?(?:\s*\+\s*\d+(?:\.\d+)?)+)\s*=\s*(\d+(?:\.\d+)?)(?![\w.]*\d)")
@@ -133,8 +134,8 @@ class WorkChecks:
         self.calls.append(_Call(f"{tool_input}\n{output}", command, bool(response.get("is_error")),
                                 output if command else ""))
         note = describe(last, now, command) if self.report_changes else ""
-        if response.get("is_error") and (header := _header_hint(command, output, now)):
-            note = f"{note}\n\n{header}" if note else header
+        hint = (_header_hint(command, output, now) or _indent_hint(output, self.cwd)) if response.get("is_error") else ""
+        note = "\n\n".join(n for n in (note, hint) if n)
         return {"hookSpecificOutput": {"hookEventName": "PostToolUse", "additionalContext": note}} if note else None
 
     async def run(self, ctx: NodeContext) -> NodeResult:
@@ -556,8 +557,9 @@ class WorkChecks:
             if code != 0:
                 words = command.split()
                 fix = f"Change {words[1]} itself (the file)" if words[0] in _INTERPRETERS else "Fix the cause"
-                out.append(f"`{command}` fails now (exit code {code}):\n{output[-1500:]}\n{fix} so that it works, "
-                           f"then run `{command}` again.")
+                hint = _indent_hint(output, self.cwd)
+                out.append(f"`{command}` fails now (exit code {code}):\n{output[-1500:]}\n{hint + chr(10) * bool(hint)}"
+                           f"{fix} so that it works, then run `{command}` again.")
         return out
 
     def _has_tests(self) -> bool:
@@ -588,6 +590,25 @@ def _header_hint(command: str, output: str, files: dict[str, bytes]) -> str:
             return (f"Note: {value!r} is a column name: line 1 of {name} is its header ({first[:120]}). Skip that "
                     "line (next(reader) first, or csv.DictReader), then convert the values.")
     return ""
+
+
+def _indent_hint(output: str, cwd: Path) -> str:
+    """An indentation error in a workspace file: the lines up to it with their leading spaces made visible (the 1.5B,
+    told "unindent does not match" at line 10, edited other functions again and again)."""
+    m = _INDENT_ERROR.search(output)
+    if not m:
+        return ""
+    path, n = cwd / m.group(1), int(m.group(2))  # (an absolute path stays itself)
+    try:
+        if not path.resolve().is_relative_to(cwd.resolve()):
+            return ""
+        lines = path.read_text().splitlines()
+    except (OSError, UnicodeDecodeError, ValueError):
+        return ""
+    shown = [f"{i:4}| " + re.sub(r"^[ \t]+", lambda w: w.group(0).replace(" ", "·").replace("\t", "→"), lines[i - 1])
+             for i in range(max(1, n - 4), min(len(lines), n + 1) + 1)]
+    rel = path.resolve().relative_to(cwd.resolve()).as_posix()
+    return f"Note: {rel} around line {n}, each leading space shown as ·:\n" + "\n".join(shown)
 
 
 def _arithmetic(answer: str) -> list[str]:
