@@ -274,6 +274,8 @@ async def test_a_missing_py_output_gets_the_code_written_to_another_new_file(tmp
 
     class Ctx:
         answer = "utils/digit_sum.py:1 line"
+
+        history = []
     sent = await checks.run(Ctx())
     assert sent.text.endswith(f"You wrote the code to utils/digit_sum.py, not utils.py. This writes it:\n"
                               f"```python utils.py\n{code}\n```")
@@ -303,6 +305,8 @@ async def test_checks_send_back_a_missing_output_file_then_a_wrong_value_at_most
 
     class Ctx:
         answer = "I looked at a.csv."
+
+        history = []
     assert (await checks.run(Ctx())).must_call == ()
     second_try, third_try = texts(server.requests[2].body)[-1], texts(server.requests[4].body)[-1]
     assert "total.txt, but it does not exist" in second_try
@@ -344,6 +348,8 @@ async def test_a_named_command_never_run_is_the_next_call(tmp_path):
 
     class Ctx:
         answer = "Fixed."
+
+        history = []
     sent = await checks.run(Ctx())
     assert "Run them (`python3 test_calc.py`) and make sure they pass." in sent.text
     assert sent.must_call == (("Bash", {"command": "python3 test_calc.py"}),)
@@ -395,6 +401,8 @@ async def test_characters_counted_as_lines_get_the_script_that_counts_lines(tmp_
 
     class Ctx:
         answer = "The .py files have 12 lines."
+
+        history = []
     sent = await checks.run(Ctx())
     fixed = 'import glob\nprint(sum(len(open(f).read().splitlines()) for f in glob.glob("*.py")))'
     assert f"counts characters, not lines. This counts lines:\n```python\n{fixed}\n```" in sent.text
@@ -470,6 +478,8 @@ async def test_lines_asked_for_sorted_and_unique_are(tmp_path):
 
     class Ctx:
         answer = "Done."
+
+        history = []
     assert (await checks.run(Ctx())).must_call == (("Bash", {"command": "sort -u hosts.txt > unique_hosts.txt"}),)
     (tmp_path / "unique_hosts.txt").write_text("a.internal\nb.internal\n")
     assert await checks.failures("Done.") == []
@@ -737,6 +747,8 @@ async def test_a_list_of_path_line_must_hold_only_path_line(tmp_path):
 
     class Ctx:
         answer = "done"
+
+        history = []
     cut = (("Bash", {"command": "grep -n TODO *.py | cut -d: -f1,2 > todo.txt"}),)
     assert (await checks.run(Ctx())).must_call == cut  # handed as an example, the 1.5B echoed the TODO texts
     (tmp_path / "todo.txt").unlink()
@@ -793,6 +805,37 @@ async def test_a_program_the_policy_denies_leaves_the_grammar(tmp_path):
     wc = re.compile(r'"w" bash-body-f\d+')  # the automaton's step on the w of wc
     assert not wc.search(first) and wc.search(second)  # wc, after it was denied by a rule
     assert "python-body" in second and "python-body" not in third  # python3: no rule allows it in acceptEdits
+
+
+async def test_a_claim_about_a_denied_command_and_an_answer_sent_back_after_the_work_ones(tmp_path):
+    """A denied call never reaches the PostToolUse hook: the checks learn of it from the history. Sent back to work
+    twice, the model may still be asked (without tools) for an answer that gives the value it wrote."""
+    from drivetrain.permissions import Policy
+
+    (tmp_path / "a.py").write_text("x = 1\ny = 2\n")
+    env = {"DRIVETRAIN_HOME": str(tmp_path / "home")}
+    policy = Policy.load(tmp_path, mode="bypassPermissions", disallowed_tools=["Bash(wc:*)"], interactive=False, env=env)
+    steps = [reply("Count.\n```bash\nwc -l a.py\n```"),
+             reply("Count.\n```python\nprint(len(open('a.py').readlines()))\n```"),
+             reply("DONE: 2 lines (checked: `wc -l a.py` prints 2)."),  # total.txt missing, wc never ran
+             reply("Write it.\n```text total.txt\n3\n```"),
+             reply("DONE: 2 lines."),  # total.txt says 3
+             reply("Write it.\n```text total.txt\n2\n```"),
+             reply("DONE: total.txt written."),  # no value: the work is done, the answer is not
+             reply("DONE: a.py has 2 lines; total.txt holds 2.")]
+    with ScriptedServer(steps) as server:
+        hooks = Hooks()
+        model, tools, system, nodes = equip(SMALL, anthropic(server), builtin_tools(), hooks, tmp_path)
+        agent = Agent(model=Recording(model), tools=tools, system=system, cwd=tmp_path, hooks=hooks, profile=SMALL,
+                      nodes=nodes, policy=policy)
+        result = await agent.run("Count the lines of a.py, write the total to total.txt and report it.")
+    sent = [texts(r.body)[-1] for r in server.requests[3:8:2]]
+    assert "Your answer says what `wc -l a.py` showed, but wc is denied here and never ran." in sent[0]
+    assert "You wrote 3 to total.txt, but your answer says 2" in sent[1]
+    assert sent[2].endswith("Your answer does not give the value you wrote to total.txt (2). Answer again, with the value.")
+    assert [r.tool_choice for r in agent.model.requests][3:8:2] == ["any", "any", None]  # the last: answer only
+    assert (result.subtype, result.result) == ("success", "a.py has 2 lines; total.txt holds 2.")
+    assert (tmp_path / "total.txt").read_text() == "2\n"  # a text block is the whole file (merged, it held "3\n2")
 
 
 def test_the_denied_programs_come_from_the_policys_own_messages():

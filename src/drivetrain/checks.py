@@ -9,7 +9,8 @@ task: the prompt's general shape, the workspace before and after, and the calls 
 
 ``WorkChecks`` watches through plain hooks (UserPromptSubmit to see the task, PostToolUse to watch
 the calls) and checks as a node of the loop entered at ``end_turn`` (``nodes.py``), the mechanism a
-user's own ``Verify`` node uses: it sends the model back at most ``limit`` times, then lets the run end.
+user's own ``Verify`` node uses: it sends the model back to work at most ``work_limit`` times (and for a
+better answer at most ``answer_limit`` times more), then lets the run end.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from pathlib import Path
 
 from drivetrain.changes import describe, looks_like_edit, snapshot
 from drivetrain.hooks import Hooks
-from drivetrain.models.codeact import file_block, run_block, to_block, to_command
+from drivetrain.models.codeact import denied_programs, file_block, run_block, to_block, to_command
 from drivetrain.models.fragments import TOP_DEF, definitions
 from drivetrain.nodes import NodeContext, NodeResult, Proceed, SendBack
 from drivetrain.procs import run_command
@@ -89,7 +90,8 @@ class _Call:
 @dataclass
 class WorkChecks:
     cwd: Path
-    limit: int = 2  # … at most this many times a run (after that, the stop is let through)
+    work_limit: int = 2  # sent back to work at most this many times a run (after that, the stop is let through) …
+    answer_limit: int = 2  # … and asked at most this many times more for an answer that only lacks what is done
     prompt: str = ""
     before: dict[str, bytes] = field(default_factory=dict)
     calls: list[_Call] = field(default_factory=list)
@@ -101,8 +103,15 @@ class WorkChecks:
     force: bool = True  # the next call must be the fix a check knows (see ``_fixes``), not just told it
     shown: str = ""  # what was shown with the task (the files it names): counts as seen for ``_shown``
 
+    denied: set[str] = field(default_factory=set)  # programs the permission policy denied (their calls never ran)
+    _sent: dict[str, int] = field(default_factory=dict)  # send-backs this prompt: "work", "answer"
+
     name: str = "WorkChecks"  # a node of the loop (nodes.py), entered when the model wants to stop …
     at: str = "end_turn"
+
+    @property
+    def limit(self) -> int:  # … at most this many times a run
+        return self.work_limit + self.answer_limit
 
     def install(self, hooks: Hooks) -> WorkChecks:
         """Watch the prompt and every tool call (hooks); the checks themselves run as a node: add it to
@@ -114,7 +123,7 @@ class WorkChecks:
     # -- hooks
 
     async def on_prompt(self, payload: dict) -> None:
-        self.prompt = payload.get("prompt", "")
+        self.prompt, self._sent = payload.get("prompt", ""), {}
         self.before = await asyncio.to_thread(snapshot, self.cwd, self._known)
         self._last = dict(self.before)
 
@@ -139,12 +148,20 @@ class WorkChecks:
         return {"hookSpecificOutput": {"hookEventName": "PostToolUse", "additionalContext": note}} if note else None
 
     async def run(self, ctx: NodeContext) -> NodeResult:
-        """The node: what fails of the checks goes back to the model (at most ``limit`` times a run)."""
+        """The node: what fails of the checks goes back to the model, to work at most ``work_limit`` times, and for
+        an answer that only lacks what the work holds (the value it wrote, say) at most ``answer_limit`` times more:
+        that costs one turn without tools (the 1.5B, its file right at last, answered "lines.txt created" with
+        no sends left)."""
+        self.denied = set(denied_programs(ctx.history))
         work, answer, fixes = await self._review(ctx.answer)
-        if not work + answer:
+        kind = "work" if work and self._sent.get("work", 0) < self.work_limit else \
+            "answer" if answer and self._sent.get("answer", 0) < self.answer_limit else None
+        if kind is None:
             return Proceed()
-        return SendBack("Before you finish, fix this:\n" + "\n".join(f"- {f}" for f in work + answer),
-                        answer_only=not work, must_call=fixes if work and self.force else ())
+        self._sent[kind] = self._sent.get(kind, 0) + 1
+        failures = work + answer if kind == "work" else answer
+        return SendBack("Before you finish, fix this:\n" + "\n".join(f"- {f}" for f in failures),
+                        answer_only=kind == "answer", must_call=fixes if kind == "work" and self.force else ())
 
     def _fixes(self, now: dict[str, bytes], changed: dict[str, bytes], answer: str) -> tuple[tuple[str, dict], ...]:
         """The calls the next turn must choose from, when a check knows the fix: writing a missing output with
@@ -503,7 +520,7 @@ class WorkChecks:
         1.5B, with wc denied, summed characters with python and answered "(checked: `wc -l *.py` prints 271)"."""
         ran = {_program(part) for c in self.calls if c.command and not c.failed
                for part in re.split(r"&&|\|\|?|;|\n", c.command)}
-        denied = {_program(c.command) for c in self.calls if c.failed and "Permission denied" in c.output}
+        denied = self.denied | {_program(c.command) for c in self.calls if c.failed and "Permission denied" in c.output}
         out = []
         for command in dict.fromkeys(m.group(1).strip() for m in _CLAIMED.finditer(answer)):
             program = _program(command)

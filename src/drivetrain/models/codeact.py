@@ -71,6 +71,7 @@ def to_block(command: str) -> tuple[str, str]:
     return "bash", command
 
 
+_PLAIN = ("text", "txt", "plain", "plaintext")
 _LANGS = {".txt": "text", ".py": "python", ".sh": "bash", ".js": "javascript", ".ts": "typescript", ".md": "markdown"}
 
 
@@ -196,7 +197,9 @@ class CodeActionModel:
             path, code = home  # it only redefines what that file defines: run, it would change nothing
         if path and (writes := _WRITES_ITSELF.match(code)) and writes.group(1) == path:
             lang, path = "bash", None  # a command writing the very file the block names: the command is meant
-        if path and files:
+        if path and files and lang in _PLAIN:  # plain text is the file's content, not a fragment to merge: a
+            name, call_input = "Write", {"file_path": path, "content": code + "\n"}  # value written again was appended
+        elif path and files:
             name, call_input = to_call(path, code, self.cwd)
         else:
             name, call_input = "Bash", {"command": to_command(lang, code)}
