@@ -80,6 +80,18 @@ async def test_a_code_block_runs_as_a_bash_call_and_the_model_sees_text(tmp_path
     assert third[4] == "Output:\n20"
 
 
+async def test_a_python_block_headed_by_a_bare_file_name_changes_that_file(tmp_path):
+    """The 1.5B, asked to fix report.py, ran "report.py" and then the fixed script (a NameError) eight times."""
+    (tmp_path / "report.py").write_text("def total(rows)\n    return sum(rows)\n\n\nprint(total([1, 2]))\n")
+    steps = [reply("Fix it.\n```python\nreport.py\ndef total(rows):\n    return sum(rows)\n```"),
+             reply("DONE: added the colon.")]
+    with ScriptedServer(steps) as server:
+        result = await small_agent(server, tmp_path, profile=SMALL.without("checks")).run("Fix report.py.")
+    [use] = [b for m in result.history for b in m.content if getattr(b, "type", "") == "tool_use"]
+    assert use.name == "Edit" and use.input["file_path"] == "report.py"
+    assert (tmp_path / "report.py").read_text().startswith("def total(rows):\n    return sum(rows)\n")
+
+
 async def test_an_answer_ends_where_the_model_makes_up_the_next_turn(tmp_path):
     """The 1.5B went on after its answer: a made-up "User:" turn, its answer again and again, a code block. The
     answer is what came before; it is not read as calls described in prose (no nudge), and the run ends."""

@@ -32,8 +32,9 @@ _RUN_LANGS = ("bash", "sh", "shell", "console", "python", "py", "python3")
 _FENCE = re.compile(r"```([\w+-]*)(?:[ \t]+([\w./-]*\.\w+))?[ \t]*\n(.*?)```", re.DOTALL)
 _TRAILING_BLANKS = re.compile(r"[ \t\r]+$", re.MULTILINE)
 # A first line naming a file, the way models head a file's code: the 1.5B, asked to create helpers.py, ran
-# "# helpers.py" and the function as a script (which wrote nothing), turn after turn.
-_NAMED_BY_COMMENT = re.compile(r"#[ \t]*([\w./-]+\.\w+)[ \t]*\n(?=.)")
+# "# helpers.py" and the function as a script (which wrote nothing), turn after turn; asked to fix report.py, it
+# ran "report.py" and the fixed script (a NameError) eight times.
+_NAMED_BY_COMMENT = re.compile(r"(?:#[ \t]*)?([\w./-]+\.\w+)[ \t]*\n(?=.)")
 # One echo/printf line redirected into a file: made to write total.txt as a block, the 1.5B wrote
 # 'echo 18 > total.txt' as its content.
 _WRITES_ITSELF = re.compile(r"(?:echo|printf)\b[^\n]*?>>?[ \t]*([\w./-]+)[ \t]*\Z")
