@@ -20,7 +20,9 @@ def _no_settings():
 
 def test_every_sdk_model_is_priced_or_listed_as_unpriced():
     names = sdk_models()
-    assert "claude-sonnet-4-5" in names and "gpt-4o" in names  # the SDKs' literals were found at all
+    # the SDKs' literals were found at all (which ones changes with their releases: anthropic 2.15 dropped
+    # claude-sonnet-4-5)
+    assert any(n.startswith("claude-") for n in names) and any(n.startswith("gpt-") for n in names)
     neither = sorted(n for n in names if pricing.price(n) is None and n not in pricing.UNPRICED)
     assert not neither, f"the installed SDKs name models the price table does not know: {neither}"
     both = sorted(n for n in pricing.UNPRICED if pricing.price(n) is not None)
