@@ -708,6 +708,7 @@ async def test_a_cited_path_line_must_exist_and_mention_what_was_asked(tmp_path)
     assert "accounts.py has 5 lines" in (await checks.failures("accounts.py:150"))[0]
     assert "there is no file notify.py" in (await checks.failures("notify.py:12"))[0]
     assert await checks.failures("fetch_account is defined at accounts.py:4") == []
+    assert await checks.failures("./accounts.py:4") == []  # as grep -rn . prints it (was "no file ./accounts.py")
 
 
 async def test_a_question_for_a_path_is_not_taken_for_one_asking_path_line_or_a_number(tmp_path):
@@ -755,18 +756,19 @@ async def test_a_list_of_path_line_must_hold_only_path_line(tmp_path):
     await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": "grep -n TODO *.py"},
                           "tool_response": {"content": "a.py:1:x = 1  # TODO: y"}})
     [failure] = await checks.failures("done")
-    assert failure.endswith("```bash\ngrep -n TODO *.py | cut -d: -f1,2 > todo.txt\n```")  # the model's own search
+    # the model's own search, not reading the list as it is written
+    assert failure.endswith("```bash\ngrep --exclude=todo.txt -n TODO *.py | cut -d: -f1,2 > todo.txt\n```")
 
     class Ctx:
         answer = "done"
 
         history = []
-    cut = (("Bash", {"command": "grep -n TODO *.py | cut -d: -f1,2 > todo.txt"}),)
+    cut = (("Bash", {"command": "grep --exclude=todo.txt -n TODO *.py | cut -d: -f1,2 > todo.txt"}),)
     assert (await checks.run(Ctx())).must_call == cut  # handed as an example, the 1.5B echoed the TODO texts
     (tmp_path / "todo.txt").unlink()
     [failure] = await checks.failures("done")  # missing, and the answer cites nothing: the search writes it
-    assert failure.endswith("Your search found them; this writes them as path:line:\n```bash\ngrep -n TODO *.py | "
-                            "cut -d: -f1,2 > todo.txt\n```")
+    assert failure.endswith("Your search found them; this writes them as path:line:\n```bash\ngrep --exclude=todo.txt "
+                            "-n TODO *.py | cut -d: -f1,2 > todo.txt\n```")
     assert (await checks.run(Ctx())).must_call == cut
     (tmp_path / "b.py").write_text("# TODO: z\n")
     [failure] = await checks.failures("The TODOs are at a.py:1 and b.py:1.")

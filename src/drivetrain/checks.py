@@ -18,11 +18,12 @@ from __future__ import annotations
 import asyncio
 import difflib
 import json
+import os
 import re
 import shutil
 import tomllib
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePath
 
 from drivetrain.changes import describe, looks_like_edit, snapshot
 from drivetrain.hooks import Hooks
@@ -367,7 +368,10 @@ class WorkChecks:
         """The command writing the path:line list a task asks for into ``name``: the model's own last search, cut
         to path:line ("" when it made none)."""
         search = self._search()
-        return f"{search} | cut -d: -f1,2 > {name}" if search and _ASKS_CITATION.search(self.prompt) else ""
+        if not search or not _ASKS_CITATION.search(self.prompt):
+            return ""
+        # the list is not searched while it is written (grep -rn . read the half-written TODO_LIST.txt)
+        return f"grep --exclude={PurePath(name).name} {search.removeprefix('grep ')} | cut -d: -f1,2 > {name}"
 
     def _not_paths(self, changed: dict[str, bytes]) -> list[str]:
         """The task wants a file's path written: each line of the output is the path of an existing file (a
@@ -491,7 +495,8 @@ class WorkChecks:
                     and any(w in t for t in texts.values())]
         out = []
         for path, number in cited[:5]:
-            lines = texts[path].splitlines() if path in texts else None
+            key = os.path.normpath(path)  # ./storage.py is storage.py (grep -rn . prints it so)
+            lines = texts[key].splitlines() if key in texts else None
             n = int(number)
             if lines is None:
                 out.append(f"You cite {path}:{n}, but there is no file {path}. Find the right place with grep -n.")
