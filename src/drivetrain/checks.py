@@ -165,11 +165,12 @@ class WorkChecks:
                         answer_only=kind == "answer", must_call=fixes if kind == "work" and self.force else ())
 
     def _fixes(self, now: dict[str, bytes], changed: dict[str, bytes], answer: str) -> tuple[tuple[str, dict], ...]:
-        """The calls the next turn must choose from, when a check knows the fix: writing a missing output with
-        what the model's code or answer already holds (made to write the file, content free, the 1.5B wrote
-        its script or "python3 helpers.py" into it), the command that finishes a rename (handed it as a hint,
-        the 1.5B ran grep instead, twice) or writes the sorted unique lines asked for, and the command the
-        task names and wants to work, never run (the 1.5B "fixed" a function it had not seen fail)."""
+        """The calls the next turn must choose from, when a check knows the fix: writing a missing or empty output
+        with what the model's code or answer already holds (made to write the file, content free, the 1.5B wrote
+        its script or "python3 helpers.py" into it), or the path:line list its own search found; the command that
+        finishes a rename (handed it as a hint, the 1.5B ran grep instead, twice) or writes the sorted unique
+        lines asked for; its own script counting lines instead of characters; and the command the task names and
+        wants to work, never run (the 1.5B "fixed" a function it had not seen fail)."""
         known = {n: self._content(n, answer) for n in self._outputs() if self._unwritten(n, now)}
         must = [("Write", {"file_path": n, "content": c[1]}) for n, c in known.items() if c]
         must += [("Bash", {"command": fix}) for n in self._outputs() if (fix := self._cite_into(n))
