@@ -92,6 +92,19 @@ async def test_a_python_block_headed_by_a_bare_file_name_changes_that_file(tmp_p
     assert (tmp_path / "report.py").read_text().startswith("def total(rows):\n    return sum(rows)\n")
 
 
+async def test_a_python_block_holding_a_shell_command_runs_as_that_command(tmp_path):
+    """The 1.5B ran "python3 report.py  # add this line …" as python (a SyntaxError) eleven times."""
+    (tmp_path / "a.py").write_text("print('hi')\n")
+    steps = [reply("Run it.\n```python\npython3 a.py  # run the script\n```"),
+             reply("Print.\n```python\nprint(2)\n```"), reply("DONE: it prints hi.")]
+    with ScriptedServer(steps) as server:
+        result = await small_agent(server, tmp_path, profile=SMALL.without("checks")).run("What does a.py print?")
+    uses = [b for m in result.history for b in m.content if getattr(b, "type", "") == "tool_use"]
+    assert uses[0].input == {"command": "python3 a.py  # run the script"}
+    assert uses[1].input == {"command": to_command("python", "print(2)")}  # python stays python
+    assert texts(server.requests[1].body)[2].startswith("Output:\nhi")
+
+
 async def test_an_answer_ends_where_the_model_makes_up_the_next_turn(tmp_path):
     """The 1.5B went on after its answer: a made-up "User:" turn, its answer again and again, a code block. The
     answer is what came before; it is not read as calls described in prose (no nudge), and the run ends."""

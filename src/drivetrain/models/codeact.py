@@ -17,6 +17,7 @@ the grammar, so that exact command cannot be sampled again.
 from __future__ import annotations
 
 import re
+import shutil
 import uuid
 from dataclasses import replace
 from pathlib import Path, PurePath
@@ -196,6 +197,8 @@ class CodeActionModel:
             path, code = named.group(1), code[named.end():]  # "# helpers.py" over the code: that file's content
         if files and not path and lang.startswith("py") and (home := home_of(code, self.cwd)):
             path, code = home  # it only redefines what that file defines: run, it would change nothing
+        if not path and lang.startswith("py") and _shell_in_python(code):
+            lang = "bash"  # "python3 report.py" in a python block: a command (the 1.5B ran it as python eleven times)
         if path and (writes := _WRITES_ITSELF.match(code)) and writes.group(1) == path:
             lang, path = "bash", None  # a command writing the very file the block names: the command is meant
         if path and files and lang in _PLAIN:  # plain text is the file's content, not a fragment to merge: a
@@ -206,6 +209,19 @@ class CodeActionModel:
             name, call_input = "Bash", {"command": to_command(lang, code)}
         call = ToolUseBlock(f"toolu_{uuid.uuid4().hex[:24]}", name, call_input)
         return replace(response, content=((TextBlock(text),) if text else ()) + (call,), stop_reason="tool_use")
+
+
+def _shell_in_python(code: str) -> bool:
+    """A python block that is a shell command: its first line does not parse as python, and starts with a program
+    on the PATH (``python3 report.py``, ``ls -l``)."""
+    try:
+        compile(code, "<block>", "exec", dont_inherit=True)
+        return False
+    except SyntaxError as e:
+        if e.lineno != 1:
+            return False
+    words = code.split(maxsplit=1)
+    return bool(words) and re.fullmatch(r"[\w.+-]+", words[0]) is not None and shutil.which(words[0]) is not None
 
 
 # --------------------------------------------------------------------- grammar
