@@ -528,7 +528,8 @@ async def test_placeholders_in_written_files_are_sent_back(tmp_path):
     (tmp_path / "orders.py").write_text("def f(rows):\n    # Your implementation here\n    pass\n")
     (tmp_path / "old.py").write_text("def g():\n    pass  # your code here\n\n\nX = 1\n")
     assert await checks.failures("done") == ["orders.py contains the stub 'Your implementation here' instead of real "
-                                             "code. Write the code."]  # (old.py's stub was there before the run)
+                                             "code. Write the code, or remove what you added if the task does not need "
+                                             "it."]  # (old.py's stub was there before the run)
 
 
 # ---------------------------------------------------------------- profile selection

@@ -310,7 +310,8 @@ class WorkChecks:
                         inner in _HTML_TAGS or not path.endswith((".txt", ".md", ".csv")) and len(text) > 200):
                     continue  # (one the file had before is not the run's)
                 if inner.endswith(" here"):
-                    out.append(f"{path} contains the stub {m.group(0)!r} instead of real code. Write the code.")
+                    out.append(f"{path} contains the stub {m.group(0)!r} instead of real code. Write the code, or "
+                               "remove what you added if the task does not need it.")
                 else:
                     out.append(f"{path} contains the placeholder {m.group(0)!r} instead of a real value. Compute the "
                                "value with a command and write it.")
