@@ -926,6 +926,8 @@ async def test_the_hint_for_a_missing_value_file_is_a_command_unless_the_model_w
                               "tool_response": {"content": "  7 a.py\n 11 b.py\n 18 total"}})
         [missing] = await checks.failures("The total is 18. I wrote 18 to total.txt.")
         assert missing.endswith(f"this writes it:\n{hint}")
+    failures = await checks.failures("The total is 18 (a.py:7, b.py:11). I wrote 18 to total.txt.")
+    assert failures[0].endswith("this writes it:\n```text total.txt\n18\n```")  # the per-file parts are not the value
     await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": "find . -name '*.md'"},
                           "tool_response": {"content": "./a.md\n./docs/b.md"}})
     [missing] = await checks.failures("There are 2 .md files.")  # as many as the lines it was shown: counted

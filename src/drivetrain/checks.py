@@ -280,10 +280,11 @@ class WorkChecks:
         """When the answer already holds what the file should (the path:line list asked for, or the one
         number): a small model that answered often does not connect the two."""
         cited = [f"{p}:{n}" for p, n in dict.fromkeys(_CITATION.findall(answer))]
-        numbers = set(_NUMBER.findall(answer))
         if cited and _ASKS_CITATION.search(self.prompt):
             return "If your answer is right, this writes it:", "\n".join(cited)
-        if len(numbers) == 1 and not cited and _NUMBER_WORDS.search(self.prompt) and self._computed(value := numbers.pop()):
+        # the value, not the parts it came from: "18 (app.py:9, config.py:3, util.py:6)"
+        numbers = set(_NUMBER.findall(_CITATION.sub(" ", answer)))
+        if len(numbers) == 1 and _NUMBER_WORDS.search(self.prompt) and self._computed(value := numbers.pop()):
             return "If your answer is right, this writes it:", value
         return None
 
