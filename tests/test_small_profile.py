@@ -47,6 +47,11 @@ def small_agent(server, tmp_path, profile=SMALL, codeact=True, record=False, **k
                  nodes=nodes, **kw)
 
 
+def tool_uses(result):
+    """The run's tool calls, in order."""
+    return [b for m in result.history for b in m.content if getattr(b, "type", "") == "tool_use"]
+
+
 def texts(body):
     """Each message of a request body as one string."""
     out = []
@@ -68,7 +73,7 @@ async def test_a_code_block_runs_as_a_bash_call_and_the_model_sees_text(tmp_path
     with ScriptedServer(steps) as server:
         result = await small_agent(server, tmp_path, profile=SMALL.without("checks")).run("How many lines in a.txt?")
     assert (result.subtype, result.result) == ("success", "a.txt has 2 lines.")
-    uses = [b for m in result.history for b in m.content if getattr(b, "type", "") == "tool_use"]
+    uses = tool_uses(result)
     assert [u.name for u in uses] == ["Bash", "Bash"]
     assert uses[0].input == {"command": "wc -l < a.txt"}
     assert uses[1].input["command"].startswith("python3 - <<'PY'\n")
@@ -87,7 +92,7 @@ async def test_a_python_block_headed_by_a_bare_file_name_changes_that_file(tmp_p
              reply("DONE: added the colon.")]
     with ScriptedServer(steps) as server:
         result = await small_agent(server, tmp_path, profile=SMALL.without("checks")).run("Fix report.py.")
-    [use] = [b for m in result.history for b in m.content if getattr(b, "type", "") == "tool_use"]
+    [use] = tool_uses(result)
     assert use.name == "Edit" and use.input["file_path"] == "report.py"
     assert (tmp_path / "report.py").read_text().startswith("def total(rows):\n    return sum(rows)\n")
 
@@ -99,7 +104,7 @@ async def test_a_python_block_holding_a_shell_command_runs_as_that_command(tmp_p
              reply("Print.\n```python\nprint(2)\n```"), reply("DONE: it prints hi.")]
     with ScriptedServer(steps) as server:
         result = await small_agent(server, tmp_path, profile=SMALL.without("checks")).run("What does a.py print?")
-    uses = [b for m in result.history for b in m.content if getattr(b, "type", "") == "tool_use"]
+    uses = tool_uses(result)
     assert uses[0].input == {"command": "python3 a.py  # run the script"}
     assert uses[1].input == {"command": to_command("python", "print(2)")}  # python stays python
     assert texts(server.requests[1].body)[2].startswith("Output:\nhi")
@@ -132,7 +137,7 @@ async def test_a_block_naming_a_file_is_an_edit_of_it_and_reads_back_as_the_bloc
     with ScriptedServer(steps) as server:
         result = await small_agent(server, tmp_path, profile=SMALL.without("checks")).run("Fix largest in acc.py.")
     assert result.subtype == "success"
-    uses = [b for m in result.history for b in m.content if getattr(b, "type", "") == "tool_use"]
+    uses = tool_uses(result)
     assert [u.name for u in uses] == ["Edit", "Write", "Write", "Bash", "Bash"]  # ordinary calls, permissions as usual
     assert uses[-1].input == {"command": "echo 18 > total.txt"}  # a block holding the command that writes it: run
     assert uses[0].input == {"file_path": "acc.py", "old_string": "def largest(xs):\n    return min(xs)",
@@ -632,7 +637,7 @@ async def test_a_python_block_redefining_a_files_function_changes_that_file(tmp_
              reply("DONE: fixed")]
     with ScriptedServer(steps) as server:
         result = await small_agent(server, tmp_path, profile=SMALL.without("checks")).run("Fix largest.")
-    [use] = [b for m in result.history for b in m.content if getattr(b, "type", "") == "tool_use"]
+    [use] = tool_uses(result)
     assert use.name == "Edit" and use.input["file_path"] == "reports.py"
     assert (tmp_path / "reports.py").read_text() == "def largest(xs):\n    return max(xs)\n"
     assert "```python reports.py\ndef largest(xs):" in texts(server.requests[1].body)[-2]  # shown as what it was
