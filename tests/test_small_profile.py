@@ -412,6 +412,9 @@ async def test_a_check_the_answer_claims_was_run(tmp_path):
     await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": "cd . && python3 count.py | tail -1"},
                           "tool_response": {"content": "7"}})
     [claim] = await checks.failures("7 lines (checked: `wc -l *.py` prints 7).")
+    assert claim.startswith("Your answer says what `wc -l *.py` showed, but you did not run wc (or it failed).")
+    # what the policy denied (read from the history by the node: a denied call never reaches PostToolUse)
+    [claim] = await checks.failures("7 lines (checked: `wc -l *.py` prints 7).", denied=frozenset({"wc"}))
     assert claim.startswith("Your answer says what `wc -l *.py` showed, but wc is denied here and never ran. Do not "
                             "claim it")  # (told to run it, the 1.5B tried "wc," five times)
     [claim] = await checks.failures("7 lines (checked: `grep -c . *.py` prints 7).")

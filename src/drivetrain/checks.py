@@ -104,7 +104,6 @@ class WorkChecks:
     force: bool = True  # the next call must be the fix a check knows (see ``_fixes``), not just told it
     shown: str = ""  # what was shown with the task (the files it names): counts as seen for ``_shown``
 
-    denied: set[str] = field(default_factory=set)  # programs the permission policy denied (their calls never ran)
     _sent: dict[str, int] = field(default_factory=dict)  # send-backs this prompt: "work", "answer"
 
     name: str = "WorkChecks"  # a node of the loop (nodes.py), entered when the model wants to stop …
@@ -153,8 +152,8 @@ class WorkChecks:
         an answer that only lacks what the work holds (the value it wrote, say) at most ``answer_limit`` times more:
         that costs one turn without tools (the 1.5B, its file right at last, answered "lines.txt created" with
         no sends left)."""
-        self.denied = set(denied_programs(ctx.history))
-        work, answer, fixes = await self._review(ctx.answer)
+        # a denied call never reaches PostToolUse: what the policy denied is read from the history
+        work, answer, fixes = await self._review(ctx.answer, frozenset(denied_programs(ctx.history)))
         kind = "work" if work and self._sent.get("work", 0) < self.work_limit else \
             "answer" if answer and self._sent.get("answer", 0) < self.answer_limit else None
         if kind is None:
@@ -164,7 +163,8 @@ class WorkChecks:
         return SendBack("Before you finish, fix this:\n" + "\n".join(f"- {f}" for f in failures),
                         answer_only=kind == "answer", must_call=fixes if kind == "work" and self.force else ())
 
-    def _fixes(self, now: dict[str, bytes], changed: dict[str, bytes], answer: str) -> tuple[tuple[str, dict], ...]:
+    def _fixes(self, now: dict[str, bytes], changed: dict[str, bytes], answer: str,
+               chars: tuple[str, str] | None) -> tuple[tuple[str, dict], ...]:
         """The calls the next turn must choose from, when a check knows the fix: writing a missing or empty output
         with what the model's code or answer already holds (made to write the file, content free, the 1.5B wrote
         its script or "python3 helpers.py" into it), or the path:line list its own search found; the command that
@@ -178,21 +178,22 @@ class WorkChecks:
         rename = self._rename_left(now)
         must += [("Bash", {"command": rename[1]})] if rename else []
         must += [("Bash", {"command": fix}) for _, fix in self._line_order(changed) if fix]
-        must += [("Bash", {"command": chars[1]})] if (chars := self._characters_for_lines(changed, answer)) else []
+        must += [("Bash", {"command": chars[1]})] if chars else []
         return tuple(must + [("Bash", {"command": c}) for c in self._named() if not self._ran(c)])
 
     # -- the checks
 
-    async def failures(self, answer: str) -> list[str]:
-        work, answer_only = await self.sorted_failures(answer)
+    async def failures(self, answer: str, denied: frozenset[str] = frozenset()) -> list[str]:
+        work, answer_only = await self.sorted_failures(answer, denied)
         return work + answer_only
 
-    async def sorted_failures(self, answer: str) -> tuple[list[str], list[str]]:
-        """(what needs more work, what needs only a better answer)."""
-        work, answer_only, _ = await self._review(answer)
+    async def sorted_failures(self, answer: str, denied: frozenset[str] = frozenset()) -> tuple[list[str], list[str]]:
+        """(what needs more work, what needs only a better answer). ``denied``: programs the policy denied."""
+        work, answer_only, _ = await self._review(answer, denied)
         return work, answer_only
 
-    async def _review(self, answer: str) -> tuple[list[str], list[str], tuple[tuple[str, dict], ...]]:
+    async def _review(self, answer: str, denied: frozenset[str] = frozenset(),
+                      ) -> tuple[list[str], list[str], tuple[tuple[str, dict], ...]]:
         """The failures (work, answer only) and the calls that fix those a check knows the fix of, all from one
         look at the workspace."""
         now = await asyncio.to_thread(snapshot, self.cwd, self._known)
@@ -208,13 +209,14 @@ class WorkChecks:
                 f"Show it (cat -n {p}), check your change against what was there, and fix it if needed."
                 for p in unread]
         out += self._broken(changed) + self._renamed(now) + self._citations(now, answer) + self._strays(now)
-        out += await self._tests() + await self._named_commands() + self._claimed(answer)
-        out += [chars[0]] if (chars := self._characters_for_lines(changed, answer)) else []
+        out += await self._tests() + await self._named_commands() + self._claimed(answer, denied)
+        chars = self._characters_for_lines(changed, answer)
+        out += [chars[0]] if chars else []
         out += _arithmetic(answer)
         answer_only = self._unreported(changed, answer)
         if _ASKS_NUMBER.search(self.prompt) and not _NUMBER.search(answer) and not answer_only:
             answer_only.append("The task asks for a number, and your answer gives none. Answer with the number.")
-        return out, answer_only, self._fixes(now, changed, answer)
+        return out, answer_only, self._fixes(now, changed, answer, chars)
 
     def _outputs(self) -> list[str]:
         """The files the task names that had no content before the run: what it asks to write."""
@@ -523,12 +525,11 @@ class WorkChecks:
             return []
         return [f"The test command `{command}` fails now (exit code {code}):\n{output[-1500:]}"]
 
-    def _claimed(self, answer: str) -> list[str]:
+    def _claimed(self, answer: str, denied: frozenset[str]) -> list[str]:
         """A command the answer says showed something (its check of the result) is one the model ran: the
         1.5B, with wc denied, summed characters with python and answered "(checked: `wc -l *.py` prints 271)"."""
         ran = {_program(part) for c in self.calls if c.command and not c.failed
                for part in re.split(r"&&|\|\|?|;|\n", c.command)}
-        denied = self.denied | {_program(c.command) for c in self.calls if c.failed and "Permission denied" in c.output}
         out = []
         for command in dict.fromkeys(m.group(1).strip() for m in _CLAIMED.finditer(answer)):
             program = _program(command)

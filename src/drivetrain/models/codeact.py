@@ -35,7 +35,7 @@ _TRAILING_BLANKS = re.compile(r"[ \t\r]+$", re.MULTILINE)
 # A first line naming a file, the way models head a file's code: the 1.5B, asked to create helpers.py, ran
 # "# helpers.py" and the function as a script (which wrote nothing), turn after turn; asked to fix report.py, it
 # ran "report.py" and the fixed script (a NameError) eight times.
-_NAMED_BY_COMMENT = re.compile(r"(?:#[ \t]*)?([\w./-]+\.\w+)[ \t]*\n(?=.)")
+_NAMED_FIRST_LINE = re.compile(r"(?:#[ \t]*)?([\w./-]+\.\w+)[ \t]*\n(?=.)")
 # One echo/printf line redirected into a file: made to write total.txt as a block, the 1.5B wrote
 # 'echo 18 > total.txt' as its content.
 _WRITES_ITSELF = re.compile(r"(?:echo|printf)\b[^\n]*?>>?[ \t]*([\w./-]+)[ \t]*\Z")
@@ -192,7 +192,7 @@ class CodeActionModel:
             stop = response.stop_reason if response.stop_reason != "tool_use" else "end_turn"
             return replace(response, content=content, stop_reason=stop)
         lang, code, path = block
-        if files and not path and (named := _NAMED_BY_COMMENT.match(code)) and \
+        if files and not path and (named := _NAMED_FIRST_LINE.match(code)) and \
                 named.group(1).endswith(".py" if lang.startswith("py") else ".sh"):
             path, code = named.group(1), code[named.end():]  # "# helpers.py" over the code: that file's content
         if files and not path and lang.startswith("py") and (home := home_of(code, self.cwd)):
