@@ -78,7 +78,8 @@ class FunctionTool:
                  input_schema: dict | None = None):
         self.fn = fn
         self.name = name or fn.__name__
-        self.description = description or inspect.getdoc(fn) or self.name
+        summary, described = parse_docstring(inspect.getdoc(fn) or "")
+        self.description = description or summary or self.name
         sig = inspect.signature(fn)
         self._wants_ctx = "ctx" in sig.parameters
         fields: dict[str, Any] = {}
@@ -86,7 +87,8 @@ class FunctionTool:
             if pname == "ctx":
                 continue
             ann = p.annotation if p.annotation is not inspect.Parameter.empty else Any
-            fields[pname] = (ann, ... if p.default is inspect.Parameter.empty else p.default)
+            default = ... if p.default is inspect.Parameter.empty else p.default
+            fields[pname] = (ann, pydantic.Field(default, description=described.get(pname)))
         self._model = pydantic.create_model(f"{self.name}_input", **fields)  # type: ignore[call-overload]
         self._raw_schema = input_schema is not None
         self.input_schema = input_schema or _clean_schema(self._model.model_json_schema())
@@ -118,10 +120,44 @@ class FunctionTool:
 
 def tool(fn: Callable | None = None, *, name: str | None = None, description: str | None = None,
          input_schema: dict | None = None) -> Any:
-    """Decorator: ``@tool`` or ``@tool(name=..., input_schema=...)``."""
+    """Make a typed function a ``Tool``: ``@tool`` or ``@tool(name=..., input_schema=...)``.
+
+    The input schema comes from the type hints; the description from the docstring, whose ``Args:`` section
+    (``name: what it is``, continued on more-indented lines) describes each parameter. A parameter named ``ctx``
+    receives the ``ToolContext``. ``input_schema`` replaces the derived schema (the input is then not validated).
+    """
     def wrap(f: Callable) -> FunctionTool:
         return FunctionTool(f, name=name, description=description, input_schema=input_schema)
     return wrap(fn) if fn is not None else wrap
+
+
+_SECTIONS = ("Args:", "Arguments:", "Parameters:", "Returns:", "Return:", "Raises:", "Yields:", "Examples:",
+             "Example:", "Note:", "Notes:")
+
+
+def parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
+    """A Google-style docstring as (the text without its sections, {parameter: description from ``Args:``})."""
+    lines = doc.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.strip() in _SECTIONS), len(lines))
+    summary = "\n".join(lines[:start]).strip()
+    described: dict[str, str] = {}
+    section, current, indent = "", None, 0
+    for line in lines[start:]:
+        stripped = line.strip()
+        if stripped in _SECTIONS and len(line) - len(line.lstrip()) == 0:
+            section, current = stripped, None
+            continue
+        if section not in ("Args:", "Arguments:", "Parameters:") or not stripped:
+            continue
+        depth = len(line) - len(line.lstrip())
+        head, sep, rest = stripped.partition(":")
+        name = head.split("(")[0].strip().lstrip("*")
+        if sep and name.isidentifier() and (current is None or depth <= indent):
+            current, indent = name, depth
+            described[name] = rest.strip()
+        elif current is not None:
+            described[current] = f"{described[current]} {stripped}".strip()
+    return summary, described
 
 
 def _clean_schema(schema: dict) -> dict:
