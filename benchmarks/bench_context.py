@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import anthropic
 
 from drivetrain import Agent, tool
-from drivetrain.context import CONTEXT_OFF, ContextSettings
+from drivetrain.loop.context import CONTEXT_OFF, ContextSettings
 from drivetrain.models.anthropic import AnthropicModel
 from drivetrain.testing import ScriptedServer, reply, respond, tool_call
 

@@ -33,11 +33,11 @@ from typing import Iterator
 import anthropic
 
 from drivetrain import Agent, tool
-from drivetrain.audit import AuditLog
+from drivetrain.control.audit import AuditLog
 from drivetrain.models.anthropic import AnthropicModel
-from drivetrain.permissions import Policy
-from drivetrain.procs import child_env, watch_group
-from drivetrain.store_file import FileStore
+from drivetrain.control.permissions import Policy
+from drivetrain.control.procs import child_env, watch_group
+from drivetrain.sessions.file import FileStore
 from drivetrain.testing import ScriptedServer, reply, respond, tool_call
 from drivetrain.tools import Bash
 from drivetrain.tools.base import ToolContext

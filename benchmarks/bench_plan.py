@@ -28,8 +28,8 @@ from pathlib import Path
 
 from drivetrain import Agent, tool
 from drivetrain.models.anthropic import AnthropicModel
-from drivetrain.plan import Plan, step_agent
-from drivetrain.scheduler import run_plan
+from drivetrain.plans.plan import Plan, step_agent
+from drivetrain.plans.scheduler import run_plan
 from drivetrain.testing import ScriptedServer, reply, respond, tool_call
 
 MODULES = ("billing", "shipping", "catalog")

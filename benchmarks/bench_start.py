@@ -27,9 +27,9 @@ from pathlib import Path
 t0 = time.perf_counter()
 from drivetrain.messages import Message
 from drivetrain.models.base import ModelRequest
-from drivetrain.models.codeact import grammar
+from drivetrain.small.codeact import grammar
 from drivetrain.models.local import LocalModel
-from drivetrain.prompts import small_system_prompt
+from drivetrain.small.prompts import small_system_prompt
 model, mode, folder = sys.argv[1], sys.argv[2], sys.argv[3]
 m = LocalModel(model, temperature=0.0)
 m.prefix_cache, m.prefix_cache_dir = mode != "off", Path(folder)

@@ -66,7 +66,7 @@ def deny_policy(rules: Sequence[str], ws: Path, home: Path):
     """A drivetrain Policy that allows everything (bypassPermissions) except ``rules``; None without rules."""
     if not rules:
         return None
-    from drivetrain.permissions.policy import Policy
+    from drivetrain.control.permissions.policy import Policy
 
     home.mkdir(parents=True, exist_ok=True)
     return Policy.load(ws, mode="bypassPermissions", disallowed_tools=list(rules), interactive=False,

@@ -3,8 +3,8 @@
 from dataclasses import dataclass
 
 from drivetrain import Agent, tool
-from drivetrain.audit import AuditLog
-from drivetrain.store_file import FileStore
+from drivetrain.control.audit import AuditLog
+from drivetrain.sessions.file import FileStore
 from drivetrain.models.anthropic import AnthropicModel
 from drivetrain.testing import ScriptedServer, reply, respond, tool_call
 from drivetrain.tools import Bash

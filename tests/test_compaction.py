@@ -4,11 +4,11 @@ Against the scripted server (real anthropic SDK over HTTP), which validates ever
 """
 
 from drivetrain import Agent, Hooks, tool
-from drivetrain.compaction import SUMMARY_ASK, SUMMARY_HEAD, estimate_tokens
-from drivetrain.events import Compacted
+from drivetrain.loop.compaction import SUMMARY_ASK, SUMMARY_HEAD, estimate_tokens
+from drivetrain.loop.events import Compacted
 from drivetrain.messages import lint
 from drivetrain.models.anthropic import AnthropicModel
-from drivetrain.state import Done
+from drivetrain.loop.state import Done
 from drivetrain.testing import ScriptedServer, http_error, reply, respond, tool_call
 
 TASK = "Read the three logs and tell me which one has the most errors.\nBe exact."

@@ -8,16 +8,16 @@ import anthropic
 import pytest
 
 from drivetrain import Agent, tool
-from drivetrain.context import (
+from drivetrain.loop.context import (
     CONTEXT_OFF, ContextSettings, cap_text, clear_old_results, result_cap, session_outputs, window_of,
 )
 from drivetrain.messages import Message, RawBlock, ToolResultBlock, ToolUseBlock
 from drivetrain.models.anthropic import AnthropicModel
 from drivetrain.models.anthropic_wire import breakpoints, validate, with_cache_breakpoints
 from drivetrain.models.base import ModelRequest
-from drivetrain.models.codeact import CodeActionModel
+from drivetrain.small.codeact import CodeActionModel
 from drivetrain.models.openai import OpenAIModel
-from drivetrain.permissions import Policy
+from drivetrain.control.permissions import Policy
 from drivetrain.testing import ScriptedServer, reply, respond, tool_call
 from drivetrain.testing.cache import PromptCache, count_tokens
 from drivetrain.tools import Read

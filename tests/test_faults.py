@@ -32,8 +32,8 @@ from pathlib import Path
 import pytest
 
 from drivetrain.messages import lint
-from drivetrain.session import load
-from drivetrain.store_file import FileStore
+from drivetrain.sessions.log import load
+from drivetrain.sessions.file import FileStore
 from drivetrain.testing import ScriptedServer, reply, respond, text, tool_call
 
 TIMEOUT = 60  # seconds for anything to happen; on an idle machine each wait is well under one

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from drivetrain.models.fragments import to_call
+from drivetrain.small.fragments import to_call
 from drivetrain.tools import builtin_tools
 from drivetrain.tools.base import ToolContext
 
@@ -101,7 +101,7 @@ async def test_a_replaced_line_keeps_the_trailing_comma_the_model_dropped(tmp_pa
 
 
 async def test_a_python_block_that_only_redefines_one_files_functions_is_that_files_change(tmp_path):
-    from drivetrain.models.fragments import home_of
+    from drivetrain.small.fragments import home_of
 
     (tmp_path / "reports.py").write_text("def load(v):\n    return v\n\n\ndef largest(xs):\n    return min(xs)\n")
     (tmp_path / "test_reports.py").write_text("from reports import largest\nassert largest([3, 9]) == 9\n")

@@ -1,7 +1,7 @@
 import typing
 
 from drivetrain import Agent, loop
-from drivetrain.graph import edges, mermaid
+from drivetrain.loop.graph import edges, mermaid
 from drivetrain.models.anthropic import AnthropicModel
 from drivetrain.testing import ScriptedServer, reply, respond, tool_call
 from drivetrain.tools import Glob

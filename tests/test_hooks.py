@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from drivetrain.hooks import HOOK_EVENTS, HookOutcome, Hooks
+from drivetrain.control.hooks import HOOK_EVENTS, HookOutcome, Hooks
 
 
 def script(tmp_path: Path, name: str, body: str) -> str:
@@ -100,7 +100,7 @@ async def test_exit_2_blocks_with_stderr_as_reason(tmp_path):
 async def test_other_exit_code_is_a_non_blocking_error(tmp_path, caplog):
     hooks = Hooks()
     hooks.add_command("PreToolUse", script(tmp_path, "h.sh", "echo 'lint crashed' >&2\nexit 1\n"))
-    with caplog.at_level(logging.WARNING, logger="drivetrain.hooks"):
+    with caplog.at_level(logging.WARNING, logger="drivetrain.control.hooks"):
         out = await hooks.run("PreToolUse", bash_call(tmp_path))
     assert out.decision is None and not out.block
     assert len(out.errors) == 1 and "exited with code 1" in out.errors[0] and "lint crashed" in out.errors[0]
@@ -356,7 +356,7 @@ async def test_python_callable_that_raises_is_reported(tmp_path, caplog):
 
     hooks.add("Stop", broken)
     hooks.add("Stop", lambda p: "not a dict")
-    with caplog.at_level(logging.WARNING, logger="drivetrain.hooks"):
+    with caplog.at_level(logging.WARNING, logger="drivetrain.control.hooks"):
         out = await hooks.run("Stop", payload(tmp_path))
     assert not out.block
     assert "RuntimeError: database is down" in out.errors[0]
@@ -437,7 +437,7 @@ def test_settings_that_are_not_an_object(tmp_path):
 
 
 def test_unsupported_claude_code_events_are_skipped_loudly(tmp_path, caplog):
-    with caplog.at_level(logging.WARNING, logger="drivetrain.hooks"):
+    with caplog.at_level(logging.WARNING, logger="drivetrain.control.hooks"):
         hooks = Hooks.from_settings([(tmp_path / "s.json", {"hooks": {
             "SessionStart": [{"hooks": [{"type": "command", "command": "echo hi"}]}]}})])
     assert not hooks

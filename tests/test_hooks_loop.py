@@ -3,7 +3,7 @@
 import json
 
 from drivetrain import Agent, tool
-from drivetrain.hooks import Hooks
+from drivetrain.control.hooks import Hooks
 from drivetrain.models.anthropic import AnthropicModel
 from drivetrain.testing import ScriptedServer, reply, respond, tool_call
 

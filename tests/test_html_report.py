@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from drivetrain import Agent, tool
-from drivetrain.html_report import turns_from_records
+from drivetrain.sessions.html import turns_from_records
 from drivetrain.models.anthropic import AnthropicModel
-from drivetrain.store_file import FileStore
+from drivetrain.sessions.file import FileStore
 from drivetrain.testing import ScriptedServer, reply, respond, tool_call
 from test_cli import DRIVETRAIN
 

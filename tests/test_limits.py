@@ -8,11 +8,11 @@ import asyncio
 import pytest
 
 from drivetrain import Agent, tool
-from drivetrain.budget import Budget
-from drivetrain.events import LimitApproaching, LimitReached, LoopDetected
+from drivetrain.loop.budget import Budget
+from drivetrain.loop.events import LimitApproaching, LimitReached, LoopDetected
 from drivetrain.messages import lint
 from drivetrain.models.anthropic import AnthropicModel
-from drivetrain.store_file import FileStore
+from drivetrain.sessions.file import FileStore
 from drivetrain.testing import ScriptedServer, reply, respond, tool_call
 
 ran: list[str] = []

@@ -9,8 +9,8 @@ import pytest
 
 from drivetrain.messages import Message
 from drivetrain.models.base import ModelRequest
-from drivetrain.models.codeact import CodeActionModel, grammar
-from drivetrain.prompts import small_system_prompt
+from drivetrain.small.codeact import CodeActionModel, grammar
+from drivetrain.small.prompts import small_system_prompt
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("llama_cpp") is None, reason="llama-cpp-python (drivetrain[local-small]) is not installed"
@@ -193,7 +193,7 @@ def test_under_the_grammar_a_control_token_is_never_sampled(model):
 
 def test_a_block_never_starts_with_a_line_of_the_output_just_shown(model):
     from drivetrain.messages import ToolResultBlock, ToolUseBlock
-    from drivetrain.models.codeact import echoes
+    from drivetrain.small.codeact import echoes
 
     output = "./storage.py:12:    # TODO: test tickets\n./alerts.py:4:# TODO: speed up\nok"
     history = [Message.user("List the TODOs."),

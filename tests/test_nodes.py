@@ -7,10 +7,10 @@ import sys
 import pytest
 
 from drivetrain import Agent, tool
-from drivetrain.graph import edges
+from drivetrain.loop.graph import edges
 from drivetrain.messages import lint
 from drivetrain.models.anthropic import AnthropicModel
-from drivetrain.nodes import PlanFirst, Proceed, Verify
+from drivetrain.loop.nodes import PlanFirst, Proceed, Verify
 from drivetrain.testing import ScriptedServer, reply, respond, tool_call
 
 
@@ -115,7 +115,7 @@ def test_cli_verify_flag(tmp_path):
 async def test_sessions_show_graph_counts_each_edge_the_run_took(tmp_path):
     import os
 
-    from drivetrain.store_file import FileStore
+    from drivetrain.sessions.file import FileStore
 
     home = tmp_path / "home"
     steps = [respond([tool_call("touch", {"name": "a"})]), respond([tool_call("touch", {"name": "b"})]),

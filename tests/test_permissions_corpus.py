@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from drivetrain.permissions import Policy, parse_rule, split_tool_list
+from drivetrain.control.permissions import Policy, parse_rule, split_tool_list
 
 DATA = Path(__file__).parent / "data"
 

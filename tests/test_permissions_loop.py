@@ -5,7 +5,7 @@ import os
 
 from drivetrain import Agent, Allow
 from drivetrain.models.anthropic import AnthropicModel
-from drivetrain.permissions import Policy
+from drivetrain.control.permissions import Policy
 from drivetrain.testing import ScriptedServer, reply, respond, tool_call
 from drivetrain.tools import Bash, Glob, Grep, Write
 

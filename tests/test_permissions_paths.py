@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from drivetrain.permissions import ConfinementError, Policy, confined_write, parse_rule, resolve
+from drivetrain.control.permissions import ConfinementError, Policy, confined_write, parse_rule, resolve
 
 
 @pytest.fixture
@@ -197,7 +197,7 @@ def test_glob_patterns_cannot_walk_out(box, pattern, path, outcome):
 
 
 def test_glob_prefix_matches_the_glob_tool():
-    from drivetrain.permissions.policy import glob_literal_prefix
+    from drivetrain.control.permissions.policy import glob_literal_prefix
     from drivetrain.tools.glob import split_literal_prefix
 
     for p in ["**/*.py", "src/app/**/*.py", "../../etc/*", "/etc/passwd", "a/b/c", "x", "./a/*", "/", "{a,b}/c"]:

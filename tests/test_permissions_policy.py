@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from drivetrain.permissions import Decision, Policy, parse_rule
+from drivetrain.control.permissions import Decision, Policy, parse_rule
 from drivetrain.tools import ToolContext
 
 
@@ -285,7 +285,7 @@ def test_commands_that_do_not_read_a_denied_file_still_run(ws, command):
 
 
 def test_a_folder_too_big_to_check_is_asked_about(ws, monkeypatch):
-    from drivetrain.permissions import search
+    from drivetrain.control.permissions import search
     secret_workspace(ws)
     monkeypatch.setattr(search, "WALK_LIMIT", 3)
     p = make(ws, allow=["Bash(grep:*)"], deny=["Read(**/.env)"])
@@ -352,7 +352,7 @@ def test_writing_or_untracking_a_read_denied_file_is_not_reading_it(ws, command)
 
 
 def test_a_folder_too_big_to_check_does_not_hide_a_denied_read_after_it(ws, monkeypatch):
-    from drivetrain.permissions import search
+    from drivetrain.control.permissions import search
     secret_workspace(ws)
     monkeypatch.setattr(search, "WALK_LIMIT", 0)
     p = make(ws, allow=["Bash(grep:*)", "Bash(cat:*)"], deny=["Read(**/.env)"])

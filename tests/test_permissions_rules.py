@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from drivetrain.errors import ConfigError
-from drivetrain.permissions import (
+from drivetrain.control.permissions import (
     Policy, RuleError, SettingsError, decode_word, load_settings, parse_rule, split_tool_list,
 )
 

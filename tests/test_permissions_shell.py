@@ -8,9 +8,9 @@ import subprocess
 
 import pytest
 
-from drivetrain.permissions import analyze_command, decode_word, parse_shell
-from drivetrain.permissions.analyzers import sed_script_ok
-from drivetrain.permissions.words import substitution_spans
+from drivetrain.control.permissions import analyze_command, decode_word, parse_shell
+from drivetrain.control.permissions.analyzers import sed_script_ok
+from drivetrain.control.permissions.words import substitution_spans
 
 HOME = "/home/u"
 
@@ -267,7 +267,7 @@ def test_here_documents(command, commands):
 
 
 def test_the_small_model_profile_python_blocks_are_understood():
-    from drivetrain.models.codeact import to_command
+    from drivetrain.small.codeact import to_command
     code = 'import os\nx = "$(rm -rf ~)"\nprint(f"{x} `date`", os.listdir("."))\n'
     parsed = parse_shell(to_command("python", code), HOME)
     assert parsed.problems == [] and [[w.value for w in c.words] for c in parsed.commands] == [["python3", "-"]]

@@ -19,10 +19,10 @@ import pytest
 
 import drivetrain
 from drivetrain import Agent, tool
-from drivetrain.budget import Budget
+from drivetrain.loop.budget import Budget
 from drivetrain.models.anthropic import AnthropicModel
-from drivetrain.plan import Plan, PlanError, Step, make_plan, parse_plan, step_agent
-from drivetrain.scheduler import run_plan
+from drivetrain.plans.plan import Plan, PlanError, Step, make_plan, parse_plan, step_agent
+from drivetrain.plans.scheduler import run_plan
 from drivetrain.testing import ScriptedServer, reply, respond, tool_call
 
 SRC = str(Path(drivetrain.__file__).parents[1])

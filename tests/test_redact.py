@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from drivetrain.redact import (
+from drivetrain.control.redact import (
     MARK,
     MAYBE_SECRET,
     NOT_SECRET,

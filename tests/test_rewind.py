@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from drivetrain.errors import HarnessError
-from drivetrain.rewind import Checkpoints, RestoreReport, RewindError
+from drivetrain.sessions.rewind import Checkpoints, RestoreReport, RewindError
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 

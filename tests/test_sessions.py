@@ -12,9 +12,9 @@ import pytest
 
 from drivetrain import Agent, tool
 from drivetrain.models.anthropic import AnthropicModel
-from drivetrain.session import load
-from drivetrain.state import AwaitApproval, CallModel, Done, RunTools
-from drivetrain.store_file import FileStore
+from drivetrain.sessions.log import load
+from drivetrain.loop.state import AwaitApproval, CallModel, Done, RunTools
+from drivetrain.sessions.file import FileStore
 from drivetrain.testing import ScriptedServer, reply, respond, tool_call
 
 ran: list[str] = []
@@ -210,7 +210,7 @@ async def test_a_pause_for_approval_survives_a_restart_and_a_new_prompt_answers_
 
 
 async def test_checkpoints_before_each_prompt_let_rewind_undo_tool_changes(store, tmp_path):
-    from drivetrain.rewind import Checkpoints
+    from drivetrain.sessions.rewind import Checkpoints
 
     ws = tmp_path / "ws"
     ws.mkdir()

@@ -15,7 +15,7 @@ import pytest
 import drivetrain
 from drivetrain import Agent, tool
 from drivetrain.models.anthropic import AnthropicModel
-from drivetrain.store import open_store
+from drivetrain.sessions.open import open_store
 from drivetrain.testing import ScriptedServer, reply, respond, text, tool_call
 
 SRC = str(Path(drivetrain.__file__).parents[1])  # the subprocesses run this very drivetrain

@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 
 from drivetrain import Agent
-from drivetrain.checks import WorkChecks
-from drivetrain.hooks import Hooks
-from drivetrain.loop import FINAL_ASK, NUDGE
+from drivetrain.small.checks import WorkChecks
+from drivetrain.control.hooks import Hooks
+from drivetrain.loop.step import FINAL_ASK, NUDGE
 from drivetrain.models.anthropic import AnthropicModel
-from drivetrain.models.codeact import (CodeActionModel, denied_programs, grammar, parse_reply, render_assistant,
+from drivetrain.small.codeact import (CodeActionModel, denied_programs, grammar, parse_reply, render_assistant,
                                        to_block, to_command)
-from drivetrain.profiles import FULL, SMALL, equip, is_small, select_profile
+from drivetrain.small.profile import FULL, SMALL, equip, is_small, select_profile
 from drivetrain.testing import ScriptedServer, reply, respond, tool_call
 from drivetrain.tools import builtin_tools
 
@@ -38,13 +38,13 @@ def anthropic(server):
 
 
 def small_agent(server, tmp_path, profile=SMALL, codeact=True, record=False, **kw):
-    hooks = Hooks()
-    model, tools, system, nodes = equip(replace(profile, codeact=codeact), anthropic(server), builtin_tools(), hooks,
-                                        tmp_path)
+    """The library's small agent: the profile equips it when a run starts. ``record``: the loop's own requests are
+    kept (the recorder wraps the code-block model, which the profile then does not wrap again)."""
+    profile = replace(profile, codeact=codeact)
+    model = anthropic(server)
     if record:
-        model = Recording(model)
-    return Agent(model=model, tools=tools, system=system, cwd=tmp_path, hooks=hooks, profile=profile, strict=True,
-                 nodes=nodes, **kw)
+        model = Recording(CodeActionModel(model, tmp_path) if codeact else model)
+    return Agent(model=model, tools=builtin_tools(), cwd=tmp_path, profile=profile, strict=True, **kw)
 
 
 def tool_uses(result):
@@ -173,7 +173,7 @@ def test_blocks_and_commands_convert_both_ways():
         ("Fix it.", ("python", "def f():\n    pass", "greet.py"))
     assert parse_reply("```json\n{}\n```\n```bash\nls\n```")[1] == ("bash", "ls", None)  # json without a file: text
     from drivetrain.messages import ToolResultBlock
-    from drivetrain.models.codeact import render_result
+    from drivetrain.small.codeact import render_result
     assert render_result(ToolResultBlock("t1", "(no output)")) == "(no output, exit code 0)"
     note = "(no output)\n\nCreated t.txt (1 line):\n   1| 2"
     assert render_result(ToolResultBlock("t1", note)) == "(no output, exit code 0)\n\nCreated t.txt (1 line):\n   1| 2"
@@ -581,7 +581,7 @@ def test_equip_turns_on_the_prefix_cache_of_the_local_model_under_the_code_block
 
 
 def test_long_outputs_are_clipped_and_old_rounds_stubbed_a_few_rounds_at_a_time():
-    from drivetrain.context import shorten_outputs
+    from drivetrain.loop.context import shorten_outputs
     from drivetrain.messages import Message, ToolResultBlock, ToolUseBlock
 
     def history(n, size):
@@ -605,7 +605,7 @@ def test_long_outputs_are_clipped_and_old_rounds_stubbed_a_few_rounds_at_a_time(
 
 
 def test_describe_says_which_lines_changed_which_files_came_and_went_and_when_an_edit_changed_nothing():
-    from drivetrain.changes import describe, looks_like_edit
+    from drivetrain.small.changes import describe, looks_like_edit
 
     before = {"f.py": b"a = 1\nb = min(xs)\nc = 3\n", "old.txt": b"x\n"}
     after = {"f.py": b"a = 1\nb = max(xs)\nc = 3\n", "total.txt": b"18\n"}
@@ -703,7 +703,7 @@ async def test_the_files_the_task_names_go_with_it_and_count_as_read(tmp_path):
 
 
 async def test_a_named_file_a_read_rule_denies_is_not_shown(tmp_path):
-    from drivetrain.permissions import Policy
+    from drivetrain.control.permissions import Policy
 
     (tmp_path / "secrets.json").write_text('{"token": "abc123"}\n')
     (tmp_path / "notes.txt").write_text("hello\n")
@@ -825,7 +825,7 @@ async def test_a_task_that_asks_for_a_change_is_not_done_while_no_file_changed(t
 
 
 async def test_a_program_the_policy_denies_leaves_the_grammar(tmp_path):
-    from drivetrain.permissions import Policy
+    from drivetrain.control.permissions import Policy
 
     (tmp_path / "a.py").write_text("x = 1\n")
     env = {"DRIVETRAIN_HOME": str(tmp_path / "home")}
@@ -846,7 +846,7 @@ async def test_a_program_the_policy_denies_leaves_the_grammar(tmp_path):
 async def test_a_claim_about_a_denied_command_and_an_answer_sent_back_after_the_work_ones(tmp_path):
     """A denied call never reaches the PostToolUse hook: the checks learn of it from the history. Sent back to work
     twice, the model may still be asked (without tools) for an answer that gives the value it wrote."""
-    from drivetrain.permissions import Policy
+    from drivetrain.control.permissions import Policy
 
     (tmp_path / "a.py").write_text("x = 1\ny = 2\n")
     env = {"DRIVETRAIN_HOME": str(tmp_path / "home")}
@@ -860,10 +860,8 @@ async def test_a_claim_about_a_denied_command_and_an_answer_sent_back_after_the_
              reply("DONE: total.txt written."),  # no value: the work is done, the answer is not
              reply("DONE: a.py has 2 lines; total.txt holds 2.")]
     with ScriptedServer(steps) as server:
-        hooks = Hooks()
-        model, tools, system, nodes = equip(SMALL, anthropic(server), builtin_tools(), hooks, tmp_path)
-        agent = Agent(model=Recording(model), tools=tools, system=system, cwd=tmp_path, hooks=hooks, profile=SMALL,
-                      nodes=nodes, policy=policy)
+        agent = Agent(model=Recording(CodeActionModel(anthropic(server), tmp_path)), tools=builtin_tools(),
+                      cwd=tmp_path, profile=SMALL, policy=policy)
         result = await agent.run("Count the lines of a.py, write the total to total.txt and report it.")
     sent = [texts(r.body)[-1] for r in server.requests[3:8:2]]
     assert "Your answer says what `wc -l a.py` showed, but wc is denied here and never ran." in sent[0]
@@ -876,7 +874,7 @@ async def test_a_claim_about_a_denied_command_and_an_answer_sent_back_after_the_
 
 def test_the_denied_programs_come_from_the_policys_own_messages():
     from drivetrain.messages import Message, ToolResultBlock
-    from drivetrain.permissions import Policy
+    from drivetrain.control.permissions import Policy
 
     policy = Policy.load(".", mode="acceptEdits", disallowed_tools=["Bash(rm -rf:*)"], interactive=False, env={})
     said = [policy.decide("Bash", {"command": c}, ".").reason for c in ("rm -rf build", "curl -s x", "cat /etc/hosts")]
@@ -943,7 +941,7 @@ async def test_the_hint_for_a_missing_value_file_is_a_command_unless_the_model_w
 
 
 def test_the_calls_a_turn_must_choose_from_survive_a_saved_run():
-    from drivetrain.state import CallModel, state_from_json, state_to_json
+    from drivetrain.loop.state import CallModel, state_from_json, state_to_json
 
     forced = CallModel(tool_choice="any", must_call=(("Write", {"file_path": "total.txt"}),
                                                       ("Bash", {"command": "sed -i 's/a/b/g' x.py"})))

@@ -9,8 +9,9 @@ from datetime import datetime
 
 import pytest
 
-from drivetrain.audit import AuditLog
-from drivetrain.store import HEADER, SessionInfo, SessionNotFound, SessionRecords, open_store
+from drivetrain.control.audit import AuditLog
+from drivetrain.sessions.store import HEADER, SessionInfo, SessionNotFound, SessionRecords
+from drivetrain.sessions.open import open_store
 
 
 @pytest.fixture

@@ -10,10 +10,10 @@ import pytest
 
 from dataclasses import replace
 
-from drivetrain.store import (
+from drivetrain.sessions.store import (
     FOLDED_KINDS, CorruptLogWarning, SessionLogWarning, SessionNotFound, fold, open_store,
 )
-from drivetrain.store_file import FileStore, read_log
+from drivetrain.sessions.file import FileStore, read_log
 
 
 def _sessions(store):

@@ -136,7 +136,7 @@ def test_gitignore_rules():
 
 def guarded(ctx: ToolContext, *deny: str, ask: tuple[str, ...] = ()) -> ToolContext:
     """The tree with the real Policy's search filter, as the loop hands it to the tools."""
-    from drivetrain.permissions import Policy, parse_rule
+    from drivetrain.control.permissions import Policy, parse_rule
     rules = [parse_rule(r, "deny", "test", ctx.cwd, ctx.cwd) for r in deny]
     rules += [parse_rule(r, "ask", "test", ctx.cwd, ctx.cwd) for r in ask]
     return ToolContext(cwd=ctx.cwd, read_filter=Policy(rules=rules, home=ctx.cwd).search_filter(ctx.cwd))

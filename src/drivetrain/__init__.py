@@ -5,17 +5,18 @@ feeds back a faithful tool_result, and asks again until the model ends its turn.
 """
 
 from drivetrain.errors import ConfigError, HarnessError, ModelError
-from drivetrain.approval import Allow, Approver, Defer, Deny, PendingCall, PermissionDecider, Verdict
-from drivetrain.audit import AuditLog
-from drivetrain.context import ContextSettings
-from drivetrain.budget import Budget
-from drivetrain.events import (
+from drivetrain.control.approval import Allow, Approver, Defer, Deny, PendingCall, PermissionDecider, Verdict
+from drivetrain.control.audit import AuditLog
+from drivetrain.loop.context import ContextSettings
+from drivetrain.loop.budget import Budget
+from drivetrain.loop.events import (
     ApprovalRequired, Compacted, Event, Finished, HookReported, LimitApproaching, LimitReached, LoopDetected,
     ModelResponded, PermissionDecided, ResultsSent, ToolCalled, ToolFinished, ToolStarted,
 )
-from drivetrain.hooks import Hooks
-from drivetrain.agent import Agent, Run, RunResult
-from drivetrain.state import (
+from drivetrain.control.hooks import Hooks
+from drivetrain.agent import Agent, Run
+from drivetrain.loop.result import RunResult
+from drivetrain.loop.state import (
     AwaitApproval, CallModel, Compact, Done, Recover, RunNode, RunState, RunTools, State, SubmitPrompt,
 )
 from drivetrain.messages import (
@@ -23,15 +24,27 @@ from drivetrain.messages import (
     lint, repair,
 )
 from drivetrain.models.base import Model, ModelRequest, ModelResponse
-from drivetrain.nodes import Node, NodeContext, Note, PlanFirst, Proceed, SendBack, Verify
-from drivetrain.permissions import Policy
-from drivetrain.plan import Plan, Step, make_plan
-from drivetrain.rewind import Checkpoints
-from drivetrain.scheduler import PlanResult, run_plan
-from drivetrain.store import SessionInfo, SessionNotFound, SessionRecords, SessionStore, open_store
-from drivetrain.store_file import FileStore
+from drivetrain.loop.nodes import Node, NodeContext, Note, PlanFirst, Proceed, SendBack, Verify
+from drivetrain.control.permissions import Policy
+from drivetrain.sessions.rewind import Checkpoints
+from drivetrain.sessions.store import SessionInfo, SessionNotFound, SessionRecords, SessionStore
+from drivetrain.sessions.open import open_store
+from drivetrain.sessions.file import FileStore
 from drivetrain.tools import builtin_tools
 from drivetrain.tools.base import Tool, ToolContext, ToolError, ToolResult, tool
+
+# Plans load on first use: ``import drivetrain`` stays the loop, without the planner and scheduler.
+_LAZY = {"Plan": "drivetrain.plans.plan", "Step": "drivetrain.plans.plan", "make_plan": "drivetrain.plans.plan",
+         "PlanResult": "drivetrain.plans.scheduler", "run_plan": "drivetrain.plans.scheduler"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'drivetrain' has no attribute {name!r}")
+
 
 __all__ = [
     "Allow", "ApprovalRequired", "Approver", "AuditLog", "AwaitApproval", "Defer", "Deny", "HookReported", "Hooks",

@@ -1,7 +1,7 @@
 """``Agent`` (what runs work with: model, tools, control, limits, store, nodes) and ``Run``, the handle around a
 run's value: step it, iterate its events, pause and resume it, continue it with another prompt.
 
-Saving is one line in ``Run.step``: each step's new value goes to the session log (``session.py``).
+Saving is one line in ``Run.step``: each step's new value goes to the session log (``sessions/log.py``).
 """
 
 from __future__ import annotations
@@ -13,58 +13,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import AsyncIterator, Callable
 
-from drivetrain.approval import Approver, PendingCall, PermissionDecider, Verdict
-from drivetrain.budget import Budget
-from drivetrain.context import ContextSettings
+from drivetrain.control.approval import Approver, PendingCall, PermissionDecider, Verdict
+from drivetrain.loop.budget import Budget
+from drivetrain.loop.context import ContextSettings
 from drivetrain.errors import HarnessError
-from drivetrain.events import Event, Finished
-from drivetrain.gate import Gate, HookRunner
-from drivetrain.loop import Deps, resume_approval, step, with_prompt
+from drivetrain.loop.events import Event, Finished
+from drivetrain.control.gate import Gate, HookRunner
+from drivetrain.loop.draft import Deps
+from drivetrain.loop.result import RunResult
+from drivetrain.loop.step import resume_approval, step, with_prompt
 from drivetrain.messages import Message, Usage
 from drivetrain.models.base import Model
-from drivetrain.nodes import Node
+from drivetrain.loop.nodes import Node
 from drivetrain.pricing import cost_usd
-from drivetrain.profiles import FULL, Profile
-from drivetrain.rewind import Checkpoints
-from drivetrain.session import Loaded, SessionLog, load
-from drivetrain.state import AwaitApproval, CallModel, Compact, Done, RunState, State, SubmitPrompt
-from drivetrain.store import SessionStore
+from drivetrain.loop.profile import FULL, Profile
+from drivetrain.sessions.rewind import Checkpoints
+from drivetrain.sessions.log import Loaded, SessionLog, load
+from drivetrain.loop.state import AwaitApproval, CallModel, Compact, Done, RunState, State, SubmitPrompt
+from drivetrain.sessions.store import SessionStore
 from drivetrain.tools.base import Tool
-
-# ---------------------------------------------------------------- result
-
-
-@dataclass
-class RunResult:
-    subtype: str
-    stop_reason: str | None
-    result: str
-    num_turns: int
-    session_id: str
-    duration_ms: int
-    usage: Usage
-    total_cost_usd: float | None
-    history: list[Message]
-    trajectory: list[str]
-    note: str = ""
-    pending: list[PendingCall] = field(default_factory=list)  # set when the run paused for approval
-
-    @property
-    def is_error(self) -> bool:
-        return self.subtype not in ("success", "awaiting_approval")
-
-    def to_json(self) -> dict:
-        out = {
-            "type": "result", "subtype": self.subtype, "is_error": self.is_error, "result": self.result,
-            "stop_reason": self.stop_reason, "num_turns": self.num_turns, "session_id": self.session_id,
-            "duration_ms": self.duration_ms, "usage": self.usage.to_wire(), "total_cost_usd": self.total_cost_usd,
-        }
-        if self.note:
-            out["note"] = self.note
-        if self.pending:
-            out["pending"] = [p.to_json() for p in self.pending]
-        return out
-
 
 # ---------------------------------------------------------------- agent
 
@@ -73,7 +40,7 @@ class RunResult:
 class Agent:
     model: Model
     tools: list[Tool] = field(default_factory=list)
-    system: str = ""
+    system: str | None = None  # None: the profile's own (the plain loop: none)
     max_turns: int | None = None
     max_tokens: int = 8192
     max_tokens_ceiling: int = 32768  # how far a cut-off tool call may raise max_tokens on retry
@@ -82,10 +49,10 @@ class Agent:
     cwd: Path = field(default_factory=Path.cwd)
     policy: PermissionDecider | None = None  # None: every call is allowed
     approver: Approver | None = None  # None: what would ask is denied (non-interactive)
-    hooks: HookRunner | None = None  # drivetrain.hooks.Hooks, or anything with its run()
+    hooks: HookRunner | None = None  # drivetrain.control.hooks.Hooks, or anything with its run()
     observers: list[Callable[[Event], None]] = field(default_factory=list)  # see each event as it happens
     strict: bool = False  # raise on a history the linter rejects (tests) instead of repairing it
-    profile: Profile = FULL  # the aids the loop gives a small model (profiles.py)
+    profile: Profile = FULL  # the aids the loop gives the model (loop/profile.py; small.profile.SMALL)
     budget: Budget = field(default_factory=Budget)  # limits besides max_turns: cost, tokens, wall time, calls
     context_window: int | None = None  # tokens; None: the model's own (local: its n_ctx; context.window_of)
     compact_at: float = 0.8  # compact the history when it reaches this fraction of the context window

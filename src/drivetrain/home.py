@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Mapping
 
@@ -16,3 +17,12 @@ def drivetrain_home(env: Mapping[str, str] | None = None, home: Path | None = No
     if env.get("DRIVETRAIN_HOME"):
         return Path(os.path.expanduser(env["DRIVETRAIN_HOME"])).absolute()
     return (home or Path.home()) / ".drivetrain"
+
+
+def session_outputs(session_id: str) -> Path:
+    """Where a session's full tool outputs are saved: ``$DRIVETRAIN_HOME/sessions/<id>/outputs``."""
+    return drivetrain_home() / "sessions" / safe_name(session_id) / "outputs"
+
+
+def safe_name(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]", "_", name).lstrip(".") or "_"

@@ -24,7 +24,7 @@ import re
 import typing
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 from drivetrain.errors import ConfigError
 from drivetrain.messages import Usage
@@ -247,3 +247,38 @@ def format_usd(cost: float | None) -> str:
     if cost is None:
         return "cost unknown"
     return f"${cost:.4f}" if cost == 0 or cost >= 0.0001 else "$<0.0001"
+
+
+# ---------------------------------------------------------------- context windows
+
+# Context windows in tokens, by longest name prefix; a model not listed gets its provider's default.
+# The price table's windows come first (context_window); this is the fallback for models it lacks.
+WINDOWS: dict[str, int] = {
+    "claude-": 200_000,  # every Claude model (1M for some only with a beta header drivetrain does not send)
+    "gpt-4o": 128_000, "gpt-4.1": 1_047_576, "gpt-5": 400_000, "o1": 200_000, "o3": 200_000, "o4-mini": 200_000,
+}
+DEFAULT_WINDOW = {"anthropic": 200_000, "openai": 128_000}
+
+
+def known_window(model: str, provider: str = "anthropic") -> int:
+    """The price table's window for the model, else this table's by prefix, else the provider's default."""
+    if window := context_window(model):
+        return window
+    match = max((p for p in WINDOWS if model.startswith(p)), key=len, default=None)
+    return WINDOWS[match] if match is not None else DEFAULT_WINDOW.get(provider, 128_000)
+
+
+
+def window_of(model: Any) -> int:
+    """The model's context window in tokens: its own ``context_window`` or llama.cpp ``n_ctx``, else the table."""
+    while True:
+        for attr in ("context_window", "n_ctx"):
+            value = getattr(model, attr, None)
+            if isinstance(value, int) and value > 0:
+                return value
+        inner = getattr(model, "inner", None)  # a wrapper (code-block actions) around the real model
+        if inner is None:
+            break
+        model = inner
+    name = getattr(model, "name", "")
+    return known_window(name, "openai" if type(model).__name__.startswith("OpenAI") else "anthropic")

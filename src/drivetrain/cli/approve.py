@@ -18,8 +18,8 @@ import tempfile
 from pathlib import Path
 from typing import Awaitable, Callable
 
-from drivetrain.approval import Allow, Deny, PendingCall, Verdict
-from drivetrain.permissions import Policy, RuleError, SettingsError, load_settings_file
+from drivetrain.control.approval import Allow, Deny, PendingCall, Verdict
+from drivetrain.control.permissions import Policy, RuleError, SettingsError, load_settings_file
 
 Ask = Callable[[str], Awaitable[str]]  # shows a question, returns the answer line
 Say = Callable[[str], None]

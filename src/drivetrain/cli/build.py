@@ -9,22 +9,23 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from drivetrain.approval import Approver
-from drivetrain.audit import AuditLog
-from drivetrain.budget import Budget
+from drivetrain.control.approval import Approver
+from drivetrain.control.audit import AuditLog
+from drivetrain.loop.budget import Budget
 from drivetrain.errors import ConfigError
-from drivetrain.hooks import Hooks
+from drivetrain.control.hooks import Hooks
 from drivetrain.agent import Agent
 from drivetrain.models.resolve import detect_provider, resolve_model
-from drivetrain.nodes import Verify
-from drivetrain.permissions import Policy, SettingsError, load_settings
-from drivetrain.procs import keep_environment_private
+from drivetrain.loop.nodes import Verify
+from drivetrain.control.permissions import Policy, SettingsError, load_settings
+from drivetrain.control.procs import keep_environment_private
 from drivetrain.pricing import prices_from_settings, set_prices
-from drivetrain.profiles import equip, select_profile
+from drivetrain.small.profile import select_profile
 from drivetrain.prompts import default_system_prompt
-from drivetrain.rewind import Checkpoints
-from drivetrain.sandbox import Sandbox
-from drivetrain.store import SessionStore, open_store
+from drivetrain.sessions.rewind import Checkpoints
+from drivetrain.control.sandbox import Sandbox
+from drivetrain.sessions.store import SessionStore
+from drivetrain.sessions.open import open_store
 from drivetrain.tools import builtin_tools
 
 ApproverFactory = Callable[[Path, Policy], Approver]  # the approver may add rules to the policy
@@ -67,11 +68,9 @@ def build_agent(args: argparse.Namespace, cwd: Path, session_id: str, *,
         raise ConfigError(str(e)) from None
     hooks = Hooks.from_settings(settings.raw, settings.env_passthrough)
     tools = builtin_tools(sandbox=sandbox, env_passthrough=settings.env_passthrough)
-    model, tools, system, nodes = equip(profile, model, tools, hooks, cwd, readable=lambda path: policy.decide(
-        "Read", {"file_path": path}, cwd).behavior == "allow")  # a file named in the task is shown only if readable
-    agent = Agent(
-        model=model, tools=tools, system=system_prompt(args, cwd, system), max_turns=args.max_turns, cwd=cwd,
-        policy=policy, hooks=hooks, observers=[audit.observe], profile=profile, store=store, nodes=nodes,
+    agent = Agent(  # the profile adds its own model wrapper, tools, hooks and nodes when a run starts
+        model=model, tools=tools, system=system_prompt(args, cwd, profile.default_system()), max_turns=args.max_turns,
+        cwd=cwd, policy=policy, hooks=hooks, observers=[audit.observe], profile=profile, store=store,
         budget=Budget(usd=args.max_budget_usd, tokens=args.max_tokens_total,
                       wall_time_s=args.max_wall_time, tool_calls=args.max_tool_calls,
                       wrap_up=args.wrap_up_on_limit),

@@ -12,7 +12,7 @@ import signal
 import sys
 from typing import Callable
 
-from drivetrain.events import (
+from drivetrain.loop.events import (
     ApprovalRequired, Compacted, Finished, ModelResponded, PermissionDecided, ToolCalled, ToolFinished,
 )
 from drivetrain.agent import Agent, Run

@@ -16,14 +16,15 @@ from pathlib import Path
 
 from drivetrain.cli import build
 from drivetrain.errors import HarnessError
-from drivetrain.events import (
+from drivetrain.loop.events import (
     INTERVENTIONS, Compacted, Finished, LimitApproaching, LimitReached, LoopDetected, ModelResponded, PermissionDecided, ResultsSent,
     ToolCalled, ToolFinished,
 )
 from drivetrain.agent import Run
 from drivetrain.models.resolve import PROVIDERS
 from drivetrain.pricing import turn_usage, usage_line
-from drivetrain.store import SessionNotFound, open_store
+from drivetrain.sessions.store import SessionNotFound
+from drivetrain.sessions.open import open_store
 
 PERMISSION_MODES = ("default", "acceptEdits", "plan", "bypassPermissions")
 SUBCOMMANDS = {  # name -> "module:function" in drivetrain.cli, run with the rest of argv; imported only when used
@@ -64,8 +65,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["graph"]:  # the loop's states and edges, as Mermaid, drawn from the code
-        from drivetrain.graph import mermaid
+    if argv[:1] == ["graph"]:  # the loop's states and edges (or the package's layers), as Mermaid, from the code
+        if argv[1:] == ["--layers"]:
+            from drivetrain.cli.layers import mermaid
+        else:
+            from drivetrain.loop.graph import mermaid
         print(mermaid())
         return 0
     if argv[:1] == ["compact"]:  # replace a saved session's history by a summary, now
@@ -260,7 +264,7 @@ class Output(Printer):
         self._log(f"drivetrain: model {agent.model.name}, cwd {agent.cwd}")
         if self.format == "stream-json":
             self._emit({"type": "system", "subtype": "init", "session_id": self.run.session_id,
-                        "model": agent.model.name, "cwd": str(agent.cwd), "tools": [t.name for t in agent.tools],
+                        "model": agent.model.name, "cwd": str(agent.cwd), "tools": [t.name for t in self.run.deps.agent.tools],
                         "permissionMode": agent.policy.mode if agent.policy is not None else "bypassPermissions"})
 
     def event(self, event) -> None:

@@ -27,17 +27,17 @@ import time
 import uuid
 from pathlib import Path
 
-from drivetrain.audit import AuditLog
-from drivetrain.budget import Budget
+from drivetrain.control.audit import AuditLog
+from drivetrain.loop.budget import Budget
 from drivetrain.cli import build
 from drivetrain.cli.main import Printer, _fail
 from drivetrain.errors import HarnessError
-from drivetrain.events import ModelResponded, ResultsSent, ToolCalled
+from drivetrain.loop.events import ModelResponded, ResultsSent, ToolCalled
 from drivetrain.home import drivetrain_home
 from drivetrain.models.resolve import PROVIDERS
-from drivetrain.plan import Plan, PlanError, Step, make_plan, step_agent
-from drivetrain.scheduler import PlanEvent, PlanResult, run_plan, write_atomic
-from drivetrain.store import open_store
+from drivetrain.plans.plan import Plan, PlanError, Step, make_plan, step_agent
+from drivetrain.plans.scheduler import PlanEvent, PlanResult, run_plan, write_atomic
+from drivetrain.sessions.open import open_store
 
 OUTPUT_FORMATS = ("text", "json", "stream-json")
 PERMISSION_MODES = ("default", "acceptEdits", "plan", "bypassPermissions")

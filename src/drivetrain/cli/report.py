@@ -8,8 +8,9 @@ import sys
 from pathlib import Path
 
 from drivetrain.errors import HarnessError
-from drivetrain.html_report import render
-from drivetrain.store import SessionNotFound, open_store
+from drivetrain.sessions.html import render
+from drivetrain.sessions.store import SessionNotFound
+from drivetrain.sessions.open import open_store
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from drivetrain.errors import HarnessError
-from drivetrain.rewind import Checkpoints
+from drivetrain.sessions.rewind import Checkpoints
 
 
 def build_parser() -> argparse.ArgumentParser:

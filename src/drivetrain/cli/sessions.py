@@ -20,11 +20,12 @@ import json
 import sys
 from pathlib import Path
 
-from drivetrain import report
+from drivetrain.sessions import report
 from drivetrain.errors import HarnessError
-from drivetrain.graph import walked
-from drivetrain.session import apply_state
-from drivetrain.store import SessionInfo, SessionNotFound, SessionStore, open_store
+from drivetrain.loop.graph import walked
+from drivetrain.sessions.log import apply_state
+from drivetrain.sessions.store import SessionInfo, SessionNotFound, SessionStore
+from drivetrain.sessions.open import open_store
 
 PROMPT_CHARS = 40
 

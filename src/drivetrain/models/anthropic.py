@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import anthropic
 
-from drivetrain.context import known_window
+from drivetrain.pricing import known_window
 from drivetrain.errors import ConfigError, ModelError
 from drivetrain.messages import Usage, block_from_wire
 from drivetrain.models.anthropic_wire import with_cache_breakpoints

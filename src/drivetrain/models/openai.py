@@ -31,7 +31,7 @@ from urllib.parse import urlsplit
 
 import openai
 
-from drivetrain.context import known_window
+from drivetrain.pricing import known_window
 from drivetrain.errors import ConfigError, ModelError
 from drivetrain.messages import Message, ToolUseBlock
 from drivetrain.models.base import ModelRequest, ModelResponse

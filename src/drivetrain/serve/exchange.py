@@ -14,15 +14,24 @@ import select
 import socket
 import time
 import traceback
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from drivetrain.errors import HarnessError
-from drivetrain.models.base import ModelRequest, ModelResponse
+from drivetrain.models.base import Model, ModelRequest, ModelResponse
 
 if TYPE_CHECKING:
     from http.server import BaseHTTPRequestHandler
 
-    from drivetrain.serve.server import ModelServer
+
+
+class ModelServer(Protocol):
+    """What an exchange uses of the server (``server.ModelServer``): its model, its event loop, its log."""
+
+    model: Model
+    loop: asyncio.AbstractEventLoop
+
+    def log(self, line: str) -> None: ...
+
 
 MAX_BODY = 64 * 1024 * 1024
 _DONE = object()

@@ -1,0 +1,189 @@
+"""The step's working types: ``Deps`` (what a step works with) and ``Draft`` (the next value, being made).
+
+Below every part of the loop, so each part can take them without importing the loop itself. What the loop
+reads of the agent is the ``LoopSettings`` protocol, not the ``Agent`` class, which sits above the loop.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+from drivetrain.control.gate import Gate, HookRunner
+from drivetrain.control.approval import PermissionDecider
+from drivetrain.control.hooks import HookOutcome
+from drivetrain.home import session_outputs
+from drivetrain.loop.budget import Budget
+from drivetrain.loop.events import Event, HookReported
+from drivetrain.loop.profile import Profile
+from drivetrain.loop.state import POINTS, RunState, State
+from drivetrain.messages import Message, TextBlock, ensure_valid, tool_use_ids
+from drivetrain.models.base import Model
+from drivetrain.tools.base import Tool, ToolContext
+
+
+class LoopSettings(Protocol):
+    """What the loop reads of the agent (``drivetrain.agent.Agent`` is one), as its profile equipped it."""
+
+    model: Model
+    tools: list[Tool]
+    system: str
+    cwd: Path
+    policy: PermissionDecider | None
+    hooks: HookRunner | None
+    profile: Profile
+    nodes: list
+    budget: Budget
+    context_settings: Any  # loop/context.py's ContextSettings
+    max_turns: int | None
+    max_tokens: int
+    max_tokens_ceiling: int
+    max_continuations: int
+    max_stop_refusals: int
+    strict: bool
+    context_window: int | None
+    compact_at: float
+    repeat_limit: int
+    repeat_exempt: tuple[str, ...]
+
+    @property
+    def gate(self) -> Gate: ...
+
+
+
+@dataclass
+class Deps:
+    """What a step works with besides the run's value: the agent's settings, its model, tools and gate."""
+
+    agent: LoopSettings  # the agent as its profile equips it for the run
+    model: Model
+    tools: dict[str, Tool]
+    gate: Gate
+    session_id: str = ""
+    _context: ToolContext | None = None
+    started: float = field(default_factory=time.monotonic)
+
+    @classmethod
+    def of(cls, agent: Any, session_id: str = "") -> Deps:
+        """The step's dependencies for a run of ``agent``: what its profile adds (``Profile.equip``) is added here,
+        once per run, so a library ``Agent(profile=…)`` runs exactly as the CLI's."""
+        agent = agent.profile.equip(agent)
+        names = [n.name for n in agent.nodes]
+        if len(set(names)) != len(names) or any(n.at not in POINTS for n in agent.nodes):
+            raise ValueError(f"each added node needs its own name and a point among {POINTS}: got "
+                             f"{[(n.name, n.at) for n in agent.nodes]}")
+        return cls(agent, agent.model, {t.name: t for t in agent.tools}, agent.gate, session_id)
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    @cached_property
+    def outputs(self) -> Path:
+        """This session's saved tool outputs (``home.session_outputs``), named once per run."""
+        return session_outputs(self.session_id)
+
+    @property
+    def context(self) -> ToolContext:
+        """What tools know of the run (made once per run: the policy's workspace roots resolved, the session's
+        outputs folder named, which the policy lets read tools into)."""
+        if self._context is None:
+            policy = self.agent.policy
+            roots = getattr(policy, "roots", None)  # a policy that confines files names the workspace
+            hide = getattr(policy, "search_filter", None)  # and the files a search must skip
+            self._context = ToolContext(cwd=self.agent.cwd, roots=roots(self.agent.cwd) if roots else [],
+                                        read_filter=hide(self.agent.cwd) if hide else None,
+                                        outputs=self.outputs if self.session_id else None)
+        return self._context
+
+
+# ---------------------------------------------------------------- one step
+
+
+class Draft:
+    """The working copy of one step: the next value is drafted here, then frozen.
+
+    The value the step was given is never changed. History edits go through ``append``, ``set_last``
+    and ``pop`` so the draft knows how much of the already-checked history is still unchanged.
+    """
+
+    _COPIED = ("num_turns", "prompts", "usage", "continuations", "stop_refusals", "nudges", "stuck_turns",
+               "hook_stop", "tool_calls", "turn_marks", "error_streak", "warned", "compactions", "compact_failures")  # immutable: copied as they are
+
+    def __init__(self, value: RunState, deps: Deps, emit: Callable[[Event], None] | None):
+        self.value, self.deps, self._emit = value, deps, emit
+        self.history = list(value.history)
+        self.linted = value.linted if value.linted_of is value.history else 0  # a history replaced: check it all
+        self.linted_ids = value.linted_ids
+        for name in self._COPIED:
+            setattr(self, name, getattr(value, name))
+        self.trajectory = list(value.trajectory)
+        self.seen_calls = dict(value.seen_calls)
+        self.blocked = dict(value.blocked)
+        self.node_visits = dict(value.node_visits)
+        self.events: list[Event] = []
+
+    def emit(self, event: Event) -> None:
+        self.events.append(event)
+        if self._emit is not None:
+            self._emit(event)
+
+    def append(self, message: Message) -> None:
+        self.history.append(message)
+
+    def set_last(self, message: Message) -> None:
+        self.history[-1] = message
+        self.linted = min(self.linted, len(self.history) - 1)
+
+    def pop(self) -> Message:
+        message = self.history.pop()
+        self.linted = min(self.linted, len(self.history))
+        return message
+
+    def check(self, strict: bool) -> None:
+        """Lint the history before a request (``messages.ensure_valid``: repaired, or raises when ``strict``).
+
+        Only from where it may have changed: the part checked before and unchanged since is known good,
+        and its tool_use ids are carried from the last check when it ended where this one starts."""
+        start = max(self.linted - 1, 0)
+        n, ids = self.linted_ids
+        seen = ids if n == start else tool_use_ids(self.history[:start])
+        checked = ensure_valid(self.history, strict=strict, start=start, seen=seen)
+        if checked is not self.history:  # repaired: valid as a whole
+            self.history, start, seen = checked, 0, frozenset()
+        self.linted = len(self.history)
+        end = max(self.linted - 1, 0)  # the last message is checked again next time: its answer may be new
+        self.linted_ids = (end, seen | tool_use_ids(self.history[start:end]))
+
+    def payload(self, event: str, **fields: Any) -> dict:
+        return {"session_id": self.value.session_id, "cwd": str(self.deps.agent.cwd), "hook_event_name": event,
+                **fields}
+
+    def report(self, event: str, outcome: HookOutcome) -> None:
+        if outcome.stop:
+            self.hook_stop = f"A {event} hook stopped the run: {outcome.stop_reason or 'no reason given'}"
+        if outcome.errors:
+            self.emit(HookReported(event, tuple(outcome.errors)))
+
+    def ask(self, text: str) -> None:
+        """Tell the model something: added to the last user message (after its results), or as a new one."""
+        last = self.history[-1] if self.history else None
+        if last is not None and last.role == "user":
+            self.set_last(Message("user", (*last.content, TextBlock(text))))
+        else:
+            self.append(Message.user(text))
+
+    def freeze(self, state: State) -> RunState:
+        v = self.value
+        path = v.path or (type(v.state).__name__,)
+        if state is not v.state:
+            path += (type(state).__name__,)
+        history = tuple(self.history)
+        return replace(v, history=history, state=state, path=path, trajectory=tuple(self.trajectory),
+                       seen_calls=self.seen_calls, blocked=self.blocked, node_visits=self.node_visits,
+                       linted=self.linted, linted_of=history, linted_ids=self.linted_ids,
+                       **{name: getattr(self, name) for name in self._COPIED})
+
+

@@ -1,0 +1,128 @@
+"""Nodes a user adds to the loop without forking it: each is entered at a fixed point and picks the next edge.
+
+A node is entered ``at`` one of two points:
+- ``"start"``: after a prompt is submitted, before the first model request for it;
+- ``"end_turn"``: when the model has answered and would end the run (after the Stop hooks let it), and when a
+  model stuck repeating refused calls has given the answer it was asked for (a node may send it back to work).
+It returns ``Proceed`` (go on as the loop would), ``Note(text)`` (add the text for the model, then go on) or
+``SendBack(text)`` (the model goes back to work with the text: only from ``"end_turn"``). A node runs at most
+``limit`` times a run; after that it is passed over. Nodes at one point run in the order given.
+
+In the loop a node is the state ``RunNode(name, then)``; the run's path records ``RunNode:<name>``.
+
+Two nodes come with drivetrain: ``Verify`` (run a check command when the model wants to stop; on failure send
+the output back) and ``PlanFirst`` (before the first request, ask the model — without tools — for a short plan).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol, Union
+
+from drivetrain.messages import Message
+from drivetrain.models.base import ModelRequest
+from drivetrain.control.procs import run_command
+from drivetrain.tools.base import tool_spec
+from drivetrain.loop.draft import Draft
+from drivetrain.loop.state import NodePoint
+
+
+
+
+@dataclass(frozen=True)
+class Proceed:
+    pass
+
+
+@dataclass(frozen=True)
+class Note:
+    text: str
+
+
+@dataclass(frozen=True)
+class SendBack:
+    text: str
+    answer_only: bool = False  # only the answer must change: the model need not act before answering again
+    must_call: tuple[tuple[str, dict], ...] = ()  # the next call must be one of these; see ModelRequest
+
+
+NodeResult = Union[Proceed, Note, SendBack]
+
+
+class Node(Protocol):
+    name: str
+    at: NodePoint
+    limit: int  # times a run
+
+    async def run(self, ctx: NodeContext) -> NodeResult: ...
+
+
+@dataclass
+class NodeContext:
+    """What a node may see and use: the history so far, the workspace, the model (one request, no tools)."""
+
+    draft: Draft
+
+    @property
+    def history(self) -> list[Message]:
+        return list(self.draft.history)
+
+    @property
+    def cwd(self) -> Path:
+        return self.draft.deps.agent.cwd
+
+    @property
+    def answer(self) -> str:
+        """The model's last text (at ``end_turn``: the answer it wants to stop with)."""
+        last = next((m for m in reversed(self.draft.history) if m.role == "assistant"), None)
+        return last.text if last is not None else ""
+
+    async def ask(self, text: str, max_tokens: int = 1024) -> str:
+        """One request where no tool may be called (tool_choice none; the tools stay defined, so the cached prefix
+        holds and earlier tool_use blocks stay valid): the history so far, then ``text``. Counts toward the budget."""
+        agent = self.draft.deps.agent
+        history = self.draft.history
+        if history and history[-1].role == "user":
+            messages = [*history[:-1], Message("user", (*history[-1].content, *Message.user(text).content))]
+        else:
+            messages = [*history, Message.user(text)]
+        tools = [tool_spec(t) for t in agent.tools]
+        response = await self.draft.deps.model.respond(ModelRequest(messages, agent.system, tools, max_tokens,
+                                                                   tool_choice="none"))
+        self.draft.usage = self.draft.usage + response.usage
+        return response.message.text.strip()
+
+
+@dataclass
+class Verify:
+    """At ``end_turn``: run ``command`` in the workspace; on failure, send its output back (``limit`` times)."""
+
+    command: str
+    limit: int = 2
+    timeout_s: float = 300
+    name: str = "Verify"
+    at: NodePoint = "end_turn"
+
+    async def run(self, ctx: NodeContext) -> NodeResult:
+        code, output = await run_command(self.command, ctx.cwd, self.timeout_s)
+        if code == 0:
+            return Proceed()
+        tail = output[-3000:]
+        return SendBack(f"Before you finish: `{self.command}` failed (exit {code}). Fix the cause, run it again, "
+                        f"and only then give your answer.\n\n{tail}")
+
+
+@dataclass
+class PlanFirst:
+    """At ``start``: ask the model, without tools, for a short numbered plan, and keep it in the history."""
+
+    limit: int = 1
+    name: str = "PlanFirst"
+    at: NodePoint = "start"
+    ask: str = ("Before acting, write a short numbered plan (at most 6 steps) for this task: what to look at, what "
+                "to change, how to check it. Do not call tools yet.")
+
+    async def run(self, ctx: NodeContext) -> NodeResult:
+        plan = await ctx.ask(self.ask)
+        return Note(f"Your plan:\n{plan}\nNow carry it out.") if plan else Proceed()

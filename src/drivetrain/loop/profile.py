@@ -1,0 +1,61 @@
+"""A profile: how much help the loop gives the model, as one object.
+
+The flags are the aids the loop itself reads (``agent.profile.act`` …); ``equip`` is what else a profile adds to
+an agent for a run (a model wrapper, a tool set, a system prompt, hooks and nodes). ``FULL`` is the plain loop,
+for models that need no help; the small profile, for small local models, is ``drivetrain.small.profile.SMALL``.
+Each aid can be switched off alone (``profile.without("checks")``) to measure what it is worth.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from typing import TypeVar
+
+AIDS = ("codeact", "example", "act", "exclude", "collapse", "context", "final", "checks", "changes", "prefixcache",
+        "show", "force")
+
+A = TypeVar("A")
+
+
+@dataclass(frozen=True)
+class Profile:
+    """The aids a run gets. ``Agent(profile=SMALL)`` in the library is what ``--profile small`` is in the CLI."""
+
+    name: str
+    codeact: bool = False  # answer in fenced bash/python blocks instead of JSON tool calls
+    example: bool = False  # a short system prompt with one worked example
+    act: bool = False  # the first turn must call a tool; prose that describes calls is sent back
+    exclude: bool = False  # a call repeated with the same result cannot be sampled again (grammar)
+    collapse: bool = False  # earlier copies of a repeated call and its result leave the context
+    context: bool = False  # long outputs shown head and tail; old outputs shortened when context fills
+    final: bool = False  # at the turn cap or when stuck, one last request without tools, for the answer
+    checks: bool = False  # checks of the workspace and the run before the model may stop (small/checks.py)
+    changes: bool = False  # each call's result says what it changed in the workspace (small/changes.py)
+    prefixcache: bool = False  # the fixed prompt prefix's KV state kept on disk (local model)
+    show: bool = False  # the first lines of the files the task names go with it (as an @-mention attaches them)
+    force: bool = False  # when a check knows the fix, the next call must be it, not just be told it
+
+    def without(self, *aids: str) -> Profile:
+        """This profile less the named aids (an ablation)."""
+        unknown = [a for a in aids if a not in AIDS]
+        if unknown:
+            raise ValueError(f"unknown aid(s) {', '.join(unknown)}; known: {', '.join(AIDS)}")
+        return replace(self, **{a: False for a in aids})
+
+    @property
+    def aids(self) -> list[str]:
+        return [f.name for f in fields(self) if f.name != "name" and getattr(self, f.name)]
+
+    def default_system(self) -> str | None:
+        """The system prompt this profile runs with when the agent sets none (None: the caller's default)."""
+        return None
+
+    def equip(self, agent: A) -> A:
+        """The agent as this profile runs it (a copy: ``agent`` is not changed). The plain loop adds nothing but
+        an empty system prompt where none was set."""
+        if getattr(agent, "system", "") is None:
+            return replace(agent, system=self.default_system() or "")  # type: ignore[type-var]
+        return agent
+
+
+FULL = Profile("full")

@@ -1,0 +1,1 @@
+"""Plans as DAGs of steps, and the scheduler that runs them."""

@@ -1,0 +1,176 @@
+"""The session store: one append-only log per session, and an index of the sessions.
+
+The log is at once the audit trail, the trace and the resume format; its record kinds are in
+docs/sessions.md. Every record starts with the header ``ts`` (ISO 8601 UTC, ms), ``session_id``,
+``seq`` (1, 2, 3, … per session, assigned here), ``kind`` and ``v`` (the format version). The index
+(one ``SessionInfo`` per session) is derived from the records on every append and can be rebuilt
+from the logs at any time with ``reindex()``.
+
+This module is the contract; the stores are ``FileStore`` (``drivetrain.sessions.file``: JSONL logs and
+a SQLite index under ``$DRIVETRAIN_HOME``) and ``PostgresStore`` (``drivetrain.sessions.postgres``).
+``open_store()`` picks one from ``$DRIVETRAIN_SESSION_STORE``. Nothing is created until it is used.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import dataclasses
+from dataclasses import asdict, dataclass, replace
+from datetime import datetime, timezone
+from typing import Any, Iterable, Mapping, Protocol, Sequence
+
+from drivetrain.errors import ConfigError
+from drivetrain.home import drivetrain_home
+
+VERSION = 1  # each record's "v"
+HEADER = ("ts", "session_id", "seq", "kind", "v")  # in this order, first in every record
+STORE_ENV = "DRIVETRAIN_SESSION_STORE"
+FIRST_PROMPT_CHARS = 200
+
+Record = dict[str, Any]  # one JSON object of a log
+
+
+class SessionNotFound(KeyError):
+    """No log for this session id in this store."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0])
+
+
+class SessionLogWarning(UserWarning):
+    """A line of a session log was skipped: cut off by a crash mid-write."""
+
+
+class CorruptLogWarning(SessionLogWarning):
+    """A line of a session log was skipped that no crash of drivetrain leaves: the file was damaged."""
+
+
+class SessionRecords(list[Record]):
+    """A session's records in seq order. ``torn`` lists the numbers (1-based) of the log lines skipped."""
+
+    def __init__(self, records: Iterable[Record] = (), torn: Iterable[int] = ()):
+        super().__init__(records)
+        self.torn = list(torn)
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    """One session as the index knows it, derived from its records (see ``fold``)."""
+
+    session_id: str
+    cwd: str | None
+    model: str | None
+    parent_id: str | None
+    created_at: str  # ts of the first record
+    updated_at: str  # ts of the last record
+    first_prompt: str | None  # the first 200 characters of the first prompt
+    num_turns: int
+    total_cost_usd: float | None  # None while no turn had a known cost
+    status: str  # "running", a result's subtype, or "interrupted"
+    records: int
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+INDEX_FIELDS = tuple(f.name for f in dataclasses.fields(SessionInfo))  # the index's columns, in order
+
+
+class SessionStore(Protocol):
+    """Where session logs live. Every method is safe to call from several threads and processes."""
+
+    def append(self, session_id: str, records: Sequence[Mapping[str, Any]], *, sync: bool = False) -> list[Record]:
+        """Append ``{"kind": …, **fields}`` records in order; returns them as written, with their header.
+        ``sync`` makes them durable before returning (the loop asks for it at turn boundaries)."""
+        ...
+
+    def read(self, session_id: str) -> SessionRecords:
+        """Every record of a session, in seq order. Raises ``SessionNotFound``."""
+        ...
+
+    def info(self, session_id: str) -> SessionInfo | None: ...
+
+    def list(self, *, cwd: str | None = None, query: str | None = None,
+             limit: int | None = None) -> list[SessionInfo]:
+        """Newest ``updated_at`` first; ``query`` is a case-insensitive substring of first_prompt or session_id."""
+        ...
+
+    def latest(self, cwd: str) -> SessionInfo | None:
+        """The session last updated in ``cwd`` (what ``--continue`` resumes)."""
+        ...
+
+    def delete(self, session_id: str) -> None:
+        """Remove a session's log and index entry. Raises ``SessionNotFound``."""
+        ...
+
+    def reindex(self) -> None:
+        """Rebuild the index from the logs."""
+        ...
+
+
+def check_session_id(session_id: str) -> str:
+    """The id itself, if it can name a file; ValueError otherwise."""
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", session_id) or ".." in session_id:
+        raise ValueError(f"not a usable session id (letters, digits, '.', '_', '-'): {session_id!r}")
+    return session_id
+
+
+# ---------------------------------------------------------------- records and the index, for every store
+
+
+def now_ts() -> str:
+    return iso(datetime.now(timezone.utc))
+
+
+def iso(t: float | datetime) -> str:
+    """ISO 8601 in UTC with milliseconds and a "Z", as every ``ts`` is written."""
+    if not isinstance(t, datetime):
+        t = datetime.fromtimestamp(t, timezone.utc)
+    return t.astimezone(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def fields_of(session_id: str, given: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The kind and the fields of a record to append; the header is the store's to write.
+
+    A ``session_id`` field equal to the session's own (a RunResult carries one) is dropped."""
+    kind = given.get("kind")
+    if not isinstance(kind, str) or not kind:
+        raise ValueError(f"a record needs a non-empty string 'kind', not {kind!r}")
+    fields = {k: v for k, v in given.items() if k != "kind" and not (k == "session_id" and v == session_id)}
+    if clash := set(HEADER) & fields.keys():
+        raise ValueError(f"reserved record field names: {sorted(clash)}")
+    return kind, fields
+
+
+# The kinds ``fold`` reads beyond their ``ts``; a record of any other kind is only counted, so a store may move
+# an index row on by such records without reading it (FileStore does).
+FOLDED_KINDS = frozenset({"session", "prompt", "turn", "result", "interrupted"})
+
+
+def fold(info: SessionInfo | None, records: Iterable[Record]) -> SessionInfo | None:
+    """The index entry after ``records``, starting from ``info`` (None: from nothing)."""
+    for r in records:
+        if info is None:
+            info = SessionInfo(r["session_id"], None, None, None, r["ts"], r["ts"], None, 0, None, "running", 0)
+        change: dict[str, Any] = {"updated_at": r["ts"], "records": info.records + 1}
+        match r["kind"]:
+            case kind if kind not in FOLDED_KINDS:
+                pass  # only counted (a case added below must be named in FOLDED_KINDS to be reached)
+            case "session":
+                change.update(cwd=r.get("cwd"), model=r.get("model"), parent_id=r.get("parent_id"))
+            case "prompt":
+                change["status"] = "running"
+                if info.first_prompt is None:
+                    change["first_prompt"] = str(r.get("text", ""))[:FIRST_PROMPT_CHARS]
+            case "turn":
+                change["num_turns"] = info.num_turns + 1
+                cost = r.get("cost_usd")
+                if isinstance(cost, (int, float)) and not isinstance(cost, bool):
+                    change["total_cost_usd"] = (info.total_cost_usd or 0.0) + cost
+            case "result":
+                change["status"] = str(r.get("subtype") or "ended")
+            case "interrupted":
+                change["status"] = "interrupted"
+        info = replace(info, **change)
+    return info

@@ -1,0 +1,729 @@
+"""Checks before stopping: what the harness can verify about any task, sent back as the only feedback.
+
+A small model often says it is done when it is not: the file the task names was never written, a
+placeholder was written instead of a value, the answer and the file disagree, "the tests pass" was
+said without running them, a file was rewritten from memory without being read, nothing changed
+although the task asked for a fix, a rename was left half done, the path:line cited is not where the
+name is, or the script the task says fails still fails. None of this needs to know the particular
+task: the prompt's general shape, the workspace before and after, and the calls made are enough.
+
+``WorkChecks`` watches through plain hooks (UserPromptSubmit to see the task, PostToolUse to watch
+the calls) and checks as a node of the loop entered at ``end_turn`` (``loop/nodes.py``), the mechanism a
+user's own ``Verify`` node uses: it sends the model back to work at most ``work_limit`` times (and for a
+better answer at most ``answer_limit`` times more), then lets the run end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import difflib
+import json
+import os
+import re
+import shutil
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path, PurePath
+
+from drivetrain.small.changes import describe, looks_like_edit, snapshot
+from drivetrain.control.hooks import Hooks
+from drivetrain.small.codeact import denied_programs, file_block, run_block, to_block, to_command
+from drivetrain.small.fragments import TOP_DEF, definitions
+from drivetrain.loop.nodes import NodeContext, NodeResult, Proceed, SendBack
+from drivetrain.loop.state import NodePoint
+from drivetrain.control.procs import run_command
+from drivetrain.small.prompts import EXTENSIONS, FILE_NAME
+
+TEST_RUN_TIMEOUT_S = 120
+
+_WRITE_VERBS = re.compile(r"\b(write|save|create|put|store|output|record|generate|produce|make|add|list)\b", re.I)
+_CHANGE_VERBS = re.compile(r"\b(fix|change|rename|update|edit|replace|refactor|implement|remove|delete|correct)\b", re.I)
+_TEST_WORDS = re.compile(r"\btests?\b|\bfailing\b", re.I)
+_TEST_CMD = re.compile(r"\b(pytest|unittest|npm (run )?test|make (check|test)|go test|cargo test|tox)\b|"
+                       r"(^|[\s/])(test_\w+|\w+_test)\.py\b")
+_PLACEHOLDER = re.compile(
+    r"<(?:your[ _-]?)?[a-z][a-z _-]{0,24}>|\{(?:total|count|result|value|answer|sum|number|n)\}|"
+    r"\$\{?(?:total|count|result|value|answer|sum)\}?|\b(?:PLACEHOLDER|TBD|FIXME: fill)\b|\[insert [^\]]*\]|"
+    r"\b(?:your|add|insert|put) (?:own )?(?:implementation|code|logic) here\b", re.I)  # a stub: "# Your implementation here"
+_HTML_TAGS = {"html", "head", "body", "div", "span", "p", "a", "b", "i", "ul", "li", "ol", "br", "hr", "table",
+              "tr", "td", "th", "title", "script", "style", "pre", "code", "h1", "h2", "h3", "em", "strong"}
+_ASKS_NUMBER = re.compile(r"\bhow (many|much|long|big)\b|\b(count|total|sum|number of)\b.*\b(report|tell|say|answer)", re.I)
+_NUMBER_WORDS = re.compile(r"\bhow (many|much|long|big)\b|\b(count|total|sum|number)\b", re.I)  # a value, not a path
+_NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w.]*\d)")
+# "rename [the function] old_name to new_name"
+_RENAME = re.compile(r"\brename\b(?:\s+(?:the|a|an|function|method|class|variable|constant|field|attribute|module))*"
+                     r"\s+[`'\"]?([A-Za-z_]\w*)[`'\"]?\s+(?:to|into|as)\s+[`'\"]?([A-Za-z_]\w*)", re.I)
+# A command the task names (`in backticks`, or a script run by its interpreter) and wants to work afterwards.
+_NAMED_CMD = re.compile(r"`([^`\n]+)`|\b((?:python3?|bash|sh|node)\s+[\w./-]+\.(?:py|sh|js)|pytest\b[\w./: -]*)")
+_WANTS_WORKING = re.compile(r"\b(fix|fails?|failing|broken|crash(es)?|errors?)\b|\b(must|should|still)\s+(still\s+)?"
+                            r"(work|run|pass)|\bso (that )?(it|the \w+) (runs|works|passes)", re.I)
+_INTERPRETERS = ("python", "python3", "bash", "sh", "node")
+_CITATION = re.compile(rf"(?<![\w/.-])((?:[\w.-]+/)*[\w-]+\.{EXTENSIONS}):(\d+)\b")
+# "which file" alone asks for a path, not for path:line
+_ASKS_CITATION = re.compile(r"\b(path|file(name)?):line\b|\bwhich (file and )?line\b", re.I)
+_IN_PLACE = re.compile(r"\bsed\s+(-\w*\s+)*-\w*i|\bperl\s+-\w*i")  # sed -i, perl -pi
+# "(checked: `wc -l *.py` prints 271)": a command the answer says it ran, and what it showed
+_CLAIMED = re.compile(r"`([^`\n]{2,200})`\s*(?:now\s+)?(?:prints|printed|shows|showed|outputs|returns|returned|"
+                      r"gives|gave|says|said|passes|passed|runs|ran|works|worked)\b", re.I)
+# What a task asks of the lines of a file it writes: sorted (in plain order), without duplicates
+_ASKS_SORTED = re.compile(r"\bsort(ed)?\b(?!.*\b(reverse|descending|numeric\w*|by)\b)", re.I)
+_ASKS_UNIQUE = re.compile(r"\b(duplicates?\s+removed|without\s+duplicates|no\s+duplicates|remove\s+(the\s+)?"
+                          r"duplicates|unique|deduplicate\w*)\b", re.I)
+# "write its path to answer.txt": the file holds a path, not a sentence about it
+_ASKS_PATH = re.compile(r"\b(?:write|save|put|store|record)\s+(?:its|the|that|their)\s+(?:file\s*)?(?:path|name)s?\b",
+                        re.I)
+_LINES = re.compile(r"\blines\b", re.I)
+_INDENT_ERROR = re.compile(r'File "([^"\n]+)", line (\d+)\n(?:.*\n){0,3}?(?:IndentationError|TabError): ')
+_BAD_NUMBER = re.compile(r"could not convert string to float: '([^'\n]*)'|invalid literal for int\(\) with base 10: "
+                         r"'([^'\n]*)'")
+_SUM = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?(?:\s*\+\s*\d+(?:\.\d+)?)+)\s*=\s*(\d+(?:\.\d+)?)(?![\w.]*\d)")
+_LEN_READ = re.compile(r"len\((?:open\([^()]*\)|\w+)\.read\(\)\)")  # len(open(f).read()), len(fh.read())
+_IDENT = re.compile(r"`([A-Za-z_][\w.]*)`|\b([A-Za-z_]\w*_\w*|[a-z]+[A-Z]\w*)\b")
+
+
+@dataclass
+class _Call:
+    text: str  # the call's input and its output, as the model saw them
+    command: str = ""
+    failed: bool = False
+    output: str = ""  # a Bash call's output
+
+
+@dataclass
+class WorkChecks:
+    cwd: Path
+    work_limit: int = 2  # sent back to work at most this many times a run (after that, the stop is let through) …
+    answer_limit: int = 2  # … and asked at most this many times more for an answer that only lacks what is done
+    prompt: str = ""
+    before: dict[str, bytes] = field(default_factory=dict)
+    calls: list[_Call] = field(default_factory=list)
+    unread: list[str] = field(default_factory=list)  # existing files rewritten before their content was shown
+    _last: dict[str, bytes] = field(default_factory=dict)
+    _known: dict = field(default_factory=dict)  # snapshot's cache of unchanged files
+    report_changes: bool = True  # add to each call's result what it changed (changes.py)
+    file_blocks: bool = False  # the model writes files as code blocks naming them (hints take that form)
+    force: bool = True  # the next call must be the fix a check knows (see ``_fixes``), not just told it
+    shown: str = ""  # what was shown with the task (the files it names): counts as seen for ``_shown``
+
+    _sent: dict[str, int] = field(default_factory=dict)  # send-backs this prompt: "work", "answer"
+
+    name: str = "WorkChecks"  # a node of the loop (nodes.py), entered when the model wants to stop …
+    at: NodePoint = "end_turn"
+
+    @property
+    def limit(self) -> int:  # … at most this many times a run
+        return self.work_limit + self.answer_limit
+
+    def install(self, hooks: Hooks) -> WorkChecks:
+        """Watch the prompt and every tool call (hooks); the checks themselves run as a node: add it to
+        ``Agent.nodes``."""
+        hooks.add("UserPromptSubmit", self.on_prompt)
+        hooks.add("PostToolUse", self.on_tool)
+        return self
+
+    # -- hooks
+
+    async def on_prompt(self, payload: dict) -> None:
+        self.prompt, self._sent = payload.get("prompt", ""), {}
+        self.before = await asyncio.to_thread(snapshot, self.cwd, self._known)
+        self._last = dict(self.before)
+
+    async def on_tool(self, payload: dict) -> dict | None:
+        tool_input = payload.get("tool_input") or {}
+        response = payload.get("tool_response") or {}
+        now = await asyncio.to_thread(snapshot, self.cwd, self._known)
+        command = str(tool_input.get("command", "")) if payload.get("tool_name") == "Bash" else ""
+        in_place = bool(_IN_PLACE.search(command))  # a substitution changes what is there: nothing is invented
+        for path, content in now.items():
+            if (not in_place and path in self.before and self._last.get(path) != content
+                    and _rewritten(self._last.get(path), content) and not self._shown(path)):
+                if path not in self.unread:
+                    self.unread.append(path)
+        last, self._last = self._last, now
+        output = str(response.get("content", ""))
+        self.calls.append(_Call(f"{tool_input}\n{output}", command, bool(response.get("is_error")),
+                                output if command else ""))
+        note = describe(last, now, command) if self.report_changes else ""
+        hint = (_header_hint(command, output, now) or _indent_hint(output, self.cwd)) if response.get("is_error") else ""
+        note = "\n\n".join(n for n in (note, hint) if n)
+        return {"hookSpecificOutput": {"hookEventName": "PostToolUse", "additionalContext": note}} if note else None
+
+    async def run(self, ctx: NodeContext) -> NodeResult:
+        """The node: what fails of the checks goes back to the model, to work at most ``work_limit`` times, and for
+        an answer that only lacks what the work holds (the value it wrote, say) at most ``answer_limit`` times more:
+        that costs one turn without tools (the 1.5B, its file right at last, answered "lines.txt created" with
+        no sends left)."""
+        # a denied call never reaches PostToolUse: what the policy denied is read from the history
+        work, answer, fixes = await self._review(ctx.answer, frozenset(denied_programs(ctx.history)))
+        kind = "work" if work and self._sent.get("work", 0) < self.work_limit else \
+            "answer" if answer and self._sent.get("answer", 0) < self.answer_limit else None
+        if kind is None:
+            return Proceed()
+        self._sent[kind] = self._sent.get(kind, 0) + 1
+        failures = work + answer if kind == "work" else answer
+        return SendBack("Before you finish, fix this:\n" + "\n".join(f"- {f}" for f in failures),
+                        answer_only=kind == "answer", must_call=fixes if kind == "work" and self.force else ())
+
+    def _fixes(self, now: dict[str, bytes], changed: dict[str, bytes], answer: str,
+               chars: tuple[str, str] | None) -> tuple[tuple[str, dict], ...]:
+        """The calls the next turn must choose from, when a check knows the fix: writing a missing or empty output
+        with what the model's code or answer already holds (made to write the file, content free, the 1.5B wrote
+        its script or "python3 helpers.py" into it), or the path:line list its own search found; the command that
+        finishes a rename (handed it as a hint, the 1.5B ran grep instead, twice) or writes the sorted unique
+        lines asked for; its own script counting lines instead of characters; and the command the task names and
+        wants to work, never run (the 1.5B "fixed" a function it had not seen fail)."""
+        known = {n: self._content(n, answer) for n in self._outputs() if self._unwritten(n, now)}
+        must = [("Write", {"file_path": n, "content": c[1]}) for n, c in known.items() if c]
+        must += [("Bash", {"command": fix}) for n in self._outputs() if (fix := self._cite_into(n))
+                 and (n in known and not known[n] or _not_citations(changed.get(n, b"")))]
+        rename = self._rename_left(now)
+        must += [("Bash", {"command": rename[1]})] if rename else []
+        must += [("Bash", {"command": fix}) for _, fix in self._line_order(changed) if fix]
+        must += [("Bash", {"command": chars[1]})] if chars else []
+        return tuple(must + [("Bash", {"command": c}) for c in self._named() if not self._ran(c)])
+
+    # -- the checks
+
+    async def failures(self, answer: str, denied: frozenset[str] = frozenset()) -> list[str]:
+        work, answer_only = await self.sorted_failures(answer, denied)
+        return work + answer_only
+
+    async def sorted_failures(self, answer: str, denied: frozenset[str] = frozenset()) -> tuple[list[str], list[str]]:
+        """(what needs more work, what needs only a better answer). ``denied``: programs the policy denied."""
+        work, answer_only, _ = await self._review(answer, denied)
+        return work, answer_only
+
+    async def _review(self, answer: str, denied: frozenset[str] = frozenset(),
+                      ) -> tuple[list[str], list[str], tuple[tuple[str, dict], ...]]:
+        """The failures (work, answer only) and the calls that fix those a check knows the fix of, all from one
+        look at the workspace."""
+        now = await asyncio.to_thread(snapshot, self.cwd, self._known)
+        changed = {p: c for p, c in now.items() if self.before.get(p) != c}
+        out = self._missing_outputs(now, answer) + self._placeholders(changed) + self._mismatch(changed, answer)
+        if not changed and _CHANGE_VERBS.search(self.prompt):
+            out.append("The task asks for a change, but no file has changed yet. Make the change in the file, "
+                       "then check it.")
+        out += self._more_than_the_value(changed, answer) + self._citation_lists(changed) + self._not_paths(changed)
+        out += [text for text, _ in self._line_order(changed)]
+        unread, self.unread = [p for p in self.unread if p in changed], []  # said once per file
+        out += [f"You rewrote {p} without looking at its content first, so what you wrote may be invented. "
+                f"Show it (cat -n {p}), check your change against what was there, and fix it if needed."
+                for p in unread]
+        out += self._broken(changed) + self._renamed(now) + self._citations(now, answer) + self._strays(now)
+        out += await self._tests() + await self._named_commands() + self._claimed(answer, denied)
+        chars = self._characters_for_lines(changed, answer)
+        out += [chars[0]] if chars else []
+        out += _arithmetic(answer)
+        answer_only = self._unreported(changed, answer)
+        if _ASKS_NUMBER.search(self.prompt) and not _NUMBER.search(answer) and not answer_only:
+            answer_only.append("The task asks for a number, and your answer gives none. Answer with the number.")
+        return out, answer_only, self._fixes(now, changed, answer, chars)
+
+    def _outputs(self) -> list[str]:
+        """The files the task names that had no content before the run: what it asks to write."""
+        if not _WRITE_VERBS.search(self.prompt):
+            return []
+        names = dict.fromkeys(m.group(1) for m in FILE_NAME.finditer(self.prompt))
+        return [n for n in names if not self.before.get(n)]  # one with content is an input, or a file to change
+
+    def _unwritten(self, name: str, now: dict[str, bytes]) -> bool:
+        """An output the task asks for is missing, or empty."""
+        return not now[name].strip() if name in now else not (self.cwd / name).exists()
+
+    def _missing_outputs(self, now: dict[str, bytes], answer: str) -> list[str]:
+        out = []
+        for name in self._outputs():
+            if not self._unwritten(name, now):
+                continue
+            what = f"{name} is empty. Write the result the task asks for into it." if name in now else \
+                f"The task asks for {name}, but it does not exist. Create it with the right content."
+            out.append(what + self._hint(name, answer))  # (touched first, then "written" by a script: the 1.5B)
+        return out
+
+    def _hint(self, name: str, answer: str) -> str:
+        """For a missing output: the block that writes it, when the model's code or answer already holds it."""
+        known = self._content(name, answer)
+        if not known:
+            fix = self._cite_into(name)
+            return f" Your search found them; this writes them as path:line:\n{_fence(fix)}" if fix else ""
+        why, content = known
+        if self.file_blocks:  # the form the model is made to write a missing file in (models/codeact.py)
+            return f" {why}\n{file_block(name, content)}"
+        lines = content.splitlines()
+        command = f"echo {lines[0]} > {name}" if len(lines) == 1 else f"printf '%s\\n' {' '.join(lines)} > {name}"
+        return f" {why}\n{_fence(command)}"
+
+    def _content(self, name: str, answer: str) -> tuple[str, str] | None:
+        """(the hint's words, content) of a missing output the model's code or answer already holds."""
+        return self._from_script(name) or self._from_new_file(name) or self._from_answer(name, answer)
+
+    def _from_script(self, name: str) -> tuple[str, str] | None:
+        """A .py file asked for, and the model's last python block only defined functions (it ran, and wrote
+        nothing): the same code, in the file (a block naming it; see models/fragments.py)."""
+        last = next((c for c in reversed(self.calls) if c.command), None)
+        if not self.file_blocks or not name.endswith(".py") or last is None or last.failed:
+            return None
+        lang, code = to_block(last.command)
+        if lang != "python" or not definitions(code):
+            return None
+        return "Your last python block only defined it, and wrote no file. This writes it:", code
+
+    def _from_new_file(self, name: str) -> tuple[str, str] | None:
+        """A .py file asked for, and the run created one other .py file that only defines functions or classes:
+        the code went to the wrong file (the 1.5B, asked for utils.py, wrote utils/digit_sum.py three times)."""
+        if not self.file_blocks or not name.endswith(".py"):
+            return None
+        made = [(p, c.decode("utf-8", "replace")) for p, c in self._last.items()
+                if p not in self.before and p != name and p.endswith(".py")]
+        if len(made) != 1 or not definitions(made[0][1]):
+            return None
+        return f"You wrote the code to {made[0][0]}, not {name}. This writes it:", made[0][1].rstrip("\n")
+
+    def _from_answer(self, name: str, answer: str) -> tuple[str, str] | None:
+        """When the answer already holds what the file should (the path:line list asked for, or the one
+        number): a small model that answered often does not connect the two."""
+        cited = [f"{p}:{n}" for p, n in dict.fromkeys(_CITATION.findall(answer))]
+        if cited and _ASKS_CITATION.search(self.prompt):
+            return "If your answer is right, this writes it:", "\n".join(cited)
+        # the value, not the parts it came from: "18 (app.py:9, config.py:3, util.py:6)"
+        numbers = set(_NUMBER.findall(_CITATION.sub(" ", answer)))
+        if len(numbers) == 1 and _NUMBER_WORDS.search(self.prompt) and self._computed(value := numbers.pop()):
+            return "If your answer is right, this writes it:", value
+        return None
+
+    def _computed(self, value: str) -> bool:
+        """A command the model ran printed the value, or as many lines (the files ``find`` listed): its answer's
+        number is a result, not a guess (the 1.5B answered "Created greet.py (3 lines)" with no sum ever
+        printed, and was made to write 3)."""
+        return any(re.search(rf"(?<![\w.]){re.escape(value)}(?![\w]|\.\d)", c.output)
+                   or value == str(len([ln for ln in c.output.splitlines() if ln.strip()]))
+                   for c in self.calls if c.command and not c.failed and not self._counts_characters(c))
+
+    def _counts_characters(self, call: _Call) -> bool:
+        """A python call that counted characters where the task counts lines (see ``_characters_for_lines``)."""
+        lang, code = to_block(call.command) if call.command else ("", "")
+        return lang == "python" and bool(_LINES.search(self.prompt) and _LEN_READ.search(code))
+
+    def _placeholders(self, changed: dict[str, bytes]) -> list[str]:
+        out = []
+        for path, content in changed.items():
+            text, was = content.decode("utf-8", "replace"), self.before.get(path, b"").decode("utf-8", "replace")
+            for m in _PLACEHOLDER.finditer(text):
+                inner = m.group(0).strip("<>/ ").lower()
+                if m.group(0) in was or m.group(0).startswith("<") and (
+                        inner in _HTML_TAGS or not path.endswith((".txt", ".md", ".csv")) and len(text) > 200):
+                    continue  # (one the file had before is not the run's)
+                if inner.endswith(" here"):
+                    out.append(f"{path} contains the stub {m.group(0)!r} instead of real code. Write the code, or "
+                               "remove what you added if the task does not need it.")
+                else:
+                    out.append(f"{path} contains the placeholder {m.group(0)!r} instead of a real value. Compute the "
+                               "value with a command and write it.")
+                break
+        return out
+
+    @staticmethod
+    def _written_values(changed: dict[str, bytes]) -> dict[str, str]:
+        """Files the run wrote that hold just one number."""
+        values = {p: c.decode("utf-8", "replace").strip() for p, c in changed.items()}
+        return {p: v for p, v in values.items() if _NUMBER.fullmatch(v)}
+
+    def _mismatch(self, changed: dict[str, bytes], answer: str) -> list[str]:
+        said = set(_NUMBER.findall(answer))
+        return [f"You wrote {value} to {path}, but your answer says {', '.join(sorted(said))}. Find out which is "
+                "right (recompute it), fix the file or the answer, then answer again."
+                for path, value in self._written_values(changed).items() if said and value not in said]
+
+    def _unreported(self, changed: dict[str, bytes], answer: str) -> list[str]:
+        if _NUMBER.search(answer):
+            return []
+        return [f"Your answer does not give the value you wrote to {path} ({value}). Answer again, with the value."
+                for path, value in self._written_values(changed).items()]
+
+    def _more_than_the_value(self, changed: dict[str, bytes], answer: str) -> list[str]:
+        """The answer reports one value, and the output file the task named holds it among other text
+        (typically a command's whole output, such as wc's per-file lines and its total)."""
+        said = _NUMBER.findall(answer)
+        if len(set(said)) != 1 or not _NUMBER_WORDS.search(self.prompt):
+            return []  # (asked for lines, the 1.5B was told to write only "the value", its count of them)
+        value = said[0]
+        out = []
+        for name in dict.fromkeys(m.group(1) for m in FILE_NAME.finditer(self.prompt)):
+            text = changed.get(name, b"").decode("utf-8", "replace").strip()
+            if self.before.get(name) or not text or text == value or value not in _NUMBER.findall(text):
+                continue
+            if len(text.splitlines()) <= 20:
+                out.append(f"You reported {value}, but {name} holds more than that value:\n{text}\nIf the task "
+                           f"asks for the value, write only the value to {name}.")
+        return out
+
+    def _citation_lists(self, changed: dict[str, bytes]) -> list[str]:
+        """The task wants a list of path:line in a file: each line holds just that (grep -n prints more)."""
+        if not _ASKS_CITATION.search(self.prompt):
+            return []
+        out = []
+        for name in self._outputs():
+            extra = _not_citations(changed.get(name, b""))
+            if extra:
+                fix = self._cite_into(name) or f"grep -rn PATTERN . | cut -d: -f1,2 > {name}"
+                out.append(f"Each line of {name} should be just path:line (like a.py:4), but it has {extra!r}. "
+                           f"Write only path:line on each line, e.g.:\n{_fence(fix)}")
+        return out
+
+    def _cite_into(self, name: str) -> str:
+        """The command writing the path:line list a task asks for into ``name``: the model's own last search, cut
+        to path:line ("" when it made none)."""
+        search = self._search()
+        if not search or not _ASKS_CITATION.search(self.prompt):
+            return ""
+        # the list is not searched while it is written (grep -rn . read the half-written TODO_LIST.txt)
+        return f"grep --exclude={PurePath(name).name} {search.removeprefix('grep ')} | cut -d: -f1,2 > {name}"
+
+    def _not_paths(self, changed: dict[str, bytes]) -> list[str]:
+        """The task wants a file's path written: each line of the output is the path of an existing file (a
+        sentence about it, or its folder, is not)."""
+        if not _ASKS_PATH.search(self.prompt):
+            return []
+        out = []
+        for name in self._outputs():
+            lines = [ln.strip().strip("`'\"") for ln in changed.get(name, b"").decode("utf-8", "replace").splitlines()]
+            wrong = next((ln for ln in lines if ln and not (self.cwd / ln).is_file()), None)
+            if wrong is not None:
+                out.append(f"{name} should hold just the path of a file (like docs/notes.md), but it holds "
+                           f"{wrong[:80]!r}, which is no file's path. Write only the path.")
+        return out
+
+    def _line_order(self, changed: dict[str, bytes]) -> list[tuple[str, str]]:
+        """The task asks for the lines of an output sorted, or without duplicates: they are. (failure, the
+        command that fixes it or "")"""
+        sort, unique = bool(_ASKS_SORTED.search(self.prompt)), bool(_ASKS_UNIQUE.search(self.prompt))
+        if not (sort or unique):
+            return []
+        inputs = [n for n in dict.fromkeys(m.group(1) for m in FILE_NAME.finditer(self.prompt)) if self.before.get(n)]
+        command = f"sort{' -u' * unique} {inputs[0]}" if len(inputs) == 1 else ""
+        source = {ln.rstrip() for ln in self.before[inputs[0]].decode("utf-8", "replace").splitlines()} \
+            if len(inputs) == 1 else set()
+        out = []
+        for name in self._outputs():
+            lines = [ln for ln in changed.get(name, b"").decode("utf-8", "replace").splitlines() if ln.strip()]
+            wrong = []
+            alien = next((ln for ln in lines if source and ln.rstrip() not in source), None)
+            if alien is not None:  # the 1.5B wrote `grep -n` output: "1:gamma7@example.com"
+                wrong.append(f"{name} has the line {alien!r}, which is no line of {inputs[0]}")
+            if unique and len(set(lines)) < len(lines):
+                twice = next(ln for ln in lines if lines.count(ln) > 1)
+                wrong.append(f"{name} has duplicate lines ({twice!r} {lines.count(twice)} times)")
+            if sort and lines != sorted(lines):
+                at = next(i for i in range(1, len(lines)) if lines[i] < lines[i - 1])
+                wrong.append(f"{name} is not sorted (line {at + 1}, {lines[at]!r}, comes after {lines[at - 1]!r})")
+            if wrong:
+                fix = f"{command} > {name}" if command else ""
+                out.append((" and ".join(wrong) + ", but the task asks for its lines" + (" sorted" * sort)
+                            + (" and" * (sort and unique)) + (" without duplicates" * unique) + "."
+                            + (f" This writes it:\n{_fence(fix)}" if fix else ""), fix))
+        return out
+
+    def _search(self) -> str:
+        """The model's own last ``grep -n`` over files whose output was path:line:text ("" when none)."""
+        for call in reversed(self.calls):
+            c = call.command.strip()
+            if re.match(r"grep\s(.*\s)?-\w*n", c) and not re.search(r"[|>;&\n]", c) \
+                    and re.search(r"\n(\./)?[\w./-]+:\d+:", call.text):
+                return c
+        return ""
+
+    def _renamed(self, now: dict[str, bytes]) -> list[str]:
+        """A rename asked for: the old name must be gone from the workspace's text files."""
+        left = self._rename_left(now)
+        if not left:
+            return []
+        places, sed = left
+        old = _RENAME.search(self.prompt).group(1)
+        return [f"{old} still occurs at {', '.join(places[:8])}{' …' * (len(places) > 8)}. The task asks to rename it "
+                f"everywhere. This changes every one of them:\n{_fence(sed)}\nThen check again."]
+
+    def _rename_left(self, now: dict[str, bytes]) -> tuple[list[str], str] | None:
+        """Where the old name of a rename the task asks for still occurs (path:line), and the command that
+        replaces it there as a whole word."""
+        m = _RENAME.search(self.prompt)
+        if not m or m.group(1) == m.group(2):
+            return None
+        old, new = m.group(1), m.group(2)
+        word = re.compile(rf"\b{re.escape(old)}\b")
+        places = [f"{path}:{i}" for path, content in now.items()
+                  for i, line in enumerate(content.decode("utf-8", "replace").splitlines(), 1) if word.search(line)]
+        if not places:
+            return None
+        files = " ".join(dict.fromkeys(p.rsplit(":", 1)[0] for p in places))
+        return places, f"sed -i 's/\\b{old}\\b/{new}/g' {files}"
+
+    def _broken(self, changed: dict[str, bytes]) -> list[str]:
+        """A .py, .json or .toml file the run changed no longer parses (and did before): a dropped comma, a
+        bad indent. The error says where."""
+        out = []
+        for path, content in changed.items():
+            error = _parse_error(path, content)
+            if error and not (path in self.before and _parse_error(path, self.before[path])):
+                out.append(f"{path} no longer parses after your change: {error}. Show it (cat -n {path}) and fix "
+                           "that line.")
+        return out
+
+    def _strays(self, now: dict[str, bytes]) -> list[str]:
+        """A task asking for a change, and a new .py file the task does not name defines what an existing file
+        does: the change went to a new file (the 1.5B named the file after the function it fixed)."""
+        if not _CHANGE_VERBS.search(self.prompt):
+            return []
+        out = []
+        for path in now.keys() - self.before.keys():
+            if not path.endswith(".py") or path in self.prompt:
+                continue
+            names = set(TOP_DEF.findall(now[path].decode("utf-8", "replace")))
+            for old, content in self.before.items():
+                common = sorted(names & set(TOP_DEF.findall(content.decode("utf-8", "replace")))) \
+                    if old.endswith(".py") and old in now else []
+                if common:
+                    how = f" (a block naming {old})" if self.file_blocks else ""
+                    out.append(f"You created {path}, but {', '.join(common)} is defined in {old}: the task is "
+                               f"about that file. Make the change in {old}{how}, and remove {path}.")
+                    break
+        return out
+
+    def _citations(self, now: dict[str, bytes], answer: str) -> list[str]:
+        """Each path:line the answer cites exists and mentions what the task asks about."""
+        cited = list(dict.fromkeys(_CITATION.findall(answer)))
+        if not cited:
+            if _ASKS_CITATION.search(self.prompt) and not self._outputs():
+                return ["The task asks for path:line, and your answer cites none. Find it (grep -n) and answer "
+                        "as path:line."]
+            return []
+        texts = {p: c.decode("utf-8", "replace") for p, c in now.items()}
+        subjects = [w for m in _IDENT.finditer(self.prompt) if (w := m.group(1) or m.group(2))
+                    and any(w in t for t in texts.values())]
+        out = []
+        for path, number in cited[:5]:
+            key = os.path.normpath(path)  # ./storage.py is storage.py (grep -rn . prints it so)
+            lines = texts[key].splitlines() if key in texts else None
+            n = int(number)
+            if lines is None:
+                out.append(f"You cite {path}:{n}, but there is no file {path}. Find the right place with grep -n.")
+            elif not 1 <= n <= len(lines):
+                out.append(f"You cite {path}:{n}, but {path} has {len(lines)} lines. Find the right line with grep -n.")
+            elif subjects and not any(s in lines[n - 1] for s in subjects):
+                out.append(f"You cite {path}:{n}, but that line is {lines[n - 1].strip()!r}, which does not mention "
+                           f"{' or '.join(subjects[:3])}. Find the right line with grep -n.")
+        return out
+
+    async def _tests(self) -> list[str]:
+        ran = [c for c in self.calls if c.command and _TEST_CMD.search(c.command)]
+        if not ran:
+            if _TEST_WORDS.search(self.prompt) and self._has_tests():
+                named = next((f" (`{c}`)" for c in self._named() if _TEST_CMD.search(c)), "")
+                return [f"The task is about tests, but you have not run them. Run them{named} and make sure they pass."]
+            return []
+        command = _the_part(ran[-1].command, _TEST_CMD)
+        code, output = await _run(command, self.cwd)
+        if code == 0:
+            return []
+        return [f"The test command `{command}` fails now (exit code {code}):\n{output[-1500:]}"]
+
+    def _claimed(self, answer: str, denied: frozenset[str]) -> list[str]:
+        """A command the answer says showed something (its check of the result) is one the model ran: the
+        1.5B, with wc denied, summed characters with python and answered "(checked: `wc -l *.py` prints 271)"."""
+        ran = {_program(part) for c in self.calls if c.command and not c.failed
+               for part in re.split(r"&&|\|\|?|;|\n", c.command)}
+        out = []
+        for command in dict.fromkeys(m.group(1).strip() for m in _CLAIMED.finditer(answer)):
+            program = _program(command)
+            if program in denied:  # asked to run it, the 1.5B tried "wc," five times
+                out.append(f"Your answer says what `{command}` showed, but {program} is denied here and never ran. "
+                           "Do not claim it: check the value another way (print the value of each part), then answer "
+                           "with what that showed.")
+            elif program and program not in ran and shutil.which(program.split()[0]):
+                out.append(f"Your answer says what `{command}` showed, but you did not run {program} (or it failed). "
+                           "Check the result with a command that runs, then answer with what it showed.")
+        return out
+
+    def _characters_for_lines(self, changed: dict[str, bytes], answer: str) -> tuple[str, str] | None:
+        """(failure, the corrected script) when the task counts lines and the value the model reports came from
+        python that took ``len()`` of a whole ``.read()``: that counts characters (the 1.5B, with wc denied, did so
+        in every batch and reported the characters as lines)."""
+        said = set(_NUMBER.findall(answer)) | set(self._written_values(changed).values())
+        for call in reversed(self.calls):
+            if call.failed or not self._counts_characters(call):
+                continue
+            if not said & set(_NUMBER.findall(call.output)):
+                return None
+            fixed = to_command("python", _LEN_READ.sub(lambda m: m.group(0)[:-1] + ".splitlines())",
+                                                       to_block(call.command)[1]))
+            return (f"Your python took len() of a whole .read(), which counts characters, not lines. This counts "
+                    f"lines:\n{run_block(fixed)}\nRun it, then write and report what it prints.", fixed)
+        return None
+
+    def _named(self) -> list[str]:
+        """The commands the task names (a script run by its interpreter, a test runner), when it wants them to
+        work."""
+        if not _WANTS_WORKING.search(self.prompt):
+            return []
+        named = dict.fromkeys((m.group(1) or m.group(2)).strip() for m in _NAMED_CMD.finditer(self.prompt))
+        return [c for c in named if _looks_runnable(c, self.cwd)]
+
+    def _ran(self, command: str) -> bool:
+        return any(_normal(command) in _normal(c.command) for c in self.calls if c.command)
+
+    async def _named_commands(self) -> list[str]:
+        """A command the task names, when the task wants it to work: run again now if the model ran it
+        (the call passed the permission checks then), asked for if it never did."""
+        out = []
+        for command in self._named():
+            if _TEST_CMD.search(command):
+                continue  # a test run (``_tests`` checks those)
+            if not self._ran(command):
+                out.append(f"The task names `{command}`, and you have not run it. Run it to check that it works.")
+                continue
+            code, output = await _run(command, self.cwd)
+            if code != 0:
+                words = command.split()
+                fix = f"Change {words[1]} itself (the file)" if words[0] in _INTERPRETERS else "Fix the cause"
+                hint = _indent_hint(output, self.cwd)
+                out.append(f"`{command}` fails now (exit code {code}):\n{output[-1500:]}\n{hint + chr(10) * bool(hint)}"
+                           f"{fix} so that it works, then run `{command}` again.")
+        return out
+
+    def _has_tests(self) -> bool:
+        return any(re.search(r"(^|/)(test_\w+|\w+_test)\.py$|(^|/)tests?/", p) for p in self.before)
+
+    def _shown(self, path: str) -> bool:
+        """Was the file's original content (some line of it) in an earlier call or result?"""
+        lines = [ln.strip() for ln in self.before[path].decode("utf-8", "replace").splitlines() if len(ln.strip()) >= 6]
+        if not lines:
+            return any(Path(path).name in c.text for c in self.calls)
+        return any(ln in text for text in [self.shown] + [c.text for c in self.calls] for ln in lines[:50])
+
+
+def _fence(command: str) -> str:
+    """A command to run, as a block the model can copy (a small model copies a block far more readily than
+    it follows "e.g." in a sentence)."""
+    return f"```bash\n{command}\n```"
+
+
+def _header_hint(command: str, output: str, files: dict[str, bytes]) -> str:
+    """A conversion that failed on a column name of a CSV file the command reads: that is its header row (the 1.5B
+    summed ``float(row[2])`` over every row, failed on 'amount', and then filtered every row out)."""
+    m = _BAD_NUMBER.search(output)
+    value = (m.group(1) or m.group(2)) if m else None
+    for name in dict.fromkeys(n for n in FILE_NAME.findall(command) if n.endswith((".csv", ".tsv"))) if m else ():
+        first = files.get(name, b"").decode("utf-8", "replace").partition("\n")[0].strip()
+        if value in [f.strip().strip('"') for f in re.split(r"[,\t;]", first)]:
+            return (f"Note: {value!r} is a column name: line 1 of {name} is its header ({first[:120]}). Skip that "
+                    "line (next(reader) first, or csv.DictReader), then convert the values.")
+    return ""
+
+
+def _indent_hint(output: str, cwd: Path) -> str:
+    """An indentation error in a workspace file: the lines up to it with their leading spaces made visible (the 1.5B,
+    told "unindent does not match" at line 10, edited other functions again and again)."""
+    m = _INDENT_ERROR.search(output)
+    if not m:
+        return ""
+    path, n = cwd / m.group(1), int(m.group(2))  # (an absolute path stays itself)
+    try:
+        if not path.resolve().is_relative_to(cwd.resolve()):
+            return ""
+        lines = path.read_text().splitlines()
+    except (OSError, UnicodeDecodeError, ValueError):
+        return ""
+    shown = [f"{i:4}| " + re.sub(r"^[ \t]+", lambda w: w.group(0).replace(" ", "·").replace("\t", "→"), lines[i - 1])
+             for i in range(max(1, n - 4), min(len(lines), n + 1) + 1)]
+    rel = path.resolve().relative_to(cwd.resolve()).as_posix()
+    return f"Note: {rel} around line {n}, each leading space shown as ·:\n" + "\n".join(shown)
+
+
+def _arithmetic(answer: str) -> list[str]:
+    """A sum written out in the answer ("20 + 5 + 25 = 50") is right, and does not add a total to its own parts
+    (the 1.5B added wc's total line to the per-file counts)."""
+    out = []
+    for m in _SUM.finditer(answer):
+        terms = [float(t) for t in re.split(r"\s*\+\s*", m.group(1))]
+        result, total = float(m.group(2)), sum(terms)
+        written = f"{m.group(1)} = {m.group(2)}"
+        part = next((t for t in terms if len(terms) > 2 and abs(t - (total - t)) < 1e-9), None)
+        if part is not None:
+            out.append(f"Your answer adds {written}, but {_num(part)} is already the sum of the other numbers (a "
+                       f"total line counted as a part), so the total is {_num(part)}. Fix what you wrote and your answer.")
+        elif abs(total - result) > 1e-6 * max(1.0, abs(result)):
+            out.append(f"Your answer says {written}, but that sum is {_num(total)}. Fix what you wrote and your answer.")
+    return out
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if x == int(x) else f"{x:.10g}"
+
+
+def _not_citations(content: bytes) -> str:
+    """The first line of a file that is not just path:line ("" when all are)."""
+    lines = [ln.strip() for ln in content.decode("utf-8", "replace").splitlines()]
+    return next((ln for ln in lines if ln and not re.fullmatch(r"\S+:\d+", ln)), "")
+
+
+def _parse_error(path: str, content: bytes) -> str:
+    """Why a .py/.json/.toml file does not parse ("" when it does, or is of another kind)."""
+    try:
+        text = content.decode("utf-8")
+        if path.endswith(".py"):
+            compile(text, path, "exec", dont_inherit=True)
+        elif path.endswith(".json"):
+            json.loads(text)
+        elif path.endswith(".toml"):
+            tomllib.loads(text)
+    except SyntaxError as e:
+        return f"{e.msg} at line {e.lineno}"
+    except json.JSONDecodeError as e:
+        return f"{e.msg} at line {e.lineno}"
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError, ValueError) as e:
+        return str(e)
+    return ""
+
+
+def _rewritten(old: bytes | None, new: bytes) -> bool:
+    """Most of the file's lines are new: written from memory (a targeted edit keeps the rest as it was)."""
+    if old is None:
+        return False
+    old_lines, new_lines = old.splitlines(), new.splitlines()
+    kept = sum(block.size for block in difflib.SequenceMatcher(None, old_lines, new_lines, autojunk=False)
+               .get_matching_blocks())
+    return kept < len(old_lines) / 2
+
+
+def _program(command: str) -> str:
+    """What a command runs: its program, or an interpreter and its script (``python3 greet.py``)."""
+    words = _normal(command).split()
+    if not words:
+        return ""
+    return " ".join(words[:2]) if words[0] in _INTERPRETERS and len(words) > 1 else words[0]
+
+
+def _normal(command: str) -> str:
+    return re.sub(r"\bpython\b(?!3)", "python3", " ".join(command.split()))
+
+
+def _looks_runnable(command: str, cwd: Path) -> bool:
+    """A command (its program a script of the workspace or a test runner), not a name or a value in backticks."""
+    words = command.split()
+    if not words:
+        return False
+    if words[0] in ("pytest", "make", "npm", "cargo", "go", "tox"):
+        return True
+    return words[0] in _INTERPRETERS and len(words) > 1 and (cwd / words[1]).is_file()
+
+
+def _the_part(command: str, pattern: re.Pattern) -> str:
+    """The part of a chained command that matches (``sed -i … && python3 test_x.py`` → ``python3 test_x.py``):
+    the edits before it must not run twice."""
+    if not looks_like_edit(command):
+        return command
+    parts = [p.strip() for p in re.split(r"&&|\|\||;|\n", command)]
+    return next((p for p in reversed(parts) if pattern.search(p)), command)
+
+
+async def _run(command: str, cwd: Path) -> tuple[int, str]:
+    return await run_command(command, cwd, TEST_RUN_TIMEOUT_S)  # like a Bash call: no credentials, ends with us
