@@ -11,8 +11,9 @@ import pytest
 from dataclasses import replace
 
 from drivetrain.sessions.store import (
-    FOLDED_KINDS, CorruptLogWarning, SessionLogWarning, SessionNotFound, fold, open_store,
+    FOLDED_KINDS, CorruptLogWarning, SessionLogWarning, SessionNotFound, fold,
 )
+from drivetrain.sessions.open import open_store
 from drivetrain.sessions.file import FileStore, read_log
 
 

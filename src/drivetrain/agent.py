@@ -38,6 +38,14 @@ from drivetrain.tools.base import Tool
 
 @dataclass
 class Agent:
+    """What runs work with: a model, tools, a system prompt, control (policy, approver, hooks), limits, a session
+    store and nodes added to the loop. One agent serves any number of runs, one after another.
+
+    ``run``/``run_sync`` drive a prompt to the end and return a ``RunResult``; ``start`` returns a ``Run`` to step
+    or iterate; ``resume`` continues a saved session; ``restore`` continues a snapshot. ``profile`` says how much
+    the loop helps the model (``FULL``: not at all; ``drivetrain.small.profile.SMALL`` for small local models).
+    """
+
     model: Model
     tools: list[Tool] = field(default_factory=list)
     system: str | None = None  # None: the profile's own (the plain loop: none)

@@ -32,16 +32,20 @@ from drivetrain.loop.state import NodePoint
 
 @dataclass(frozen=True)
 class Proceed:
-    pass
+    """A node's answer: go on as if the node were not there."""
 
 
 @dataclass(frozen=True)
 class Note:
+    """A node's answer: go on, with ``text`` told to the model."""
+
     text: str
 
 
 @dataclass(frozen=True)
 class SendBack:
+    """A node's answer at ``end_turn``: the model may not stop yet; ``text`` says why, and it goes back to work."""
+
     text: str
     answer_only: bool = False  # only the answer must change: the model need not act before answering again
     must_call: tuple[tuple[str, dict], ...] = ()  # the next call must be one of these; see ModelRequest
@@ -51,6 +55,9 @@ NodeResult = Union[Proceed, Note, SendBack]
 
 
 class Node(Protocol):
+    """A step added to the loop at a point (``at``): entered at most ``limit`` times a run, it answers with a
+    ``Proceed``, a ``Note`` or a ``SendBack`` (``Verify``, ``PlanFirst`` and the small profile's checks are nodes)."""
+
     name: str
     at: NodePoint
     limit: int  # times a run

@@ -161,8 +161,7 @@ async def call_model(s: CallModel, w: Draft) -> RunTools | Recover | CallModel |
     if s.final:
         done = final_answer(s.final, response, w)
         # A stuck model's answer goes through the end_turn nodes: a check that knows what is left (and the call
-        # that does it) can send it back to work, which is the way out of its rut (the 1.5B, stuck on a refused
-        # Edit, had never run the failing test the task named). Their limits bound it.
+        # that does it) can send it back to work, which is the way out of its rut. Their limits bound it.
         return enter_node(w, "end_turn", done) if s.final == "stuck" else done
     next_state = after_response(response, max_tokens, w)
     if isinstance(next_state, Done) and next_state.subtype == "success":

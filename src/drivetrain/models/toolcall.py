@@ -37,7 +37,7 @@ class ParsedOutput:
 
 
 _TAGGED = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.DOTALL)
-# A whole answer that is JSON inside a ``` fence or inside some other tag (the 1.5B likes ``<tools>``).
+# A whole answer that is JSON inside a ``` fence or inside some other tag (small Qwen models use ``<tools>``).
 _WRAPPED = re.compile(r"\A(?:```[a-zA-Z]*\s*\n?(.*?)\n?```|<([a-z_]+)>(.*?)</\2>)\Z", re.DOTALL)
 
 

@@ -151,8 +151,7 @@ class WorkChecks:
     async def run(self, ctx: NodeContext) -> NodeResult:
         """The node: what fails of the checks goes back to the model, to work at most ``work_limit`` times, and for
         an answer that only lacks what the work holds (the value it wrote, say) at most ``answer_limit`` times more:
-        that costs one turn without tools (the 1.5B, its file right at last, answered "lines.txt created" with
-        no sends left)."""
+        that costs one turn without tools, and an answer that contradicts the work is worse than no answer."""
         # a denied call never reaches PostToolUse: what the policy denied is read from the history
         work, answer, fixes = await self._review(ctx.answer, frozenset(denied_programs(ctx.history)))
         kind = "work" if work and self._sent.get("work", 0) < self.work_limit else \
@@ -167,11 +166,10 @@ class WorkChecks:
     def _fixes(self, now: dict[str, bytes], changed: dict[str, bytes], answer: str,
                chars: tuple[str, str] | None) -> tuple[tuple[str, dict], ...]:
         """The calls the next turn must choose from, when a check knows the fix: writing a missing or empty output
-        with what the model's code or answer already holds (made to write the file, content free, the 1.5B wrote
-        its script or "python3 helpers.py" into it), or the path:line list its own search found; the command that
-        finishes a rename (handed it as a hint, the 1.5B ran grep instead, twice) or writes the sorted unique
-        lines asked for; its own script counting lines instead of characters; and the command the task names and
-        wants to work, never run (the 1.5B "fixed" a function it had not seen fail)."""
+        with what the model's code or answer already holds, or the path:line list its own search found; the command that
+        finishes a rename or writes the sorted unique lines asked for; its own script counting lines instead of
+        characters; and the command the task names and wants to work, never run. A small model told a fix often
+        does something else; made to choose it, it cannot."""
         known = {n: self._content(n, answer) for n in self._outputs() if self._unwritten(n, now)}
         must = [("Write", {"file_path": n, "content": c[1]}) for n, c in known.items() if c]
         must += [("Bash", {"command": fix}) for n in self._outputs() if (fix := self._cite_into(n))
@@ -237,7 +235,7 @@ class WorkChecks:
                 continue
             what = f"{name} is empty. Write the result the task asks for into it." if name in now else \
                 f"The task asks for {name}, but it does not exist. Create it with the right content."
-            out.append(what + self._hint(name, answer))  # (touched first, then "written" by a script: the 1.5B)
+            out.append(what + self._hint(name, answer))
         return out
 
     def _hint(self, name: str, answer: str) -> str:
@@ -270,7 +268,7 @@ class WorkChecks:
 
     def _from_new_file(self, name: str) -> tuple[str, str] | None:
         """A .py file asked for, and the run created one other .py file that only defines functions or classes:
-        the code went to the wrong file (the 1.5B, asked for utils.py, wrote utils/digit_sum.py three times)."""
+        the code went to the wrong file."""
         if not self.file_blocks or not name.endswith(".py"):
             return None
         made = [(p, c.decode("utf-8", "replace")) for p, c in self._last.items()
@@ -293,8 +291,7 @@ class WorkChecks:
 
     def _computed(self, value: str) -> bool:
         """A command the model ran printed the value, or as many lines (the files ``find`` listed): its answer's
-        number is a result, not a guess (the 1.5B answered "Created greet.py (3 lines)" with no sum ever
-        printed, and was made to write 3)."""
+        number is a result, not a guess."""
         return any(re.search(rf"(?<![\w.]){re.escape(value)}(?![\w]|\.\d)", c.output)
                    or value == str(len([ln for ln in c.output.splitlines() if ln.strip()]))
                    for c in self.calls if c.command and not c.failed and not self._counts_characters(c))
@@ -345,7 +342,7 @@ class WorkChecks:
         (typically a command's whole output, such as wc's per-file lines and its total)."""
         said = _NUMBER.findall(answer)
         if len(set(said)) != 1 or not _NUMBER_WORDS.search(self.prompt):
-            return []  # (asked for lines, the 1.5B was told to write only "the value", its count of them)
+            return []  # asked for lines, the file holds lines: their count is not "the value"
         value = said[0]
         out = []
         for name in dict.fromkeys(m.group(1) for m in FILE_NAME.finditer(self.prompt)):
@@ -408,7 +405,7 @@ class WorkChecks:
             lines = [ln for ln in changed.get(name, b"").decode("utf-8", "replace").splitlines() if ln.strip()]
             wrong = []
             alien = next((ln for ln in lines if source and ln.rstrip() not in source), None)
-            if alien is not None:  # the 1.5B wrote `grep -n` output: "1:gamma7@example.com"
+            if alien is not None:  # e.g. `grep -n` output: "1:gamma7@example.com"
                 wrong.append(f"{name} has the line {alien!r}, which is no line of {inputs[0]}")
             if unique and len(set(lines)) < len(lines):
                 twice = next(ln for ln in lines if lines.count(ln) > 1)
@@ -470,7 +467,7 @@ class WorkChecks:
 
     def _strays(self, now: dict[str, bytes]) -> list[str]:
         """A task asking for a change, and a new .py file the task does not name defines what an existing file
-        does: the change went to a new file (the 1.5B named the file after the function it fixed)."""
+        does: the change went to a new file."""
         if not _CHANGE_VERBS.search(self.prompt):
             return []
         out = []
@@ -527,14 +524,14 @@ class WorkChecks:
         return [f"The test command `{command}` fails now (exit code {code}):\n{output[-1500:]}"]
 
     def _claimed(self, answer: str, denied: frozenset[str]) -> list[str]:
-        """A command the answer says showed something (its check of the result) is one the model ran: the
-        1.5B, with wc denied, summed characters with python and answered "(checked: `wc -l *.py` prints 271)"."""
+        """A command the answer says showed something (its check of the result) is one the model ran: a
+        claimed check that never ran hides a wrong value."""
         ran = {_program(part) for c in self.calls if c.command and not c.failed
                for part in re.split(r"&&|\|\|?|;|\n", c.command)}
         out = []
         for command in dict.fromkeys(m.group(1).strip() for m in _CLAIMED.finditer(answer)):
             program = _program(command)
-            if program in denied:  # asked to run it, the 1.5B tried "wc," five times
+            if program in denied:  # a denied program cannot have shown anything
                 out.append(f"Your answer says what `{command}` showed, but {program} is denied here and never ran. "
                            "Do not claim it: check the value another way (print the value of each part), then answer "
                            "with what that showed.")
@@ -545,8 +542,7 @@ class WorkChecks:
 
     def _characters_for_lines(self, changed: dict[str, bytes], answer: str) -> tuple[str, str] | None:
         """(failure, the corrected script) when the task counts lines and the value the model reports came from
-        python that took ``len()`` of a whole ``.read()``: that counts characters (the 1.5B, with wc denied, did so
-        in every batch and reported the characters as lines)."""
+        python that took ``len()`` of a whole ``.read()``: that counts characters."""
         said = set(_NUMBER.findall(answer)) | set(self._written_values(changed).values())
         for call in reversed(self.calls):
             if call.failed or not self._counts_characters(call):
@@ -607,8 +603,7 @@ def _fence(command: str) -> str:
 
 
 def _header_hint(command: str, output: str, files: dict[str, bytes]) -> str:
-    """A conversion that failed on a column name of a CSV file the command reads: that is its header row (the 1.5B
-    summed ``float(row[2])`` over every row, failed on 'amount', and then filtered every row out)."""
+    """A conversion that failed on a column name of a CSV file the command reads: that is its header row, to be skipped, not a reason to filter every row out."""
     m = _BAD_NUMBER.search(output)
     value = (m.group(1) or m.group(2)) if m else None
     for name in dict.fromkeys(n for n in FILE_NAME.findall(command) if n.endswith((".csv", ".tsv"))) if m else ():
@@ -620,8 +615,7 @@ def _header_hint(command: str, output: str, files: dict[str, bytes]) -> str:
 
 
 def _indent_hint(output: str, cwd: Path) -> str:
-    """An indentation error in a workspace file: the lines up to it with their leading spaces made visible (the 1.5B,
-    told "unindent does not match" at line 10, edited other functions again and again)."""
+    """An indentation error in a workspace file: the lines up to it with their leading spaces made visible: the message alone does not show what is wrong."""
     m = _INDENT_ERROR.search(output)
     if not m:
         return ""
@@ -640,7 +634,7 @@ def _indent_hint(output: str, cwd: Path) -> str:
 
 def _arithmetic(answer: str) -> list[str]:
     """A sum written out in the answer ("20 + 5 + 25 = 50") is right, and does not add a total to its own parts
-    (the 1.5B added wc's total line to the per-file counts)."""
+    (wc's total line added to the per-file counts)."""
     out = []
     for m in _SUM.finditer(answer):
         terms = [float(t) for t in re.split(r"\s*\+\s*", m.group(1))]

@@ -1,6 +1,6 @@
 """Code as action: a small model answers each turn with one fenced bash or python block, or ``DONE: answer``.
 
-A 1.5B model writes one shell command far more reliably than a JSON tool call inside a multi-turn
+A small model writes one shell command far more reliably than a JSON tool call inside a multi-turn
 loop, and it already knows the shell. ``CodeActionModel`` wraps any ``Model``: it shows the history to
 the inner model as plain text (each Bash call as the block it came from, each result as its output)
 and turns the reply back into the canonical shape: a block becomes an ordinary Bash ``tool_use``, so
@@ -32,29 +32,26 @@ _RUN_LANGS = ("bash", "sh", "shell", "console", "python", "py", "python3")
 # ```bash … ``` runs; ```python greet.py … ``` (any language, then a file name) changes that file.
 _FENCE = re.compile(r"```([\w+-]*)(?:[ \t]+([\w./-]*\.\w+))?[ \t]*\n(.*?)```", re.DOTALL)
 _TRAILING_BLANKS = re.compile(r"[ \t\r]+$", re.MULTILINE)
-# A first line naming a file, the way models head a file's code: the 1.5B, asked to create helpers.py, ran
-# "# helpers.py" and the function as a script (which wrote nothing), turn after turn; asked to fix report.py, it
-# ran "report.py" and the fixed script (a NameError) eight times.
+# A first line naming a file, the way models head a file's code: the block is that file's content, not a script
+# (run, a block of definitions writes nothing, and the model repeats it).
 _NAMED_FIRST_LINE = re.compile(r"(?:#[ \t]*)?([\w./-]+\.\w+)[ \t]*\n(?=.)")
-# One echo/printf line redirected into a file: made to write total.txt as a block, the 1.5B wrote
-# 'echo 18 > total.txt' as its content.
+# One echo/printf line redirected into a file: the command is meant, not the file's content.
 _WRITES_ITSELF = re.compile(r"(?:echo|printf)\b[^\n]*?>>?[ \t]*([\w./-]+)[ \t]*\Z")
 _DONE_LINE = re.compile(r"^\s*DONE:[ \t]*", re.MULTILINE)
 # Where an answer ends although the model wrote on: a turn it made up ("User: Create a new file…", after the
 # examples' pattern), a code block, or the answer's mark again ("… 1198. Done: The value …" until max_tokens).
-# Kept, the 1.5B's right answer read as calls described in prose and was sent back (csv-sum, linecount-nowc).
+# Kept, a right answer reads as calls described in prose and is sent back.
 _ANSWER_END = re.compile(r"^\s*(?:User|Assistant):|```|\bDONE:|(?<=[.!\n] )Done:", re.MULTILINE)
 STOPS = ["\nUser:", "\nAssistant:"]  # the made-up turns, cut as they start (the answer's end is parsed anyway)
 # Commands a small model reaches for that never help here: root rights, and editors that wait for a person.
-# Installing packages is never the way around a denied command (the 1.5B ran apt-get to get wc back).
+# Installing packages is never the way around a denied command.
 # "sudo" whole: "sudoapt-get" was tried; "vi/app.cfg" too, and "vi<tab>service.ini" (it waited out the 120 s timeout)
 NEVER_STARTS = ("sudo", "vi ", "vi/", "vi.", "vi\n", "vi\t", "apt-get ", "apt ")
 # Editors never appear in a bash block at all: "nano.service.ini" and "nanoledger.py" were tried seven times each,
 # with comments added, after "nano " was left out.
 EDITORS = ("nano", "vim", "emacs")
 # No line of a block ends in blanks: a reply's blocks are read without them (``parse_reply``), so a refused block
-# with a blank added at a line's end was a new body to the grammar and the same call once read (the 1.5B
-# repeated a refused Edit five times so).
+# with a blank added at a line's end would be a new body to the grammar yet the same call once read.
 BLANK_ENDS = [" \n", "\t\n"]
 # The plan line before a block is one short line: unbounded, a model can ramble in it until max_tokens and never
 # reach the block the turn must hold.
@@ -112,8 +109,7 @@ _NOTES = ("Changed ", "Created ", "Deleted ", "No file changed")  # what changes
 def render_result(r: ToolResultBlock, tool: str = "Bash") -> str:
     text = r.text
     if r.is_error and tool == "Edit" and text.startswith("old_string and new_string are identical"):
-        # the Edit tool's words are about its fields, which a file block does not show (the 1.5B answered with a
-        # script setting new_string = "old_string")
+        # the Edit tool's words are about its fields, which a file block does not show
         return "Error:\nThe file already holds exactly this block: nothing changed. Write the lines as they must be."
     if r.is_error:
         return f"Error:\n{text}"
@@ -198,7 +194,7 @@ class CodeActionModel:
         if files and not path and lang.startswith("py") and (home := home_of(code, self.cwd)):
             path, code = home  # it only redefines what that file defines: run, it would change nothing
         if not path and lang.startswith("py") and _shell_in_python(code):
-            lang = "bash"  # "python3 report.py" in a python block: a command (the 1.5B ran it as python eleven times)
+            lang = "bash"  # "python3 report.py" in a python block: a command, not python
         if path and (writes := _WRITES_ITSELF.match(code)) and writes.group(1) == path:
             lang, path = "bash", None  # a command writing the very file the block names: the command is meant
         if path and files and lang in _PLAIN:  # plain text is the file's content, not a fragment to merge: a
@@ -277,20 +273,17 @@ def grammar(choice: str, forbidden: list[tuple[str, str]] = (), denied: list[str
     python = not any(d in ("python3", "python") for d in denied)
     blocks = ['"```bash\\n" bash-body'] + ['"```python\\n" python-body'] * python
     blocks += ['"```" [a-z] [a-z0-9]* " " file-name "\\n" file-body'] * files
-    if targets or exact:  # the 1.5B, told the file it said it wrote is missing, answered again, or wrote it
-        # with 0; handed the sed that finishes a rename, it ran grep instead, twice
+    if targets or exact:  # a fix the checks know: told it, a small model often does something else
         blocks = ['"```" [a-z] [a-z0-9]* " " ( ' + " | ".join(_lit(t) for t in dict.fromkeys(targets))
                   + ' ) "\\n" file-body'] * bool(targets)
         blocks += [_lit(block) for block in dict.fromkeys(exact)]
     rules = [
         'done ::= "DONE: " [^ \\t\\n\\x00-\\x08\\x0B-\\x1F] [^\\x00-\\x08\\x0B-\\x1F]*',
-        # never "DONE:" (the answer's mark): after a check sent it back, the 1.5B wrote "DONE: …" as the plan line
-        # of the block it was made to write, and the reply read as an answer again
+        # never "DONE:" (the answer's mark), or a plan line would read as an answer
         'thought ::= ( [^`\\n \\t#D] | "D" [^`\\nO] | "DO" [^`\\nN] | "DON" [^`\\nE] | "DONE" [^`\\n:] )'
         f' [^`\\n]{{0,{THOUGHT_CHARS - 1}}} "\\n"',
         f'act ::= thought? ( {" | ".join(blocks)} )',
-        # a file name has an extension (the 1.5B, lost, wrote "```text 18" and created a file named 18), and is
-        # not endless (it wrote "```python3 -c.0.0.0…" until max_tokens)
+        # a file name has an extension (``text 18`` is not a file) and is bounded (no name until max_tokens)
         'file-name ::= [A-Za-z0-9_/] [A-Za-z0-9_./-]{0,100} "." [A-Za-z0-9]{1,10}',
     ]
     if files:  # a refused file block is left out whatever file it names

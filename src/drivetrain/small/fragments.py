@@ -1,6 +1,6 @@
 """A file block (```python greet.py) applied to its file: definitions replaced by name, lines by likeness.
 
-A 1.5B model that has found a bug writes the fixed function, not a sed command or a whole file: asked
+A small model that has found a bug writes the fixed function, not a sed command or a whole file: asked
 to edit, it rewrote whole files from memory (dropping lines) or ran the fixed function as a script that
 changed nothing. So a block may name a file after its language, and its content is a *fragment* of
 that file: each ``def``/``class`` in it replaces the definition of the same name (indentation matched
@@ -175,8 +175,7 @@ def definitions(code: str) -> list[ast.stmt]:
 
 def home_of(code: str, cwd: Path, scan: int = 300) -> tuple[str, str] | None:
     """(file, its fragment) when a python block only defines functions and classes that one workspace file
-    defines, all of them: run, such a block changes nothing; it is that file's change. The 1.5B, having found
-    the bug, wrote the fixed function as a plain python block, turn after turn. The fragment keeps the
+    defines, all of them: run, such a block changes nothing; it is that file's change. The fragment keeps the
     definitions (and imports), not the comments around them."""
     body = definitions(code)
     if not body:

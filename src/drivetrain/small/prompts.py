@@ -17,8 +17,7 @@ def named_files(cwd: Path, prompt: str, readable: Callable[[str], bool] = lambda
                 lines: int = 30, chars: int = 2000) -> str:
     """The first lines of the existing text files the task names that ``readable`` (the permission policy's
     answer for a Read) lets through, numbered as ``cat -n`` numbers them: what an @-mention attaches. A small
-    model otherwise spends its first turn on ``ls`` and then guesses (the 1.5B summed a CSV's second column
-    without ever seeing its header)."""
+    model otherwise spends its first turn on ``ls`` and then guesses at what it has not seen."""
     out = []
     for name in dict.fromkeys(m.group(1) for m in FILE_NAME.finditer(prompt)):
         path = cwd / name

@@ -19,6 +19,8 @@ import pydantic
 
 @dataclass(frozen=True)
 class ToolResult:
+    """What a tool returns: the content the model reads (text, or content blocks), whether it is an error."""
+
     content: str | list[dict]
     is_error: bool = False
     meta: dict = field(default_factory=dict)  # facts for the audit log (e.g. exit_code), never sent to the model
@@ -59,6 +61,8 @@ class ToolError(Exception):
 
 @runtime_checkable
 class Tool(Protocol):
+    """The tool seam: a name, a description and an input schema the model sees, and one async call."""
+
     name: str
     description: str
     input_schema: dict

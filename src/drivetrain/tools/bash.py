@@ -96,6 +96,9 @@ def _exit_text(code: int) -> str:
 
 
 class Bash:
+    """Claude Code's ``Bash``: a command in its own process group (killed whole on timeout or cancel), without the
+    harness's credentials in its environment, inside the sandbox when the run has one; output capped head and tail."""
+
     name = "Bash"
     description = (
         "Run a shell command with /bin/bash -c in the working directory and return its output "

@@ -62,6 +62,8 @@ def _snippet(text: str, start_line: int, end_line: int) -> str:
 
 
 class Edit:
+    """Claude Code's ``Edit``: replace an exact string of a file (once, or every copy with ``replace_all``)."""
+
     name = "Edit"
     description = (
         "Replace exact text in a file: old_string must appear in the file exactly as given, "

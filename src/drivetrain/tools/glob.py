@@ -193,6 +193,8 @@ def split_literal_prefix(pattern: str) -> tuple[str, str]:
 
 
 class Glob:
+    """Claude Code's ``Glob``: files matching a pattern, newest first, respecting .gitignore and Read deny rules."""
+
     name = "Glob"
     description = (
         "Find files whose path matches a glob pattern, newest (most recently modified) first. "

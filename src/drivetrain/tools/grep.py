@@ -226,6 +226,8 @@ def _content_lines(hits: list[FileHits], numbers: bool, cwd: Path) -> list[str]:
 
 
 class Grep:
+    """Claude Code's ``Grep``: a regular-expression search (ripgrep when installed, else Python), in its output modes."""
+
     name = "Grep"
     description = (
         "Search file contents with a regular expression (ripgrep syntax: escape literal ( [ { . "

@@ -75,6 +75,8 @@ def directory_message(path: Path) -> str:
 
 
 class Read:
+    """Claude Code's ``Read``: a text file as ``cat -n`` numbers it, a window of it with ``offset`` and ``limit``."""
+
     name = "Read"
     description = (
         "Read a text file. Output is numbered lines like `cat -n`: the line number, a tab, then the "

@@ -61,6 +61,8 @@ def count_lines(text: str) -> int:
 
 
 class Write:
+    """Claude Code's ``Write``: a whole file, written atomically and confined to the workspace roots."""
+
     name = "Write"
     description = (
         "Create a file or overwrite it completely with `content`. Parent folders are created. "
