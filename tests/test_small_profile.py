@@ -1,6 +1,8 @@
 """The small-model profile's mechanisms, each driven through the loop against the scripted server."""
 
 import json
+import os
+import shutil
 import re
 import subprocess
 import sys
@@ -10,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from drivetrain import Agent
+from drivetrain.loop.nodes import Proceed
 from drivetrain.small.checks import WorkChecks
 from drivetrain.control.hooks import Hooks
 from drivetrain.loop.step import FINAL_ASK, NUDGE
@@ -363,7 +366,7 @@ async def test_checks_rerun_the_tests_the_model_ran_and_flag_unread_rewrites(tmp
     assert result.result == "fixed"
     (tmp_path / "settings.ini").write_text("[a]\nx = 1\ny = 2\nz = 3\n")
     checks = WorkChecks(tmp_path)
-    await checks.on_prompt({"prompt": "make the tests pass"})
+    await checks.on_prompt({"prompt": "make test_calc.py pass"})  # (a test file the task names, in any language)
     (tmp_path / "settings.ini").write_text("[a]\nx = 1\ny = 5\nz = 3\n")  # a targeted edit invents nothing
     await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": "sed -i 's/y = 2/y = 5/' settings.ini"}})
     assert await checks.failures("") == ["The task is about tests, but you have not run them. Run them and make "
@@ -383,24 +386,28 @@ async def test_a_named_command_never_run_is_the_next_call(tmp_path):
     sent = await checks.run(Ctx())
     assert "Run them (`python3 test_calc.py`) and make sure they pass." in sent.text
     assert sent.must_call == (("Bash", {"command": "python3 test_calc.py"}),)
+    (tmp_path / "calc.py").write_text("def add(a, b):\n    return a * b - 1\n")  # a change, still wrong
     await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": "python3 test_calc.py 2>&1"},
                           "tool_response": {"content": "AssertionError", "is_error": True}})
     sent = await checks.run(Ctx())
     assert "`python3 test_calc.py 2>&1` fails now" in sent.text and sent.must_call == ()  # ran: what to change is its call
 
 
-async def test_a_path_asked_for_is_a_files_path(tmp_path):
-    (tmp_path / "docs").mkdir()
-    (tmp_path / "docs" / "notes.md").write_text("x" * 900)
+async def test_an_output_named_in_a_chinese_task_is_checked(tmp_path):
+    """The file name is ASCII whatever the language around it; nothing of the check reads the task's words."""
+    (tmp_path / "a.py").write_text("x = 1\ny = 2\n")
     checks = WorkChecks(tmp_path)
-    await checks.on_prompt({"prompt": "Which file is the largest one here? Write its path to answer.txt and tell me."})
-    for wrong in ("The largest file is notes.md (900 bytes).", "docs/", "notes.md"):
-        (tmp_path / "answer.txt").write_text(wrong + "\n")
-        assert f"answer.txt should hold just the path of a file (like docs/notes.md), but it holds {wrong!r}" in \
-            "\n".join(await checks.failures("docs/notes.md"))
-    for right in ("docs/notes.md", "./docs/notes.md", str(tmp_path / "docs" / "notes.md")):
-        (tmp_path / "answer.txt").write_text(right + "\n")
-        assert await checks.failures("docs/notes.md") == []
+    await checks.on_prompt({"prompt": "统计a.py的行数，把结果写入total.txt，并告诉我。"})
+    [missing] = await checks.failures("a.py 有 2 行，我已经写入 total.txt。")
+    assert missing.startswith("The task asks for total.txt, but it does not exist.")
+    (tmp_path / "total.txt").write_text("3\n")
+    [wrong] = await checks.failures("a.py 有 2 行。")
+    assert wrong.startswith("You wrote 3 to total.txt, but your answer says 2")
+    await checks.on_prompt({"prompt": "src/utils.py 里 parse 函数在哪一行？"})  # named by its base name: no output
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "utils.py").write_text("def parse():\n    pass\n")
+    await checks.on_prompt({"prompt": "utils.py 里 parse 函数在哪一行？"})
+    assert await checks.failures("src/utils.py:1") == []
 
 
 async def test_a_check_the_answer_claims_was_run(tmp_path):
@@ -423,33 +430,18 @@ async def test_a_check_the_answer_claims_was_run(tmp_path):
     assert await checks.failures("7 lines; `total.txt` says 7.") == []  # not a command
 
 
-async def test_characters_counted_as_lines_get_the_script_that_counts_lines(tmp_path):
-    """With wc denied the 1.5B summed len(open(f).read()) in every batch and reported characters as lines."""
-    (tmp_path / "a.py").write_text("x = 1\ny = 2\n")
-    checks = WorkChecks(tmp_path, file_blocks=True)
-    await checks.on_prompt({"prompt": "Count the lines of the .py files, write the total to total.txt, report it."})
-    code = 'import glob\nprint(sum(len(open(f).read()) for f in glob.glob("*.py")))'
-    await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": to_command("python", code)},
-                          "tool_response": {"content": "12"}})
-
-    class Ctx:
-        answer = "The .py files have 12 lines."
-
-        history = []
-    sent = await checks.run(Ctx())
-    fixed = 'import glob\nprint(sum(len(open(f).read().splitlines()) for f in glob.glob("*.py")))'
-    assert f"counts characters, not lines. This counts lines:\n```python\n{fixed}\n```" in sent.text
-    assert "If your answer is right" not in sent.text  # its 12 is no count of lines: not handed as total.txt
-    assert sent.must_call == (("Bash", {"command": to_command("python", fixed)}),)
-    await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": to_command("python", fixed)},
-                          "tool_response": {"content": "2"}})
-    (tmp_path / "total.txt").write_text("2\n")
-    assert await checks.failures("The .py files have 2 lines.") == []
-    await checks.on_prompt({"prompt": "How many characters do the .py files hold? Write it to total.txt."})
-    await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": to_command("python", code)},
-                          "tool_response": {"content": "12"}})
-    (tmp_path / "total.txt").write_text("12\n")
-    assert await checks.failures("They hold 12 characters.") == []  # characters asked for: fine
+async def test_a_claimed_output_is_what_the_command_printed(tmp_path):
+    """In any language: a command the answer quotes, and the number it says the command gave."""
+    (tmp_path / "f.py").write_text("import sys\n\ndef f(n):\n    return n * 2 - 2\n")
+    checks = WorkChecks(tmp_path)
+    await checks.on_prompt({"prompt": "f.py 里的 f(5) 返回多少？"})
+    await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": "python3 f.py 5"},
+                          "tool_response": {"content": "(no output)"}})
+    [claim] = await checks.failures("f(5) 返回 8（检查：`python3 f.py 5` 返回 8）。")
+    assert claim.startswith("Your answer says `python3 f.py 5` gave 8, but it printed '(no output)'.")
+    await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": "python3 -c 'from f import f; print(f(5))'"},
+                          "tool_response": {"content": "8"}})
+    assert await checks.failures("f(5) 返回 8（`python3 -c 'from f import f; print(f(5))'` 打印 8）。") == []
 
 
 async def test_a_sum_in_the_answer_is_right_and_adds_no_total_to_its_parts(tmp_path):
@@ -491,34 +483,28 @@ async def test_an_indentation_error_shows_the_lines_with_their_leading_spaces(tm
     out = await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": "python3 stats.py"},
                                 "tool_response": {"content": error, "is_error": True}})
     assert out["hookSpecificOutput"]["additionalContext"] == shown
+    (tmp_path / "stats.py").write_text((tmp_path / "stats.py").read_text() + "\n")  # a change that fixes nothing
     failures = await checks.failures("Fixed.")  # run again by the check: the same lines come with its output
     assert any(f.startswith("`python3 stats.py` fails now (exit code 1):") and shown in f for f in failures)
 
 
-async def test_lines_asked_for_sorted_and_unique_are(tmp_path):
+async def test_lines_asked_without_duplicates_keeping_their_order_are_not_forced_through_sort(tmp_path):
+    """Which order a task wants is in its words; the checks do not guess it (sort -u reordered what was asked kept)."""
     (tmp_path / "hosts.txt").write_text("b.internal\na.internal\nb.internal\n")
     checks = WorkChecks(tmp_path)
-    await checks.on_prompt({"prompt": "Write the lines of hosts.txt to unique_hosts.txt sorted alphabetically, "
-                                      "with duplicates removed."})
-    (tmp_path / "unique_hosts.txt").write_text("b.internal\na.internal\nb.internal\n")
-    [failure] = await checks.failures("Done.")
-    assert failure == ("unique_hosts.txt has duplicate lines ('b.internal' 2 times) and unique_hosts.txt is not sorted "
-                       "(line 2, 'a.internal', comes after 'b.internal'), but the task asks for its lines sorted and "
-                       "without duplicates. This writes it:\n```bash\nsort -u hosts.txt > unique_hosts.txt\n```")
-    (tmp_path / "unique_hosts.txt").write_text("1:a.internal\n2:b.internal\n")  # grep -n's output: no lines of it
-    [failure] = await checks.failures("Wrote the 2 unique lines.")  # (and not "write only the value 2")
-    assert failure.startswith("unique_hosts.txt has the line '1:a.internal', which is no line of hosts.txt, but ")
+    await checks.on_prompt({"prompt": "Write the lines of hosts.txt to unique_hosts.txt with duplicates removed, "
+                                      "keeping their order."})
+    (tmp_path / "unique_hosts.txt").write_text("b.internal\na.internal\n")
 
     class Ctx:
-        answer = "Done."
+        answer = "Done: 2 lines."
 
         history = []
-    assert (await checks.run(Ctx())).must_call == (("Bash", {"command": "sort -u hosts.txt > unique_hosts.txt"}),)
-    (tmp_path / "unique_hosts.txt").write_text("a.internal\nb.internal\n")
-    assert await checks.failures("Done.") == []
-    await checks.on_prompt({"prompt": "Write the sizes to sizes.txt sorted in reverse order."})
-    (tmp_path / "sizes.txt").write_text("1\n9\n")
-    assert await checks.failures("Done.") == []  # another order: not checked
+    assert await checks.failures("Done: 2 lines.") == []
+    assert await checks.run(Ctx()) == Proceed()
+    (tmp_path / "unique_hosts.txt").write_text("b.internal\na.internal\nb.internal\n")
+    sent = await checks.run(Ctx())  # a duplicate left: whatever is said, no sort is made the next call
+    assert not any("sort" in call.get("command", "") for _, call in getattr(sent, "must_call", ()))
 
 
 async def test_placeholders_in_written_files_are_sent_back(tmp_path):
@@ -528,9 +514,9 @@ async def test_placeholders_in_written_files_are_sent_back(tmp_path):
     assert any("placeholder '<total>'" in f for f in await checks.failures("done"))
     (tmp_path / "sum.txt").write_text("12\n")
     assert await checks.failures("the sum is 12") == []
-    (tmp_path / "sum.txt").write_text("  4 a.csv\n  8 b.csv\n 12 total\n")  # a command's whole output
-    assert any("holds more than that value" in f for f in await checks.failures("the sum is 12"))
     (tmp_path / "sum.txt").write_text("12\n")
+    (tmp_path / "count.py").write_text('n = 3\nprint(f"{n} lines")\nprint("<b>{total}</b>")\n')  # code, not a value
+    assert await checks.failures("the sum is 12") == []
     (tmp_path / "old.py").write_text("def g():\n    pass  # your code here\n")
     await checks.on_prompt({"prompt": "Add a function f to orders.py"})
     (tmp_path / "orders.py").write_text("def f(rows):\n    # Your implementation here\n    pass\n")
@@ -653,11 +639,12 @@ async def test_a_rename_must_leave_no_old_name_behind(tmp_path):
     (tmp_path / "a.py").write_text("def compute_ticket():\n    return 1\n")
     (tmp_path / "b.py").write_text("from a import compute_ticket\nprint(compute_ticket())\n")
     checks = WorkChecks(tmp_path)
-    await checks.on_prompt({"prompt": "Rename the function compute_ticket to format_product everywhere."})
+    await checks.on_prompt({"prompt": "把函数 compute_ticket 全部改名为 format_product。"})  # read from the run
     (tmp_path / "a.py").write_text("def format_product():\n    return 1\n")
     [failure] = await checks.failures("Renamed it.")
-    assert failure.startswith("compute_ticket still occurs at b.py:1, b.py:2.")
-    assert "```bash\nsed -i 's/\\bcompute_ticket\\b/format_product/g' b.py\n```" in failure
+    assert failure.startswith("You renamed compute_ticket to format_product, but compute_ticket still occurs at b.py:1, "
+                              "b.py:2.")
+    assert "```bash\nperl -pi -e 's/\\bcompute_ticket\\b/format_product/g' b.py\n```" in failure
     (tmp_path / "b.py").write_text("from a import format_product\nprint(format_product())\n")
     assert await checks.failures("Renamed it.") == []
 
@@ -665,7 +652,7 @@ async def test_a_rename_must_leave_no_old_name_behind(tmp_path):
 async def test_the_call_after_a_half_done_rename_must_be_the_sed_that_finishes_it(tmp_path):
     (tmp_path / "a.py").write_text("def compute_ticket():\n    return 1\n")
     (tmp_path / "b.py").write_text("from a import compute_ticket\nprint(compute_ticket())\n")
-    sed = "sed -i 's/\\bcompute_ticket\\b/format_product/g' b.py"
+    sed = "perl -pi -e 's/\\bcompute_ticket\\b/format_product/g' b.py"
     steps = [reply("Rename the definition.\n```bash\nsed -i 's/compute_ticket/format_product/' a.py\n```"),
              reply("DONE: renamed"),
              reply(f"Finish it.\n```bash\n{sed}\n```"),  # what the grammar allows, locally
@@ -675,8 +662,9 @@ async def test_the_call_after_a_half_done_rename_must_be_the_sed_that_finishes_i
         result = await agent.run("Rename the function compute_ticket to format_product everywhere.")
     assert [r.must_call for r in agent.model.requests] == [(), (), (("Bash", {"command": sed}),), ()]
     assert result.subtype == "success" and "compute_ticket" not in (tmp_path / "b.py").read_text()
+    (tmp_path / "a.py").write_text("def compute_ticket():\n    return 1\n")
     (tmp_path / "b.py").write_text("print(compute_ticket())\n")
-    with ScriptedServer([reply("DONE: renamed"), reply("Try.\n```bash\ngrep -n format_product b.py\n```"),
+    with ScriptedServer([steps[0], reply("DONE: renamed"), reply("Try.\n```bash\ngrep -n format_product b.py\n```"),
                          reply("DONE: renamed"), reply("DONE: renamed")]) as server:
         agent = small_agent(server, tmp_path, profile=SMALL.without("force"), record=True)
         await agent.run("Rename the function compute_ticket to format_product everywhere.")
@@ -743,14 +731,15 @@ async def test_a_question_for_a_path_is_not_taken_for_one_asking_path_line_or_a_
     assert not any("path:line" in f for f in await checks.failures("The largest file is big.json."))
 
 
-async def test_a_command_the_task_wants_working_is_run_again_or_asked_for(tmp_path):
+async def test_a_command_the_task_names_is_run_again_or_asked_for_once_the_run_changed_files(tmp_path):
     (tmp_path / "report.py").write_text("def total(rows)\n    return 1\n")
     checks = WorkChecks(tmp_path)
     await checks.on_prompt({"prompt": "python3 report.py fails with a syntax error. Fix it so the script runs."})
+    assert await checks.failures("fixed") == []  # nothing changed: it may have been a question about the failure
+    (tmp_path / "report.py").write_text("def total(rows)\n    return 2\n")  # a change, still broken
     assert ("The task names `python3 report.py`, and you have not run it. Run it to check that it works."
             in await checks.failures("fixed"))
-    await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": "sed -i '1s/rows/rows/' report.py && "
-                                                                        "python report.py"}, "tool_response": {}})
+    await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": "python report.py"}, "tool_response": {}})
     [failure] = [f for f in await checks.failures("fixed") if "report.py" in f]
     assert failure.startswith("`python3 report.py` fails now (exit code 1)") and "SyntaxError" in failure
     (tmp_path / "report.py").write_text("def total(rows):\n    return 1\n")
@@ -812,16 +801,12 @@ async def test_an_answer_that_only_lacks_the_value_is_asked_for_again_without_fo
     assert result.result == "The total is 2, in total.txt."
 
 
-async def test_a_task_that_asks_for_a_change_is_not_done_while_no_file_changed(tmp_path):
-    (tmp_path / "a.py").write_text("def sum_to(n):\n    return sum(range(n))\n")
+async def test_a_question_that_must_change_nothing_is_not_told_nothing_changed(tmp_path):
+    (tmp_path / "config.ini").write_text("[server]\nport = 8080\n")
     checks = WorkChecks(tmp_path)
-    await checks.on_prompt({"prompt": "sum_to in a.py is off by one. Fix it."})
-    assert await checks.failures("Fixed.") == ["The task asks for a change, but no file has changed yet. Make the "
-                                               "change in the file, then check it."]
-    (tmp_path / "a.py").write_text("def sum_to(n):\n    return sum(range(n + 1))\n")
-    assert await checks.failures("Fixed.") == []
-    await checks.on_prompt({"prompt": "Which function is off by one?"})
-    assert await checks.failures("sum_to") == []  # a question changes nothing
+    for prompt in ("What port does config.ini set? Do not change anything.", "config.ini 设置的端口是多少？不要修改任何文件。"):
+        await checks.on_prompt({"prompt": prompt})
+        assert await checks.failures("8080") == []
 
 
 async def test_a_program_the_policy_denies_leaves_the_grammar(tmp_path):
@@ -952,3 +937,93 @@ def test_the_calls_a_turn_must_choose_from_survive_a_saved_run():
     assert state_from_json(old) == CallModel(tool_choice="any", must_call=(("Write", {"file_path": "total.txt"}),))
     assert "must_call" not in state_to_json(CallModel())  # runs saved before it read the same
     assert state_from_json(state_to_json(CallModel())) == CallModel()
+
+
+async def test_a_quoted_output_is_compared_with_what_the_command_prints(tmp_path):
+    (tmp_path / "greet.py").write_text('print("Hello, Ada")\n')
+    checks = WorkChecks(tmp_path)
+    await checks.on_prompt({"prompt": '让 greet.py 输出 "Hello, Ada."，一个字符都不能差。'})
+    await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": "cat greet.py"},
+                          "tool_response": {"content": 'print("Hello, Ada")'}})
+    (tmp_path / "greet.py").write_text('print("Hello, Ada!")\n')
+    await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": "python3 greet.py"},
+                          "tool_response": {"content": "Hello, Ada!"}})
+    assert await checks.failures("完成。") == [
+        "The task asks for exactly 'Hello, Ada.', but `python3 greet.py` prints 'Hello, Ada!'. Make it print exactly "
+        "that line, then run it again."]
+    (tmp_path / "greet.py").write_text('print("Hello, Ada.")\n')
+    assert await checks.failures("完成。") == []
+
+
+async def test_a_file_of_test_functions_run_by_a_bare_interpreter_ran_no_test(tmp_path):
+    (tmp_path / "m.py").write_text("def f():\n    return 1\n")
+    (tmp_path / "test_m.py").write_text("from m import f\n\n\ndef test_f():\n    assert f() == 2\n")
+    checks = WorkChecks(tmp_path)
+    await checks.on_prompt({"prompt": "让 test_m.py 通过。"})
+    out = await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": "python3 test_m.py"},
+                                "tool_response": {"content": "(no output)"}})
+    assert out["hookSpecificOutput"]["additionalContext"] == (
+        "Note: that ran no test. test_m.py only defines test functions, and only a test runner calls them: run "
+        "`python3 -m pytest test_m.py`.")
+    assert await checks.failures("测试通过了。") == [
+        "The task is about tests, but you have not run them. Run them and make sure they pass."]
+
+
+async def test_a_new_prompt_leaves_the_last_prompts_calls_behind(tmp_path):
+    (tmp_path / "a.py").write_text("x = 1\ny = 2\nz = 3\n")
+    checks = WorkChecks(tmp_path)
+    await checks.on_prompt({"prompt": "How many lines has a.py?"})
+    await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": "wc -l a.py"},
+                          "tool_response": {"content": "3 a.py"}})
+    assert await checks.failures("3 (`wc -l a.py` prints 3)") == []
+    (tmp_path / "b.py").write_text("x = 1\n")
+    await checks.on_prompt({"prompt": "And b.py?"})
+    [claim] = await checks.failures("3 (`wc -l a.py` prints 3)")
+    assert claim.startswith("Your answer says what `wc -l a.py` showed, but you did not run wc")
+
+
+def _check_calls(events):
+    return [e for e in events if type(e).__name__ in ("ToolStarted", "ToolFinished")
+            and e.call.id.startswith("drivetrain_check_")]
+
+
+async def test_a_check_runs_a_test_again_as_the_harness_own_bash_call_in_the_audit_log(tmp_path):
+    from drivetrain import AuditLog
+
+    ws = tmp_path / "ws"  # the audit log's home outside it
+    ws.mkdir()
+    (ws / "calc.py").write_text("def add(a, b):\n    return a - b\n")
+    (ws / "test_calc.py").write_text("from calc import add\nassert add(2, 2) == 4, 'add is wrong'\n")
+    steps = [reply("Fix.\n```bash\nprintf 'def add(a, b):\\n    return a + b + 1\\n' > calc.py\n"
+                   "python3 test_calc.py || true\n```"), reply("DONE: the test passes"),
+             reply("Fix.\n```bash\nprintf 'def add(a, b):\\n    return a + b\\n' > calc.py\n```"), reply("DONE: fixed")]
+    seen = []
+    audit = AuditLog.for_session("s-check", home=tmp_path / "home")
+    with ScriptedServer(steps) as server:
+        await small_agent(server, ws, profile=SMALL.without("show"), observers=[seen.append, audit.observe]
+                          ).run("Fix calc.py so that test_calc.py passes.")
+    audit.close()
+    assert "`python3 test_calc.py` fails now (exit code 1)" in texts(server.requests[2].body)[-1]
+    started, finished, *_ = _check_calls(seen)
+    assert started.input["command"] == "python3 test_calc.py" and finished.meta["exit_code"] == 1
+    records = [json.loads(line) for line in (tmp_path / "home" / "sessions" / "s-check.jsonl").read_text().splitlines()]
+    assert any(r.get("kind") == "intent" and r.get("call_id") == started.call.id for r in records)
+    assert not any(b.get("id") == started.call.id for body in (r.body for r in server.requests)
+                   for m in body["messages"] if isinstance(m["content"], list) for b in m["content"])
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None and not os.environ.get("DRIVETRAIN_NO_SKIP"),
+                    reason="bubblewrap is not installed")
+async def test_a_checks_rerun_runs_inside_the_sandbox_when_the_run_has_one(tmp_path):
+    from drivetrain.control.sandbox import Sandbox
+
+    (tmp_path / "test_calc.py").write_text("assert False\n")
+    steps = [reply("Run it.\n```bash\necho tried > notes.txt; python3 test_calc.py || true\n```"),
+             reply("DONE: passes"), reply("DONE: fails"), reply("DONE: fails")]
+    seen = []
+    with ScriptedServer(steps) as server:
+        agent = Agent(model=anthropic(server), tools=builtin_tools(sandbox=Sandbox(tmp_path)), cwd=tmp_path,
+                      profile=SMALL.without("show"), observers=[seen.append])
+        await agent.run("Does test_calc.py pass?")
+    _, finished, *_ = _check_calls(seen)
+    assert finished.meta == {"exit_code": 1, "sandboxed": True}

@@ -11,11 +11,12 @@ import asyncio
 import hashlib
 import json
 import time
+import uuid
 
 from drivetrain.control.approval import Allow, Defer, Deny, Verdict
 from drivetrain.loop.context import cap_result
 from drivetrain.errors import HarnessError
-from drivetrain.loop.events import LoopDetected, PermissionDecided, ToolStarted
+from drivetrain.loop.events import LoopDetected, PermissionDecided, ToolFinished, ToolStarted
 from drivetrain.messages import ToolResultBlock, ToolUseBlock
 from drivetrain.tools.base import ToolError, ToolResult
 from drivetrain.loop.draft import Draft
@@ -64,6 +65,27 @@ async def execute(w: Draft, call: ToolUseBlock, verdict: Verdict) -> tuple[ToolR
     content = cap_result(w, call.id, content)  # the history and the log hold the capped text
     content = await w.deps.gate.after(call, tool_input, content, result.is_error, w.payload("PostToolUse"), w.report)
     return ToolResultBlock(call.id, content, result.is_error), (time.monotonic() - started) * 1000, result.meta
+
+
+async def harness_call(w: Draft, name: str, tool_input: dict) -> ToolResult:
+    """A call the harness makes itself (a check running again a command the model ran): decided by the same gate
+    (hooks, policy, approver), run by the same tool (inside the sandbox when the run has one), recorded in the
+    audit log like any call, and never shown to the model as its own. Denied, or left for a person who cannot
+    answer now, it does not run, and the result says so."""
+    call = ToolUseBlock(f"drivetrain_check_{uuid.uuid4().hex[:12]}", name, tool_input)
+    verdict = (await decide_all(w, (call,), {}))[call.id]
+    if not isinstance(verdict, Allow):
+        text = verdict.message if isinstance(verdict, Deny) else "Not run: it waits for a decision."
+        w.emit(ToolFinished(call, ToolResultBlock(call.id, text, True), 0.0))
+        return ToolResult(text, True)
+    tool_input = verdict.updated_input if verdict.updated_input is not None else tool_input
+    w.emit(ToolStarted(call, tool_input, verdict.by))
+    started = time.monotonic()
+    result = await _call_tool(w, name, tool_input)
+    block = ToolResultBlock(call.id, result.content if result.content not in ("", []) else "(no output)",
+                            result.is_error)
+    w.emit(ToolFinished(call, block, (time.monotonic() - started) * 1000, result.meta or {}))
+    return result
 
 
 def repeat_key(name: str, tool_input: dict) -> str:

@@ -24,6 +24,7 @@ from drivetrain.messages import Message
 from drivetrain.models.base import ModelRequest
 from drivetrain.control.procs import run_command
 from drivetrain.tools.base import tool_spec
+from drivetrain.loop.calls import harness_call
 from drivetrain.loop.draft import Draft
 from drivetrain.loop.state import NodePoint
 
@@ -84,6 +85,16 @@ class NodeContext:
         """The model's last text (at ``end_turn``: the answer it wants to stop with)."""
         last = next((m for m in reversed(self.draft.history) if m.role == "assistant"), None)
         return last.text if last is not None else ""
+
+    async def run(self, command: str, timeout_ms: int = 120_000) -> tuple[int | None, str]:
+        """Run a shell command as the harness's own Bash call (``calls.harness_call``: the gate decides, the
+        sandbox holds, the audit log records). (exit code, output); the code is None when it did not run."""
+        result = await harness_call(self.draft, "Bash", {"command": command, "timeout": timeout_ms})
+        code = (result.meta or {}).get("exit_code")
+        text = result.text
+        if isinstance(code, int) and code != 0 and not (result.meta or {}).get("timed_out"):
+            text = text.rpartition("\n")[0]  # the tool's own last line says the exit code
+        return (code if isinstance(code, int) else None), "" if text == "(no output)" else text
 
     async def ask(self, text: str, max_tokens: int = 1024) -> str:
         """One request where no tool may be called (tool_choice none; the tools stay defined, so the cached prefix

@@ -5,7 +5,9 @@ placeholder was written instead of a value, the answer and the file disagree, "t
 said without running them, a file was rewritten from memory without being read, nothing changed
 although the task asked for a fix, a rename was left half done, the path:line cited is not where the
 name is, or the script the task says fails still fails. None of this needs to know the particular
-task: the prompt's general shape, the workspace before and after, and the calls made are enough.
+task, nor the language it is written in: the files and commands the task names (ASCII in any language), the
+literals it quotes, the workspace before and after, and the calls made and what they printed are enough. A check
+that cannot tell what the task wants does nothing rather than guess from the task's wording.
 
 ``WorkChecks`` watches through plain hooks (UserPromptSubmit to see the task, PostToolUse to watch
 the calls) and checks as a node of the loop entered at ``end_turn`` (``loop/nodes.py``), the mechanism a
@@ -23,11 +25,12 @@ import re
 import shutil
 import tomllib
 from dataclasses import dataclass, field
+from typing import Awaitable, Callable
 from pathlib import Path, PurePath
 
 from drivetrain.small.changes import describe, looks_like_edit, snapshot
 from drivetrain.control.hooks import Hooks
-from drivetrain.small.codeact import denied_programs, file_block, run_block, to_block, to_command
+from drivetrain.small.codeact import denied_programs, file_block, to_block
 from drivetrain.small.fragments import TOP_DEF, definitions
 from drivetrain.loop.nodes import NodeContext, NodeResult, Proceed, SendBack
 from drivetrain.loop.state import NodePoint
@@ -36,49 +39,42 @@ from drivetrain.small.prompts import EXTENSIONS, FILE_NAME
 
 TEST_RUN_TIMEOUT_S = 120
 
-_WRITE_VERBS = re.compile(r"\b(write|save|create|put|store|output|record|generate|produce|make|add|list)\b", re.I)
-_CHANGE_VERBS = re.compile(r"\b(fix|change|rename|update|edit|replace|refactor|implement|remove|delete|correct)\b", re.I)
-_TEST_WORDS = re.compile(r"\btests?\b|\bfailing\b", re.I)
 _TEST_CMD = re.compile(r"\b(pytest|unittest|npm (run )?test|make (check|test)|go test|cargo test|tox)\b|"
                        r"(^|[\s/])(test_\w+|\w+_test)\.py\b")
+_TEST_RUNNER = re.compile(r"\b(pytest|unittest|npm (run )?test|make (check|test)|go test|cargo test|tox)\b")
 _PLACEHOLDER = re.compile(
     r"<(?:your[ _-]?)?[a-z][a-z _-]{0,24}>|\{(?:total|count|result|value|answer|sum|number|n)\}|"
     r"\$\{?(?:total|count|result|value|answer|sum)\}?|\b(?:PLACEHOLDER|TBD|FIXME: fill)\b|\[insert [^\]]*\]|"
     r"\b(?:your|add|insert|put) (?:own )?(?:implementation|code|logic) here\b", re.I)  # a stub: "# Your implementation here"
+_STUB = re.compile(r"\b(?:your|add|insert|put) (?:own )?(?:implementation|code|logic) here\b", re.I)
+_CODE_FILES = (".py", ".js", ".ts", ".sh", ".rb", ".go", ".rs", ".c", ".h", ".cpp", ".java", ".html", ".css", ".sql")
 _HTML_TAGS = {"html", "head", "body", "div", "span", "p", "a", "b", "i", "ul", "li", "ol", "br", "hr", "table",
               "tr", "td", "th", "title", "script", "style", "pre", "code", "h1", "h2", "h3", "em", "strong"}
-_ASKS_NUMBER = re.compile(r"\bhow (many|much|long|big)\b|\b(count|total|sum|number of)\b.*\b(report|tell|say|answer)", re.I)
-_NUMBER_WORDS = re.compile(r"\bhow (many|much|long|big)\b|\b(count|total|sum|number)\b", re.I)  # a value, not a path
 _NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w.]*\d)")
-# "rename [the function] old_name to new_name"
-_RENAME = re.compile(r"\brename\b(?:\s+(?:the|a|an|function|method|class|variable|constant|field|attribute|module))*"
-                     r"\s+[`'\"]?([A-Za-z_]\w*)[`'\"]?\s+(?:to|into|as)\s+[`'\"]?([A-Za-z_]\w*)", re.I)
-# A command the task names (`in backticks`, or a script run by its interpreter) and wants to work afterwards.
-_NAMED_CMD = re.compile(r"`([^`\n]+)`|\b((?:python3?|bash|sh|node)\s+[\w./-]+\.(?:py|sh|js)|pytest\b[\w./: -]*)")
-_WANTS_WORKING = re.compile(r"\b(fix|fails?|failing|broken|crash(es)?|errors?)\b|\b(must|should|still)\s+(still\s+)?"
-                            r"(work|run|pass)|\bso (that )?(it|the \w+) (runs|works|passes)", re.I)
+# A command the task names: in backticks, or a script run by its interpreter, or a test runner.
+_NAMED_CMD = re.compile(r"`([^`\n]+)`|(?<![A-Za-z0-9_])((?:python3?|bash|sh|node)\s+[A-Za-z0-9_./-]+\.(?:py|sh|js)"
+                        r"(?:[ \t]+(?:-{1,2}[A-Za-z0-9_=-]+|-?\d+(?:\.\d+)?|[A-Za-z0-9_./-]+\.[A-Za-z0-9]+))*"
+                        r"|pytest\b[A-Za-z0-9_./: -]*)")
 _INTERPRETERS = ("python", "python3", "bash", "sh", "node")
-_CITATION = re.compile(rf"(?<![\w/.-])((?:[\w.-]+/)*[\w-]+\.{EXTENSIONS}):(\d+)\b")
-# "which file" alone asks for a path, not for path:line
-_ASKS_CITATION = re.compile(r"\b(path|file(name)?):line\b|\bwhich (file and )?line\b", re.I)
+_CITATION = re.compile(rf"(?<![A-Za-z0-9_/.-])((?:[A-Za-z0-9_.-]+/)*[A-Za-z0-9_-]+\.{EXTENSIONS}):(\d+)(?![A-Za-z0-9_])")
+# The format token a task uses for a list of places, in any language ("以 path:line 格式")
+_ASKS_CITATION = re.compile(r"(?<![A-Za-z])(?:path|file(?:name)?):line(?![A-Za-z])", re.I)
 _IN_PLACE = re.compile(r"\bsed\s+(-\w*\s+)*-\w*i|\bperl\s+-\w*i")  # sed -i, perl -pi
-# "(checked: `wc -l *.py` prints 271)": a command the answer says it ran, and what it showed
-_CLAIMED = re.compile(r"`([^`\n]{2,200})`\s*(?:now\s+)?(?:prints|printed|shows|showed|outputs|returns|returned|"
-                      r"gives|gave|says|said|passes|passed|runs|ran|works|worked)\b", re.I)
-# What a task asks of the lines of a file it writes: sorted (in plain order), without duplicates
-_ASKS_SORTED = re.compile(r"\bsort(ed)?\b(?!.*\b(reverse|descending|numeric\w*|by)\b)", re.I)
-_ASKS_UNIQUE = re.compile(r"\b(duplicates?\s+removed|without\s+duplicates|no\s+duplicates|remove\s+(the\s+)?"
-                          r"duplicates|unique|deduplicate\w*)\b", re.I)
-# "write its path to answer.txt": the file holds a path, not a sentence about it
-_ASKS_PATH = re.compile(r"\b(?:write|save|put|store|record)\s+(?:its|the|that|their)\s+(?:file\s*)?(?:path|name)s?\b",
-                        re.I)
-_LINES = re.compile(r"\blines\b", re.I)
+# A command the answer quotes: what it says the command showed is checked against what the command printed
+_QUOTED_CMD = re.compile(r"`([^`\n]{2,200})`")
+# Literals the task quotes, in any language's quotation marks: an exact output it expects
+_QUOTED = re.compile(r'"([^"\n]{1,200})"|“([^”\n]{1,200})”|「([^」\n]{1,200})」|『([^』\n]{1,200})』|'
+                     r"(?<![A-Za-z0-9])'([^'\n]{1,200})'(?![A-Za-z0-9])|`([^`\n]{1,200})`")
 _INDENT_ERROR = re.compile(r'File "([^"\n]+)", line (\d+)\n(?:.*\n){0,3}?(?:IndentationError|TabError): ')
 _BAD_NUMBER = re.compile(r"could not convert string to float: '([^'\n]*)'|invalid literal for int\(\) with base 10: "
                          r"'([^'\n]*)'")
 _SUM = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?(?:\s*\+\s*\d+(?:\.\d+)?)+)\s*=\s*(\d+(?:\.\d+)?)(?![\w.]*\d)")
-_LEN_READ = re.compile(r"len\((?:open\([^()]*\)|\w+)\.read\(\)\)")  # len(open(f).read()), len(fh.read())
-_IDENT = re.compile(r"`([A-Za-z_][\w.]*)`|\b([A-Za-z_]\w*_\w*|[a-z]+[A-Z]\w*)\b")
+_TEST_FUNCTION = re.compile(r"^(?:async\s+)?def\s+test_\w*\s*\(|^class\s+Test\w*", re.M)
+_MAIN = re.compile(r"__name__\s*==\s*['\"]__main__['\"]|unittest\.main\(|pytest\.main\(")
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_DEFINED = re.compile(r"^[ \t]*(?:async[ \t]+)?(?:def|class)[ \t]+([A-Za-z_]\w*)", re.M)
+Runner = Callable[[str], Awaitable[tuple[int | None, str]]]  # a command -> (exit code or None if not run, output)
+_IDENT = re.compile(r"`([A-Za-z_][\w.]*)`|(?<![A-Za-z0-9_])([A-Za-z_][A-Za-z0-9_]*_[A-Za-z0-9_]*|[a-z]+[A-Z][A-Za-z0-9_]*)(?![A-Za-z0-9_])")
 
 
 @dataclass
@@ -124,7 +120,8 @@ class WorkChecks:
     # -- hooks
 
     async def on_prompt(self, payload: dict) -> None:
-        self.prompt, self._sent = payload.get("prompt", ""), {}
+        """A new prompt is a new task: what the checks saw of the last one is left behind."""
+        self.prompt, self._sent, self.calls, self.unread = payload.get("prompt", ""), {}, [], []
         self.before = await asyncio.to_thread(snapshot, self.cwd, self._known)
         self._last = dict(self.before)
 
@@ -144,7 +141,8 @@ class WorkChecks:
         self.calls.append(_Call(f"{tool_input}\n{output}", command, bool(response.get("is_error")),
                                 output if command else ""))
         note = describe(last, now, command) if self.report_changes else ""
-        hint = (_header_hint(command, output, now) or _indent_hint(output, self.cwd)) if response.get("is_error") else ""
+        hint = (_header_hint(command, output, now) or _indent_hint(output, self.cwd)) if response.get("is_error") \
+            else _no_tests_run(command, now)
         note = "\n\n".join(n for n in (note, hint) if n)
         return {"hookSpecificOutput": {"hookEventName": "PostToolUse", "additionalContext": note}} if note else None
 
@@ -153,7 +151,8 @@ class WorkChecks:
         an answer that only lacks what the work holds (the value it wrote, say) at most ``answer_limit`` times more:
         that costs one turn without tools, and an answer that contradicts the work is worse than no answer."""
         # a denied call never reaches PostToolUse: what the policy denied is read from the history
-        work, answer, fixes = await self._review(ctx.answer, frozenset(denied_programs(ctx.history)))
+        work, answer, fixes = await self._review(ctx.answer, frozenset(denied_programs(ctx.history)),
+                                                  getattr(ctx, "run", None))
         kind = "work" if work and self._sent.get("work", 0) < self.work_limit else \
             "answer" if answer and self._sent.get("answer", 0) < self.answer_limit else None
         if kind is None:
@@ -163,66 +162,62 @@ class WorkChecks:
         return SendBack("Before you finish, fix this:\n" + "\n".join(f"- {f}" for f in failures),
                         answer_only=kind == "answer", must_call=fixes if kind == "work" and self.force else ())
 
-    def _fixes(self, now: dict[str, bytes], changed: dict[str, bytes], answer: str,
-               chars: tuple[str, str] | None) -> tuple[tuple[str, dict], ...]:
+    def _fixes(self, now: dict[str, bytes], changed: dict[str, bytes], answer: str) -> tuple[tuple[str, dict], ...]:
         """The calls the next turn must choose from, when a check knows the fix: writing a missing or empty output
         with what the model's code or answer already holds, or the path:line list its own search found; the command that
-        finishes a rename or writes the sorted unique lines asked for; its own script counting lines instead of
-        characters; and the command the task names and wants to work, never run. A small model told a fix often
+        finishes a rename the run began; and the command the task names, never run after the run changed files. A small model told a fix often
         does something else; made to choose it, it cannot."""
         known = {n: self._content(n, answer) for n in self._outputs() if self._unwritten(n, now)}
         must = [("Write", {"file_path": n, "content": c[1]}) for n, c in known.items() if c]
         must += [("Bash", {"command": fix}) for n in self._outputs() if (fix := self._cite_into(n))
                  and (n in known and not known[n] or _not_citations(changed.get(n, b"")))]
-        rename = self._rename_left(now)
-        must += [("Bash", {"command": rename[1]})] if rename else []
-        must += [("Bash", {"command": fix}) for _, fix in self._line_order(changed) if fix]
-        must += [("Bash", {"command": chars[1]})] if chars else []
-        return tuple(must + [("Bash", {"command": c}) for c in self._named() if not self._ran(c)])
+        must += [("Bash", {"command": fix}) for _, _, _, fix in self._renames(now, changed)]
+        return tuple(must + [("Bash", {"command": c}) for c in self._named()  # a test run is always worth making
+                             if (changed or _TEST_CMD.search(c)) and not self._ran(c)])
 
     # -- the checks
 
-    async def failures(self, answer: str, denied: frozenset[str] = frozenset()) -> list[str]:
-        work, answer_only = await self.sorted_failures(answer, denied)
+    async def failures(self, answer: str, denied: frozenset[str] = frozenset(), run: Runner | None = None) -> list[str]:
+        work, answer_only = await self.sorted_failures(answer, denied, run)
         return work + answer_only
 
-    async def sorted_failures(self, answer: str, denied: frozenset[str] = frozenset()) -> tuple[list[str], list[str]]:
-        """(what needs more work, what needs only a better answer). ``denied``: programs the policy denied."""
-        work, answer_only, _ = await self._review(answer, denied)
+    async def sorted_failures(self, answer: str, denied: frozenset[str] = frozenset(), run: Runner | None = None,
+                              ) -> tuple[list[str], list[str]]:
+        """(what needs more work, what needs only a better answer). ``denied``: programs the policy denied; ``run``:
+        how a command is run again (in a run, the harness's own Bash call: ``NodeContext.run``)."""
+        work, answer_only, _ = await self._review(answer, denied, run)
         return work, answer_only
 
-    async def _review(self, answer: str, denied: frozenset[str] = frozenset(),
+    async def _review(self, answer: str, denied: frozenset[str] = frozenset(), run: Runner | None = None,
                       ) -> tuple[list[str], list[str], tuple[tuple[str, dict], ...]]:
         """The failures (work, answer only) and the calls that fix those a check knows the fix of, all from one
         look at the workspace."""
+        run = run or self._run_here
         now = await asyncio.to_thread(snapshot, self.cwd, self._known)
         changed = {p: c for p, c in now.items() if self.before.get(p) != c}
         out = self._missing_outputs(now, answer) + self._placeholders(changed) + self._mismatch(changed, answer)
-        if not changed and _CHANGE_VERBS.search(self.prompt):
-            out.append("The task asks for a change, but no file has changed yet. Make the change in the file, "
-                       "then check it.")
-        out += self._more_than_the_value(changed, answer) + self._citation_lists(changed) + self._not_paths(changed)
-        out += [text for text, _ in self._line_order(changed)]
+        out += self._citation_lists(changed)
         unread, self.unread = [p for p in self.unread if p in changed], []  # said once per file
         out += [f"You rewrote {p} without looking at its content first, so what you wrote may be invented. "
                 f"Show it (cat -n {p}), check your change against what was there, and fix it if needed."
                 for p in unread]
-        out += self._broken(changed) + self._renamed(now) + self._citations(now, answer) + self._strays(now)
-        out += await self._tests() + await self._named_commands() + self._claimed(answer, denied)
-        chars = self._characters_for_lines(changed, answer)
-        out += [chars[0]] if chars else []
-        out += _arithmetic(answer)
+        out += self._broken(changed) + self._renamed(now, changed) + self._citations(now, answer) + self._strays(now)
+        out += await self._tests(run, changed) + await self._named_commands(run, changed) + await self._exact_output(run)
+        out += self._claimed(answer, denied) + _arithmetic(answer)
         answer_only = self._unreported(changed, answer)
-        if _ASKS_NUMBER.search(self.prompt) and not _NUMBER.search(answer) and not answer_only:
-            answer_only.append("The task asks for a number, and your answer gives none. Answer with the number.")
-        return out, answer_only, self._fixes(now, changed, answer, chars)
+        return out, answer_only, self._fixes(now, changed, answer)
+
+    async def _run_here(self, command: str) -> tuple[int | None, str]:
+        """Outside a run (a check called by itself), a command runs as a plain child process of the workspace."""
+        return await run_command(command, self.cwd, TEST_RUN_TIMEOUT_S)
 
     def _outputs(self) -> list[str]:
-        """The files the task names that had no content before the run: what it asks to write."""
-        if not _WRITE_VERBS.search(self.prompt):
-            return []
+        """The files the task names that had no content before the run, and that no file of the workspace is known
+        by (``utils.py`` for ``src/utils.py``): what it asks to write. One with content is an input, or a file to
+        change."""
         names = dict.fromkeys(m.group(1) for m in FILE_NAME.finditer(self.prompt))
-        return [n for n in names if not self.before.get(n)]  # one with content is an input, or a file to change
+        known = {PurePath(p).name for p in self.before}
+        return [n for n in names if not self.before.get(n) and (n in self.before or PurePath(n).name not in known)]
 
     def _unwritten(self, name: str, now: dict[str, bytes]) -> bool:
         """An output the task asks for is missing, or empty."""
@@ -285,7 +280,7 @@ class WorkChecks:
             return "If your answer is right, this writes it:", "\n".join(cited)
         # the value, not the parts it came from: "18 (app.py:9, config.py:3, util.py:6)"
         numbers = set(_NUMBER.findall(_CITATION.sub(" ", answer)))
-        if len(numbers) == 1 and _NUMBER_WORDS.search(self.prompt) and self._computed(value := numbers.pop()):
+        if len(numbers) == 1 and self._computed(value := numbers.pop()):
             return "If your answer is right, this writes it:", value
         return None
 
@@ -294,18 +289,14 @@ class WorkChecks:
         number is a result, not a guess."""
         return any(re.search(rf"(?<![\w.]){re.escape(value)}(?![\w]|\.\d)", c.output)
                    or value == str(len([ln for ln in c.output.splitlines() if ln.strip()]))
-                   for c in self.calls if c.command and not c.failed and not self._counts_characters(c))
-
-    def _counts_characters(self, call: _Call) -> bool:
-        """A python call that counted characters where the task counts lines (see ``_characters_for_lines``)."""
-        lang, code = to_block(call.command) if call.command else ("", "")
-        return lang == "python" and bool(_LINES.search(self.prompt) and _LEN_READ.search(code))
+                   for c in self.calls if c.command and not c.failed)
 
     def _placeholders(self, changed: dict[str, bytes]) -> list[str]:
         out = []
         for path, content in changed.items():
             text, was = content.decode("utf-8", "replace"), self.before.get(path, b"").decode("utf-8", "replace")
-            for m in _PLACEHOLDER.finditer(text):
+            # in code, {n} and <x> are code (an f-string, a comparison); only a stub is a placeholder there
+            for m in (_STUB if path.endswith(_CODE_FILES) else _PLACEHOLDER).finditer(text):
                 inner = m.group(0).strip("<>/ ").lower()
                 if m.group(0) in was or m.group(0).startswith("<") and (
                         inner in _HTML_TAGS or not path.endswith((".txt", ".md", ".csv")) and len(text) > 200):
@@ -337,23 +328,6 @@ class WorkChecks:
         return [f"Your answer does not give the value you wrote to {path} ({value}). Answer again, with the value."
                 for path, value in self._written_values(changed).items()]
 
-    def _more_than_the_value(self, changed: dict[str, bytes], answer: str) -> list[str]:
-        """The answer reports one value, and the output file the task named holds it among other text
-        (typically a command's whole output, such as wc's per-file lines and its total)."""
-        said = _NUMBER.findall(answer)
-        if len(set(said)) != 1 or not _NUMBER_WORDS.search(self.prompt):
-            return []  # asked for lines, the file holds lines: their count is not "the value"
-        value = said[0]
-        out = []
-        for name in dict.fromkeys(m.group(1) for m in FILE_NAME.finditer(self.prompt)):
-            text = changed.get(name, b"").decode("utf-8", "replace").strip()
-            if self.before.get(name) or not text or text == value or value not in _NUMBER.findall(text):
-                continue
-            if len(text.splitlines()) <= 20:
-                out.append(f"You reported {value}, but {name} holds more than that value:\n{text}\nIf the task "
-                           f"asks for the value, write only the value to {name}.")
-        return out
-
     def _citation_lists(self, changed: dict[str, bytes]) -> list[str]:
         """The task wants a list of path:line in a file: each line holds just that (grep -n prints more)."""
         if not _ASKS_CITATION.search(self.prompt):
@@ -376,50 +350,6 @@ class WorkChecks:
         # the list is not searched while it is written (grep -rn . read the half-written TODO_LIST.txt)
         return f"grep --exclude={PurePath(name).name} {search.removeprefix('grep ')} | cut -d: -f1,2 > {name}"
 
-    def _not_paths(self, changed: dict[str, bytes]) -> list[str]:
-        """The task wants a file's path written: each line of the output is the path of an existing file (a
-        sentence about it, or its folder, is not)."""
-        if not _ASKS_PATH.search(self.prompt):
-            return []
-        out = []
-        for name in self._outputs():
-            lines = [ln.strip().strip("`'\"") for ln in changed.get(name, b"").decode("utf-8", "replace").splitlines()]
-            wrong = next((ln for ln in lines if ln and not (self.cwd / ln).is_file()), None)
-            if wrong is not None:
-                out.append(f"{name} should hold just the path of a file (like docs/notes.md), but it holds "
-                           f"{wrong[:80]!r}, which is no file's path. Write only the path.")
-        return out
-
-    def _line_order(self, changed: dict[str, bytes]) -> list[tuple[str, str]]:
-        """The task asks for the lines of an output sorted, or without duplicates: they are. (failure, the
-        command that fixes it or "")"""
-        sort, unique = bool(_ASKS_SORTED.search(self.prompt)), bool(_ASKS_UNIQUE.search(self.prompt))
-        if not (sort or unique):
-            return []
-        inputs = [n for n in dict.fromkeys(m.group(1) for m in FILE_NAME.finditer(self.prompt)) if self.before.get(n)]
-        command = f"sort{' -u' * unique} {inputs[0]}" if len(inputs) == 1 else ""
-        source = {ln.rstrip() for ln in self.before[inputs[0]].decode("utf-8", "replace").splitlines()} \
-            if len(inputs) == 1 else set()
-        out = []
-        for name in self._outputs():
-            lines = [ln for ln in changed.get(name, b"").decode("utf-8", "replace").splitlines() if ln.strip()]
-            wrong = []
-            alien = next((ln for ln in lines if source and ln.rstrip() not in source), None)
-            if alien is not None:  # e.g. `grep -n` output: "1:gamma7@example.com"
-                wrong.append(f"{name} has the line {alien!r}, which is no line of {inputs[0]}")
-            if unique and len(set(lines)) < len(lines):
-                twice = next(ln for ln in lines if lines.count(ln) > 1)
-                wrong.append(f"{name} has duplicate lines ({twice!r} {lines.count(twice)} times)")
-            if sort and lines != sorted(lines):
-                at = next(i for i in range(1, len(lines)) if lines[i] < lines[i - 1])
-                wrong.append(f"{name} is not sorted (line {at + 1}, {lines[at]!r}, comes after {lines[at - 1]!r})")
-            if wrong:
-                fix = f"{command} > {name}" if command else ""
-                out.append((" and ".join(wrong) + ", but the task asks for its lines" + (" sorted" * sort)
-                            + (" and" * (sort and unique)) + (" without duplicates" * unique) + "."
-                            + (f" This writes it:\n{_fence(fix)}" if fix else ""), fix))
-        return out
-
     def _search(self) -> str:
         """The model's own last ``grep -n`` over files whose output was path:line:text ("" when none)."""
         for call in reversed(self.calls):
@@ -429,30 +359,42 @@ class WorkChecks:
                 return c
         return ""
 
-    def _renamed(self, now: dict[str, bytes]) -> list[str]:
-        """A rename asked for: the old name must be gone from the workspace's text files."""
-        left = self._rename_left(now)
-        if not left:
-            return []
-        places, sed = left
-        old = _RENAME.search(self.prompt).group(1)
-        return [f"{old} still occurs at {', '.join(places[:8])}{' …' * (len(places) > 8)}. The task asks to rename it "
-                f"everywhere. This changes every one of them:\n{_fence(sed)}\nThen check again."]
+    def _renamed(self, now: dict[str, bytes], changed: dict[str, bytes]) -> list[str]:
+        """A rename the run began is finished: the old name is gone from the workspace's text files."""
+        return [f"You renamed {old} to {new}, but {old} still occurs at {', '.join(places[:8])}"
+                f"{' …' * (len(places) > 8)}. This changes every one of them:\n{_fence(fix)}\nThen check again."
+                for old, new, places, fix in self._renames(now, changed)]
 
-    def _rename_left(self, now: dict[str, bytes]) -> tuple[list[str], str] | None:
-        """Where the old name of a rename the task asks for still occurs (path:line), and the command that
-        replaces it there as a whole word."""
-        m = _RENAME.search(self.prompt)
-        if not m or m.group(1) == m.group(2):
-            return None
-        old, new = m.group(1), m.group(2)
-        word = re.compile(rf"\b{re.escape(old)}\b")
-        places = [f"{path}:{i}" for path, content in now.items()
-                  for i, line in enumerate(content.decode("utf-8", "replace").splitlines(), 1) if word.search(line)]
-        if not places:
-            return None
-        files = " ".join(dict.fromkeys(p.rsplit(":", 1)[0] for p in places))
-        return places, f"sed -i 's/\\b{old}\\b/{new}/g' {files}"
+    def _renames(self, now: dict[str, bytes], changed: dict[str, bytes]) -> list[tuple[str, str, list[str], str]]:
+        """Renames the run began and left half done, read from the run, not the task's words: in a file the run
+        changed, a line where one name replaced another that the workspace defined (``def``/``class``) before the
+        run, one of the two named in the task, and the old name still occurs as a word. (old, new, where it is
+        left as path:line, the command that replaces it there)"""
+        asked = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", self.prompt))
+        defined = {n for c in self.before.values() for n in _DEFINED.findall(c.decode("utf-8", "replace"))}
+        pairs: dict[tuple[str, str], None] = {}
+        for path, content in changed.items():
+            if path not in self.before:
+                continue
+            old_lines = self.before[path].decode("utf-8", "replace").splitlines()
+            new_lines = content.decode("utf-8", "replace").splitlines()
+            for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, old_lines, new_lines, autojunk=False).get_opcodes():
+                for a, b in zip(old_lines[i1:i2], new_lines[j1:j2]) if op == "replace" else ():
+                    ta, tb = _WORD.findall(a), _WORD.findall(b)
+                    swaps = {(x, y) for x, y in zip(ta, tb) if x != y} if len(ta) == len(tb) else set()
+                    if len(swaps) == 1:
+                        pairs[swaps.pop()] = None
+        out = []
+        for old, new in pairs:
+            if old not in defined or not ({old, new} & asked):
+                continue
+            word = re.compile(rf"(?<![A-Za-z0-9_]){re.escape(old)}(?![A-Za-z0-9_])")
+            places = [f"{path}:{i}" for path, content in now.items()
+                      for i, line in enumerate(content.decode("utf-8", "replace").splitlines(), 1) if word.search(line)]
+            if places:
+                files = " ".join(dict.fromkeys(p.rsplit(":", 1)[0] for p in places))
+                out.append((old, new, places, f"perl -pi -e 's/\\b{old}\\b/{new}/g' {files}"))
+        return out
 
     def _broken(self, changed: dict[str, bytes]) -> list[str]:
         """A .py, .json or .toml file the run changed no longer parses (and did before): a dropped comma, a
@@ -466,10 +408,8 @@ class WorkChecks:
         return out
 
     def _strays(self, now: dict[str, bytes]) -> list[str]:
-        """A task asking for a change, and a new .py file the task does not name defines what an existing file
-        does: the change went to a new file."""
-        if not _CHANGE_VERBS.search(self.prompt):
-            return []
+        """A new .py file the task does not name defines what an existing file defines: the change went to a new
+        file instead of that one."""
         out = []
         for path in now.keys() - self.before.keys():
             if not path.endswith(".py") or path in self.prompt:
@@ -489,7 +429,7 @@ class WorkChecks:
         """Each path:line the answer cites exists and mentions what the task asks about."""
         cited = list(dict.fromkeys(_CITATION.findall(answer)))
         if not cited:
-            if _ASKS_CITATION.search(self.prompt) and not self._outputs():
+            if _ASKS_CITATION.search(self.prompt) and not self._outputs():  # asked for in that very format
                 return ["The task asks for path:line, and your answer cites none. Find it (grep -n) and answer "
                         "as path:line."]
             return []
@@ -510,79 +450,113 @@ class WorkChecks:
                            f"{' or '.join(subjects[:3])}. Find the right line with grep -n.")
         return out
 
-    async def _tests(self) -> list[str]:
-        ran = [c for c in self.calls if c.command and _TEST_CMD.search(c.command)]
+    async def _tests(self, run: Runner, changed: dict[str, bytes]) -> list[str]:
+        """Once the run has changed files, the tests the model ran pass when run again; tests the task names (a test
+        file or runner: ASCII in any language) were run at all. A file of test functions run by a bare interpreter ran no test."""
+        ran = [c for c in self.calls if c.command and self._runs_tests(c.command)]
         if not ran:
-            if _TEST_WORDS.search(self.prompt) and self._has_tests():
+            if _TEST_CMD.search(self.prompt) and self._has_tests():
                 named = next((f" (`{c}`)" for c in self._named() if _TEST_CMD.search(c)), "")
                 return [f"The task is about tests, but you have not run them. Run them{named} and make sure they pass."]
             return []
+        if not changed:  # a run that changed nothing may have been asked whether they pass
+            return []
         command = _the_part(ran[-1].command, _TEST_CMD)
-        code, output = await _run(command, self.cwd)
-        if code == 0:
+        code, output = await run(command)
+        if code is None or code == 0:  # did not run (denied, say): nothing is known
             return []
         return [f"The test command `{command}` fails now (exit code {code}):\n{output[-1500:]}"]
 
+    def _runs_tests(self, command: str) -> bool:
+        """A test runner, or an interpreter running a test file that runs its own tests (one of bare pytest-style
+        functions runs none)."""
+        if _TEST_RUNNER.search(command):
+            return True
+        m = re.search(r"\bpython3?\s+([A-Za-z0-9_./-]+\.py)\b", command)
+        if not m or not _TEST_CMD.search(command):
+            return False
+        text = self._last.get(os.path.normpath(m.group(1)), b"").decode("utf-8", "replace")
+        return not (_TEST_FUNCTION.search(text) and not _MAIN.search(text))
+
     def _claimed(self, answer: str, denied: frozenset[str]) -> list[str]:
-        """A command the answer says showed something (its check of the result) is one the model ran: a
-        claimed check that never ran hides a wrong value."""
+        """A command the answer quotes (its check of the result, in any language) is one the model ran, and a
+        number the answer gives right after it is one the command printed: a claimed check that never ran, or
+        printed something else, hides a wrong value."""
         ran = {_program(part) for c in self.calls if c.command and not c.failed
                for part in re.split(r"&&|\|\|?|;|\n", c.command)}
         out = []
-        for command in dict.fromkeys(m.group(1).strip() for m in _CLAIMED.finditer(answer)):
+        for m in _QUOTED_CMD.finditer(answer):
+            command = m.group(1).strip()
             program = _program(command)
+            if not program or not (shutil.which(program.split()[0]) or _looks_runnable(command, self.cwd)):
+                continue  # `total.txt`, `fetch_account`: not a command
             if program in denied:  # a denied program cannot have shown anything
                 out.append(f"Your answer says what `{command}` showed, but {program} is denied here and never ran. "
                            "Do not claim it: check the value another way (print the value of each part), then answer "
                            "with what that showed.")
-            elif program and program not in ran and shutil.which(program.split()[0]):
+                continue
+            same = [c for c in self.calls if c.command and not c.failed and _normal(command) in _normal(c.command)]
+            if program not in ran and not same:
                 out.append(f"Your answer says what `{command}` showed, but you did not run {program} (or it failed). "
                            "Check the result with a command that runs, then answer with what it showed.")
+                continue
+            said = _NUMBER.findall(re.split(r"[.;。；\n)）]\s*", answer[m.end():m.end() + 80])[0])
+            last = same[-1] if same else None
+            if last is not None and said and not any(_shows(v, last.output) for v in said):
+                shown = last.output.strip()[:300]
+                out.append(f"Your answer says `{command}` gave {', '.join(dict.fromkeys(said))}, but it printed "
+                           + (f"{shown!r}" if shown else "nothing") + ". Answer with what it printed, or run what "
+                           "shows the value.")
         return out
 
-    def _characters_for_lines(self, changed: dict[str, bytes], answer: str) -> tuple[str, str] | None:
-        """(failure, the corrected script) when the task counts lines and the value the model reports came from
-        python that took ``len()`` of a whole ``.read()``: that counts characters."""
-        said = set(_NUMBER.findall(answer)) | set(self._written_values(changed).values())
-        for call in reversed(self.calls):
-            if call.failed or not self._counts_characters(call):
-                continue
-            if not said & set(_NUMBER.findall(call.output)):
-                return None
-            fixed = to_command("python", _LEN_READ.sub(lambda m: m.group(0)[:-1] + ".splitlines())",
-                                                       to_block(call.command)[1]))
-            return (f"Your python took len() of a whole .read(), which counts characters, not lines. This counts "
-                    f"lines:\n{run_block(fixed)}\nRun it, then write and report what it prints.", fixed)
-        return None
-
     def _named(self) -> list[str]:
-        """The commands the task names (a script run by its interpreter, a test runner), when it wants them to
-        work."""
-        if not _WANTS_WORKING.search(self.prompt):
-            return []
+        """The commands the task names: in backticks, or a workspace script run by its interpreter, or a runner."""
         named = dict.fromkeys((m.group(1) or m.group(2)).strip() for m in _NAMED_CMD.finditer(self.prompt))
         return [c for c in named if _looks_runnable(c, self.cwd)]
 
     def _ran(self, command: str) -> bool:
         return any(_normal(command) in _normal(c.command) for c in self.calls if c.command)
 
-    async def _named_commands(self) -> list[str]:
-        """A command the task names, when the task wants it to work: run again now if the model ran it
-        (the call passed the permission checks then), asked for if it never did."""
+    async def _named_commands(self, run: Runner, changed: dict[str, bytes]) -> list[str]:
+        """Once the run has changed files, a command the task names must work: run again if the model ran it,
+        asked for if it never did. (A run that changed nothing may have been asked why it fails.)"""
         out = []
-        for command in self._named():
+        for command in self._named() if changed else ():
             if _TEST_CMD.search(command):
                 continue  # a test run (``_tests`` checks those)
             if not self._ran(command):
                 out.append(f"The task names `{command}`, and you have not run it. Run it to check that it works.")
                 continue
-            code, output = await _run(command, self.cwd)
-            if code != 0:
+            code, output = await run(command)
+            if code is not None and code != 0:
                 words = command.split()
                 fix = f"Change {words[1]} itself (the file)" if words[0] in _INTERPRETERS else "Fix the cause"
                 hint = _indent_hint(output, self.cwd)
                 out.append(f"`{command}` fails now (exit code {code}):\n{output[-1500:]}\n{hint + chr(10) * bool(hint)}"
                            f"{fix} so that it works, then run `{command}` again.")
+        return out
+
+    async def _exact_output(self, run: Runner) -> list[str]:
+        """The task quotes a line a command must print: the command is run again, and an output line like the
+        quoted one but not exactly it goes back with both (an extra ``!``, a missing space)."""
+        quoted = [q for m in _QUOTED.finditer(self.prompt) for q in m.groups() if q and q.strip()]
+        quoted = [q for q in dict.fromkeys(quoted) if not _looks_runnable(q, self.cwd) and not FILE_NAME.fullmatch(q)]
+        commands = [c for c in self._named() if not _TEST_CMD.search(c) and self._ran(c)] or \
+            [c.command for c in self.calls[-1:] if re.fullmatch(r"(?:python3?|node|bash|sh)\s+[\w./-]+(?:\s+[\w./=-]+)*",
+                                                                c.command.strip())]
+        out = []
+        for command in commands[:2] if quoted else ():
+            code, output = await run(command.strip())
+            if code is None:
+                continue
+            lines = output.splitlines()
+            for q in quoted:
+                if q in lines:
+                    continue
+                near = max(lines, key=lambda ln: difflib.SequenceMatcher(None, q, ln).ratio(), default=None)
+                if near is not None and difflib.SequenceMatcher(None, q, near).ratio() >= 0.6:
+                    out.append(f"The task asks for exactly {q!r}, but `{command.strip()}` prints {near!r}. Make it print "
+                               "exactly that line, then run it again.")
         return out
 
     def _has_tests(self) -> bool:
@@ -688,6 +662,24 @@ def _rewritten(old: bytes | None, new: bytes) -> bool:
     return kept < len(old_lines) / 2
 
 
+def _shows(value: str, output: str) -> bool:
+    """Does the output hold this number (as a number, not inside another)?"""
+    return re.search(rf"(?<![\w.]){re.escape(value)}(?![\w]|\.\d)", output) is not None
+
+
+def _no_tests_run(command: str, files: dict[str, bytes]) -> str:
+    """A note for a bare interpreter run of a file of pytest-style test functions: nothing called them."""
+    m = re.search(r"\bpython3?\s+([A-Za-z0-9_./-]+\.py)\b", command)
+    if not m or _TEST_RUNNER.search(command):
+        return ""
+    name = os.path.normpath(m.group(1))
+    text = files.get(name, b"").decode("utf-8", "replace")
+    if not _TEST_FUNCTION.search(text) or _MAIN.search(text):
+        return ""
+    return (f"Note: that ran no test. {name} only defines test functions, and only a test runner calls them: "
+            f"run `python3 -m pytest {name}`.")
+
+
 def _program(command: str) -> str:
     """What a command runs: its program, or an interpreter and its script (``python3 greet.py``)."""
     words = _normal(command).split()
@@ -719,5 +711,3 @@ def _the_part(command: str, pattern: re.Pattern) -> str:
     return next((p for p in reversed(parts) if pattern.search(p)), command)
 
 
-async def _run(command: str, cwd: Path) -> tuple[int, str]:
-    return await run_command(command, cwd, TEST_RUN_TIMEOUT_S)  # like a Bash call: no credentials, ends with us

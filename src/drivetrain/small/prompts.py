@@ -10,7 +10,8 @@ from drivetrain.prompts import workspace_context
 
 # A file name as a task writes it: "sales.csv", "src/app.py" (checks.py reads outputs and inputs with it too).
 EXTENSIONS = r"(?:txt|md|json|csv|tsv|py|ya?ml|toml|ini|cfg|log|sh|js|ts|html|css|xml|sql|rs|go|c|h|cpp|java|rb|out)"
-FILE_NAME = re.compile(rf"(?<![\w/.-])((?:[\w-]+/)*[\w-]+\.{EXTENSIONS})\b")
+# ASCII only: a name is ASCII in any language, and the text around it may not be ("把结果写入total.txt").
+FILE_NAME = re.compile(rf"(?<![A-Za-z0-9_/.-])((?:[A-Za-z0-9_-]+/)*[A-Za-z0-9_-]+\.{EXTENSIONS})(?![A-Za-z0-9_])")
 
 
 def named_files(cwd: Path, prompt: str, readable: Callable[[str], bool] = lambda _: True, files: int = 3,

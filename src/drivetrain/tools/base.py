@@ -25,6 +25,13 @@ class ToolResult:
     is_error: bool = False
     meta: dict = field(default_factory=dict)  # facts for the audit log (e.g. exit_code), never sent to the model
 
+    @property
+    def text(self) -> str:
+        """The content as text (the text of its blocks, when it is blocks)."""
+        if isinstance(self.content, str):
+            return self.content
+        return "\n".join(b.get("text", "") for b in self.content if b.get("type") == "text")
+
 
 class ReadFilter(Protocol):
     """Files a search must leave out although its folder may be searched (Read deny rules)."""
