@@ -1027,3 +1027,11 @@ async def test_a_checks_rerun_runs_inside_the_sandbox_when_the_run_has_one(tmp_p
         await agent.run("Does test_calc.py pass?")
     _, finished, *_ = _check_calls(seen)
     assert finished.meta == {"exit_code": 1, "sandboxed": True}
+
+
+def test_an_answer_that_repeats_itself_is_cut():
+    text, block = parse_reply("DONE: The total is 18 (checked: `wc -l *.py`). The total is 18 (checked: `wc -l *.py`)."
+                              " The total is 18 (checked:")
+    assert (text, block) == ("The total is 18 (checked: `wc -l *.py`).", None)
+    assert parse_reply("DONE: 总数是 18。已写入 total.txt。总数是 18。")[0] == "总数是 18。已写入 total.txt。"
+    assert parse_reply("DONE: Yes. Yes.")[0] == "Yes. Yes."  # too short to be a loop

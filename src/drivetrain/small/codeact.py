@@ -42,6 +42,7 @@ _DONE_LINE = re.compile(r"^\s*DONE:[ \t]*", re.MULTILINE)
 # examples' pattern), a code block, or the answer's mark again ("… 1198. Done: The value …" until max_tokens).
 # Kept, a right answer reads as calls described in prose and is sent back.
 _ANSWER_END = re.compile(r"^\s*(?:User|Assistant):|```|\bDONE:|(?<=[.!\n] )Done:", re.MULTILINE)
+_SENTENCE = re.compile(r"[^\n.!?。！？]+[.!?。！？]*")  # a sentence or a line, in any language
 STOPS = ["\nUser:", "\nAssistant:"]  # the made-up turns, cut as they start (the answer's end is parsed anyway)
 # Commands a small model reaches for that never help here: root rights, and editors that wait for a person.
 # Installing packages is never the way around a denied command.
@@ -137,6 +138,18 @@ def to_text_history(messages: list[Message]) -> list[Message]:
             for m in messages]
 
 
+def without_repeats(answer: str) -> str:
+    """The answer up to where it starts saying again what it said (a sentence of some length, or a line, a second
+    time): a model caught in a loop repeats its last sentence until max_tokens."""
+    seen: set[str] = set()
+    for m in _SENTENCE.finditer(answer):
+        sentence = " ".join(m.group(0).split())
+        if len(sentence.encode()) >= 12 and sentence in seen:  # (bytes: a CJK sentence is short in characters)
+            return answer[:m.start()].rstrip()
+        seen.add(sentence)
+    return answer
+
+
 def parse_reply(text: str) -> tuple[str, tuple[str, str, str | None] | None]:
     """(plan or answer text, (language, code, file name or None) of the first block or None)."""
     fence = next((f for f in _FENCE.finditer(text) if f.group(2) or f.group(1) in _RUN_LANGS), None)
@@ -149,7 +162,7 @@ def parse_reply(text: str) -> tuple[str, tuple[str, str, str | None] | None]:
     if done:
         answer = text[done.end():]
         end = _ANSWER_END.search(answer)
-        return answer[: end.start() if end else None].strip(), None
+        return without_repeats(answer[: end.start() if end else None].strip()), None
     return text.strip(), None
 
 
