@@ -22,16 +22,20 @@ from typing import Literal
 
 from taskkit import Task
 from tasks_code import TASKS as _CODE
+from tasks_edits import TASKS as _EDITS
 from tasks_files import TASKS as _FILES
+from tasks_questions import TASKS as _QUESTIONS
 from wordings import WORDINGS
 
 _ORDER = ["linecount", "linecount-nowc", "todos", "fix-test", "rename", "off-by-one", "create-json",
           "create-function", "locate", "csv-sum", "config-edit", "find-files", "syntax-fix", "log-count",
-          "unique-lines"]
+          "unique-lines", "move-function", "exact-output", "data-stat", "run-question", "readonly-question",
+          "pytest-fix", "dedupe-order"]
 TASKS: dict[str, Task] = {t.name: replace(t, wordings=WORDINGS[t.name])
-                          for t in sorted(_FILES + _CODE, key=lambda t: _ORDER.index(t.name))}
+                          for t in sorted(_FILES + _CODE + _EDITS + _QUESTIONS, key=lambda t: _ORDER.index(t.name))}
 # the answer itself must carry the result (a number, a path, a citation), not only a file
-REPORTS = {"linecount", "linecount-nowc", "csv-sum", "find-files", "log-count", "locate"}
+REPORTS = {"linecount", "linecount-nowc", "csv-sum", "find-files", "log-count", "locate", "data-stat",
+           "run-question", "readonly-question"}
 
 # ---------------------------------------------------------------- the split: tune on one half, report on the other
 

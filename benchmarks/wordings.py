@@ -147,4 +147,75 @@ WORDINGS: dict[str, tuple[W, ...]] = {
                   "4. Write the result to {out}."),
         W("zh-1", "把 {src} 的内容去重并按字母顺序排好，结果写到 {out}。"),
     ),
+    "move-function": (
+        W("en-1", "Move the function {func} out of {app} into a new module {new}.py, and have {app} import it from "
+                  "there. python3 {app} must print the same as before."),
+        W("en-2", "{app} has grown too big. I'd like {func} to live in its own module, {new}.py, with {app} importing "
+                  "it from there instead of defining it. Running python3 {app} should give exactly the same output "
+                  "as it does now."),
+        W("en-3", "Refactoring steps:\n1. Create {new}.py and move {func} into it.\n2. Delete the definition of {func} "
+                  "from {app}.\n3. Import {func} in {app} from {new}.\n4. Check that `python3 {app}` prints the same "
+                  "output as before."),
+        W("zh-1", "把 {app} 里的函数 {func} 挪到新模块 {new}.py 中，{app} 改成从 {new} 导入它。改完后 python3 {app} "
+                  "的输出要和原来完全一样。"),
+    ),
+    "exact-output": (
+        W("en-1", "Make python3 {script} print exactly this line and nothing else:\n{line}"),
+        W("en-2", "Another tool parses the output of {script}, and it's very strict. Right now the output isn't what it "
+                  "expects. Could you change the script so that running it prints only this one line, character for "
+                  "character?\n\n{line}"),
+        W("en-3", "Requirements for {script}:\n1. The output is a single line.\n2. That line is exactly `{line}`.\n"
+                  "3. No extra text, punctuation or spaces."),
+        W("zh-1", "修改 {script}，让 python3 {script} 只输出下面这一行，一个字符都不能差：\n{line}"),
+        W("zh-2", "{script} 的输出格式不对。我需要它运行后只打印一行，内容必须和 `{line}` 完全一致。"),
+    ),
+    "pytest-fix": (
+        W("en-1", "The pytest suite fails. Fix {module}.py so that the tests pass; do not change the tests."),
+        W("en-2", "CI went red on this repo: pytest reports failures in {test}. The tests are correct; the bug is in "
+                  "{module}.py. Can you fix the code so pytest passes again?"),
+        W("en-3", "1. Run the tests with pytest.\n2. Find out why {test} fails.\n3. Fix {module}.py (leave the tests "
+                  "as they are).\n4. Run pytest again and make sure everything passes."),
+        W("zh-1", "用 pytest 跑测试有用例失败。测试本身没问题，请修改 {module}.py 让所有测试通过，不要改测试文件。"),
+    ),
+    "dedupe-order": (
+        W("en-1", "Remove the duplicate lines from {file}, keeping the first occurrence of each line in its original "
+                  "place."),
+        W("en-2", "{file} ended up with some lines repeated. Could you clean it up so each line appears only once? "
+                  "The order matters, so keep each line where it first appears."),
+        W("en-3", "Edit {file} in place:\n- delete every line that already appeared earlier in the file\n"
+                  "- keep all other lines in their current order"),
+        W("zh-1", "{file} 里有重复的行，帮我去掉重复，每行只保留第一次出现的那一条，原来的顺序不要变。"),
+    ),
+    "data-stat": (
+        W("en-1", "Compute {stat} in {data}, write it to {out}, and tell me the value."),
+        W("en-2", "I'm putting together a quick summary from {data}. What is {stat}? Please save the number in {out} "
+                  "too."),
+        W("en-3", "1. Load the records from {data}.\n2. Work out {stat}.\n3. Write just that number to {out}.\n"
+                  "4. Report the number in your answer."),
+        W("zh-1", "根据 {data} 里的数据，算出 {stat_zh}，把结果写入 {out}，并告诉我是多少。"),
+        W("zh-2", "{data} 中 {stat_zh} 是多少？结果存到 {out}，回复里也写一下。"),
+    ),
+    "run-question": (
+        W("en-1", "What does {call} return? The function is in {module}.py."),
+        W("en-2", "I'm reviewing {module}.py and I can't work out in my head what {call} would give back. Can you find "
+                  "out what it returns?"),
+        W("en-3", "Question about {module}.py:\n- call: {call}\n- what is the return value?\nDo not change the module."),
+        W("zh-1", "{module}.py 里调用 {call}，返回值是什么？"),
+    ),
+    "readonly-question": (
+        W("en-1", {"functions": "How many functions are defined in {module}.py? Do not modify any file.",
+                   "setting": "What is {key} set to in {file}? Do not modify any file."}),
+        W("en-2", {"functions": "Just a question, no changes please: how many functions does {module}.py define? "
+                                "Don't edit or create any files.",
+                   "setting": "Quick question, and please don't change anything: what value does {file} give for "
+                              "{key}?"}),
+        W("en-3", {"functions": "Read-only task (do not create, edit or delete files).\nQuestion: the number of "
+                                "functions defined in {module}.py.",
+                   "setting": "Read-only task (do not create, edit or delete files).\nQuestion: the value of {key} "
+                              "in {file}."}),
+        W("zh-1", {"functions": "{module}.py 里一共定义了几个函数？只需要回答，不要修改任何文件。",
+                   "setting": "{file} 里 {key} 的值是什么？只回答问题，不要改动任何文件。"}),
+        W("zh-2", {"functions": "在不改任何文件的前提下，告诉我 {module}.py 定义了多少个函数。",
+                   "setting": "在不改任何文件的前提下，告诉我 {file} 中 {key} 的值。"}),
+    ),
 }
