@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import random
 import re
 import subprocess
@@ -186,11 +187,12 @@ def digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else ""
 
 
-def run_python(ws: Path, args: list[str], timeout: float = 20) -> subprocess.CompletedProcess:
+def run_python(ws: Path, args: list[str], timeout: float = 20,
+               env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess:
     """Run a Python script or ``-c`` program in the workspace (the checker's own interpreter)."""
     try:
         return subprocess.run([sys.executable, *args], cwd=ws, capture_output=True, text=True, timeout=timeout,
-                              stdin=subprocess.DEVNULL)
+                              stdin=subprocess.DEVNULL, env={**os.environ, **env} if env else None)
     except subprocess.TimeoutExpired:
         return subprocess.CompletedProcess(args, 124, "", f"timed out after {timeout} s")
 

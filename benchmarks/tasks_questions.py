@@ -124,13 +124,15 @@ def _tally(rng: random.Random) -> tuple[str, str, str]:
 
 def gen_run_question(rng: random.Random, ws: Path) -> Setup:
     mod = rng.choice(MODULES)
-    for _ in range(20):  # a value that cannot be read off the source
+    parts = [python_module(rng, func_names(rng, rng.randint(1, 2)))]
+    for _ in range(50):  # a value that cannot be read off the source
         code, func, arg = rng.choice([_checksum, _steps, _scramble, _tally])(rng)
         proc = run_python(ws, ["-c", code + f"\nprint(repr({func}({arg})))"])
         value = ast.literal_eval(proc.stdout.strip())
-        if str(value) not in code and str(value) != arg.strip("'"):
+        if str(value) not in code + parts[0] and str(value) != arg.strip("'"):
             break
-    parts = [python_module(rng, func_names(rng, rng.randint(1, 2)))]
+    else:
+        raise RuntimeError("no call whose value is not in the source")
     parts.insert(rng.randint(0, len(parts)), code)
     (ws / f"{mod}.py").write_text("\n\n".join(parts))
     call = f"{func}({arg})"

@@ -104,7 +104,7 @@ WORDINGS: dict[str, tuple[W, ...]] = {
         W("en-3", "Config change:\n- file: {file}\n- setting: {key}\n- new value: {new}\nEverything else in the file "
                   "stays exactly the same."),
         W("zh-1", "把 {file} 里的 {key} 改成 {new}，其他配置项保持不变。"),
-        W("zh-2", "{file} 中 {key} 的值需要换成 {new}，别的配置不要动。"),
+        W("zh-2", "部署环境变了，{key} 现在要用 {new}。这个配置在 {file} 里，帮我改一下，其余的别动。"),
     ),
     "find-files": (
         W("en-1", {"count": "How many .{ext} files are there in this folder, subfolders included? Write the number to "
