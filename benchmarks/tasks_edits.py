@@ -214,8 +214,8 @@ TASKS = [
          gen_move_function, check_move_function, solve_move_function, names=("func", "app", "new")),
     Task("exact-output", "make a script print one given line exactly (no debug line, no '!', no stray space)",
          gen_exact_output, check_exact_output, solve_exact_output, names=("script", "line")),
-    Task("pytest-fix", "a parametrized pytest test fails (python3 test_x.py runs nothing): fix the module; "
-         "hidden cases too", gen_pytest_fix, check_pytest_fix, solve_pytest_fix, names=("module",)),
+    Task("pytest-fix", "a parametrized suite in tests/ fails (only pytest, with its pytest.ini, runs it): fix the "
+         "module; hidden cases too", gen_pytest_fix, check_pytest_fix, solve_pytest_fix, names=("module",)),
     Task("dedupe-order", "remove duplicate lines from a file in place, keeping the first order (not sorted)",
          gen_dedupe_order, check_dedupe_order, solve_dedupe_order, names=("file",)),
 ]
