@@ -276,7 +276,8 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError("--resume needs --results")
         known = {w.id for n in names for w in TASKS[n].wordings}
         if set(ids) - known:
-            raise ValueError(f"unknown wordings {sorted(set(ids) - known)}; the wordings are {', '.join(sorted(known))}")
+            raise ValueError(f"unknown wordings {sorted(set(ids) - known)}; "
+                             f"the wordings are {', '.join(sorted(known))}")
     except ValueError as e:
         p.error(str(e))
 

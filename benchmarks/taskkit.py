@@ -3,7 +3,8 @@
 A task kind has three functions. ``generate(rng, ws)`` fills the empty folder ``ws`` with
 files drawn from ``rng`` and returns a ``Setup``: the fields the user's prompt is worded from, plus what
 the checker needs to know. The prompt itself comes from one of the kind's ``Wording``s (several per kind,
-in English and Chinese, see ``wordings.py``), so one workspace can be asked for in several ways. ``check(ws, answer, expect)`` inspects the folder and the agent's final answer
+in English and Chinese, see ``wordings.py``), so one workspace can be asked for in several ways.
+``check(ws, answer, expect)`` inspects the folder and the agent's final answer
 afterwards and returns ``(solved, reason)``; it is a program, never a model. ``solve(ws, expect)``
 is the reference solution: it does what a correct agent would do and returns a correct answer,
 so the self-test can show that every checker fails on the untouched folder and passes on a solved one.

@@ -143,7 +143,8 @@ def gen_pytest_fix(rng: random.Random, ws: Path) -> Setup:
     argnames = ", ".join(p.strip() for p in params.split(",")) + ", expected"
     (ws / test).write_text(f"import pytest\n\nfrom {mod} import {func}\n\n\n"
                            f"@pytest.mark.parametrize({argnames!r}, [\n{cases},\n])\n"
-                           f"def test_{func}({argnames}):\n    assert {func}({argnames.rsplit(', ', 1)[0]}) == expected\n")
+                           f"def test_{func}({argnames}):\n"
+                           f"    assert {func}({argnames.rsplit(', ', 1)[0]}) == expected\n")
     (ws / "pytest.ini").write_text("[pytest]\npythonpath = .\ntestpaths = tests\n")
     return Setup({"module": mod, "test": test},
                  {"module": mod, "func": func, "test": test, "bad": bad, "good": good,

@@ -196,8 +196,8 @@ def check_readonly_question(ws: Path, answer: str, e: dict) -> Check:
     changed = sorted(p for p in e["files"] if now.get(p) != e["files"][p])
     created = sorted(set(now) - set(e["files"]))
     if changed or created:
-        return False, "files were " + "; ".join(
-            f"{what}: {', '.join(ps[:3])}" for what, ps in (("changed or removed", changed), ("created", created)) if ps)
+        found = (("changed or removed", changed), ("created", created))
+        return False, "files were " + "; ".join(f"{what}: {', '.join(ps[:3])}" for what, ps in found if ps)
     if not _names_value(answer, e["value"]):
         return False, f"nothing changed, but the answer does not give {e['value']!r}"
     return True, f"nothing changed; the answer gives {e['value']!r}"

@@ -40,8 +40,8 @@ WORDINGS: dict[str, tuple[W, ...]] = {
     "fix-test": (
         W("en-1", "python3 {test} fails. Find the bug in {module}.py and fix it so the test passes; don't change the "
                   "test."),
-        W("en-2", "When I run python3 {test} I get an assertion error. I'm fairly sure the test itself is right and the "
-                  "problem is in {module}.py. Can you track it down and fix it? Please leave the test file alone."),
+        W("en-2", "When I run python3 {test} I get an assertion error. I'm fairly sure the test itself is right "
+                  "and the problem is in {module}.py. Can you track it down and fix it? Please leave the test file alone."),
         W("en-3", "1. Run `python3 {test}` and look at how it fails.\n2. Find the bug in {module}.py and fix it.\n"
                   "3. Do not edit {test}.\n4. Run the test again to confirm it passes."),
         W("zh-1", "运行 python3 {test} 会报错。问题出在 {module}.py 里，请修好它，让测试通过。测试文件本身不要改。"),
@@ -141,8 +141,8 @@ WORDINGS: dict[str, tuple[W, ...]] = {
     ),
     "unique-lines": (
         W("en-1", "Write the lines of {src} to {out} sorted alphabetically, with duplicates removed."),
-        W("en-2", "{src} has a lot of repeated entries. Can you produce a clean copy in {out}, with every distinct line "
-                  "once, in alphabetical order?"),
+        W("en-2", "{src} has a lot of repeated entries. Can you produce a clean copy in {out}, with every distinct "
+                  "line once, in alphabetical order?"),
         W("en-3", "1. Read {src}.\n2. Drop the duplicate lines.\n3. Sort what is left alphabetically.\n"
                   "4. Write the result to {out}."),
         W("zh-1", "把 {src} 的内容去重并按字母顺序排好，结果写到 {out}。"),
@@ -161,8 +161,8 @@ WORDINGS: dict[str, tuple[W, ...]] = {
     ),
     "exact-output": (
         W("en-1", "Make python3 {script} print exactly this line and nothing else:\n{line}"),
-        W("en-2", "Another tool parses the output of {script}, and it's very strict. Right now the output isn't what it "
-                  "expects. Could you change the script so that running it prints only this one line, character for "
+        W("en-2", "Another tool parses the output of {script}, and it's very strict. Right now the output isn't "
+                  "what it expects. Could you change the script so that running it prints only this one line, character for "
                   "character?\n\n{line}"),
         W("en-3", "Requirements for {script}:\n1. The output is a single line.\n2. That line is exactly `{line}`.\n"
                   "3. No extra text, punctuation or spaces."),
@@ -193,13 +193,14 @@ WORDINGS: dict[str, tuple[W, ...]] = {
         W("en-3", "1. Load the records from {data}.\n2. Work out {stat}.\n3. Write just that number to {out}.\n"
                   "4. Report the number in your answer."),
         W("zh-1", "根据 {data} 里的数据，算出 {stat_zh}，把结果写入 {out}，并告诉我是多少。"),
-        W("zh-2", "{data} 中 {stat_zh} 是多少？结果存到 {out}，回复里也写一下。"),
+        W("zh-2", "{data} 中 {stat_zh}是多少？结果存到 {out}，回复里也写一下。"),
     ),
     "run-question": (
         W("en-1", "What does {call} return? The function is in {module}.py."),
         W("en-2", "I'm reviewing {module}.py and I can't work out in my head what {call} would give back. Can you find "
                   "out what it returns?"),
-        W("en-3", "Question about {module}.py:\n- call: {call}\n- what is the return value?\nDo not change the module."),
+        W("en-3", "Question about {module}.py:\n- call: {call}\n- what is the return value?\n"
+                  "Do not change the module."),
         W("zh-1", "{module}.py 里调用 {call}，返回值是什么？"),
     ),
     "readonly-question": (
