@@ -1,10 +1,13 @@
 """Small coding tasks, end to end: how often the local model solves them through drivetrain vs a naive loop.
 
 Each task is a kind of task (``benchmarks/tasks.py`` lists them): a generator fills a fresh workspace
-from a seed and writes the user's prompt; a checker (a program) decides afterwards, from the workspace
-and the final answer, whether the task was solved, and says why. Every (task, run) pair gets one seed,
-so every config sees the same workspace; runs go task by task with the configs interleaved, so machine
-load falls on all of them alike.
+from a seed, one of the kind's wordings (``benchmarks/wordings.py``) words the user's prompt, and a
+checker (a program) decides afterwards, from the workspace and the final answer, whether the task was
+solved, and says why. Every (task, run) pair gets one seed and one wording, so every config sees the same
+workspace and the same prompt; runs go task by task with the configs interleaved, so machine load falls
+on all of them alike. Run r of a task takes the next wording of those selected (``--split``, ``--lang``,
+``--wording``), so ``--runs N`` goes round them; each result line records its wording, language and split.
+Report numbers from ``--split heldout`` (docs/benchmarks.md says why, and when a wording moves to tune).
 
 Configs (``--config``, repeatable; default ``drivetrain`` and ``naive``):
   drivetrain                 ``drivetrain -p TASK --output-format json --verbose --provider local
@@ -18,6 +21,7 @@ Configs (``--config``, repeatable; default ``drivetrain`` and ``naive``):
                              commit); or ``NAME=naive``. E.g. ``no-checks=ablate:checks``, ``full=profile:full``
 
     python benchmarks/bench_tasks.py --runs 3 --results runs.jsonl [--resume] [--tasks a,b] [--config …]
+                                     [--split heldout|tune|all] [--lang en|zh|all] [--wording en-2,zh-1]
     python benchmarks/bench_tasks.py --report runs.jsonl [more.jsonl …]   # tables only
     python benchmarks/bench_tasks.py --selftest                             # checkers vs reference solutions
 """
@@ -36,8 +40,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from report import print_line, print_tables  # noqa: E402
-from tasks import TASKS, selftest  # noqa: E402
+from report import print_line, print_tables, row_wording  # noqa: E402
+from tasks import TASKS, selftest, split_of, wordings_for  # noqa: E402
 
 MAX_TURNS = 12
 RUN_TIMEOUT_S = 900
@@ -94,13 +98,28 @@ def parse_config(text: str) -> Config:
     return Config(name, spec, naive, tuple(ablate), tuple(args), src)
 
 
-def plan(task_names: list[str], configs: list[Config], runs: int, seed: int) -> list[tuple[str, int, int, Config]]:
-    """(task, run number, workspace seed, config) in running order: runs, then tasks, then the configs interleaved."""
-    return [(t, r, seed * 1000 + r, c) for r in range(1, runs + 1) for t in task_names for c in configs]
+def pick_wording(task: str, run: int, seed: int, allowed: list[str]) -> str:
+    """Run r takes the allowed wordings in turn, from a start drawn from the task and the batch seed."""
+    start = hashlib.sha256(f"{task}/{seed}".encode()).digest()[0]
+    return allowed[(start + run - 1) % len(allowed)]
 
 
-def run_key(model: str, task: str, run: int, seed: int, config_name: str, spec: str) -> tuple:
-    return (model, task, run, seed, config_name, spec)
+def plan(task_names: list[str], configs: list[Config], runs: int, seed: int, split: str = "all", lang: str = "all",
+         wordings: tuple[str, ...] = ()) -> list[tuple[str, int, int, str, Config]]:
+    """(task, run number, workspace seed, wording, config) in running order: runs, then tasks, then the configs
+    interleaved. A task with no wording in the selection is left out."""
+    allowed = {t: wordings_for(t, split, lang, wordings) for t in task_names}
+    return [(t, r, seed * 1000 + r, pick_wording(t, r, seed, allowed[t]), c)
+            for r in range(1, runs + 1) for t in task_names if allowed[t] for c in configs]
+
+
+def run_key(model: str, task: str, run: int, seed: int, wording: str, config_name: str, spec: str) -> tuple:
+    return (model, task, run, seed, wording, config_name, spec)
+
+
+def selected(row: dict, split: str = "all", lang: str = "all", ids: tuple[str, ...] = ()) -> bool:
+    wording, language, part = row_wording(row)
+    return split in ("all", part) and lang in ("all", language) and (not ids or wording in ids)
 
 
 def load_results(paths: list[Path]) -> list[dict]:
@@ -125,23 +144,26 @@ class Runner:
         self.provider_args, self.env = provider_args, env or {}  # another provider: for tests
         self._naive = None  # (llm, sampling, max_tokens)
 
-    def run(self, task_name: str, run: int, seed: int, config: Config) -> dict:
+    def run(self, task_name: str, run: int, seed: int, config: Config, wording: str | None = None) -> dict:
         from cli_runner import code_state
 
         task = TASKS[task_name]
-        run_dir = self.save / task_name / f"run{run}-seed{seed}" / config.name
+        wording = task.wording(wording).id
+        run_dir = self.save / task_name / f"run{run}-seed{seed}-{wording}" / config.name
         # The workspace path is in drivetrain's system prompt and in every pwd: it must not name the task or
         # the config ("linecount-nowc/drivetrain/ws" would be a hint), so it is a neutral hash, linked from the logs.
-        ws = self.save / "work" / hashlib.sha1(f"{task_name}/{run}/{seed}/{config.name}".encode()).hexdigest()[:10]
+        ws = self.save / "work" / hashlib.sha1(f"{task_name}/{run}/{seed}/{wording}/{config.name}".encode()
+                                               ).hexdigest()[:10]
         for old in (run_dir, ws):
             if old.exists():
                 shutil.rmtree(old)  # a run cut short earlier: start it afresh
-        inst = task.make(seed, ws)
+        inst = task.make(seed, ws, wording)
         run_dir.mkdir(parents=True)
         (run_dir / "ws").symlink_to(ws)
         expect = json.loads(json.dumps(inst.expect))
-        (run_dir / "instance.json").write_text(json.dumps({"prompt": inst.prompt, "deny": inst.deny,
-                                                           "cli_args": inst.cli_args, "expect": expect}, indent=1))
+        (run_dir / "instance.json").write_text(json.dumps({"prompt": inst.prompt, "wording": inst.wording,
+                                                           "deny": inst.deny, "cli_args": inst.cli_args,
+                                                           "expect": expect}, indent=1, ensure_ascii=False))
         load_avg = os.getloadavg()[0]
         started = time.perf_counter()
         try:
@@ -156,7 +178,8 @@ class Runner:
         if not solved and subtype not in ("success", ""):
             reason = f"{subtype}: {reason}"
         return {"task": task_name, "config": config.name, "spec": config.spec, "model": self.model, "run": run,
-                "seed": seed, "solved": solved, "reason": reason, "turns": turns, "wall_s": round(wall, 2),
+                "seed": seed, "wording": inst.wording, "lang": inst.lang, "split": split_of(task_name, inst.wording),
+                "prompt": inst.prompt, "solved": solved, "reason": reason, "turns": turns, "wall_s": round(wall, 2),
                 "cpu_s": round(cpu, 2), "subtype": subtype, "trajectory": trajectory, "answer": answer[:600],
                 "load_avg": round(load_avg, 2), "code": code_state()[1], "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
                 "workspace": str(ws)}
@@ -197,6 +220,11 @@ def run_selftest(seeds: int) -> int:
         for p in found:
             print(f"      {p}")
     bad = sum(bool(v) for v in problems.values())
+    pairs = [(n, w.id, w.lang) for n in problems for w in TASKS[n].wordings]
+    count = {(lang, part): sum(w_lang == lang and split_of(n, w) == part for n, w, w_lang in pairs)
+             for lang in ("en", "zh") for part in ("tune", "heldout")}
+    print(f"wordings: {len(pairs)} (kind, wording) pairs, every one rendered at every seed; "
+          + ", ".join(f"{lang} {part} {k}" for (lang, part), k in count.items()))
     print(f"selftest: {len(problems) - bad}/{len(problems)} tasks ok over {seeds} seeds")
     return 1 if bad else 0
 
@@ -216,16 +244,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--save", type=Path, default=None, help="where to keep workspaces and logs (default: a temp dir)")
     p.add_argument("--results", type=Path, default=None, help="append one JSON line per finished run")
     p.add_argument("--resume", action="store_true", help="skip runs already in --results")
+    p.add_argument("--split", choices=["heldout", "tune", "all"], default="all",
+                   help="which wordings: heldout (report these), tune (tune on these), or all")
+    p.add_argument("--lang", choices=["en", "zh", "all"], default="all", help="wordings in this language only")
+    p.add_argument("--wording", default=None, metavar="ID[,ID…]", help="only these wording ids, e.g. en-1 or zh-1,zh-2")
     p.add_argument("--report", type=Path, nargs="+", default=None, metavar="FILE.jsonl",
-                   help="only print the tables from results files")
+                   help="only print the tables from results files (--split, --lang and --wording filter them)")
     p.add_argument("--selftest", action="store_true", help="check every checker against its reference solution")
     p.add_argument("--selftest-seeds", type=int, default=6)
     args = p.parse_args(argv)
 
     if args.selftest:
         return run_selftest(args.selftest_seeds)
+    ids = tuple(w.strip() for w in args.wording.split(",") if w.strip()) if args.wording else ()
     if args.report:
-        rows = load_results(args.report)
+        rows = [r for r in load_results(args.report) if selected(r, args.split, args.lang, ids)]
         if not rows:
             print("no results in " + ", ".join(map(str, args.report)))
             return 1
@@ -241,6 +274,10 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError("two configs have the same name")
         if args.resume and not args.results:
             raise ValueError("--resume needs --results")
+        known = {w.id for n in names for w in TASKS[n].wordings}
+        if set(ids) - known:
+            raise ValueError(f"unknown wordings {sorted(set(ids) - known)}; "
+                             f"the wordings are {', '.join(sorted(known))}")
     except ValueError as e:
         p.error(str(e))
 
@@ -248,19 +285,28 @@ def main(argv: list[str] | None = None) -> int:
 
     save = args.save or Path(tempfile.mkdtemp(prefix="bench-tasks-"))
     save.mkdir(parents=True, exist_ok=True)
-    done = {run_key(r.get("model"), r.get("task"), r.get("run"), r.get("seed"), r.get("config"), r.get("spec"))
-            for r in load_results([args.results])} if args.resume else set()
-    planned = plan(names, configs, args.runs, args.seed)
-    todo = [(t, r, s, c) for t, r, s, c in planned if run_key(args.model, t, r, s, c.name, c.spec) not in done]
+    done = {run_key(r.get("model"), r.get("task"), r.get("run"), r.get("seed"), row_wording(r)[0], r.get("config"),
+                    r.get("spec")) for r in load_results([args.results])} if args.resume else set()
+    planned = plan(names, configs, args.runs, args.seed, args.split, args.lang, ids)
+    todo = [(t, r, s, w, c) for t, r, s, w, c in planned
+            if run_key(args.model, t, r, s, w, c.name, c.spec) not in done]
+    left_out = [n for n in names if not any(t == n for t, *_ in planned)]
+    # the tools a task names (python3, pytest) are the ones its checker runs: this interpreter's, in both loops
+    here = str(Path(sys.executable).parent)
+    if os.environ.get("PATH", "").split(os.pathsep)[0] != here:
+        os.environ["PATH"] = here + os.pathsep + os.environ.get("PATH", "")
     head, digest = code_state()
-    print(f"tasks: {', '.join(names)}\nconfigs: {', '.join(f'{c.name} ({c.spec})' for c in configs)}\n"
+    print(f"tasks: {', '.join(names)}"
+          + (f"\n(no wording in the selection: {', '.join(left_out)})" if left_out else "")
+          + f"\nwordings: split {args.split}, language {args.lang}" + (f", ids {', '.join(ids)}" if ids else "")
+          + f"\nconfigs: {', '.join(f'{c.name} ({c.spec})' for c in configs)}\n"
           f"model: {args.model}   runs: {args.runs}   max turns: {args.max_turns}   code: {head} ({digest})\n"
           f"to run: {len(todo)} (skipped, already in {args.results}: {len(planned) - len(todo)})"
           f"   workspaces and logs: {save}\n", flush=True)
     runner = Runner(args.model, save, args.max_turns, args.timeout)
     rows = []
-    for task, run, seed, config in todo:
-        row = runner.run(task, run, seed, config)
+    for task, run, seed, wording, config in todo:
+        row = runner.run(task, run, seed, config, wording)
         rows.append(row)
         if args.results:
             with args.results.open("a") as f:
@@ -269,7 +315,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.results:  # the tables cover everything in the file for these tasks and configs, resumed runs included
         keep = {(c.name, c.spec) for c in configs}
         rows = [r for r in load_results([args.results]) if r.get("model") == args.model
-                and r.get("task") in names and (r.get("config"), r.get("spec")) in keep]
+                and r.get("task") in names and (r.get("config"), r.get("spec")) in keep
+                and selected(r, args.split, args.lang, ids)]
     if rows:
         print()
         print_tables(rows)

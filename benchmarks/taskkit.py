@@ -1,8 +1,10 @@
 """What a benchmark task is, and the small helpers the task kinds share.
 
 A task kind has three functions. ``generate(rng, ws)`` fills the empty folder ``ws`` with
-files drawn from ``rng`` and returns an ``Instance`` (the user's prompt, plus what the checker
-needs to know). ``check(ws, answer, expect)`` inspects the folder and the agent's final answer
+files drawn from ``rng`` and returns a ``Setup``: the fields the user's prompt is worded from, plus what
+the checker needs to know. The prompt itself comes from one of the kind's ``Wording``s (several per kind,
+in English and Chinese, see ``wordings.py``), so one workspace can be asked for in several ways.
+``check(ws, answer, expect)`` inspects the folder and the agent's final answer
 afterwards and returns ``(solved, reason)``; it is a program, never a model. ``solve(ws, expect)``
 is the reference solution: it does what a correct agent would do and returns a correct answer,
 so the self-test can show that every checker fails on the untouched folder and passes on a solved one.
@@ -12,11 +14,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import random
 import re
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,25 +27,68 @@ Check = tuple[bool, str]
 
 
 @dataclass(frozen=True)
-class Instance:
-    prompt: str
+class Wording:
+    """One way a user might ask for a task kind: an id (``en-2``, ``zh-1``; the part before the dash is the
+    language) and a ``str.format`` template over the instance's fields, or one template per ``fields["variant"]``
+    for kinds whose instances ask different questions."""
+
+    id: str
+    text: str | Mapping[str, str]
+
+    @property
+    def lang(self) -> str:
+        return self.id.split("-")[0]
+
+    def render(self, fields: Mapping) -> str:
+        text = self.text if isinstance(self.text, str) else self.text[fields["variant"]]
+        return text.format_map(fields)
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What a generator makes besides the files: the fields the prompt is worded from, and what the checker needs."""
+
+    fields: dict
     expect: dict  # JSON-able: what the checker and the reference solution need
     deny: tuple[str, ...] = ()  # permission rules to deny (drivetrain: --disallowedTools; naive loop: same rules)
     cli_args: tuple[str, ...] = ()  # any other drivetrain CLI arguments this task needs
 
 
 @dataclass(frozen=True)
+class Instance:
+    prompt: str
+    expect: dict
+    deny: tuple[str, ...] = ()
+    cli_args: tuple[str, ...] = ()
+    wording: str = "en-1"
+    lang: str = "en"
+
+
+@dataclass(frozen=True)
 class Task:
     name: str
     summary: str  # one line, for the task list
-    generate: Callable[[random.Random, Path], Instance]
+    generate: Callable[[random.Random, Path], Setup]
     check: Callable[[Path, str, dict], Check]
     solve: Callable[[Path, dict], str]
+    names: tuple[str, ...] = ()  # fields every wording must put in the prompt (files, functions, values)
     tags: tuple[str, ...] = field(default=())
+    wordings: tuple[Wording, ...] = ()  # the first is the default
 
-    def make(self, seed: int, ws: Path) -> Instance:
+    def wording(self, wording_id: str | None = None) -> Wording:
+        if wording_id is None:
+            return self.wordings[0]
+        for w in self.wordings:
+            if w.id == wording_id:
+                return w
+        raise KeyError(f"{self.name} has no wording {wording_id!r} (it has {', '.join(w.id for w in self.wordings)})")
+
+    def make(self, seed: int, ws: Path, wording: str | None = None) -> Instance:
+        """The workspace and prompt of ``seed``; the wording changes the prompt only, never the files."""
+        w = self.wording(wording)
         ws.mkdir(parents=True, exist_ok=True)
-        return self.generate(random.Random(f"{self.name}/{seed}"), ws)
+        setup = self.generate(random.Random(f"{self.name}/{seed}"), ws)
+        return Instance(w.render(setup.fields), setup.expect, setup.deny, setup.cli_args, w.id, w.lang)
 
 
 # ---------------------------------------------------------------- vocabulary for generated files
@@ -142,11 +188,12 @@ def digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else ""
 
 
-def run_python(ws: Path, args: list[str], timeout: float = 20) -> subprocess.CompletedProcess:
+def run_python(ws: Path, args: list[str], timeout: float = 20,
+               env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess:
     """Run a Python script or ``-c`` program in the workspace (the checker's own interpreter)."""
     try:
         return subprocess.run([sys.executable, *args], cwd=ws, capture_output=True, text=True, timeout=timeout,
-                              stdin=subprocess.DEVNULL)
+                              stdin=subprocess.DEVNULL, env={**os.environ, **env} if env else None)
     except subprocess.TimeoutExpired:
         return subprocess.CompletedProcess(args, 124, "", f"timed out after {timeout} s")
 

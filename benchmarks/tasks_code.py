@@ -12,7 +12,7 @@ from taskkit import (
     NOUNS,
     WORDS,
     Check,
-    Instance,
+    Setup,
     Task,
     call_cases,
     digest,
@@ -54,7 +54,7 @@ BUGS = [
 ]
 
 
-def gen_fix_test(rng: random.Random, ws: Path) -> Instance:
+def gen_fix_test(rng: random.Random, ws: Path) -> Setup:
     func, params, bad, good, shown, hidden = rng.choice(BUGS)
     mod = rng.choice(MODULES)
     fillers = [filler_function(rng, n) for n in func_names(rng, rng.randint(1, 2))]
@@ -63,9 +63,8 @@ def gen_fix_test(rng: random.Random, ws: Path) -> Instance:
     test = f"test_{mod}.py"
     asserts = "".join(f"assert {func}({', '.join(map(repr, args))}) == {want!r}\n" for args, want in shown)
     (ws / test).write_text(f"from {mod} import {func}\n\n{asserts}print('all tests passed')\n")
-    return Instance(f"python3 {test} fails. Find the bug in {mod}.py and fix it so the test passes; "
-                    f"don't change the test.", {"module": mod, "func": func, "test": test, "bad": bad, "good": good,
-                                                "test_digest": digest(ws / test), "cases": shown + hidden})
+    return Setup({"test": test, "module": mod}, {"module": mod, "func": func, "test": test, "bad": bad, "good": good,
+                                                 "test_digest": digest(ws / test), "cases": shown + hidden})
 
 
 def check_fix_test(ws: Path, answer: str, e: dict) -> Check:
@@ -84,36 +83,40 @@ def solve_fix_test(ws: Path, e: dict) -> str:
 
 # ---------------------------------------------------------------- 6: fix an off-by-one (hidden cases)
 
-# (function, parameters, what it should do, buggy lines, fixed lines, hidden cases)
+# (function, parameters, what it should do, the same in Chinese, buggy lines, fixed lines, hidden cases)
 OFF_BY_ONE = [
-    ("sum_to", "n", "return 1 + 2 + ... + n",
+    ("sum_to", "n", "return 1 + 2 + ... + n", "返回 1 + 2 + ... + n 的和",
      "total = 0\nfor i in range(1, n):\n    total += i\nreturn total", "range(1, n):", "range(1, n + 1):",
      [([1], 1), ([4], 10), ([10], 55), ([0], 0)]),
-    ("first_n", "items, n", "return the first n items of the list", "return items[:n - 1]", "items[:n - 1]",
-     "items[:n]",
+    ("first_n", "items, n", "return the first n items of the list", "返回列表的前 n 个元素",
+     "return items[:n - 1]", "items[:n - 1]", "items[:n]",
      [([[1, 2, 3, 4], 2], [1, 2]), ([[5, 6], 1], [5]), ([[7, 8, 9], 3], [7, 8, 9])]),
-    ("in_range", "x, lo, hi", "return True when lo <= x <= hi, both ends included", "return lo <= x < hi",
+    ("in_range", "x, lo, hi", "return True when lo <= x <= hi, both ends included",
+     "在 lo <= x <= hi 时返回 True，两端都算在内", "return lo <= x < hi",
      "x < hi", "x <= hi", [([5, 1, 5], True), ([1, 1, 5], True), ([6, 1, 5], False), ([3, 1, 5], True)]),
-    ("countdown", "n", "return the list [n, n-1, ..., 1]", "return list(range(n, 1, -1))", "range(n, 1, -1)",
-     "range(n, 0, -1)", [([3], [3, 2, 1]), ([1], [1]), ([5], [5, 4, 3, 2, 1])]),
-    ("nth_item", "items, n", "return the n-th item, counting from 1", "return items[n]", "items[n]", "items[n - 1]",
+    ("countdown", "n", "return the list [n, n-1, ..., 1]", "返回列表 [n, n-1, ..., 1]",
+     "return list(range(n, 1, -1))", "range(n, 1, -1)", "range(n, 0, -1)",
+     [([3], [3, 2, 1]), ([1], [1]), ([5], [5, 4, 3, 2, 1])]),
+    ("nth_item", "items, n", "return the n-th item, counting from 1", "返回第 n 个元素（从 1 开始数）",
+     "return items[n]", "items[n]", "items[n - 1]",
      [([["a", "b", "c"], 1], "a"), ([["a", "b", "c"], 3], "c"), ([[10, 20], 2], 20)]),
     ("page_count", "total, per_page", "return how many pages are needed to show total items, per_page on a page",
+     "返回 total 条数据按每页 per_page 条显示时一共需要几页",
      "return total // per_page + 1", "total // per_page + 1", "(total + per_page - 1) // per_page",
      [([10, 5], 2), ([11, 5], 3), ([0, 5], 0), ([1, 5], 1), ([25, 10], 3)]),
 ]
 
 
-def gen_off_by_one(rng: random.Random, ws: Path) -> Instance:
-    func, params, doc, body, bad, good, cases = rng.choice(OFF_BY_ONE)
+def gen_off_by_one(rng: random.Random, ws: Path) -> Setup:
+    func, params, doc, doc_zh, body, bad, good, cases = rng.choice(OFF_BY_ONE)
     mod = rng.choice(MODULES)
     code = (f'def {func}({params}):\n    """{doc[0].upper() + doc[1:]}."""\n'
             + "".join(f"    {ln}\n" for ln in body.split("\n")))
     parts = [filler_function(rng, n) for n in func_names(rng, rng.randint(1, 3))]
     parts.insert(rng.randint(0, len(parts)), code)
     (ws / f"{mod}.py").write_text("\n\n".join(parts))
-    return Instance(f"{func} in {mod}.py is off by one. It should {doc}. Please fix it.",
-                    {"module": mod, "func": func, "bad": bad, "good": good, "cases": cases})
+    return Setup({"func": func, "module": mod, "doc": doc, "doc_zh": doc_zh},
+                 {"module": mod, "func": func, "bad": bad, "good": good, "cases": cases})
 
 
 def check_off_by_one(ws: Path, answer: str, e: dict) -> Check:
@@ -144,7 +147,7 @@ BREAKS = [  # (correct text, broken text)
 ]
 
 
-def gen_syntax_fix(rng: random.Random, ws: Path) -> Instance:
+def gen_syntax_fix(rng: random.Random, ws: Path) -> Setup:
     text, out = _script(rng)
     pick = rng.randrange(len(BREAKS) + 1)
     if pick < len(BREAKS):
@@ -154,8 +157,7 @@ def gen_syntax_fix(rng: random.Random, ws: Path) -> Instance:
         bad = good.replace("))", ")", 1)
     name = rng.choice(["report.py", "summary.py", "stats.py", f"{rng.choice(MODULES)}_report.py"])
     (ws / name).write_text(text.replace(good, bad, 1))
-    return Instance(f"python3 {name} fails with a syntax error. Fix it so the script runs.",
-                    {"script": name, "output": out, "original": text})
+    return Setup({"script": name}, {"script": name, "output": out, "original": text})
 
 
 def check_syntax_fix(ws: Path, answer: str, e: dict) -> Check:
@@ -181,7 +183,7 @@ def solve_syntax_fix(ws: Path, e: dict) -> str:
 # ---------------------------------------------------------------- 5: rename a function across files
 
 
-def gen_rename(rng: random.Random, ws: Path) -> Instance:
+def gen_rename(rng: random.Random, ws: Path) -> Setup:
     old, new, helper = func_names(rng, 3)
     lib, user_a, user_b = rng.sample(MODULES, 3)
     k = rng.randint(2, 9)
@@ -195,9 +197,8 @@ def gen_rename(rng: random.Random, ws: Path) -> Instance:
     (ws / "main.py").write_text(f"from {user_a} import report\nfrom {user_b} import too_big\n\n"
                                 f"print(report({rows}))\nprint(too_big({rows}, {rng.randint(10, 60)}))\n")
     expected = run_python(ws, ["main.py"]).stdout
-    return Instance(f"Rename the function {old} to {new} everywhere in this project: its definition and every use. "
-                    f"python3 main.py must still work.", {"old": old, "new": new, "lib": lib,
-                                                            "users": [user_a, user_b], "output": expected})
+    return Setup({"old": old, "new": new}, {"old": old, "new": new, "lib": lib, "users": [user_a, user_b],
+                                            "output": expected})
 
 
 def check_rename(ws: Path, answer: str, e: dict) -> Check:
@@ -224,30 +225,35 @@ def solve_rename(ws: Path, e: dict) -> str:
 
 # ---------------------------------------------------------------- 7b: write a new function from a description
 
-SPECS = [  # (function, parameters, description, code, hidden cases)
+SPECS = [  # (function, parameters, description, the same in Chinese, code, hidden cases)
     ("reverse_words", "text", "returns the words of text in reverse order, joined by single spaces",
+     "把 text 里的单词倒过来排，再用单个空格连起来返回",
      "return ' '.join(reversed(text.split()))",
      [(["a b c"], "c b a"), (["hello"], "hello"), (["red green blue"], "blue green red")]),
     ("is_palindrome", "text", "returns True when text reads the same backwards, ignoring case",
+     "判断 text 是不是回文（不区分大小写），是就返回 True",
      "return text.lower() == text.lower()[::-1]", [(["Level"], True), (["abc"], False), ([""], True), (["Aa"], True)]),
-    ("count_words", "text", "returns how many whitespace-separated words text has",
+    ("count_words", "text", "returns how many whitespace-separated words text has", "返回 text 里按空白分隔的单词个数",
      "return len(text.split())", [(["a b  c"], 3), ([""], 0), (["one"], 1)]),
     ("digit_sum", "n", "returns the sum of the decimal digits of the non-negative integer n",
+     "返回非负整数 n 的各位数字之和",
      "return sum(int(d) for d in str(n))", [([0], 0), ([1234], 10), ([909], 18)]),
     ("dedupe", "items", "returns the list items without duplicates, keeping the first occurrence of each, in order",
+     "返回去重后的 items 列表：每个元素只保留第一次出现的那个，顺序不变",
      "seen = []\n    for x in items:\n        if x not in seen:\n            seen.append(x)\n    return seen",
      [([[3, 1, 3, 2, 1]], [3, 1, 2]), ([[]], []), ([["a", "a"]], ["a"])]),
     ("fahrenheit_to_celsius", "f", "converts a temperature from Fahrenheit to Celsius, rounded to 1 decimal place",
+     "把华氏温度 f 换算成摄氏度，保留 1 位小数",
      "return round((f - 32) * 5 / 9, 1)", [([32], 0.0), ([212], 100.0), ([100], 37.8), ([-40], -40.0)]),
 ]
 
 
-def gen_create_function(rng: random.Random, ws: Path) -> Instance:
-    func, params, desc, code, cases = rng.choice(SPECS)
+def gen_create_function(rng: random.Random, ws: Path) -> Setup:
+    func, params, desc, desc_zh, code, cases = rng.choice(SPECS)
     mod = rng.choice(["textutils", "helpers", "utils", f"{rng.choice(MODULES)}_utils"])
     (ws / "README.md").write_text(f"# {rng.choice(WORDS)}\n\nSmall helpers live in {mod}.py.\n")
-    return Instance(f"Create {mod}.py with a function {func}({params}) that {desc}.",
-                    {"module": mod, "func": func, "params": params, "code": code, "cases": cases})
+    return Setup({"module": mod, "func": func, "params": params, "desc": desc, "desc_zh": desc_zh},
+                 {"module": mod, "func": func, "params": params, "code": code, "cases": cases})
 
 
 def check_create_function(ws: Path, answer: str, e: dict) -> Check:
@@ -269,7 +275,7 @@ def solve_replace(ws: Path, e: dict) -> str:
 # ---------------------------------------------------------------- 8: answer with a file:line citation
 
 
-def gen_locate(rng: random.Random, ws: Path) -> Instance:
+def gen_locate(rng: random.Random, ws: Path) -> Setup:
     mods = rng.sample(MODULES, rng.randint(3, 4))
     names = func_names(rng, 3 * len(mods))
     where: dict[str, str] = {}
@@ -283,8 +289,7 @@ def gen_locate(rng: random.Random, ws: Path) -> Instance:
         for n in own:
             where[n] = f"{mod}.py:{lines.index(next(ln for ln in lines if ln.startswith(f'def {n}('))) + 1}"
     target = rng.choice(names)
-    return Instance(f"Which file and line define the function {target}? Answer as path:line.",
-                    {"func": target, "at": where[target]})
+    return Setup({"func": target}, {"func": target, "at": where[target]})
 
 
 def check_locate(ws: Path, answer: str, e: dict) -> Check:
@@ -306,15 +311,15 @@ def solve_locate(ws: Path, e: dict) -> str:
 TASKS = [
     Task("fix-test", "a test script (python3 test_x.py, no pytest) fails: fix the module, not the test; "
          "hidden cases too",
-         gen_fix_test, check_fix_test, solve_fix_test),
+         gen_fix_test, check_fix_test, solve_fix_test, names=("test", "module")),
     Task("rename", "rename a function across three files (definition, import, attribute use); main.py must still run",
-         gen_rename, check_rename, solve_rename),
+         gen_rename, check_rename, solve_rename, names=("old", "new")),
     Task("off-by-one", "fix an off-by-one in a function described in words; checked on hidden cases",
-         gen_off_by_one, check_off_by_one, solve_replace),
+         gen_off_by_one, check_off_by_one, solve_replace, names=("func", "module")),
     Task("create-function", "create a module with a function of a given name and behaviour; checked on hidden cases",
-         gen_create_function, check_create_function, solve_create_function),
+         gen_create_function, check_create_function, solve_create_function, names=("module", "func")),
     Task("locate", "say which file and line define a function, as path:line",
-         gen_locate, check_locate, solve_locate),
+         gen_locate, check_locate, solve_locate, names=("func",)),
     Task("syntax-fix", "fix a syntax error so a script runs and prints its output (a rewrite does not count)",
-         gen_syntax_fix, check_syntax_fix, solve_syntax_fix),
+         gen_syntax_fix, check_syntax_fix, solve_syntax_fix, names=("script",)),
 ]

@@ -14,7 +14,7 @@ from taskkit import (
     NOUNS,
     WORDS,
     Check,
-    Instance,
+    Setup,
     Task,
     check_number_file,
     fmt_number,
@@ -40,16 +40,15 @@ def _py_files(rng: random.Random, ws: Path) -> int:
     return total
 
 
-def gen_linecount(rng: random.Random, ws: Path) -> Instance:
+def gen_linecount(rng: random.Random, ws: Path) -> Setup:
     out = rng.choice(["total.txt", "line_total.txt", "lines.txt"])
     total = _py_files(rng, ws)
-    return Instance(f"Count the lines of each .py file in this directory, write the total to {out}, "
-                    f"and report the total.", {"out": out, "total": total})
+    return Setup({"out": out}, {"out": out, "total": total})
 
 
-def gen_linecount_nowc(rng: random.Random, ws: Path) -> Instance:
-    inst = gen_linecount(rng, ws)
-    return Instance(inst.prompt, inst.expect, deny=("Bash(wc:*)",))
+def gen_linecount_nowc(rng: random.Random, ws: Path) -> Setup:
+    setup = gen_linecount(rng, ws)
+    return Setup(setup.fields, setup.expect, deny=("Bash(wc:*)",))
 
 
 def check_total(ws: Path, answer: str, e: dict) -> Check:
@@ -65,7 +64,7 @@ def solve_linecount(ws: Path, e: dict) -> str:
 # ---------------------------------------------------------------- 3: TODO comments as file:line
 
 
-def gen_todos(rng: random.Random, ws: Path) -> Instance:
+def gen_todos(rng: random.Random, ws: Path) -> Setup:
     out = rng.choice(["todos.txt", "TODO_LIST.txt", "open_todos.txt"])
     found = []
     for name in rng.sample(MODULES, rng.randint(2, 4)):
@@ -83,8 +82,7 @@ def gen_todos(rng: random.Random, ws: Path) -> Instance:
         with name.open("a") as f:
             f.write("# TODO: write tests\n")
         found.append(f"{name.name}:{name.read_text().count(chr(10))}")
-    return Instance(f"Find every TODO comment in the .py files here and list them in {out}, one per line, "
-                    f"as file:line.", {"out": out, "todos": sorted(found)})
+    return Setup({"out": out}, {"out": out, "todos": sorted(found)})
 
 
 def check_todos(ws: Path, answer: str, e: dict) -> Check:
@@ -109,7 +107,7 @@ def solve_todos(ws: Path, e: dict) -> str:
 # ---------------------------------------------------------------- 9: sum a CSV column
 
 
-def gen_csv_sum(rng: random.Random, ws: Path) -> Instance:
+def gen_csv_sum(rng: random.Random, ws: Path) -> Setup:
     name = rng.choice(["sales.csv", "orders.csv", "expenses.csv", "inventory.csv"])
     out = rng.choice(["sum.txt", "total.txt", "column_total.txt"])
     col = rng.choice(["quantity", "amount", "units", "price"])
@@ -125,8 +123,7 @@ def gen_csv_sum(rng: random.Random, ws: Path) -> Instance:
         w.writerow([i + 1, f"{rng.choice(WORDS)}-{rng.randint(10, 99)}", f"{value:.2f}" if cents else value,
                     rng.choice(["north", "south", "open", "closed", "2024-05-01"])])
     (ws / name).write_text(buf.getvalue())
-    return Instance(f"Add up the {col} column of {name}, write the sum to {out}, and tell me what it is.",
-                    {"out": out, "total": total / 100, "csv": name, "col": col})
+    return Setup({"col": col, "csv": name, "out": out}, {"out": out, "total": total / 100, "csv": name, "col": col})
 
 
 def check_csv_sum(ws: Path, answer: str, e: dict) -> Check:
@@ -166,18 +163,17 @@ def _tree(rng: random.Random, ws: Path) -> dict[str, int]:
     return sizes
 
 
-def gen_find_files(rng: random.Random, ws: Path) -> Instance:
+def gen_find_files(rng: random.Random, ws: Path) -> Setup:
     sizes = _tree(rng, ws)
     out = rng.choice(["answer.txt", "result.txt", "found.txt"])
     if rng.random() < 0.5:
         # not .txt: the answer file is one, and whether it counts would be a question of timing
         ext = rng.choice(sorted({p.rsplit(".", 1)[1] for p in sizes} - {"txt"}) or ["md"])
         n = sum(p.endswith("." + ext) for p in sizes)
-        return Instance(f"How many .{ext} files are there in this folder, subfolders included? Write the number to "
-                        f"{out} and tell me.", {"out": out, "count": n, "kind": "count", "ext": ext})
+        return Setup({"variant": "count", "ext": ext, "out": out},
+                     {"out": out, "count": n, "kind": "count", "ext": ext})
     biggest = max(sizes, key=sizes.get)
-    return Instance(f"Which file is the largest one in this folder (subfolders included)? Write its path to {out} "
-                    f"and tell me which it is.", {"out": out, "path": biggest, "kind": "largest"})
+    return Setup({"variant": "largest", "out": out}, {"out": out, "path": biggest, "kind": "largest"})
 
 
 def check_find_files(ws: Path, answer: str, e: dict) -> Check:
@@ -208,7 +204,7 @@ def solve_find_files(ws: Path, e: dict) -> str:
 # ---------------------------------------------------------------- 13: count matching lines in a log
 
 
-def gen_log_errors(rng: random.Random, ws: Path) -> Instance:
+def gen_log_errors(rng: random.Random, ws: Path) -> Setup:
     name = rng.choice(["app.log", "server.log", "worker.log"])
     level = rng.choice(["ERROR", "WARNING"])
     out = rng.choice(["errors.txt", "count.txt", f"{level.lower()}s.txt"])
@@ -219,8 +215,7 @@ def gen_log_errors(rng: random.Random, ws: Path) -> Instance:
         lines.append(f"2024-05-{rng.randint(1, 28):02d} 12:{i % 60:02d}:{rng.randint(0, 59):02d} {lv} "
                      f"{rng.choice(NOUNS)} {rng.choice(['saved', 'failed', 'retried', 'skipped', 'loaded'])}")
     (ws / name).write_text("\n".join(lines) + "\n")
-    return Instance(f"How many {level} lines are in {name}? Write the count to {out} and report it.",
-                    {"out": out, "total": n, "log": name, "level": level})
+    return Setup({"level": level, "log": name, "out": out}, {"out": out, "total": n, "log": name, "level": level})
 
 
 def solve_log_errors(ws: Path, e: dict) -> str:
@@ -259,7 +254,7 @@ def _json_value(v: str):
     return int(v) if v.isdigit() else {"true": True, "false": False}.get(v, v)
 
 
-def gen_config_edit(rng: random.Random, ws: Path) -> Instance:
+def gen_config_edit(rng: random.Random, ws: Path) -> Setup:
     fmt = rng.choice(["ini", "env", "json"])
     name = {"ini": rng.choice(["settings.ini", "app.cfg", "service.ini"]), "env": rng.choice([".env", "app.env"]),
             "json": rng.choice(["config.json", "settings.json"])}[fmt]
@@ -271,8 +266,8 @@ def gen_config_edit(rng: random.Random, ws: Path) -> Instance:
     (ws / name).write_text(_render_config(fmt, pairs, section))
     after = [(k, new if k == key else v) for k, v in pairs]
     (ws / "README.md").write_text(f"# {section}\n\nThe {section} reads its settings from {name}.\n")
-    return Instance(f"In {name}, change {shown} to {new}. Leave the other settings as they are.",
-                    {"file": name, "fmt": fmt, "after": _render_config(fmt, after, section), "key": shown})
+    return Setup({"file": name, "key": shown, "new": new},
+                 {"file": name, "fmt": fmt, "after": _render_config(fmt, after, section), "key": shown})
 
 
 def check_config_edit(ws: Path, answer: str, e: dict) -> Check:
@@ -299,7 +294,7 @@ def solve_config_edit(ws: Path, e: dict) -> str:
 # ---------------------------------------------------------------- 7a: create a JSON file from a description
 
 
-def gen_create_json(rng: random.Random, ws: Path) -> Instance:
+def gen_create_json(rng: random.Random, ws: Path) -> Setup:
     name = rng.choice(["config.json", "settings.json", "deploy.json", "project.json"])
     want: dict = {"name": f"{rng.choice(WORDS)}-{rng.choice(MODULES)}"}
     if rng.random() < 0.5:
@@ -308,9 +303,10 @@ def gen_create_json(rng: random.Random, ws: Path) -> Instance:
     want[rng.choice(["debug", "enabled", "verbose"])] = rng.random() < 0.5
     want[rng.choice(["tags", "regions", "owners"])] = rng.sample(WORDS, rng.randint(2, 3))
     (ws / "README.md").write_text(f"# {want['name']}\n\nConfiguration lives in {name}.\n")
-    desc = ", ".join(f"{k} {json.dumps(v)}" for k, v in want.items())
-    return Instance(f"Create {name} holding a JSON object with exactly these keys and values: {desc}.",
-                    {"file": name, "want": want})
+    pairs = [(k, json.dumps(v)) for k, v in want.items()]
+    return Setup({"file": name, "desc": ", ".join(f"{k} {v}" for k, v in pairs),
+                  "desc_lines": "".join(f"\n   - {k}: {v}" for k, v in pairs),
+                  "desc_zh": "，".join(f"{k} 为 {v}" for k, v in pairs)}, {"file": name, "want": want})
 
 
 def check_create_json(ws: Path, answer: str, e: dict) -> Check:
@@ -334,7 +330,7 @@ def solve_create_json(ws: Path, e: dict) -> str:
 # ---------------------------------------------------------------- 14: unique sorted lines
 
 
-def gen_unique(rng: random.Random, ws: Path) -> Instance:
+def gen_unique(rng: random.Random, ws: Path) -> Setup:
     name = rng.choice(["names.txt", "emails.txt", "hosts.txt"])
     out = rng.choice(["unique.txt", "sorted.txt", f"unique_{name}"])
     pool = [f"{w}{rng.randint(1, 9)}" for w in rng.sample(WORDS, rng.randint(5, 9))]
@@ -345,8 +341,7 @@ def gen_unique(rng: random.Random, ws: Path) -> Instance:
     lines = pool + rng.choices(pool, k=rng.randint(3, 8))
     rng.shuffle(lines)
     (ws / name).write_text("\n".join(lines) + "\n")
-    return Instance(f"Write the lines of {name} to {out} sorted alphabetically, with duplicates removed.",
-                    {"src": name, "out": out, "want": sorted(set(pool))})
+    return Setup({"src": name, "out": out}, {"src": name, "out": out, "want": sorted(set(pool))})
 
 
 def check_unique(ws: Path, answer: str, e: dict) -> Check:
@@ -367,21 +362,21 @@ def solve_unique(ws: Path, e: dict) -> str:
 
 TASKS = [
     Task("linecount", "count the lines of the .py files, write the total to a named file, report it (the quick start)",
-         gen_linecount, check_total, solve_linecount),
+         gen_linecount, check_total, solve_linecount, names=("out",)),
     Task("linecount-nowc", "the same, with Bash(wc:*) denied: the likely first call is refused and must be rerouted",
-         gen_linecount_nowc, check_total, solve_linecount, tags=("permissions",)),
+         gen_linecount_nowc, check_total, solve_linecount, names=("out",), tags=("permissions",)),
     Task("todos", "list the TODO comments of the .py files as file:line in a named file",
-         gen_todos, check_todos, solve_todos),
+         gen_todos, check_todos, solve_todos, names=("out",)),
     Task("csv-sum", "sum one column of a CSV file, write the sum to a named file, report it",
-         gen_csv_sum, check_csv_sum, solve_csv_sum),
+         gen_csv_sum, check_csv_sum, solve_csv_sum, names=("col", "csv", "out")),
     Task("find-files", "count the files with an extension in a small tree, or name the largest file; write and report",
-         gen_find_files, check_find_files, solve_find_files),
+         gen_find_files, check_find_files, solve_find_files, names=("ext", "out")),
     Task("log-count", "count the ERROR (or WARNING) lines of a log, write and report the count",
-         gen_log_errors, check_total, solve_log_errors),
+         gen_log_errors, check_total, solve_log_errors, names=("level", "log", "out")),
     Task("config-edit", "change one value in an .ini/.env/.json config without touching the rest",
-         gen_config_edit, check_config_edit, solve_config_edit),
+         gen_config_edit, check_config_edit, solve_config_edit, names=("file", "key", "new")),
     Task("create-json", "create a JSON file with given keys and values",
-         gen_create_json, check_create_json, solve_create_json),
+         gen_create_json, check_create_json, solve_create_json, names=("file",)),
     Task("unique-lines", "write a file's lines sorted with duplicates removed to a named file",
-         gen_unique, check_unique, solve_unique),
+         gen_unique, check_unique, solve_unique, names=("src", "out")),
 ]

@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,13 +16,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import bench_tasks  # noqa: E402
 import naive  # noqa: E402
 from report import tables  # noqa: E402
-from tasks import TASKS, check_one  # noqa: E402
+from report import breakdowns, row_wording  # noqa: E402
+from taskkit import Wording  # noqa: E402
+from tasks import MOVED_TO_TUNE, TASKS, check_one, split_of, wording_problems, wordings_for  # noqa: E402
+
+NEW_KINDS = {"move-function", "exact-output", "data-stat", "run-question", "readonly-question", "pytest-fix",
+             "dedupe-order"}
 
 
 def test_the_suite_has_the_kinds_the_issue_asks_for():
-    assert len(TASKS) >= 12
+    assert len(TASKS) >= 22
     assert {"linecount", "linecount-nowc", "todos", "fix-test", "rename", "off-by-one", "create-json",
-            "create-function", "locate", "csv-sum", "config-edit", "find-files", "syntax-fix"} <= set(TASKS)
+            "create-function", "locate", "csv-sum", "config-edit", "find-files", "syntax-fix"} | NEW_KINDS <= set(TASKS)
 
 
 @pytest.mark.parametrize("name", list(TASKS))
@@ -39,6 +45,109 @@ def make(name, tmp_path, seed=1):
 def test_seeds_vary_the_workspace(tmp_path):
     prompts = {TASKS["csv-sum"].make(s, tmp_path / str(s)).prompt for s in range(1, 6)}
     assert len(prompts) > 1
+
+
+# ---------------------------------------------------------------- wordings and the split
+
+
+@pytest.mark.parametrize("name", list(TASKS))
+def test_every_kind_has_three_wordings_one_in_chinese(name):
+    ids = [w.id for w in TASKS[name].wordings]
+    assert len(ids) >= 3 and len(set(ids)) == len(ids) and ids[0] == "en-1"
+    assert {w.lang for w in TASKS[name].wordings} == {"en", "zh"}
+    assert all(w.id.split("-")[0] == w.lang and w.lang in ("en", "zh") for w in TASKS[name].wordings)
+
+
+@pytest.mark.parametrize("name", list(TASKS))
+def test_every_wording_renders_and_names_what_the_checker_needs(name, tmp_path):
+    for seed in (1, 2, 3):
+        assert wording_problems(TASKS[name], seed, tmp_path / str(seed)) == []
+
+
+def test_a_wording_that_leaves_out_the_output_file_is_caught(tmp_path):
+    bad = TASKS["csv-sum"].wordings + (Wording("en-9", "Add up the {col} column of {csv} and tell me."),
+                                       Wording("zh-9", "Sum {col} of {csv}, write it to {out}."))
+    problems = wording_problems(replace(TASKS["csv-sum"], wordings=bad), 1, tmp_path)
+    assert any(p.startswith("en-9 does not name the out") for p in problems)
+    assert "zh-9 is not written in zh" in problems
+
+
+def test_wordings_differ_in_shape_not_only_in_words(tmp_path):
+    """No two wordings of a kind are near copies (a synonym swapped into one template). They are compared with
+    every field shown as one mark, so a long shared field (a description, a JSON object) does not count."""
+    import difflib
+    import random
+
+    for name, task in TASKS.items():
+        (tmp_path / name).mkdir()
+        fields = task.generate(random.Random(f"{name}/1"), tmp_path / name).fields
+        marks = {k: v if k == "variant" else "#" for k, v in fields.items()}
+        shapes = {w.id: w.render(marks) for w in task.wordings}
+        for a in shapes:
+            for b in shapes:
+                if a < b:
+                    ratio = difflib.SequenceMatcher(None, shapes[a], shapes[b]).ratio()
+                    assert ratio < 0.7, (name, a, b, ratio)
+
+
+def test_a_wording_changes_the_prompt_not_the_workspace(tmp_path):
+    from tasks import snapshot
+
+    a = TASKS["rename"].make(5, tmp_path / "a", "en-1")
+    b = TASKS["rename"].make(5, tmp_path / "b", "zh-1")
+    assert a.expect == b.expect and snapshot(tmp_path / "a") == snapshot(tmp_path / "b")
+    assert (b.wording, b.lang) == ("zh-1", "zh") and a.expect["old"] in b.prompt and "重命名" in b.prompt
+    with pytest.raises(KeyError):
+        TASKS["rename"].make(5, tmp_path / "c", "fr-1")
+
+
+def test_en_1_is_the_prompt_the_kinds_had_before_wordings():
+    """Results recorded before wordings existed used this text: en-1 must keep it word for word."""
+    assert TASKS["linecount"].wordings[0].render({"out": "total.txt"}) == \
+        "Count the lines of each .py file in this directory, write the total to total.txt, and report the total."
+
+
+def test_the_split_holds_out_chinese_everywhere_and_tunes_on_some():
+    pairs = [(k, w.id, w.lang) for k, t in TASKS.items() for w in t.wordings]
+    held = [p for p in pairs if split_of(p[0], p[1]) == "heldout"]
+    assert 0.35 < len(held) / len(pairs) < 0.6  # about half
+    for kind in TASKS:
+        assert split_of(kind, "en-1") == "tune"  # the wording the small profile was tuned on
+        assert any(lang == "zh" for k, _, lang in held if k == kind)
+        assert any(lang == "en" for k, _, lang in held if k == kind)
+    assert len({k for k, w, lang in pairs if lang == "zh" and split_of(k, w) == "tune"}) >= 5
+    assert {split_of(k, w) for k, w, _ in pairs} == {"tune", "heldout"}
+
+
+def test_a_moved_wording_is_tuned_on(monkeypatch):
+    assert split_of("locate", "zh-1") == "heldout"
+    monkeypatch.setitem(MOVED_TO_TUNE, ("locate", "zh-1"), "a change was made for it")
+    assert split_of("locate", "zh-1") == "tune" and split_of("todos", "zh-1") == "heldout"
+
+
+def test_runs_go_round_the_selected_wordings_the_same_for_every_config():
+    a, b = bench_tasks.parse_config("drivetrain"), bench_tasks.parse_config("naive")
+    planned = bench_tasks.plan(["csv-sum", "locate"], [a, b], 6, 1, split="heldout")
+    for task in ("csv-sum", "locate"):
+        by_run = {}
+        for t, r, _, w, c in planned:
+            if t == task:
+                by_run.setdefault(r, set()).add(w)
+        assert all(len(ws) == 1 for ws in by_run.values())  # both configs see the same prompt
+        seen = [next(iter(by_run[r])) for r in sorted(by_run)]
+        assert set(seen) == set(wordings_for(task, "heldout")) and seen[0] != seen[1]
+    assert all(split_of(t, w) == "heldout" for t, _, _, w, _ in planned)
+    zh = bench_tasks.plan(list(TASKS), [a], 2, 1, lang="zh")
+    assert {t for t, *_ in zh} == set(TASKS) and all(w.startswith("zh-") for _, _, _, w, _ in zh)
+    assert bench_tasks.plan(list(TASKS), [a], 1, 1, lang="zh", split="tune")  # Chinese is tuned on somewhere
+    assert [w for *_, w, _ in bench_tasks.plan(["todos"], [a], 3, 1, wordings=("en-2",))] == ["en-2"] * 3
+    assert bench_tasks.plan(["locate"], [a], 1, 1, lang="zh", split="tune") == []  # no such wording: left out
+
+
+def test_unknown_wording_ids_are_refused(capsys):
+    with pytest.raises(SystemExit):
+        bench_tasks.main(["--tasks", "todos", "--wording", "en-7"])
+    assert "unknown wordings ['en-7']" in capsys.readouterr().err
 
 
 def test_linecount_denies_wc_only_in_its_rerouting_variant(tmp_path):
@@ -105,6 +214,103 @@ def test_off_by_one_checked_on_hidden_cases(tmp_path):
     assert not ok and "returned None" in reason
 
 
+# ---------------------------------------------------------------- the new kinds: wrong work fails
+
+
+def test_copying_a_function_instead_of_moving_it_fails(tmp_path):
+    ws, e, _ = make("move-function", tmp_path)
+    src = (ws / e["app"]).read_text()
+    start = src.index(f"def {e['func']}(")
+    (ws / f"{e['new']}.py").write_text(src[start:src.index("\n\n", start)] + "\n")
+    ok, reason = TASKS["move-function"].check(ws, "", e)
+    assert not ok and "copied, not moved" in reason
+    TASKS["move-function"].solve(ws, e)
+    (ws / f"{e['new']}.py").write_text((ws / f"{e['new']}.py").read_text() + "print('loaded')\n")
+    ok, reason = TASKS["move-function"].check(ws, "", e)
+    assert not ok and "prints something else" in reason
+
+
+@pytest.mark.parametrize("extra", ["!", " ", "\n", ".\n"])
+def test_exact_output_fails_on_one_stray_character(extra, tmp_path):
+    ws, e, inst = make("exact-output", tmp_path)
+    assert e["line"] in inst.prompt
+    (ws / e["script"]).write_text(f"print({(e['line'] + extra)!r})\n")
+    assert TASKS["exact-output"].check(ws, "", e)[0] is False
+    (ws / e["script"]).write_text(f"print({e['line']!r})\n")
+    assert TASKS["exact-output"].check(ws, "", e)[0] is True
+
+
+def test_exact_output_starts_with_a_debug_line_and_a_near_miss(tmp_path):
+    for seed in range(1, 6):
+        ws, e, _ = make("exact-output", tmp_path / str(seed), seed)
+        out = subprocess.run([sys.executable, e["script"]], cwd=ws, capture_output=True, text=True).stdout
+        assert out.startswith("debug:") and e["line"] not in out.splitlines()
+
+
+def test_data_stat_needs_the_right_value_written_and_reported(tmp_path):
+    for seed in range(1, 9):
+        ws, e, inst = make("data-stat", tmp_path / str(seed), seed)
+        value = e["value"]
+        (ws / e["out"]).write_text(f"{value + 1}\n")
+        assert TASKS["data-stat"].check(ws, f"It is {value + 1}.", e)[0] is False
+        (ws / e["out"]).write_text(f"{value}\n")
+        assert TASKS["data-stat"].check(ws, "Done.", e)[0] is False
+        assert TASKS["data-stat"].check(ws, f"It is {value}.", e)[0] is True
+        assert round(value, 2) == value  # a mean of 10, 20 or 25 integers ends within two decimals
+    kinds = {make("data-stat", tmp_path / f"k{s}", s)[1]["stat"] for s in range(1, 30)}
+    assert kinds == {"mean", "max", "count", "sum_where"}
+
+
+def test_run_question_value_is_not_in_the_source_and_must_be_given(tmp_path):
+    funcs = set()
+    for seed in range(1, 13):
+        ws, e, inst = make("run-question", tmp_path / str(seed), seed)
+        funcs.add(e["call"].split("(")[0])
+        assert str(e["value"]) not in (ws / f"{e['module']}.py").read_text()
+        assert e["call"] in inst.prompt
+        wrong = e["value"] + 1 if isinstance(e["value"], int) else e["value"][::-1]
+        assert TASKS["run-question"].check(ws, f"It returns {wrong}.", e)[0] is (wrong == e["value"])
+        assert TASKS["run-question"].check(ws, f"It returns {e['value']}.", e)[0] is True
+    assert len(funcs) >= 3
+
+
+def test_readonly_question_fails_on_any_change_even_with_the_right_answer(tmp_path):
+    ws, e, _ = make("readonly-question", tmp_path)
+    answer = f"It is {e['value']}."
+    assert TASKS["readonly-question"].check(ws, answer, e)[0] is True
+    (ws / "__pycache__").mkdir()  # running the code is not changing it
+    (ws / "__pycache__" / "x.cpython-311.pyc").write_bytes(b"\0")
+    assert TASKS["readonly-question"].check(ws, answer, e)[0] is True
+    (ws / "scratch.py").write_text("print(1)\n")
+    ok, reason = TASKS["readonly-question"].check(ws, answer, e)
+    assert not ok and "created: scratch.py" in reason
+    (ws / "scratch.py").unlink()
+    readme = ws / "README.md"
+    readme.write_text(readme.read_text() + "\n")
+    ok, reason = TASKS["readonly-question"].check(ws, answer, e)
+    assert not ok and "README.md" in reason
+
+
+def test_pytest_fix_is_judged_by_pytest(tmp_path):
+    ws, e, _ = make("pytest-fix", tmp_path)
+    plain = subprocess.run([sys.executable, e["test"]], cwd=ws, capture_output=True, text=True)
+    assert "ModuleNotFoundError" in plain.stderr  # not a script to run by hand: pytest (and its pytest.ini) runs it
+    ok, reason = TASKS["pytest-fix"].check(ws, "", e)
+    assert not ok and "pytest still fails" in reason
+    (ws / e["test"]).write_text("def test_nothing():\n    pass\n")
+    ok, reason = TASKS["pytest-fix"].check(ws, "", e)
+    assert not ok and "was changed" in reason
+
+
+def test_dedupe_order_fails_when_the_lines_are_sorted(tmp_path):
+    ws, e, _ = make("dedupe-order", tmp_path)
+    (ws / e["file"]).write_text("\n".join(sorted(e["want"])) + "\n")
+    ok, reason = TASKS["dedupe-order"].check(ws, "", e)
+    assert not ok and "sorted?" in reason
+    (ws / e["file"]).write_text("\n".join(e["want"]) + "\n")
+    assert TASKS["dedupe-order"].check(ws, "", e)[0] is True
+
+
 def test_config_syntax():
     assert bench_tasks.parse_config("drivetrain") == bench_tasks.Config("drivetrain", "drivetrain")
     assert bench_tasks.parse_config("naive").naive
@@ -129,11 +335,11 @@ def test_a_config_can_run_the_code_of_another_checkout(tmp_path):
 
 def test_runs_interleave_the_configs():
     a, b = bench_tasks.parse_config("drivetrain"), bench_tasks.parse_config("naive")
-    order = [(t, r, c.name) for t, r, _, c in bench_tasks.plan(["todos", "rename"], [a, b], 2, 1)]
+    order = [(t, r, c.name) for t, r, _, _, c in bench_tasks.plan(["todos", "rename"], [a, b], 2, 1)]
     assert order == [("todos", 1, "drivetrain"), ("todos", 1, "naive"), ("rename", 1, "drivetrain"),
                      ("rename", 1, "naive"), ("todos", 2, "drivetrain"), ("todos", 2, "naive"),
                      ("rename", 2, "drivetrain"), ("rename", 2, "naive")]
-    seeds = {(t, r): s for t, r, s, _ in bench_tasks.plan(["todos"], [a, b], 2, 7)}
+    seeds = {(t, r): s for t, r, s, _, _ in bench_tasks.plan(["todos"], [a, b], 2, 7)}
     assert seeds == {("todos", 1): 7001, ("todos", 2): 7002}  # the same workspace for both configs
 
 
@@ -156,12 +362,43 @@ def test_tables_count_per_task_and_config():
     assert "| median wall per run | 20.0 s | 3.0 s |" in lines
 
 
+def test_breakdowns_put_configs_side_by_side_per_split_language_and_kind():
+    rows = [{**row("locate", "drivetrain", True, 10, 3), "wording": "zh-1"},
+            {**row("locate", "naive", False, 30, 3), "wording": "zh-1"},
+            {**row("locate", "drivetrain", False, 20, 3), "wording": "en-1"},
+            {**row("locate", "naive", True, 4, 3), "wording": "en-1"},
+            row("todos", "drivetrain", True, 6, 3)]  # from before wordings: en-1, tune
+    assert row_wording(rows[-1]) == ("en-1", "en", "tune")
+    text = breakdowns(rows)
+    lines = text.splitlines()
+    assert lines[0].split() == ["split", "drivetrain", "naive"]
+    assert lines[1].split() == ["heldout", "1/1", "100%", "10.0s", "0/1", "0%", "30.0s"]
+    assert lines[2].split() == ["tune", "1/2", "50%", "13.0s", "1/1", "100%", "4.0s"]
+    assert ["zh", "1/1", "100%", "10.0s", "0/1", "0%", "30.0s"] in [ln.split() for ln in lines]
+    assert ["heldout/zh", "1/1", "100%", "10.0s", "0/1", "0%", "30.0s"] in [ln.split() for ln in lines]
+    assert ["todos", "1/1", "100%", "6.0s", "-"] in [ln.split() for ln in lines]
+    md = tables(rows)[2].splitlines()
+    assert "| *language zh* | 1/1 | 0/1 |" in md and "| *split heldout* | 1/1 | 0/1 |" in md
+
+
+def test_report_filters_by_split_and_language(tmp_path, capsys):
+    results = tmp_path / "runs.jsonl"
+    rows = [{**row("locate", "drivetrain", True, 10, 3), "wording": "zh-1"},
+            {**row("locate", "drivetrain", False, 20, 3), "wording": "en-1"}]
+    results.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert bench_tasks.main(["--report", str(results), "--split", "heldout"]) == 0
+    assert "| **total** | **1/1 (100%)** |" in capsys.readouterr().out
+    assert bench_tasks.main(["--report", str(results), "--lang", "en"]) == 0
+    assert "| **total** | **0/1 (0%)** |" in capsys.readouterr().out
+
+
 def test_resume_skips_runs_in_the_results_file_and_reports_them(tmp_path, capsys):
     results = tmp_path / "runs.jsonl"
     done = [row("todos", "drivetrain", True, 10, 3, run=r, seed=1000 + r) for r in (1, 2)]
     results.write_text("".join(json.dumps(r) + "\n" for r in done) + '{"task": "todos", "cut sh')
     code = bench_tasks.main(["--tasks", "todos", "--config", "drivetrain", "--runs", "2", "--results", str(results),
-                             "--resume", "--save", str(tmp_path / "save")])
+                             "--resume", "--save", str(tmp_path / "save"), "--wording", "en-1"])  # rows without a
+    # wording were run with en-1
     out = capsys.readouterr().out
     assert code == 0 and "to run: 0" in out and "| todos | 2/2 |" in out
     assert bench_tasks.main(["--report", str(results)]) == 0
@@ -190,8 +427,9 @@ def test_drivetrain_runner_through_the_real_cli(tmp_path):
                                          "ANTHROPIC_MODEL": "claude-sonnet-4-6"})
         result = runner.run("linecount-nowc", 1, 3, config)
     assert result["solved"], result
+    assert (result["wording"], result["lang"], result["split"]) == ("en-1", "en", "tune")
     assert result["turns"] == 4 and result["trajectory"] == "Bash! → Bash → Write → end_turn"
-    logs = tmp_path / "save" / "linecount-nowc" / "run1-seed3" / "x"
+    logs = tmp_path / "save" / "linecount-nowc" / "run1-seed3-en-1" / "x"
     assert (logs / "instance.json").is_file() and (logs / "stderr.log").is_file()
     assert (logs / "ws" / e["out"]).is_file()  # a link to the workspace, whose own path gives nothing away
     assert "linecount" not in result["workspace"] and "/x/" not in result["workspace"]
@@ -241,8 +479,10 @@ def test_naive_loop_ends_cleanly_when_the_history_outgrows_the_context(tmp_path)
 
 def test_a_run_that_cannot_start_is_recorded_with_its_reason(tmp_path):
     runner = bench_tasks.Runner("small", tmp_path / "save", 12, 60)
-    result = runner.run("todos", 1, 1, bench_tasks.parse_config("odd=arg:--no-such-flag"))
+    result = runner.run("todos", 1, 1, bench_tasks.parse_config("odd=arg:--no-such-flag"), "zh-1")
     assert not result["solved"] and "exit 2" in result["reason"] and "--no-such-flag" in result["reason"]
+    assert (result["wording"], result["lang"], result["split"]) == ("zh-1", "zh", "heldout")
+    assert "TODO" in result["prompt"] and "注释" in result["prompt"]
     broken = bench_tasks.Runner(str(tmp_path / "missing.gguf"), tmp_path / "save", 12, 60)
     result = broken.run("todos", 1, 1, bench_tasks.parse_config("naive"))
     assert not result["solved"] and result["reason"].startswith("bench error (") and "missing.gguf" in result["reason"]
