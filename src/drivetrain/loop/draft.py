@@ -53,7 +53,6 @@ class LoopSettings(Protocol):
     def gate(self) -> Gate: ...
 
 
-
 @dataclass
 class Deps:
     """What a step works with besides the run's value: the agent's settings, its model, tools and gate."""

@@ -105,9 +105,10 @@ def equip(profile: Profile, model: Model, tools: list[Tool], hooks: Hooks, cwd: 
         return model, tools, system, []
     if profile.prefixcache and isinstance(model, LocalModel):  # before the code-block wrapper hides it
         model.prefix_cache = True
-    if profile.codeact and not _answers_in_blocks(model):
+    if profile.codeact:
         # Blocks run as Bash; a block naming a file is an Edit or Write of it (small/fragments.py).
-        model, tools = CodeActionModel(model, cwd), [t for t in tools if t.name in ("Bash", "Edit", "Write")]
+        model = model if _answers_in_blocks(model) else CodeActionModel(model, cwd)
+        tools = [t for t in tools if t.name in ("Bash", "Edit", "Write")]
     else:
         tools = [t for t in tools if t.name in SMALL_TOOLS]
     checks = WorkChecks(cwd, report_changes=profile.changes, file_blocks=profile.codeact, force=profile.force) \
