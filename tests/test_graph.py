@@ -1,6 +1,7 @@
 import typing
 
-from drivetrain import Agent, loop
+from drivetrain import Agent
+from drivetrain.loop import step as loop
 from drivetrain.loop.graph import edges, mermaid
 from drivetrain.models.anthropic import AnthropicModel
 from drivetrain.testing import ScriptedServer, reply, respond, tool_call

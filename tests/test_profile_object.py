@@ -42,7 +42,7 @@ def test_the_library_agent_with_the_small_profile_is_the_cli_agent(tmp_path, mon
 def test_equipping_leaves_the_agent_as_it_was_and_each_run_gets_its_own_checks(tmp_path):
     agent = Agent(model=AnthropicModel.from_env(env=ENV), tools=builtin_tools(), cwd=tmp_path, profile=SMALL)
     first, second = equipped(agent), equipped(agent)
-    assert agent.system is None and agent.nodes == [] and len(agent.tools) == 6
+    assert agent.system == "" and agent.nodes == [] and len(agent.tools) == 6
     assert not isinstance(agent.model, CodeActionModel)
     assert first.nodes[0] is not second.nodes[0]
 
@@ -50,6 +50,16 @@ def test_equipping_leaves_the_agent_as_it_was_and_each_run_gets_its_own_checks(t
 def test_the_full_profile_adds_nothing_but_an_empty_system_prompt(tmp_path):
     agent = Agent(model=AnthropicModel.from_env(env=ENV), tools=builtin_tools(), cwd=tmp_path, profile=FULL)
     a = equipped(agent)
-    assert (a.system, a.tools, a.nodes, a.model) == ("", agent.tools, [], agent.model)
+    assert a is agent
     kept = Agent(model=agent.model, system="Be brief.", profile=FULL)
     assert equipped(kept) is kept
+
+
+def test_a_change_to_the_agent_after_a_run_started_reaches_it(tmp_path):
+    """What the profile adds is laid over the agent, not a copy of it: a plan raising a retry's turn limit (or an
+    observer raising a budget) reaches the running loop, with a profile as without."""
+    agent = Agent(model=AnthropicModel.from_env(env=ENV), tools=builtin_tools(), cwd=tmp_path, profile=SMALL,
+                  max_turns=2)
+    run = agent.start("x")
+    agent.max_turns = 7
+    assert run.deps.agent.max_turns == 7 and run.deps.agent.system.startswith("You are a coding agent")

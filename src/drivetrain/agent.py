@@ -48,7 +48,7 @@ class Agent:
 
     model: Model
     tools: list[Tool] = field(default_factory=list)
-    system: str | None = None  # None: the profile's own (the plain loop: none)
+    system: str = ""  # "": the profile's own (the plain loop: none)
     max_turns: int | None = None
     max_tokens: int = 8192
     max_tokens_ceiling: int = 32768  # how far a cut-off tool call may raise max_tokens on retry

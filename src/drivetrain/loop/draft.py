@@ -53,6 +53,23 @@ class LoopSettings(Protocol):
     def gate(self) -> Gate: ...
 
 
+class Equipped:
+    """An agent as its profile runs it: what the profile adds (a model wrapper, tools, a system prompt, hooks,
+    nodes) over the agent's own settings, which are read live (a plan raising a retry's turn limit reaches the
+    run, as it does without a profile)."""
+
+    def __init__(self, agent: Any, **added: Any) -> None:
+        self._agent = agent
+        self.__dict__.update(added)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._agent, name)
+
+    @property
+    def gate(self) -> Gate:
+        return Gate(self.hooks, self.policy, self.approver)
+
+
 @dataclass
 class Deps:
     """What a step works with besides the run's value: the agent's settings, its model, tools and gate."""

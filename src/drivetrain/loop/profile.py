@@ -51,10 +51,7 @@ class Profile:
         return None
 
     def equip(self, agent: A) -> A:
-        """The agent as this profile runs it (a copy: ``agent`` is not changed). The plain loop adds nothing but
-        an empty system prompt where none was set."""
-        if getattr(agent, "system", "") is None:
-            return replace(agent, system=self.default_system() or "")  # type: ignore[type-var]
+        """The agent as this profile runs it (``agent`` itself is not changed). The plain loop adds nothing."""
         return agent
 
 

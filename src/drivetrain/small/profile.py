@@ -14,11 +14,12 @@ be switched off alone (``SMALL.without("checks")``, or ``DRIVETRAIN_ABLATE=check
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from drivetrain.control.hooks import HookChain, Hooks
+from drivetrain.loop.draft import Equipped
 from drivetrain.loop.nodes import Node
 from drivetrain.loop.profile import AIDS, FULL, Profile
 from drivetrain.models.base import Model
@@ -68,8 +69,8 @@ class SmallProfile(Profile):
         return small_system_prompt(self.codeact, self.example)
 
     def equip(self, agent: Any) -> Any:
-        """A copy of ``agent`` with the code-block model, the profile's tools, its system prompt (where the agent
-        sets none), its hooks run after the agent's own, and the checks node added. A file the task names is shown
+        """``agent`` with the code-block model, the profile's tools, its system prompt (where the agent sets none),
+        its hooks run after the agent's own, and the checks node added (``agent`` itself is not changed). A file the task names is shown
         with it only when the agent's policy allows reading it."""
         policy, cwd = agent.policy, agent.cwd
 
@@ -77,9 +78,10 @@ class SmallProfile(Profile):
             return policy is None or policy.decide("Read", {"file_path": path}, cwd).behavior == "allow"
 
         hooks = Hooks()
-        model, tools, system, nodes = equip(self, agent.model, list(agent.tools), hooks, cwd, agent.system, readable)
-        return replace(agent, model=model, tools=tools, system=system, hooks=HookChain(agent.hooks, hooks),
-                       nodes=[*agent.nodes, *nodes])
+        model, tools, system, nodes = equip(self, agent.model, list(agent.tools), hooks, cwd, agent.system or None,
+                                            readable)
+        return Equipped(agent, model=model, tools=tools, system=system, hooks=HookChain(agent.hooks, hooks),
+                        nodes=[*agent.nodes, *nodes])
 
 
 def _answers_in_blocks(model: Model) -> bool:
