@@ -41,21 +41,24 @@ async def read_json(request: Request, max_body: int) -> Any:
     if "json" not in (request.headers.get("content-type") or "").lower():
         # also keeps web pages out: a browser cannot send application/json cross-site without asking first
         raise HTTPError(415, "Content-Type must be application/json")
-    too_large = HTTPError(413, f"request body is larger than {max_body} bytes", headers={"connection": "close"})
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > max_body:
-        raise too_large
+        raise _too_large(max_body)
     parts, size = [], 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > max_body:
-            raise too_large
+            raise _too_large(max_body)
         parts.append(chunk)
     raw = b"".join(parts)
     try:
         return json.loads(raw) if raw else None
     except ValueError as e:
         raise HTTPError(400, f"request body is not valid JSON: {e}") from None
+
+
+def _too_large(max_body: int) -> HTTPError:
+    return HTTPError(413, f"request body is larger than {max_body} bytes", headers={"connection": "close"})
 
 
 def json_response(obj: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
@@ -67,7 +70,8 @@ def json_response(obj: Any, status: int = 200, headers: dict[str, str] | None = 
 
 async def from_model(request: Request, state: ServeState, fields: dict, stream: bool,
                      writer: StreamWriter | None, to_json) -> Response | EventStream:
-    await unless_disconnected(request.receive, state.admission.acquire())
+    if not state.admission.try_acquire():
+        await unless_disconnected(request.receive, state.admission.acquire())
     call = ModelCall(state.model, state.admission, fields, stream)
     usage = request.scope["drivetrain.usage"]
     if not stream:
@@ -125,7 +129,8 @@ def _failed(state: ServeState, e: BaseException) -> HTTPError:
 async def forwarded(request: Request, state: ServeState, body: dict, stream: bool,
                     writer: StreamWriter | None, path_suffix: str = "") -> Response | EventStream:
     upstream, usage = state.upstream, request.scope["drivetrain.usage"]
-    await unless_disconnected(request.receive, state.admission.acquire())
+    if not state.admission.try_acquire():
+        await unless_disconnected(request.receive, state.admission.acquire())
     if not stream:
         work = asyncio.ensure_future(_post_and_read(upstream, body, request.headers, path_suffix))
         state.admission.release_when_done(work)
@@ -181,7 +186,7 @@ async def _ending(frames: AsyncIterator[bytes], writer: StreamWriter, ended: asy
     try:
         async for chunk in frames:
             yield chunk
-    except httpx.HTTPError as e:
+    except (httpx.HTTPError, OSError, EOFError) as e:
         yield writer.error(HTTPError(502, f"the served model's stream broke off: {root_cause(e)}"))
     finally:
         await frames.aclose()  # type: ignore[attr-defined]

@@ -91,7 +91,7 @@ async def _lifespan(state: ServeState, receive, send) -> None:
         message = await receive()
         if message["type"] == "lifespan.startup":
             if state.upstream is not None:
-                state.upstream.client()  # its TLS context takes a while to build: not on the first request
+                state.upstream.warm()  # an httpx client's TLS context takes a while to build: not on the first request
             await send({"type": "lifespan.startup.complete"})
         elif message["type"] == "lifespan.shutdown":
             if state.upstream is not None:

@@ -42,9 +42,15 @@ class Admission:
     def waiting(self) -> int:
         return len(self._waiting)
 
-    async def acquire(self) -> None:
+    def try_acquire(self) -> bool:
+        """Take a free slot if there is one, without waiting (no task to watch the client needed)."""
         if self.running < self.limit and not self._waiting:
             self.running += 1
+            return True
+        return False
+
+    async def acquire(self) -> None:
+        if self.try_acquire():
             return
         if len(self._waiting) >= self.queue:
             self.metrics.rejected += 1
