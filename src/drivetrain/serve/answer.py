@@ -17,7 +17,7 @@ from starlette.responses import Response
 
 from drivetrain.models.base import ModelResponse
 from drivetrain.models.http import httpx, root_cause
-from drivetrain.serve.calls import EventStream, ModelCall, first_item, unless_disconnected
+from drivetrain.serve.calls import ClientGone, EventStream, ModelCall, first_item, unless_disconnected
 from drivetrain.serve.errors import HTTPError, model_failure
 from drivetrain.serve.passthrough import json_usage, relay
 
@@ -77,7 +77,7 @@ async def from_model(request: Request, state: ServeState, fields: dict, stream: 
     if not stream:
         try:
             response = await unless_disconnected(request.receive, call.task)
-        except HTTPError:
+        except (HTTPError, ClientGone):
             raise
         except Exception as e:
             raise _failed(state, e) from None
@@ -85,6 +85,8 @@ async def from_model(request: Request, state: ServeState, fields: dict, stream: 
         return json_response(to_json(response))
     try:
         first = await first_item(request.receive, call, state.settings.commit_after)
+    except (HTTPError, ClientGone):
+        raise
     except Exception as e:
         raise _failed(state, e) from None
     return EventStream(_relay_call(state, call, writer, first, usage))
