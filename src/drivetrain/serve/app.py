@@ -3,6 +3,7 @@ which also writes the access log and keeps the metrics."""
 
 from __future__ import annotations
 
+import functools
 import hmac
 import ipaddress
 import time
@@ -34,6 +35,7 @@ ROUTES: dict[tuple[str, str], Handler] = {
 INFO_PATHS = ("/health", "/metrics", "/v1/models", "/models")
 
 
+@functools.lru_cache(maxsize=256)  # asked on every request, of the same few Host names
 def is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
