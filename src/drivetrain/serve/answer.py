@@ -17,7 +17,7 @@ from starlette.responses import Response
 
 from drivetrain.models.base import ModelResponse
 from drivetrain.models.http import httpx, root_cause
-from drivetrain.serve.calls import ClientGone, EventStream, ModelCall, first_item, unless_disconnected
+from drivetrain.serve.calls import ClientGone, EventStream, ModelCall, first_item, unless_disconnected, until_disconnect
 from drivetrain.serve.errors import HTTPError, model_failure
 from drivetrain.serve.passthrough import json_usage, relay
 
@@ -142,17 +142,22 @@ async def forwarded(request: Request, state: ServeState, body: dict, stream: boo
     sending = asyncio.ensure_future(upstream.post(body, request.headers, path_suffix))
     ended = asyncio.get_running_loop().create_future()  # the slot is held until the stream ends, however it ends
     state.admission.release_when_done(ended)
+    # one watcher for the whole exchange, handed on to the stream (a task less a request than a new one each)
+    watch = asyncio.ensure_future(until_disconnect(request.receive))
     try:
-        await unless_disconnected(request.receive, asyncio.wait({sending}, timeout=state.settings.commit_after))
+        await asyncio.wait((sending, watch), timeout=state.settings.commit_after, return_when=asyncio.FIRST_COMPLETED)
+        if watch.done():
+            raise ClientGone()
         if sending.done():
             frames = relay(sending.result(), usage)
         else:
             frames = _late(state, sending, writer, usage)
     except BaseException:
+        watch.cancel()
         sending.cancel()
         ended.set_result(None)
         raise
-    return EventStream(_ending(frames, writer, ended))
+    return EventStream(_ending(frames, writer, ended), watch=watch)
 
 
 async def _post_and_read(upstream, body: dict, headers, path_suffix: str) -> tuple[int, str, bytes]:

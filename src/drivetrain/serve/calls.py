@@ -100,14 +100,19 @@ async def until_disconnect(receive: Callable[[], Awaitable[dict]]) -> None:
         pass
 
 
-async def unless_disconnected(receive, work: Awaitable[T]) -> T:
-    """``work``'s result, or ClientGone (with ``work`` cancelled) if the client hangs up first."""
+async def unless_disconnected(receive, work: Awaitable[T], watch: asyncio.Future | None = None) -> T:
+    """``work``'s result, or ClientGone (with ``work`` cancelled) if the client hangs up first.
+
+    ``watch``: a running ``until_disconnect`` task to share (its owner cancels it); else one is made here."""
     task = asyncio.ensure_future(work)
-    watch = asyncio.ensure_future(until_disconnect(receive))
+    own = watch is None
+    if watch is None:
+        watch = asyncio.ensure_future(until_disconnect(receive))
     try:
         await asyncio.wait((task, watch), return_when=asyncio.FIRST_COMPLETED)
     finally:
-        watch.cancel()
+        if own:
+            watch.cancel()
         if not task.done():
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
@@ -142,8 +147,9 @@ class EventStream:
     """An ASGI ``text/event-stream`` answer: each frame of ``frames`` is sent as soon as it is made,
     and the stream is cancelled (its ``finally`` runs) the moment the client hangs up."""
 
-    def __init__(self, frames: AsyncIterator[bytes], headers: dict[str, str] | None = None):
-        self.frames = frames
+    def __init__(self, frames: AsyncIterator[bytes], headers: dict[str, str] | None = None,
+                 watch: asyncio.Future | None = None):
+        self.frames, self.watch = frames, watch  # watch: the request's until_disconnect task, if it has one
         self.headers = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"),
                         (b"x-accel-buffering", b"no")]  # a proxy in front must not hold the events back
         self.headers += [(k.encode(), v.encode()) for k, v in (headers or {}).items()]
@@ -151,9 +157,12 @@ class EventStream:
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": self.headers})
         try:
-            await unless_disconnected(receive, self._pump(send))
+            await unless_disconnected(receive, self._pump(send), self.watch)
         except (ClientGone, OSError):
             pass
+        finally:
+            if self.watch is not None:
+                self.watch.cancel()
 
     async def _pump(self, send: Callable) -> None:
         try:
