@@ -2,40 +2,51 @@
 
 Requests are checked with the validator the scripted test server uses too
 (``drivetrain.models.anthropic_wire.validate``), so the API's rules live in one place; the SSE
-events are built by that module as well.
+events are built by that module as well. In front of the Anthropic provider, a checked request goes
+upstream as it is (``passthrough``); in front of any other, through the Model seam.
 """
 
 from __future__ import annotations
 
+import json
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request
 
 from drivetrain.messages import Message, block_from_wire
 from drivetrain.models.anthropic_wire import block_events, estimate_tokens, sse_events, validate
 from drivetrain.models.base import ModelResponse
-from drivetrain.serve.exchange import Exchange, HTTPError, StreamWriter, stream_call
+from drivetrain.serve.answer import StreamWriter, forwarded, from_model, json_response, read_json
+from drivetrain.serve.errors import HTTPError
+
+if TYPE_CHECKING:
+    from drivetrain.serve.app import ServeState
+
+TOOL_CHOICES = ("auto", "any", "none", "tool")
 
 
-def messages(ex: Exchange) -> None:
-    body = ex.json_body()
+async def messages(request: Request, state: ServeState):
+    body = await read_json(request, state.settings.max_body)
     fields = request_fields(body)
-    msg_id, model = f"msg_{uuid.uuid4().hex[:24]}", ex.server.model.name
-    if body.get("stream") is True:
-        call = ex.call(stream=True, **fields)
-        stream_call(call, _Events(ex, msg_id, model), commit_after=ex.server.commit_after,
-                    keepalive_every=ex.server.keepalive_every)
-    else:
-        response = ex.respond(ex.call(**fields))
-        ex.send_json(to_message(response, msg_id, model))
+    stream = body.get("stream") is True
+    msg_id, model = f"msg_{uuid.uuid4().hex[:24]}", state.model.name
+    writer = _Events(msg_id, model)
+    if state.upstream is not None and state.upstream.dialect == "anthropic":
+        wire = [m.to_wire() for m in fields["messages"]]  # string contents as blocks, as the provider sends them
+        return await forwarded(request, state, dict(body, model=model, messages=wire), stream, writer)
+    return await from_model(request, state, fields, stream, writer, lambda r: to_message(r, msg_id, model))
 
 
-def count_tokens(ex: Exchange) -> None:
-    """An estimate (about four characters a token): the served model may not have a tokenizer to ask."""
-    body = ex.json_body()
+async def count_tokens(request: Request, state: ServeState):
+    """The provider's count when it is Anthropic; otherwise an estimate (about four characters a token)."""
+    body = await read_json(request, state.settings.max_body)
     problems = validate(dict(body, max_tokens=1) if isinstance(body, dict) else body)
     if problems:
         raise HTTPError(400, "; ".join(problems))
-    ex.send_json({"input_tokens": estimate_tokens(body)})
+    if state.upstream is not None and state.upstream.dialect == "anthropic":
+        return await forwarded(request, state, dict(body, model=state.model.name), False, None, "/count_tokens")
+    return json_response({"input_tokens": estimate_tokens(body)})
 
 
 def request_fields(body: Any) -> dict:
@@ -65,6 +76,13 @@ def request_fields(body: Any) -> dict:
                               "max_tokens": body["max_tokens"]}
     if body.get("stop_sequences"):
         fields["stop_sequences"] = list(body["stop_sequences"])
+    if body.get("temperature") is not None:
+        fields["temperature"] = float(body["temperature"])
+    choice = body.get("tool_choice")
+    if choice:
+        fields["tool_choice"] = "any" if choice["type"] == "tool" else choice["type"]
+        if choice["type"] == "tool":  # one named tool: offer only that one, and require a call
+            fields["tools"] = [t for t in fields["tools"] if t.get("name") == choice.get("name")]
     return fields
 
 
@@ -82,6 +100,17 @@ def _extra_problems(body: dict) -> list[str]:
     for j, tool in enumerate(body.get("tools") or []):
         if not isinstance(tool, dict):
             problems.append(f"tools.{j}: must be an object")
+    temperature = body.get("temperature")
+    if temperature is not None and (isinstance(temperature, bool) or not isinstance(temperature, (int, float))
+                                    or not 0 <= temperature <= 1):
+        problems.append(f"temperature: must be a number from 0 to 1, got {temperature!r}")
+    choice = body.get("tool_choice")
+    if choice is not None:
+        names = {t.get("name") for t in body.get("tools") or [] if isinstance(t, dict)}
+        if not isinstance(choice, dict) or choice.get("type") not in TOOL_CHOICES:
+            problems.append(f"tool_choice.type: must be one of {', '.join(TOOL_CHOICES)}")
+        elif choice["type"] == "tool" and choice.get("name") not in names:
+            problems.append(f"tool_choice.name: {choice.get('name')!r} is not one of the request's tools")
     return problems
 
 
@@ -98,36 +127,36 @@ class _Events(StreamWriter):
     """The Messages SSE stream. Text goes out as it is generated, as block 0; the other blocks once complete."""
 
     keepalive_frame = b'event: ping\ndata: {"type": "ping"}\n\n'
+    upstream_start = b"event: message_start"
 
-    def __init__(self, ex: Exchange, msg_id: str, model: str):
-        super().__init__(ex)
+    def __init__(self, msg_id: str, model: str):
         self.msg_id, self.model = msg_id, model
         self.text_open = False
 
-    def open(self) -> None:
+    def open(self) -> bytes:
         usage = {"input_tokens": 0, "output_tokens": 0, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
         start = {"id": self.msg_id, "type": "message", "role": "assistant", "model": self.model, "content": [],
                  "stop_reason": None, "stop_sequence": None, "usage": usage}
-        self.send("message_start", {"type": "message_start", "message": start})
-        self.exchange.send_frame(self.keepalive_frame)
+        return _frame("message_start", {"type": "message_start", "message": start}) + self.keepalive_frame
 
-    def text(self, piece: str) -> None:
+    def text(self, piece: str) -> bytes:
+        out = b""
         if not self.text_open:
-            self.send("content_block_start", {"type": "content_block_start", "index": 0,
-                                              "content_block": {"type": "text", "text": ""}})
+            out = _frame("content_block_start", {"type": "content_block_start", "index": 0,
+                                                 "content_block": {"type": "text", "text": ""}})
             self.text_open = True
-        self.send("content_block_delta", _text_delta(piece))
+        return out + _frame("content_block_delta", _text_delta(piece))
 
-    def finish(self, response: ModelResponse, streamed: str) -> None:
+    def finish(self, response: ModelResponse, streamed: str) -> bytes:
         message = to_message(response, self.msg_id, self.model)
-        for event, data in tail_events(message, streamed):
-            self.send(event, data)
+        return b"".join(_frame(event, data) for event, data in tail_events(message, streamed))
 
-    def error(self, e: HTTPError) -> None:
-        self.send("error", {"type": "error", "error": {"type": "api_error", "message": e.message}})
+    def error(self, e: HTTPError) -> bytes:
+        return _frame("error", {"type": "error", "error": {"type": "api_error", "message": e.message}})
 
-    def send(self, event: str, data: dict) -> None:
-        self.exchange.send_event(data, event)
+
+def _frame(event: str, data: dict) -> bytes:
+    return f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
 
 
 def tail_events(message: dict, streamed: str) -> list[tuple[str, dict]]:

@@ -10,28 +10,34 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request
 
 from drivetrain.models.anthropic_wire import validate
 from drivetrain.models.base import ModelResponse
 from drivetrain.models.openai_wire import from_chat_messages, from_chat_tools, to_chat_completion
-from drivetrain.serve.exchange import Exchange, HTTPError, StreamWriter, stream_call
+from drivetrain.serve.answer import StreamWriter, forwarded, from_model, read_json
+from drivetrain.serve.errors import HTTPError
+
+if TYPE_CHECKING:
+    from drivetrain.serve.app import ServeState
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
+TOOL_CHOICES = {"auto": "auto", "none": "none", "required": "any"}
 
 
-def chat_completions(ex: Exchange) -> None:
-    body = ex.json_body()
+async def chat_completions(request: Request, state: ServeState):
+    body = await read_json(request, state.settings.max_body)
     fields = request_fields(body)
-    completion_id, model = f"chatcmpl-{uuid.uuid4().hex[:24]}", ex.server.model.name
-    if body.get("stream") is True:
-        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-        writer = _Chunks(ex, completion_id, model, include_usage)
-        stream_call(ex.call(stream=True, **fields), writer, commit_after=ex.server.commit_after,
-                    keepalive_every=ex.server.keepalive_every)
-    else:
-        response = ex.respond(ex.call(**fields))
-        ex.send_json(to_chat_completion(response, model) | {"id": completion_id})
+    stream = body.get("stream") is True
+    completion_id, model = f"chatcmpl-{uuid.uuid4().hex[:24]}", state.model.name
+    include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+    writer = _Chunks(completion_id, model, include_usage)
+    if state.upstream is not None and state.upstream.dialect == "openai":
+        return await forwarded(request, state, dict(body, model=model), stream, writer)
+    return await from_model(request, state, fields, stream, writer,
+                            lambda r: to_chat_completion(r, model) | {"id": completion_id})
 
 
 def request_fields(body: Any) -> dict:
@@ -50,6 +56,14 @@ def request_fields(body: Any) -> dict:
     stop = body.get("stop")
     if stop:
         fields["stop_sequences"] = [stop] if isinstance(stop, str) else list(stop)
+    if body.get("temperature") is not None:
+        fields["temperature"] = float(body["temperature"])
+    choice = body.get("tool_choice")
+    if isinstance(choice, str):
+        fields["tool_choice"] = TOOL_CHOICES[choice]
+    elif isinstance(choice, dict):  # one named function: offer only that one, and require a call
+        fields["tool_choice"] = "any"
+        fields["tools"] = [t for t in fields["tools"] if t["name"] == choice["function"]["name"]]
     # What the model will see must also pass the Messages rules (first message from the user, no empty text, …).
     problems = validate({"model": "m", "max_tokens": 1, "tools": fields["tools"],
                          "messages": [m.to_wire() for m in history]})
@@ -75,10 +89,25 @@ def _check_params(body: dict) -> None:
         raise _bad(f"stream: must be a boolean, got {body['stream']!r}", "stream")
     if body.get("stream_options") is not None and not isinstance(body["stream_options"], dict):
         raise _bad("stream_options: must be an object", "stream_options")
+    temperature = body.get("temperature")
+    if temperature is not None and (isinstance(temperature, bool) or not isinstance(temperature, (int, float))
+                                    or not 0 <= temperature <= 2):
+        raise _bad(f"temperature: must be a number from 0 to 2, got {temperature!r}", "temperature")
+    _check_tool_choice(body.get("tool_choice"), body.get("tools") or [])
     stop = body.get("stop")
     if stop is not None and not isinstance(stop, str) and not (
             isinstance(stop, list) and all(isinstance(s, str) for s in stop)):
         raise _bad("stop: must be a string or a list of strings", "stop")
+
+
+def _check_tool_choice(choice: Any, tools: list) -> None:
+    if choice is None or (isinstance(choice, str) and choice in TOOL_CHOICES):
+        return
+    name = ((choice.get("function") or {}).get("name") if isinstance(choice, dict) else None)
+    names = {(t.get("function") or {}).get("name") for t in tools if isinstance(t, dict)}
+    if not (isinstance(choice, dict) and choice.get("type") == "function" and name in names):
+        raise _bad("tool_choice: must be auto, none, required or {type: function, function: {name}} naming one "
+                   "of the request's tools", "tool_choice")
 
 
 def _check_messages(messages: Any) -> None:
@@ -168,42 +197,43 @@ class _Chunks(StreamWriter):
 
     keepalive_frame = b": keep-alive\n\n"
 
-    def __init__(self, ex: Exchange, completion_id: str, model: str, include_usage: bool):
-        super().__init__(ex)
+    def __init__(self, completion_id: str, model: str, include_usage: bool):
         self.id, self.model, self.include_usage = completion_id, model, include_usage
         self.created = int(time.time())
 
-    def open(self) -> None:
-        self.chunk({"role": "assistant", "content": ""})
+    def open(self) -> bytes:
+        return self.chunk({"role": "assistant", "content": ""})
 
-    def text(self, piece: str) -> None:
-        self.chunk({"content": piece})
+    def text(self, piece: str) -> bytes:
+        return self.chunk({"content": piece})
 
-    def finish(self, response: ModelResponse, streamed: str) -> None:
+    def finish(self, response: ModelResponse, streamed: str) -> bytes:
         completion = to_chat_completion(response, self.model)
         choice = completion["choices"][0]
         message = choice["message"]
         content = message.get("content") or ""
+        out = []
         if content.startswith(streamed) and content[len(streamed):]:
-            self.chunk({"content": content[len(streamed):]})
+            out.append(self.chunk({"content": content[len(streamed):]}))
         extra = {k: v for k, v in message.items() if k not in ("role", "content", "tool_calls") and v is not None}
         if extra:
-            self.chunk(extra)
+            out.append(self.chunk(extra))
         calls = message.get("tool_calls") or []
         if calls:
-            self.chunk({"tool_calls": [dict(call, index=k) for k, call in enumerate(calls)]})
-        self.chunk({}, finish_reason=choice["finish_reason"])
+            out.append(self.chunk({"tool_calls": [dict(call, index=k) for k, call in enumerate(calls)]}))
+        out.append(self.chunk({}, finish_reason=choice["finish_reason"]))
         if self.include_usage:
-            self.send({"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
-                       "choices": [], "usage": completion["usage"]})
-        self.exchange.send_frame(b"data: [DONE]\n\n")
+            out.append(_data({"id": self.id, "object": "chat.completion.chunk", "created": self.created,
+                              "model": self.model, "choices": [], "usage": completion["usage"]}))
+        return b"".join(out) + b"data: [DONE]\n\n"
 
-    def error(self, e: HTTPError) -> None:
-        self.send({"error": {"message": e.message, "type": "server_error", "param": None, "code": None}})
+    def error(self, e: HTTPError) -> bytes:
+        return _data({"error": {"message": e.message, "type": "server_error", "param": None, "code": None}})
 
-    def chunk(self, delta: dict, finish_reason: str | None = None) -> None:
-        self.send({"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
-                   "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}]})
+    def chunk(self, delta: dict, finish_reason: str | None = None) -> bytes:
+        return _data({"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
+                      "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}]})
 
-    def send(self, data: dict) -> None:
-        self.exchange.send_frame(f"data: {json.dumps(data)}\n\n".encode())
+
+def _data(data: dict) -> bytes:
+    return f"data: {json.dumps(data)}\n\n".encode()

@@ -1,101 +1,130 @@
-"""ModelServer: one Model behind the Anthropic Messages and OpenAI chat-completions APIs.
+"""Running the app on uvicorn: ``ModelServer`` in a background thread (tests, embedding), and the
+command's foreground server, one process or ``--workers`` of them.
 
-The stdlib ThreadingHTTPServer answers requests on threads; the Model runs on one asyncio
-event loop in a background thread (see ``exchange.Call``).
+Shutdown is graceful either way: the server turns new requests away with 503 (``ServeState.draining``),
+stops listening, lets the requests in flight finish (up to ``grace`` seconds), then exits.
 """
 
 from __future__ import annotations
 
 import asyncio
-import ipaddress
+import multiprocessing
+import signal
 import socket
 import sys
 import threading
-import time
-import traceback
-from http.server import BaseHTTPRequestHandler
 from typing import Any, Callable
-from urllib.parse import unquote
 
-from drivetrain.httpd import QuickHTTPServer
+import uvicorn
+
 from drivetrain.models.base import Model
-from drivetrain.serve import anthropic_api, openai_api
-from drivetrain.serve.exchange import ClientGone, Exchange, HTTPError
+from drivetrain.serve.app import ServeState, Settings, build_app, is_loopback
+
+# Every ServeState of this process, so a signal to a worker process drains them all.
+_LIVE: list[ServeState] = []
 
 
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
+class _Server(uvicorn.Server):
+    """uvicorn's server that marks the app as draining the moment it is asked to stop."""
+
+    started_event: threading.Event | None = None
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        for state in _LIVE:
+            state.draining = True
+        super().handle_exit(sig, frame)
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started_event is not None:
+            self.started_event.set()
+
+
+def uvicorn_config(app: Any, *, grace: float, quick: bool, **kw: Any) -> uvicorn.Config:
+    return uvicorn.Config(
+        app, log_config=None, access_log=False,  # serve writes its own access log (with tokens)
+        lifespan="on", timeout_graceful_shutdown=grace, server_header=False, proxy_headers=False,
+        http="httptools" if _has("httptools") else "h11",
+        loop="uvloop" if quick and _has("uvloop") else "asyncio", **kw)
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """The listening socket, bound now so a taken port fails here (OSError) and port 0 gets its number."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
-Route = Callable[[Exchange], None]
-
-ROUTES: dict[tuple[str, str], tuple[str, Route]] = {
-    ("POST", "/v1/messages"): ("anthropic", anthropic_api.messages),
-    ("POST", "/v1/messages/count_tokens"): ("anthropic", anthropic_api.count_tokens),
-    ("POST", "/v1/chat/completions"): ("openai", openai_api.chat_completions),
-    ("POST", "/chat/completions"): ("openai", openai_api.chat_completions),  # an OpenAI base URL set without /v1
-}
+        sock.bind((host.strip("[]"), port))
+    except OSError:
+        sock.close()
+        raise
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
 
 
 class ModelServer:
-    """Serve ``model`` on ``host:port`` (0: any free port) until ``close()``."""
+    """Serve ``model`` on ``host:port`` (0: any free port) from a background thread until ``close()``.
+
+        with ModelServer(model) as server:   # 127.0.0.1, a free port
+            anthropic.Anthropic(base_url=server.url, api_key="unused")
+            openai.OpenAI(base_url=server.url + "/v1", api_key="unused")
+    """
 
     def __init__(self, model: Model, host: str = "127.0.0.1", port: int = 0, *,
-                 log: Callable[[str], None] | None = None, commit_after: float = 5.0, keepalive_every: float = 10.0):
+                 log: Callable[[str], None] | None = None, grace: float = 30.0, **settings: Any):
         self.model = model
-        self.host, self.port = host, port
-        self.commit_after, self.keepalive_every = commit_after, keepalive_every
-        self._log = log
-        self.loop = asyncio.new_event_loop()
-        self._loop_thread: threading.Thread | None = None
-        self._httpd: _HTTPServer | None = None
-        self._http_thread: threading.Thread | None = None
-        self.created = int(time.time())
+        self.host, self.port, self.grace = host, port, grace
+        self.state = ServeState(model, Settings(host=host, log=log, **settings))
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
 
     @property
     def url(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}"
 
-    def log(self, line: str) -> None:
-        if self._log is not None:
-            self._log(line)
+    @property
+    def calls_in_flight(self) -> int:
+        """Model calls running or queued."""
+        return self.state.admission.running + self.state.admission.waiting
 
     def start(self) -> ModelServer:
-        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
-        server_class = type("_HTTPServerFamily", (_HTTPServer,), {"address_family": family})
-        self._httpd = server_class((self.host, self.port), _Handler)  # raises OSError if the port is taken
-        self._httpd.owner = self
-        self.port = self._httpd.server_address[1]
-        self._loop_thread = threading.Thread(target=self.loop.run_forever, name="drivetrain-serve-model", daemon=True)
-        self._loop_thread.start()
-        self._http_thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
-                                             name="drivetrain-serve-http", daemon=True)
-        self._http_thread.start()
+        sock = bind(self.host, self.port)
+        self.port = sock.getsockname()[1]
+        self._server = _Server(uvicorn_config(build_app(self.state), grace=self.grace, quick=False))
+        self._server.started_event = started = threading.Event()
+        self.loop = asyncio.new_event_loop()
+        _LIVE.append(self.state)
+
+        def run() -> None:
+            asyncio.set_event_loop(self.loop)
+            try:
+                self.loop.run_until_complete(self._server.serve(sockets=[sock]))
+            finally:
+                sock.close()
+                started.set()
+
+        self._thread = threading.Thread(target=run, name="drivetrain-serve", daemon=True)
+        self._thread.start()
+        started.wait(30)
         return self
 
-    def close(self) -> None:
-        if self._httpd is not None:
-            self._httpd.shutdown()
-            self._httpd.server_close()
-            self._httpd = None
-        if self._loop_thread is not None:
-            async def cancel_all() -> None:
-                tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-                for t in tasks:
-                    t.cancel()
-                await asyncio.gather(*tasks, return_exceptions=True)
+    def drain(self) -> None:
+        """Turn new requests away with 503; those in flight go on."""
+        self.state.draining = True
 
-            asyncio.run_coroutine_threadsafe(cancel_all(), self.loop).result(timeout=5)
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            self._loop_thread.join(timeout=5)
-            self._loop_thread = None
-            self.loop.close()
+    def close(self) -> None:
+        """Stop: new requests get 503, those in flight finish (up to ``grace`` seconds)."""
+        if self._server is None:
+            return
+        self.drain()
+        self._server.should_exit = True
+        self._thread.join(timeout=self.grace + 10)
+        self.loop.close()
+        _LIVE.remove(self.state)
+        self._server = self._thread = None
 
     def __enter__(self) -> ModelServer:
         return self.start()
@@ -103,89 +132,54 @@ class ModelServer:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    # -- routing
 
-    def route(self, method: str, path: str) -> tuple[str, Route | None]:
-        """The dialect of the path ("" if neither API's) and its handler (None: no such endpoint)."""
-        if (method, path) in ROUTES:
-            return ROUTES[(method, path)]
-        if method == "GET" and (path in ("/health", "/v1/models", "/models") or path.startswith(("/v1/models/", "/models/"))):
-            return "", self._info
-        return next((d for (_, p), (d, _) in ROUTES.items() if p == path), ""), None
-
-    def _info(self, ex: Exchange) -> None:
-        name = self.model.name
-        entry = {"id": name, "object": "model", "created": self.created, "owned_by": "drivetrain",
-                 "type": "model", "display_name": name,
-                 "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.created))}
-        if ex.path == "/health":
-            ex.send_json({"status": "ok", "model": name})
-        elif ex.path in ("/v1/models", "/models"):
-            # both APIs' list shapes at once: OpenAI reads object/data, Anthropic data/has_more/first_id/last_id
-            ex.send_json({"object": "list", "data": [entry], "has_more": False, "first_id": name, "last_id": name})
-        elif (asked := unquote(ex.path.partition("/models/")[2])) == name:
-            ex.send_json(entry)
-        else:
-            raise HTTPError(404, f"model {asked!r} not found; this server serves {name!r}", param="model")
+def serve_forever(state: ServeState, sock: socket.socket, grace: float) -> None:
+    """One process, in the foreground; Ctrl-C or SIGTERM stops it gracefully."""
+    _LIVE.append(state)
+    # uvicorn re-raises the signal that stopped it once it is done; a stop asked for is a clean exit
+    signal.signal(signal.SIGTERM, lambda *_: None)
+    try:
+        _Server(uvicorn_config(build_app(state), grace=grace, quick=True)).run(sockets=[sock])
+    except KeyboardInterrupt:
+        pass
 
 
-class _HTTPServer(QuickHTTPServer):
-    owner: ModelServer
+def serve_workers(make_state: Callable[[], ServeState], sock: socket.socket, workers: int, grace: float) -> None:
+    """``workers`` processes accepting on ``sock``, each with its own state (model client, counters) from
+    ``make_state`` (a module-level function: it is called in the worker). SIGTERM or Ctrl-C stops them
+    all gracefully; the first worker to exit on its own stops the rest."""
+    # fork where there is one: the workers start in a moment with what the parent imported (it has no event
+    # loop or threads yet); a fresh interpreter elsewhere
+    ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
+    procs = [ctx.Process(target=_worker, args=(make_state, sock, grace), name=f"drivetrain-serve-{i}")
+             for i in range(workers)]
+    for proc in procs:
+        proc.start()
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    while not stop.is_set() and all(proc.is_alive() for proc in procs):
+        stop.wait(0.5)
+    for proc in procs:
+        if proc.is_alive():
+            proc.terminate()  # SIGTERM: the worker drains
+    for proc in procs:
+        proc.join(grace + 5)
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server: _HTTPServer
-
-    def _dispatch(self) -> None:
-        owner = self.server.owner
-        path = self.path.partition("?")[0].rstrip("/") or "/"
-        dialect, route = owner.route(self.command, path)
-        # unknown paths: Anthropic clients always send anthropic-version; anything else gets the OpenAI shape
-        dialect = dialect or ("anthropic" if self.headers.get("anthropic-version") else "openai")
-        ex = Exchange(self, owner, dialect, path)
-        try:
-            self._check_host()
-            if route is None and any(p == path for _, p in ROUTES):
-                raise HTTPError(405, f"{self.command} {path} is not allowed; use POST")
-            if route is None:
-                raise HTTPError(404, f"Not found: {self.command} {path}. This server answers POST /v1/messages, "
-                                "POST /v1/chat/completions, GET /v1/models and GET /health.")
-            route(ex)
-        except HTTPError as e:
-            self._answer_error(ex, e)
-        except ClientGone:
-            self.close_connection = True
-        except OSError:  # the client went away mid-answer
-            self.close_connection = True
-        except Exception as e:  # a bug: a one-line answer for the client, the traceback on the server's stderr
-            owner.log("".join(traceback.format_exception(e)).rstrip())
-            self._answer_error(ex, HTTPError(500, f"internal error in drivetrain serve: {type(e).__name__}: {e}"))
-
-    def _answer_error(self, ex: Exchange, e: HTTPError) -> None:
-        if ex.committed:  # mid-answer: the status is out; all that is left is to hang up
-            self.close_connection = True
-            return
-        try:
-            ex.send_error(e)
-        except OSError:
-            self.close_connection = True
-
-    def _check_host(self) -> None:
-        """On a loopback address, answer only requests addressed to a loopback name (DNS-rebinding guard)."""
-        if not is_loopback(self.server.owner.host):
-            return
-        host = (self.headers.get("host") or "localhost").strip()
-        name = host[1:].partition("]")[0] if host.startswith("[") else host.rpartition(":")[0] or host
-        if not is_loopback(name) and name != self.server.owner.host:
-            raise HTTPError(403, f"Host {host!r} is not a loopback name; this server only answers requests "
-                                 "addressed to 127.0.0.1 or localhost.")
-
-    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_OPTIONS = _dispatch
-
-    def log_message(self, format: str, *args: Any) -> None:
-        self.server.owner.log(f"{self.address_string()} {format % args}")
+def _worker(make_state: Callable[[], ServeState], sock: socket.socket, grace: float) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group; the parent passes it on
+    serve_forever(make_state(), sock, grace)
 
 
 def stderr_log(line: str) -> None:
     print(f"drivetrain serve: {line}", file=sys.stderr, flush=True)
+
+
+def _has(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
+__all__ = ["ModelServer", "is_loopback", "serve_forever", "serve_workers", "stderr_log"]
