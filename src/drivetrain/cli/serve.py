@@ -104,7 +104,7 @@ def api_key(path: str | None) -> str | None:
 
 
 def _state(model, options: dict, key: str | None):
-    from drivetrain.serve.app import ServeState, Settings
+    from drivetrain.serve.state import ServeState, Settings
     from drivetrain.serve.server import stderr_log
 
     return ServeState(model, Settings(host=options["host"], api_key=key, max_body=options["max_body"],

@@ -22,7 +22,7 @@ from drivetrain.serve.errors import HTTPError, model_failure
 from drivetrain.serve.passthrough import json_usage, relay
 
 if TYPE_CHECKING:
-    from drivetrain.serve.app import ServeState
+    from drivetrain.serve.state import ServeState
 
 
 class StreamWriter:

@@ -21,7 +21,7 @@ from drivetrain.serve.answer import StreamWriter, forwarded, from_model, json_re
 from drivetrain.serve.errors import HTTPError
 
 if TYPE_CHECKING:
-    from drivetrain.serve.app import ServeState
+    from drivetrain.serve.state import ServeState
 
 TOOL_CHOICES = ("auto", "any", "none", "tool")
 

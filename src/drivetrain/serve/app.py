@@ -8,22 +8,18 @@ import hmac
 import ipaddress
 import time
 import traceback
-from dataclasses import dataclass, field
 from typing import Awaitable, Callable
 from urllib.parse import unquote
 
 from starlette.requests import Request
 from starlette.responses import Response
 
-from drivetrain.models.base import Model
 from drivetrain.serve import anthropic_api, openai_api
 from drivetrain.serve.answer import json_response
-from drivetrain.serve.calls import Admission, ClientGone
+from drivetrain.serve.calls import ClientGone
 from drivetrain.serve.errors import HTTPError, dialect_of, error_bytes, unauthorized
-from drivetrain.serve.observe import Metrics, Usage, access_line
-from drivetrain.serve.passthrough import Upstream
-
-MAX_BODY = 32 * 1024 * 1024  # a long agent history with images stays well under it
+from drivetrain.serve.observe import Usage, access_line
+from drivetrain.serve.state import ServeState
 
 Handler = Callable[[Request, "ServeState"], Awaitable[object]]
 ROUTES: dict[tuple[str, str], Handler] = {
@@ -43,36 +39,6 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
-
-
-@dataclass
-class Settings:
-    host: str = "127.0.0.1"
-    api_key: str | None = None  # None: no key asked for (refused by the command off loopback)
-    max_body: int = MAX_BODY
-    max_concurrent: int | None = None  # model calls at once; None: 1 for an in-process model, 256 for HTTP ones
-    max_queue: int = 64  # requests waiting beyond those; then 429
-    commit_after: float = 5.0  # a stream's status waits this long for the model's first output
-    keepalive_every: float = 10.0
-    log: Callable[[str], None] | None = None
-
-
-@dataclass
-class ServeState:
-    model: Model
-    settings: Settings
-    metrics: Metrics = field(default_factory=Metrics)
-    draining: bool = False  # shutting down: in-flight requests finish, new ones get 503
-    created: int = field(default_factory=lambda: int(time.time()))
-
-    def __post_init__(self) -> None:
-        self.upstream = Upstream.for_model(self.model)
-        limit = self.settings.max_concurrent or (256 if self.upstream is not None else 1)
-        self.admission = Admission(limit, self.settings.max_queue, self.metrics)
-
-    def log(self, line: str) -> None:
-        if self.settings.log is not None:
-            self.settings.log(line)
 
 
 def build_app(state: ServeState):

@@ -21,7 +21,7 @@ from drivetrain.serve.answer import StreamWriter, forwarded, from_model, read_js
 from drivetrain.serve.errors import HTTPError
 
 if TYPE_CHECKING:
-    from drivetrain.serve.app import ServeState
+    from drivetrain.serve.state import ServeState
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 TOOL_CHOICES = {"auto": "auto", "none": "none", "required": "any"}

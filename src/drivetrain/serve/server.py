@@ -18,7 +18,8 @@ from typing import Any, Callable
 import uvicorn
 
 from drivetrain.models.base import Model
-from drivetrain.serve.app import ServeState, Settings, build_app, is_loopback
+from drivetrain.serve.app import build_app, is_loopback
+from drivetrain.serve.state import ServeState, Settings
 
 # Every ServeState of this process, so a signal to a worker process drains them all.
 _LIVE: list[ServeState] = []
