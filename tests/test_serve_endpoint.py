@@ -252,7 +252,7 @@ def test_command_with_a_key_off_loopback_and_two_workers(tmp_path):
     with ScriptedServer([reply("from a worker")]) as upstream:
         serve = subprocess.Popen(
             [DRIVETRAIN, "serve", "--provider", "anthropic", "--host", "0.0.0.0", "--port", str(port),
-             "--api-key-file", str(key_file), "--workers", "2"],
+             "--api-key-file", str(key_file), "--workers", "2", "--grace", "5"],  # (within the wait below)
             env=clean_env(ANTHROPIC_BASE_URL=upstream.url, ANTHROPIC_API_KEY="sk-upstream"),
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         try:
@@ -264,8 +264,11 @@ def test_command_with_a_key_off_loopback_and_two_workers(tmp_path):
             assert caught.value.code == 401
             client = anthropic.Anthropic(base_url=url, api_key=KEY, max_retries=0)
             assert client.messages.create(model="m", max_tokens=5, messages=HI).content[0].text == "from a worker"
+            client.close()  # no keep-alive connection left for the shutdown to wait out
+            wrong = anthropic.Anthropic(base_url=url, api_key="nope", max_retries=0)
             with pytest.raises(anthropic.AuthenticationError):
-                anthropic.Anthropic(base_url=url, api_key="nope", max_retries=0).models.list()
+                wrong.models.list()
+            wrong.close()
         finally:
             serve.send_signal(signal.SIGTERM)
             serve.wait(timeout=20)
