@@ -28,7 +28,6 @@ Both keep the history valid: a round is dropped whole, and a shortened result ke
 from __future__ import annotations
 
 import json
-import re
 import weakref
 from dataclasses import dataclass
 from pathlib import Path

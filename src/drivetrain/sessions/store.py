@@ -13,15 +13,12 @@ a SQLite index under ``$DRIVETRAIN_HOME``) and ``PostgresStore`` (``drivetrain.s
 
 from __future__ import annotations
 
-import os
 import re
 import dataclasses
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from typing import Any, Iterable, Mapping, Protocol, Sequence
 
-from drivetrain.errors import ConfigError
-from drivetrain.home import drivetrain_home
 
 VERSION = 1  # each record's "v"
 HEADER = ("ts", "session_id", "seq", "kind", "v")  # in this order, first in every record

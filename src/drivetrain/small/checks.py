@@ -39,9 +39,9 @@ from drivetrain.small.prompts import EXTENSIONS, FILE_NAME
 
 TEST_RUN_TIMEOUT_S = 120
 
-_TEST_CMD = re.compile(r"\b(pytest|unittest|npm (run )?test|make (check|test)|go test|cargo test|tox)\b|"
-                       r"(^|[\s/])(test_\w+|\w+_test)\.py\b")
-_TEST_RUNNER = re.compile(r"\b(pytest|unittest|npm (run )?test|make (check|test)|go test|cargo test|tox)\b")
+_RUNNERS = r"\b(pytest|unittest|npm (run )?test|make (check|test)|go test|cargo test|tox)\b"
+_TEST_RUNNER = re.compile(_RUNNERS)
+_TEST_CMD = re.compile(_RUNNERS + r"|(^|[\s/])(test_\w+|\w+_test)\.py\b")  # a runner, or a test file
 _PLACEHOLDER = re.compile(
     r"<(?:your[ _-]?)?[a-z][a-z _-]{0,24}>|\{(?:total|count|result|value|answer|sum|number|n)\}|"
     r"\$\{?(?:total|count|result|value|answer|sum)\}?|\b(?:PLACEHOLDER|TBD|FIXME: fill)\b|\[insert [^\]]*\]|"
@@ -472,11 +472,7 @@ class WorkChecks:
         functions runs none)."""
         if _TEST_RUNNER.search(command):
             return True
-        m = re.search(r"\bpython3?\s+([A-Za-z0-9_./-]+\.py)\b", command)
-        if not m or not _TEST_CMD.search(command):
-            return False
-        text = self._last.get(os.path.normpath(m.group(1)), b"").decode("utf-8", "replace")
-        return not (_TEST_FUNCTION.search(text) and not _MAIN.search(text))
+        return bool(_TEST_CMD.search(command)) and not _bare_test_file(command, self._last)
 
     def _claimed(self, answer: str, denied: frozenset[str]) -> list[str]:
         """A command the answer quotes (its check of the result, in any language) is one the model ran, and a
@@ -667,17 +663,22 @@ def _shows(value: str, output: str) -> bool:
     return re.search(rf"(?<![\w.]){re.escape(value)}(?![\w]|\.\d)", output) is not None
 
 
-def _no_tests_run(command: str, files: dict[str, bytes]) -> str:
-    """A note for a bare interpreter run of a file of pytest-style test functions: nothing called them."""
+def _bare_test_file(command: str, files: dict[str, bytes]) -> str:
+    """The file a bare interpreter runs, when it only defines pytest-style test functions (so nothing calls them;
+    "" otherwise)."""
     m = re.search(r"\bpython3?\s+([A-Za-z0-9_./-]+\.py)\b", command)
     if not m or _TEST_RUNNER.search(command):
         return ""
     name = os.path.normpath(m.group(1))
     text = files.get(name, b"").decode("utf-8", "replace")
-    if not _TEST_FUNCTION.search(text) or _MAIN.search(text):
-        return ""
+    return name if _TEST_FUNCTION.search(text) and not _MAIN.search(text) else ""
+
+
+def _no_tests_run(command: str, files: dict[str, bytes]) -> str:
+    """A note for a bare interpreter run of a file of pytest-style test functions: nothing called them."""
+    name = _bare_test_file(command, files)
     return (f"Note: that ran no test. {name} only defines test functions, and only a test runner calls them: "
-            f"run `python3 -m pytest {name}`.")
+            f"run `python3 -m pytest {name}`.") if name else ""
 
 
 def _program(command: str) -> str:

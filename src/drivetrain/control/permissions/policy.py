@@ -20,10 +20,9 @@ from urllib.parse import urlparse
 from .paths import Resolved, confining_root, expand, is_within, real_roots, resolve
 from .rules import Rule, parse_rule, split_tool_list
 from .bash_policy import decide_bash
-from .decision import Decision, _by_rule, harmless, word_paths  # noqa: F401  (their home before)
+from .decision import Decision, _by_rule
 from .search import SearchFilter
 from .settings import MODES, Settings, check_mode, drivetrain_home, load_settings
-from .shell import Word
 
 READ_TOOLS = ("Read", "Grep", "Glob")
 EDIT_TOOLS = ("Edit", "Write")
