@@ -355,7 +355,7 @@ async def test_checks_rerun_the_tests_the_model_ran_and_flag_unread_rewrites(tmp
              reply("Rewrite calc.py.\n```bash\necho 'def add(a, b): return a * b' > calc.py\n```"),
              reply("DONE: fixed, the tests pass"),
              reply("Fix for real.\n```bash\necho 'def add(a, b): return a + b' > calc.py\n```"),
-             reply("DONE: fixed")]
+             reply("DONE: fixed calc.py")]
     with ScriptedServer(steps) as server:
         # (calc.py not shown with the task: a file named in it would count as seen)
         result = await small_agent(server, tmp_path, profile=SMALL.without("show")).run(
@@ -363,7 +363,7 @@ async def test_checks_rerun_the_tests_the_model_ran_and_flag_unread_rewrites(tmp
     feedback = texts(server.requests[3].body)[-1]
     assert "You rewrote calc.py without looking at its content first" in feedback
     assert "`python3 test_calc.py` fails now" not in feedback  # 2*2 == 4: the test passes with the wrong fix
-    assert result.result == "fixed"
+    assert result.result == "fixed calc.py"
     (tmp_path / "settings.ini").write_text("[a]\nx = 1\ny = 2\nz = 3\n")
     checks = WorkChecks(tmp_path)
     await checks.on_prompt({"prompt": "make test_calc.py pass"})  # (a test file the task names, in any language)
@@ -427,7 +427,8 @@ async def test_a_check_the_answer_claims_was_run(tmp_path):
     [claim] = await checks.failures("7 lines (checked: `grep -c . *.py` prints 7).")
     assert claim.startswith("Your answer says what `grep -c . *.py` showed, but you did not run grep (or it failed).")
     assert await checks.failures("7 lines (checked: `python3 count.py` prints 7, `tail -1` gives 7).") == []
-    assert await checks.failures("7 lines; `total.txt` says 7.") == []  # not a command
+    [unseen] = await checks.failures("7 lines; `total.txt` says 7.")  # not a command, and a file nothing showed
+    assert unseen.startswith("Your answer reports total.txt, but no command printed it and no file holds it.")
 
 
 async def test_a_claimed_output_is_what_the_command_printed(tmp_path):
@@ -497,10 +498,10 @@ async def test_lines_asked_without_duplicates_keeping_their_order_are_not_forced
     (tmp_path / "unique_hosts.txt").write_text("b.internal\na.internal\n")
 
     class Ctx:
-        answer = "Done: 2 lines."
+        answer = "Done: 2 lines in unique_hosts.txt."
 
         history = []
-    assert await checks.failures("Done: 2 lines.") == []
+    assert await checks.failures("Done: 2 lines in unique_hosts.txt.") == []
     assert await checks.run(Ctx()) == Proceed()
     (tmp_path / "unique_hosts.txt").write_text("b.internal\na.internal\nb.internal\n")
     sent = await checks.run(Ctx())  # a duplicate left: whatever is said, no sort is made the next call
@@ -610,7 +611,7 @@ async def test_the_model_sees_what_its_command_changed_and_that_a_wrong_edit_cha
     (tmp_path / "shipping.py").write_text("def parse(rows):\n    return rows\n\n\ndef largest(xs):\n    return min(xs)\n")
     steps = [reply("Fix line 4.\n```bash\nsed -i '4s/min(xs)/max(xs)/' shipping.py\n```"),
              reply("Fix line 6.\n```bash\nsed -i '6s/min(xs)/max(xs)/' shipping.py\n```"),
-             reply("DONE: fixed")]
+             reply("DONE: fixed calc.py")]
     with ScriptedServer(steps) as server:
         await small_agent(server, tmp_path, profile=SMALL.without("checks")).run("Make largest return the largest.")
     assert texts(server.requests[1].body)[-1].endswith("No file changed.")
@@ -623,7 +624,7 @@ async def test_the_model_sees_what_its_command_changed_and_that_a_wrong_edit_cha
 async def test_a_python_block_redefining_a_files_function_changes_that_file(tmp_path):
     (tmp_path / "reports.py").write_text("def largest(xs):\n    return min(xs)\n")
     steps = [reply("Correct largest.\n```python\n# Corrected largest function\ndef largest(xs):\n    return max(xs)\n```"),
-             reply("DONE: fixed")]
+             reply("DONE: fixed calc.py")]
     with ScriptedServer(steps) as server:
         result = await small_agent(server, tmp_path, profile=SMALL.without("checks")).run("Fix largest.")
     [use] = tool_uses(result)
@@ -646,7 +647,7 @@ async def test_a_rename_must_leave_no_old_name_behind(tmp_path):
                               "b.py:2.")
     assert "```bash\nperl -pi -e 's/\\bcompute_ticket\\b/format_product/g' b.py\n```" in failure
     (tmp_path / "b.py").write_text("from a import format_product\nprint(format_product())\n")
-    assert await checks.failures("Renamed it.") == []
+    assert await checks.failures("Renamed it in a.py and b.py.") == []
 
 
 async def test_the_call_after_a_half_done_rename_must_be_the_sed_that_finishes_it(tmp_path):
@@ -735,7 +736,7 @@ async def test_a_command_the_task_names_is_run_again_or_asked_for_once_the_run_c
     (tmp_path / "report.py").write_text("def total(rows)\n    return 1\n")
     checks = WorkChecks(tmp_path)
     await checks.on_prompt({"prompt": "python3 report.py fails with a syntax error. Fix it so the script runs."})
-    assert await checks.failures("fixed") == []  # nothing changed: it may have been a question about the failure
+    assert await checks.failures("fixed report.py") == []  # nothing changed: it may have been a question about the failure
     (tmp_path / "report.py").write_text("def total(rows)\n    return 2\n")  # a change, still broken
     assert ("The task names `python3 report.py`, and you have not run it. Run it to check that it works."
             in await checks.failures("fixed"))
@@ -743,7 +744,7 @@ async def test_a_command_the_task_names_is_run_again_or_asked_for_once_the_run_c
     [failure] = [f for f in await checks.failures("fixed") if "report.py" in f]
     assert failure.startswith("`python3 report.py` fails now (exit code 1)") and "SyntaxError" in failure
     (tmp_path / "report.py").write_text("def total(rows):\n    return 1\n")
-    assert await checks.failures("fixed") == []
+    assert await checks.failures("fixed report.py") == []
 
 
 async def test_a_test_run_chained_after_an_edit_is_run_again_without_the_edit(tmp_path):
@@ -753,7 +754,7 @@ async def test_a_test_run_chained_after_an_edit_is_run_again_without_the_edit(tm
     await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": "echo + >> log && python3 test_x.py"},
                           "tool_response": {}})
     (tmp_path / "log").write_text("+\n")
-    assert await checks.failures("done") == []  # the append is not run a second time
+    assert await checks.failures("done: test_x.py passes") == []  # the append is not run a second time
 
 
 async def test_a_list_of_path_line_must_hold_only_path_line(tmp_path):
@@ -785,7 +786,7 @@ async def test_a_list_of_path_line_must_hold_only_path_line(tmp_path):
     [failure] = await checks.failures("The TODOs are at a.py:1 and b.py:1.")
     assert failure.endswith("```bash\nprintf '%s\\n' a.py:1 b.py:1 > todo.txt\n```")
     (tmp_path / "todo.txt").write_text("a.py:1\n")
-    assert await checks.failures("done") == []
+    assert await checks.failures("done: todo.txt") == []
 
 
 async def test_an_answer_that_only_lacks_the_value_is_asked_for_again_without_forcing_a_command(tmp_path):
@@ -851,7 +852,8 @@ async def test_a_claim_about_a_denied_command_and_an_answer_sent_back_after_the_
     sent = [texts(r.body)[-1] for r in server.requests[3:8:2]]
     assert "Your answer says what `wc -l a.py` showed, but wc is denied here and never ran." in sent[0]
     assert "You wrote 3 to total.txt, but your answer says 2" in sent[1]
-    assert sent[2].endswith("Your answer does not give the value you wrote to total.txt (2). Answer again, with the value.")
+    assert "Your answer does not give the value you wrote to total.txt (2). Answer again, with the value.\n\nWhat this run " \
+        "did (as the harness saw it):\n- created total.txt, which now holds: '2'" in sent[2]
     assert [r.tool_choice for r in agent.model.requests][3:8:2] == ["any", "any", None]  # the last: answer only
     assert (result.subtype, result.result) == ("success", "a.py has 2 lines; total.txt holds 2.")
     assert (tmp_path / "total.txt").read_text() == "2\n"  # a text block is the whole file (merged, it held "3\n2")
@@ -952,7 +954,7 @@ async def test_a_quoted_output_is_compared_with_what_the_command_prints(tmp_path
         "The task asks for exactly 'Hello, Ada.', but `python3 greet.py` prints 'Hello, Ada!'. Make it print exactly "
         "that line, then run it again."]
     (tmp_path / "greet.py").write_text('print("Hello, Ada.")\n')
-    assert await checks.failures("完成。") == []
+    assert await checks.failures("完成：greet.py 现在输出 Hello, Ada.") == []
 
 
 async def test_a_file_of_test_functions_run_by_a_bare_interpreter_ran_no_test(tmp_path):
@@ -996,7 +998,7 @@ async def test_a_check_runs_a_test_again_as_the_harness_own_bash_call_in_the_aud
     (ws / "test_calc.py").write_text("from calc import add\nassert add(2, 2) == 4, 'add is wrong'\n")
     steps = [reply("Fix.\n```bash\nprintf 'def add(a, b):\\n    return a + b + 1\\n' > calc.py\n"
                    "python3 test_calc.py || true\n```"), reply("DONE: the test passes"),
-             reply("Fix.\n```bash\nprintf 'def add(a, b):\\n    return a + b\\n' > calc.py\n```"), reply("DONE: fixed")]
+             reply("Fix.\n```bash\nprintf 'def add(a, b):\\n    return a + b\\n' > calc.py\n```"), reply("DONE: fixed calc.py")]
     seen = []
     audit = AuditLog.for_session("s-check", home=tmp_path / "home")
     with ScriptedServer(steps) as server:

@@ -28,7 +28,9 @@ from dataclasses import dataclass, field
 from typing import Awaitable, Callable
 from pathlib import Path, PurePath
 
+from drivetrain.small.answer import disagreements, facts
 from drivetrain.small.changes import describe, looks_like_edit, snapshot
+from drivetrain.small.effects import left_behind, shown_not_written
 from drivetrain.control.hooks import Hooks
 from drivetrain.small.codeact import denied_programs, file_block, to_block
 from drivetrain.small.fragments import TOP_DEF, definitions
@@ -38,6 +40,7 @@ from drivetrain.control.procs import run_command
 from drivetrain.small.prompts import EXTENSIONS, FILE_NAME
 
 TEST_RUN_TIMEOUT_S = 120
+CORPUS_FILE_BYTES = 64 * 1024  # of each file, for what the answer may report
 
 _RUNNERS = r"\b(pytest|unittest|npm (run )?test|make (check|test)|go test|cargo test|tox)\b"
 _TEST_RUNNER = re.compile(_RUNNERS)
@@ -72,6 +75,8 @@ _SUM = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?(?:\s*\+\s*\d+(?:\.\d+)?)+)\s*=\s*(\
 _TEST_FUNCTION = re.compile(r"^(?:async\s+)?def\s+test_\w*\s*\(|^class\s+Test\w*", re.M)
 _MAIN = re.compile(r"__name__\s*==\s*['\"]__main__['\"]|unittest\.main\(|pytest\.main\(")
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_LIST_ITEM = re.compile(r"\s*(?:\d+[.)、]|[-*•])\s")
+_SCRIPT_RUN = re.compile(r"(?:python3?|node|bash|sh)\s+[\w./-]+(?:\s+[\w./=-]+)*")
 _DEFINED = re.compile(r"^[ \t]*(?:async[ \t]+)?(?:def|class)[ \t]+([A-Za-z_]\w*)", re.M)
 Runner = Callable[[str], Awaitable[tuple[int | None, str]]]  # a command -> (exit code or None if not run, output)
 _IDENT = re.compile(r"`([A-Za-z_][\w.]*)`|(?<![A-Za-z0-9_])([A-Za-z_][A-Za-z0-9_]*_[A-Za-z0-9_]*|[a-z]+[A-Z][A-Za-z0-9_]*)(?![A-Za-z0-9_])")
@@ -159,8 +164,10 @@ class WorkChecks:
             return Proceed()
         self._sent[kind] = self._sent.get(kind, 0) + 1
         failures = work + answer if kind == "work" else answer
-        return SendBack("Before you finish, fix this:\n" + "\n".join(f"- {f}" for f in failures),
-                        answer_only=kind == "answer", must_call=fixes if kind == "work" and self.force else ())
+        text = "Before you finish, fix this:\n" + "\n".join(f"- {f}" for f in failures)
+        if kind == "answer" and (done := facts(self.before, self._last, self.calls)):
+            text += "\n\n" + done  # the answer is written again with what the run did in front of it
+        return SendBack(text, answer_only=kind == "answer", must_call=fixes if kind == "work" and self.force else ())
 
     def _fixes(self, now: dict[str, bytes], changed: dict[str, bytes], answer: str) -> tuple[tuple[str, dict], ...]:
         """The calls the next turn must choose from, when a check knows the fix: writing a missing or empty output
@@ -202,10 +209,20 @@ class WorkChecks:
                 f"Show it (cat -n {p}), check your change against what was there, and fix it if needed."
                 for p in unread]
         out += self._broken(changed) + self._renamed(now, changed) + self._citations(now, answer) + self._strays(now)
+        named = [m.group(1) for m in FILE_NAME.finditer(self.prompt)]
+        out += left_behind(named, self.before, now) + (shown_not_written(named, self.before, now, self.calls)
+                                                       if not changed else [])
         out += await self._tests(run, changed) + await self._named_commands(run, changed) + await self._exact_output(run)
         out += self._claimed(answer, denied) + _arithmetic(answer)
         answer_only = self._unreported(changed, answer)
+        if not out and not answer_only:  # once the work holds, the answer must agree with it
+            answer_only = disagreements(self.prompt, answer, self._corpus(now), bool(changed), now)
         return out, answer_only, self._fixes(now, changed, answer)
+
+    def _corpus(self, now: dict[str, bytes]) -> str:
+        """Everything the run saw: the task, what was shown with it, each call and its result, the files as they are."""
+        files = (f"{p}\n{c[:CORPUS_FILE_BYTES].decode('utf-8', 'replace')}" for p, c in now.items())
+        return "\n".join([self.prompt, self.shown, *(c.text for c in self.calls), *files])
 
     async def _run_here(self, command: str) -> tuple[int | None, str]:
         """Outside a run (a check called by itself), a command runs as a plain child process of the workspace."""
@@ -533,13 +550,16 @@ class WorkChecks:
         return out
 
     async def _exact_output(self, run: Runner) -> list[str]:
-        """The task quotes a line a command must print: the command is run again, and an output line like the
-        quoted one but not exactly it goes back with both (an extra ``!``, a missing space)."""
-        quoted = [q for m in _QUOTED.finditer(self.prompt) for q in m.groups() if q and q.strip()]
+        """The task quotes a line a command must print (in quotation marks of any language, or set on a line of its
+        own after a colon): the command is run again — the one the task names, else the script the model last ran,
+        else the script the task names — and an output line like the quoted one but not exactly it goes back with
+        both (an extra ``!``, a missing space)."""
+        quoted = [q for m in _QUOTED.finditer(self.prompt) for q in m.groups() if q and q.strip()] + _set_apart(self.prompt)
         quoted = [q for q in dict.fromkeys(quoted) if not _looks_runnable(q, self.cwd) and not FILE_NAME.fullmatch(q)]
         commands = [c for c in self._named() if not _TEST_CMD.search(c) and self._ran(c)] or \
-            [c.command for c in self.calls[-1:] if re.fullmatch(r"(?:python3?|node|bash|sh)\s+[\w./-]+(?:\s+[\w./=-]+)*",
-                                                                c.command.strip())]
+            [c.command for c in self.calls[-1:] if _SCRIPT_RUN.fullmatch(c.command.strip())] or \
+            [f"python3 {n}" for m in FILE_NAME.finditer(self.prompt) if (n := m.group(1)).endswith(".py")
+             and b"print(" in self.before.get(n, b"")]
         out = []
         for command in commands[:2] if quoted else ():
             code, output = await run(command.strip())
@@ -551,8 +571,9 @@ class WorkChecks:
                     continue
                 near = max(lines, key=lambda ln: difflib.SequenceMatcher(None, q, ln).ratio(), default=None)
                 if near is not None and difflib.SequenceMatcher(None, q, near).ratio() >= 0.6:
-                    out.append(f"The task asks for exactly {q!r}, but `{command.strip()}` prints {near!r}. Make it print "
-                               "exactly that line, then run it again.")
+                    printed = near if len(lines) == 1 else "\n".join(lines[:10])
+                    out.append(f"The task asks for exactly {q!r}, but `{command.strip()}` prints {printed!r}. Make it "
+                               "print exactly that line, then run it again.")
         return out
 
     def _has_tests(self) -> bool:
@@ -564,6 +585,13 @@ class WorkChecks:
         if not lines:
             return any(Path(path).name in c.text for c in self.calls)
         return any(ln in text for text in [self.shown] + [c.text for c in self.calls] for ln in lines[:50])
+
+
+def _set_apart(prompt: str) -> list[str]:
+    """Lines the task sets on a line of their own after a colon (":" or "："): a literal, like a quoted one."""
+    lines = prompt.splitlines()
+    return [ln.strip() for before, ln in zip(lines, lines[1:])
+            if before.rstrip().endswith((":", "：")) and ln.strip() and not _LIST_ITEM.match(ln)]
 
 
 def _fence(command: str) -> str:

@@ -1,0 +1,100 @@
+"""The final answer agrees with the run: what it reports was seen, and it is written with the run's facts in view.
+
+A small model's last message is often written from its intentions, not its results: "I wrote it to out.txt" when no
+such file exists, a number no command printed, "Tests passed." after a listing. The harness knows what the run did —
+the files it created or changed and what they hold, the commands it ran and how they exited — so when the answer
+reports something nothing in the run shows, or reports nothing checkable about a run that changed files, the model
+is asked once more for its answer with those facts in front of it, in the language the task is written in.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Protocol, Sequence
+
+from drivetrain.sessions.report import evidence, grounding
+
+FACT_CALLS = 6  # the last commands listed
+FACT_FILES = 6  # the files listed
+SHOWN_BYTES = 120  # a small file's content is shown when it is at most this long
+
+# Scripts that name the language a task is written in (the task's script, not its words)
+_SCRIPTS = (("Chinese", re.compile(r"[\u4e00-\u9fff]")), ("Japanese", re.compile(r"[\u3040-\u30ff]")),
+            ("Korean", re.compile(r"[\uac00-\ud7af]")), ("Russian", re.compile(r"[\u0400-\u04ff]")))
+_SUM = re.compile(r"\d+(?:\.\d+)?(?:\s*[-+*/×]\s*\d+(?:\.\d+)?)+\s*=\s*\d+(?:\.\d+)?")
+_DIGITS = re.compile(r"\d+(?:\.\d+)?")
+
+
+class Call(Protocol):
+    command: str
+    failed: bool
+    output: str
+    text: str
+
+
+def language(text: str) -> str:
+    """The language a text is written in, by its script ("" for Latin script or none). Japanese before Chinese:
+    Japanese text holds kanji too."""
+    found = [name for name, script in _SCRIPTS if script.search(text)]
+    return "Japanese" if "Japanese" in found else found[0] if found else ""
+
+
+def facts(before: dict[str, bytes], now: dict[str, bytes], calls: Sequence[Call]) -> str:
+    """What the run did, as the harness saw it: files created, changed or deleted (a small one with what it holds),
+    the last commands and how they exited. "" when the run neither changed a file nor ran a command."""
+    rows = []
+    changed = [p for p in sorted(set(before) | set(now)) if before.get(p) != now.get(p) and "__pycache__" not in p]
+    for path in changed[:FACT_FILES]:
+        if path not in now:
+            rows.append(f"- deleted {path}")
+            continue
+        verb = "created" if path not in before else "changed"
+        content = now[path].decode("utf-8", "replace").strip()
+        rows.append(f"- {verb} {path}" + (f", which now holds: {content!r}" if len(content) <= SHOWN_BYTES
+                                          else f" ({len(content.splitlines())} lines)"))
+    if len(changed) > FACT_FILES:
+        rows.append(f"- … and {len(changed) - FACT_FILES} more files")
+    for call in [c for c in calls if c.command][-FACT_CALLS:]:
+        out = call.output.strip()
+        head = out.splitlines()[0][:100] if out else ""
+        how = "failed" if call.failed else "exit 0"
+        rows.append(f"- ran `{call.command.strip()[:120]}`: {how}" + (f", printed {head!r}" if head else ", printed nothing")
+                    + (" …" if out.count("\n") else ""))
+    if not rows:
+        return ""
+    if not changed:
+        rows.insert(0, "- no file was created or changed")
+    return "What this run did (as the harness saw it):\n" + "\n".join(rows)
+
+
+def unseen(answer: str, corpus: str, files: dict[str, bytes]) -> list[str]:
+    """The numbers and paths the answer reports that appear in no tool result, no file and not the task. A path:line
+    of a file that has that line is seen (the citation check reads what is there); so is the result of a sum the
+    answer writes out (the arithmetic check reads that)."""
+    sums = {n for m in _SUM.finditer(answer) for n in _DIGITS.findall(m.group(0))}
+    out = []
+    for token in grounding(answer, corpus).not_found:
+        path, _, line = token.rpartition(":")
+        path = os.path.normpath(path) if path else path  # ./a.py is a.py
+        if token in sums or line.isdigit() and path in files and int(line) <= files[path].count(b"\n") + 1:
+            continue
+        out.append(token)
+    return out
+
+
+def disagreements(prompt: str, answer: str, corpus: str, did_work: bool, files: dict[str, bytes]) -> list[str]:
+    """Why the answer should be written again from the run's facts ([] when it agrees with the run)."""
+    out = []
+    missing = unseen(answer, corpus, files)
+    if missing:
+        out.append(f"Your answer reports {', '.join(missing[:4])}, but no command printed "
+                   f"{'it' if len(missing) == 1 else 'them'} and no file holds {'it' if len(missing) == 1 else 'them'}. "
+                   "Report only what the run shows; if a value is still unknown, run a command that prints it.")
+    elif did_work and not evidence(answer):
+        out.append("Your answer does not say what you did. Say which files you created or changed and what they "
+                   "hold, and what the commands you ran printed.")
+    wanted = language(prompt)
+    if wanted and language(answer) != wanted and out:
+        out[-1] += f" Write the answer in {wanted}, the language of the task."
+    return out

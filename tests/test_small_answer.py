@@ -1,0 +1,82 @@
+"""The final answer agrees with the run (small/answer.py, through WorkChecks): what it reports was seen, and an answer
+sent back is written again with the run's facts in front of the model, in the task's language."""
+
+from drivetrain.small.answer import disagreements, facts, language, unseen
+from drivetrain.small.checks import WorkChecks
+
+
+async def _run(tmp_path, prompt: str, command: str, output: str, write: dict[str, str]) -> WorkChecks:
+    checks = WorkChecks(tmp_path)
+    await checks.on_prompt({"prompt": prompt})
+    for name, text in write.items():
+        (tmp_path / name).write_text(text)
+    await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": command}, "tool_response": {"content": output}})
+    return checks
+
+
+async def test_a_file_the_answer_says_it_wrote_must_exist(tmp_path):
+    """Asked in Chinese to write a count to a file, the model answered "I wrote it to <file>" and wrote nothing."""
+    checks = await _run(tmp_path, "统计 logs 目录里 ERROR 的行数。", "grep -c ERROR app.log", "14", {"app.log": "x\n"})
+    [failure] = await checks.failures("共有 14 行，我已写入 errors_count.txt。")
+    assert failure.startswith("Your answer reports errors_count.txt, but no command printed it and no file holds it.")
+    [failure] = await checks.failures("14 lines, written to errors_count.txt.")  # and in another language
+    assert failure.endswith("Write the answer in Chinese, the language of the task.")
+    assert await checks.failures("共有 14 行 ERROR（grep -c ERROR app.log）。") == []
+
+
+async def test_a_number_no_command_printed_goes_back_with_the_facts(tmp_path):
+    (tmp_path / "calc.py").write_text("def score(n):\n    return n * 6\n")
+    checks = await _run(tmp_path, "What does score(7) return in calc.py?", "python3 -c 'import calc'", "", {})
+    sent = await checks.run(_Ctx("score(7) returns 42."))
+    assert "Your answer reports 42, but no command printed it and no file holds it." in sent.text
+    assert sent.answer_only
+    assert "What this run did (as the harness saw it):\n- no file was created or changed\n" \
+           "- ran `python3 -c 'import calc'`: exit 0, printed nothing" in sent.text
+    checks.calls[-1].output = checks.calls[-1].text = "42"
+    assert await checks.failures("score(7) returns 42.") == []
+
+
+async def test_an_answer_that_says_nothing_of_the_changes_is_composed_again(tmp_path):
+    checks = await _run(tmp_path, "Fix app.py", "python3 app.py", "ok", {"app.py": "print('ok')\n"})
+    [failure] = await checks.failures("Done.")
+    assert failure.startswith("Your answer does not say what you did.")
+    assert await checks.failures("Done: fixed app.py, `python3 app.py` prints ok.") == []
+    readonly = await _run(tmp_path, "What is x?", "cat app.py", "print('ok')", {})
+    assert await readonly.failures("It prints ok.") == []  # nothing changed: nothing to report
+
+
+def test_facts_list_files_with_what_they_hold_and_commands_with_how_they_exited():
+    class Call:
+        def __init__(self, command, failed, output):
+            self.command, self.failed, self.output, self.text = command, failed, output, output
+    before = {"a.py": b"x = 1\n", "old.txt": b"gone"}
+    now = {"a.py": b"x = 2\n", "total.txt": b"18\n", "big.py": b"\n".join([b"y = 1"] * 80)}
+    text = facts(before, now, [Call("wc -l *.py", False, "18 total\n"), Call("python3 a.py", True, "Traceback")])
+    assert text.splitlines() == [
+        "What this run did (as the harness saw it):",
+        "- changed a.py, which now holds: 'x = 2'",
+        "- created big.py (80 lines)",
+        "- deleted old.txt",
+        "- created total.txt, which now holds: '18'",
+        "- ran `wc -l *.py`: exit 0, printed '18 total'",
+        "- ran `python3 a.py`: failed, printed 'Traceback'"]
+    assert facts({}, {}, []) == ""
+
+
+def test_what_counts_as_seen():
+    files = {"a.py": b"1\n2\n3\n4\n"}
+    assert unseen("a.py:4 defines it", "", files) == []  # a line the file has (the citation check reads it)
+    assert unseen("./a.py:4 defines it", "", files) == []
+    assert unseen("a.py:9 defines it", "a.py", files) == ["a.py:9"]
+    assert unseen("20 + 5 = 25", "20 5", files) == []  # a sum written out (the arithmetic check reads it)
+    assert unseen("The answer is 1234.", "wc: 1234 total", files) == []
+    assert language("把总数写到 total.txt") == "Chinese" and language("total.txt に書いて") == "Japanese"
+    assert language("Write the total") == ""
+    assert disagreements("Write the total", "It is 77.", "nothing", False, files)[0].endswith("prints it.")
+
+
+class _Ctx:
+    history: list = []
+
+    def __init__(self, answer: str):
+        self.answer = answer

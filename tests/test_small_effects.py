@@ -1,0 +1,53 @@
+"""Work the run's own calls show was left half done (small/effects.py), and a literal set apart after a colon
+compared like a quoted one — read from the workspace and the calls, in any language."""
+
+from dataclasses import dataclass
+
+from drivetrain.small.checks import WorkChecks
+from drivetrain.small.effects import left_behind, shown_not_written
+
+
+@dataclass
+class Call:
+    command: str
+    output: str
+    failed: bool = False
+
+
+FILE = {"req.txt": b"b\na\nb\nc\nc\n"}
+
+
+def test_a_deduplicated_version_printed_but_not_written():
+    [failure] = shown_not_written(["req.txt"], FILE, FILE, [Call("sort -u req.txt", "a\nb\nc\n")])
+    assert failure.startswith("`sort -u req.txt` printed a changed version of req.txt (3 of its 5 lines), but req.txt "
+                              "itself did not change.")
+    assert shown_not_written(["req.txt"], FILE, FILE, [Call("awk '!s[$0]++' req.txt", "b\na\nc\n")])  # in order
+    # what a question reads leaves no such trace: a search, the file itself, a count
+    for call in (Call("grep b req.txt", "b\nb\n"), Call("cat req.txt", "b\na\nb\nc\nc\n"), Call("sort -u req.txt | wc -l", "3")):
+        assert shown_not_written(["req.txt"], FILE, FILE, [call]) == []
+    changed = {"req.txt": b"b\na\nc\n"}
+    assert shown_not_written(["req.txt"], FILE, changed, [Call("sort -u req.txt", "a\nb\nc\n")]) == []
+
+
+def test_a_moved_function_left_behind_in_its_old_file():
+    before = {"app.py": b"def clamp(x):\n    return x\n\nprint(clamp(3))\n"}
+    copied = {**before, "utils.py": b"def clamp(x):\n    return x\n"}
+    [failure] = left_behind(["utils.py", "app.py"], before, copied)
+    assert failure.startswith("clamp is now defined both in utils.py (new) and in app.py. Code lives in one place: "
+                              "remove it from app.py and import it there (`from utils import clamp`)")
+    moved = {"app.py": b"from utils import clamp\n\nprint(clamp(3))\n", "utils.py": copied["utils.py"]}
+    assert left_behind(["utils.py", "app.py"], before, moved) == []
+    assert left_behind(["app.py"], before, copied) == []  # a new file the task does not name: a stray, not a move
+
+
+async def test_a_line_set_apart_after_a_colon_is_the_exact_output(tmp_path):
+    (tmp_path / "summary.py").write_text('print("debug")\nprint("Total orders:  4")\n')
+    checks = WorkChecks(tmp_path)
+    await checks.on_prompt({"prompt": "让 summary.py 只输出这一行：\nTotal orders: 4"})
+    [failure] = await checks.failures("完成：summary.py")  # never run by the model: the check runs the named script
+    assert failure == ("The task asks for exactly 'Total orders: 4', but `python3 summary.py` prints 'debug\\nTotal "
+                       "orders:  4'. Make it print exactly that line, then run it again.")
+    (tmp_path / "summary.py").write_text('print("Total orders: 4")\n')
+    assert await checks.failures("完成：summary.py 输出 Total orders: 4") == []
+    await checks.on_prompt({"prompt": "Steps:\n1. Run summary.py\n2. Check it prints a total"})  # a list, not a literal
+    assert await checks.failures("summary.py prints Total orders: 4") == []
