@@ -80,3 +80,11 @@ class _Ctx:
 
     def __init__(self, answer: str):
         self.answer = answer
+
+
+async def test_the_aid_switched_off_lets_any_answer_through(tmp_path):
+    from drivetrain.small.profile import SMALL
+    assert "answer" in SMALL.aids and "answer" not in SMALL.without("answer").aids
+    checks = await _run(tmp_path, "Fix app.py", "python3 app.py", "ok", {"app.py": "print('ok')\n"})
+    checks.agree = False
+    assert await checks.failures("Done, it returns 42.") == []

@@ -12,7 +12,7 @@ from dataclasses import dataclass, fields, replace
 from typing import TypeVar
 
 AIDS = ("codeact", "example", "act", "exclude", "collapse", "context", "final", "checks", "changes", "prefixcache",
-        "show", "force")
+        "show", "force", "answer")
 
 A = TypeVar("A")
 
@@ -34,6 +34,7 @@ class Profile:
     prefixcache: bool = False  # the fixed prompt prefix's KV state kept on disk (local model)
     show: bool = False  # the first lines of the files the task names go with it (as an @-mention attaches them)
     force: bool = False  # when a check knows the fix, the next call must be it, not just be told it
+    answer: bool = False  # the answer agrees with the run: what it reports was seen, else written again from the facts
 
     def without(self, *aids: str) -> Profile:
         """This profile less the named aids (an ablation)."""

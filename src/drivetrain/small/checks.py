@@ -104,6 +104,7 @@ class WorkChecks:
     report_changes: bool = True  # add to each call's result what it changed (changes.py)
     file_blocks: bool = False  # the model writes files as code blocks naming them (hints take that form)
     force: bool = True  # the next call must be the fix a check knows (see ``_fixes``), not just told it
+    agree: bool = True  # the answer must agree with the run (small/answer.py), else it is written again from the facts
     shown: str = ""  # what was shown with the task (the files it names): counts as seen for ``_shown``
 
     _sent: dict[str, int] = field(default_factory=dict)  # send-backs this prompt: "work", "answer"
@@ -165,7 +166,7 @@ class WorkChecks:
         self._sent[kind] = self._sent.get(kind, 0) + 1
         failures = work + answer if kind == "work" else answer
         text = "Before you finish, fix this:\n" + "\n".join(f"- {f}" for f in failures)
-        if kind == "answer" and (done := facts(self.before, self._last, self.calls)):
+        if kind == "answer" and self.agree and (done := facts(self.before, self._last, self.calls)):
             text += "\n\n" + done  # the answer is written again with what the run did in front of it
         return SendBack(text, answer_only=kind == "answer", must_call=fixes if kind == "work" and self.force else ())
 
@@ -215,7 +216,7 @@ class WorkChecks:
         out += await self._tests(run, changed) + await self._named_commands(run, changed) + await self._exact_output(run)
         out += self._claimed(answer, denied) + _arithmetic(answer)
         answer_only = self._unreported(changed, answer)
-        if not out and not answer_only:  # once the work holds, the answer must agree with it
+        if self.agree and not out and not answer_only:  # once the work holds, the answer must agree with it
             answer_only = disagreements(self.prompt, answer, self._corpus(now), bool(changed), now)
         return out, answer_only, self._fixes(now, changed, answer)
 

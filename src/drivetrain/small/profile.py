@@ -113,7 +113,8 @@ def equip(profile: Profile, model: Model, tools: list[Tool], hooks: Hooks, cwd: 
         tools = [t for t in tools if t.name in ("Bash", "Edit", "Write")]
     else:
         tools = [t for t in tools if t.name in SMALL_TOOLS]
-    checks = WorkChecks(cwd, report_changes=profile.changes, file_blocks=profile.codeact, force=profile.force) \
+    checks = WorkChecks(cwd, report_changes=profile.changes, file_blocks=profile.codeact, force=profile.force,
+                        agree=profile.answer) \
         if profile.checks or profile.changes else None
 
     def context(payload: dict) -> dict:
