@@ -41,7 +41,7 @@ async def test_an_answer_that_says_nothing_of_the_changes_is_composed_again(tmp_
     [failure] = await checks.failures("Done.")
     assert failure.startswith("Your answer does not say what you did.")
     assert await checks.failures("Done: fixed app.py, `python3 app.py` prints ok.") == []
-    readonly = await _run(tmp_path, "What is x?", "cat app.py", "print('ok')", {})
+    readonly = await _run(tmp_path, "Tell me what app.py prints.", "cat app.py", "print('ok')", {})
     assert await readonly.failures("It prints ok.") == []  # nothing changed: nothing to report
 
 
@@ -88,3 +88,16 @@ async def test_the_aid_switched_off_lets_any_answer_through(tmp_path):
     checks = await _run(tmp_path, "Fix app.py", "python3 app.py", "ok", {"app.py": "print('ok')\n"})
     checks.agree = False
     assert await checks.failures("Done, it returns 42.") == []
+
+
+async def test_a_question_answered_with_nothing_the_run_found(tmp_path):
+    """Asked what a function returns, the model ran the module (no output) and answered that it ran."""
+    (tmp_path / "notify.py").write_text("def steps(n):\n    return n // 2\n")
+    checks = await _run(tmp_path, "notify.py 里 steps(76) 返回什么？", "python3 notify.py", "", {})
+    [failure] = await checks.failures("The script executed successfully without any output.")
+    assert failure.startswith("The task asks a question, and your answer does not give what the run found.")
+    assert failure.endswith("Write the answer in Chinese, the language of the task.")
+    [unseen] = await checks.failures("steps(76) 返回 38。")  # a value nothing printed
+    assert unseen.startswith("Your answer reports 38, but no command printed it")
+    checks.calls[-1].output = checks.calls[-1].text = "38"
+    assert await checks.failures("steps(76) 返回 38。") == []

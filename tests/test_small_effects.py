@@ -46,7 +46,8 @@ async def test_a_line_set_apart_after_a_colon_is_the_exact_output(tmp_path):
     await checks.on_prompt({"prompt": "让 summary.py 只输出这一行：\nTotal orders: 4"})
     [failure] = await checks.failures("完成：summary.py")  # never run by the model: the check runs the named script
     assert failure == ("The task asks for exactly 'Total orders: 4', but `python3 summary.py` prints 'debug\\nTotal "
-                       "orders:  4'. Make it print exactly that line, then run it again.")
+                       "orders:  4'. Line 2 of summary.py prints it: `print(\"Total orders:  4\")`. Make it print "
+                       "exactly that line, then run it again.")
     (tmp_path / "summary.py").write_text('print("Total orders: 4")\n')
     assert await checks.failures("完成：summary.py 输出 Total orders: 4") == []
     await checks.on_prompt({"prompt": "Steps:\n1. Run summary.py\n2. Check it prints a total"})  # a list, not a literal

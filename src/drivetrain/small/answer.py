@@ -23,6 +23,7 @@ SHOWN_BYTES = 120  # a small file's content is shown when it is at most this lon
 _SCRIPTS = (("Chinese", re.compile(r"[\u4e00-\u9fff]")), ("Japanese", re.compile(r"[\u3040-\u30ff]")),
             ("Korean", re.compile(r"[\uac00-\ud7af]")), ("Russian", re.compile(r"[\u0400-\u04ff]")))
 _SUM = re.compile(r"\d+(?:\.\d+)?(?:\s*[-+*/×]\s*\d+(?:\.\d+)?)+\s*=\s*\d+(?:\.\d+)?")
+_QUESTION = re.compile(r"[?？]")  # a question mark, in any language's form
 _DIGITS = re.compile(r"\d+(?:\.\d+)?")
 
 
@@ -94,6 +95,9 @@ def disagreements(prompt: str, answer: str, corpus: str, did_work: bool, files: 
     elif did_work and not evidence(answer):
         out.append("Your answer does not say what you did. Say which files you created or changed and what they "
                    "hold, and what the commands you ran printed.")
+    elif _QUESTION.search(prompt) and not evidence(answer) and not re.search(r"\d", answer):
+        out.append("The task asks a question, and your answer does not give what the run found. Answer it with the "
+                   "value or place the run showed; if no command has shown it yet, run one that prints it.")
     wanted = language(prompt)
     if wanted and language(answer) != wanted and out:
         out[-1] += f" Write the answer in {wanted}, the language of the task."

@@ -573,8 +573,9 @@ class WorkChecks:
                 near = max(lines, key=lambda ln: difflib.SequenceMatcher(None, q, ln).ratio(), default=None)
                 if near is not None and difflib.SequenceMatcher(None, q, near).ratio() >= 0.6:
                     printed = near if len(lines) == 1 else "\n".join(lines[:10])
-                    out.append(f"The task asks for exactly {q!r}, but `{command.strip()}` prints {printed!r}. Make it "
-                               "print exactly that line, then run it again.")
+                    where = _printed_by(command, near, self._last)
+                    out.append(f"The task asks for exactly {q!r}, but `{command.strip()}` prints {printed!r}.{where} "
+                               "Make it print exactly that line, then run it again.")
         return out
 
     def _has_tests(self) -> bool:
@@ -586,6 +587,19 @@ class WorkChecks:
         if not lines:
             return any(Path(path).name in c.text for c in self.calls)
         return any(ln in text for text in [self.shown] + [c.text for c in self.calls] for ln in lines[:50])
+
+
+def _printed_by(command: str, line: str, files: dict[str, bytes]) -> str:
+    """Where the script prints ``line``: the ``print`` of its source most like it (" Line 12 of f.py prints it: …")."""
+    script = next((w for w in command.split()[1:] if w in files), None)
+    if script is None:
+        return ""
+    source = files[script].decode("utf-8", "replace").splitlines()
+    prints = [(i, ln.strip()) for i, ln in enumerate(source, 1) if "print(" in ln]
+    if not prints:
+        return ""
+    n, text = max(prints, key=lambda p: difflib.SequenceMatcher(None, line, p[1]).ratio())
+    return f" Line {n} of {script} prints it: `{text}`."
 
 
 def _set_apart(prompt: str) -> list[str]:
