@@ -18,7 +18,7 @@ PACKAGE = Path(__file__).resolve().parent.parent
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("foundation", ("errors", "home", "messages", "pricing", "prompts", "httpd", "control.procs", "control.redact",
                     "control.permissions")),
-    ("providers, tools, storage", ("models", "tools", "control.sandbox", "testing", "sessions.store", "sessions.file",
+    ("providers, tools, storage", ("models", "tools", "servers", "control.sandbox", "testing", "sessions.store", "sessions.file",
                                    "sessions.postgres", "sessions.open", "sessions.rewind", "sessions.report",
                                    "sessions.html")),
     ("the run's value", ("control.approval", "loop.state", "loop.result", "loop.events", "loop.profile",

@@ -1,0 +1,152 @@
+"""The MCP client end to end: the real CLI, real MCP servers written with the SDK (tests/mcp_calc_server.py, on stdio
+and streamable HTTP), the scripted model server."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from drivetrain.testing import ScriptedServer, reply, respond, tool_call
+from test_cli import cli
+
+CALC = str(Path(__file__).with_name("mcp_calc_server.py"))
+
+
+def calc_config(name="calc", args=(), env=None, **extra):
+    entry = {"command": sys.executable, "args": [CALC, *args], **({"env": env} if env else {}), **extra}
+    return json.dumps({"mcpServers": {name: entry}})
+
+
+def tools_of(body):
+    return {t["name"]: t for t in body.get("tools", [])}
+
+
+def results(body):
+    return body["messages"][-1]["content"]
+
+
+def test_stdio_server_tools_offered_called_failing_crashing_and_restarted(tmp_path):
+    """One run through every kind of answer: a result, an image, isError, a crash mid-call, then a call that works
+    again (the server restarted), ${VAR} expanded in args and env."""
+    def offered(body):
+        add = tools_of(body)["mcp__calc__add"]
+        assert add["description"] == "Add two integers."
+        assert add["input_schema"]["properties"]["a"]["type"] == "integer"
+        assert add["input_schema"]["required"] == ["a", "b"]
+        assert "mcp__calc__hang" in tools_of(body) and "Read" in tools_of(body)
+
+    def answered(body):
+        add, picture, fail = results(body)
+        assert add["content"] == "5" and not add.get("is_error")
+        assert picture["content"][0]["type"] == "image" and picture["content"][0]["source"]["media_type"] == "image/png"
+        assert fail["is_error"] is True and "failed on purpose: no" in str(fail["content"])
+
+    def crashed(body):
+        [r] = results(body)
+        assert r["is_error"] is True and "crashed during crash" in r["content"] and "restarted" in r["content"]
+
+    def restarted(body):
+        add, who = results(body)
+        assert add["content"] == "7" and not add.get("is_error"), add
+        assert json.loads(who["content"]) == {"argv": ["from-env", "fallback"], "env": {"CALC_KEY": "from-env/x"}}
+
+    steps = [
+        respond([tool_call("mcp__calc__add", {"a": 2, "b": 3}), tool_call("mcp__calc__picture", {}),
+                 tool_call("mcp__calc__fail", {"reason": "no"})], expect=offered),
+        respond([tool_call("mcp__calc__crash", {})], expect=answered),
+        respond([tool_call("mcp__calc__add", {"a": 3, "b": 4}), tool_call("mcp__calc__whoami", {})], expect=crashed),
+        reply("done", expect=restarted),
+    ]
+    config = calc_config(args=["${CALC_ARG}", "${CALC_UNSET:-fallback}"], env={"CALC_KEY": "${CALC_ARG}/x"})
+    with ScriptedServer(steps) as server:
+        proc = cli(server.url, "-p", "use calc", "--mcp-config", config, "--allowedTools", "mcp__calc",
+                   cwd=tmp_path, env_extra={"CALC_ARG": "from-env"})
+    assert proc.returncode == 0, proc.stderr
+    assert "MCP server 'calc' crashed during crash" in proc.stderr and "restarted" in proc.stderr
+
+
+def test_deny_rule_for_a_whole_server_holds_in_bypass_mode(tmp_path):
+    """Denied whatever the input, the server's tools are not offered at all (the scripted server would reject a
+    history calling a tool the request does not list, as the API does)."""
+    def not_offered(body):
+        assert not [n for n in tools_of(body) if n.startswith("mcp__calc")] and "Read" in tools_of(body)
+
+    steps = [reply("ok", expect=not_offered)]
+    (tmp_path / ".drivetrain").mkdir()
+    (tmp_path / ".drivetrain" / "settings.json").write_text(json.dumps({"permissions": {"deny": ["mcp__calc"]}}))
+    with ScriptedServer(steps) as server:
+        proc = cli(server.url, "-p", "add", "--mcp-config", calc_config(), "--permission-mode", "bypassPermissions",
+                   cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_a_tool_call_that_times_out_is_an_error_and_the_run_goes_on(tmp_path):
+    def timed_out(body):
+        hang, add = results(body)
+        assert hang["is_error"] is True and "did not answer within 1 s (MCP_TOOL_TIMEOUT)" in hang["content"]
+        assert add["content"] == "2"
+
+    steps = [respond([tool_call("mcp__calc__hang", {}), tool_call("mcp__calc__add", {"a": 1, "b": 1})]),
+             reply("ok", expect=timed_out)]
+    with ScriptedServer(steps) as server:
+        proc = cli(server.url, "-p", "hang", "--mcp-config", calc_config(), "--allowedTools", "mcp__calc",
+                   cwd=tmp_path, env_extra={"MCP_TOOL_TIMEOUT": "1000"})
+    assert proc.returncode == 0, proc.stderr
+    assert "hang did not answer within 1 s" in proc.stderr
+
+
+def project_server(tmp_path):
+    """A .mcp.json server that leaves a mark when it starts."""
+    marker = tmp_path / "started.txt"
+    (tmp_path / ".mcp.json").write_text(calc_config(name="proj", args=["--mark", str(marker)]))
+    return marker
+
+
+def test_an_unapproved_project_server_is_never_started_by_p(tmp_path):
+    marker = project_server(tmp_path)
+    steps = [reply("ok", expect=lambda b: not [n for n in tools_of(b) if n.startswith("mcp__")])]
+    with ScriptedServer(steps) as server:
+        proc = cli(server.url, "-p", "hi", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert not marker.exists()
+    assert "skipped MCP server 'proj'" in proc.stderr and '"enabledMcpjsonServers": ["proj"]' in proc.stderr
+
+
+def test_an_approved_project_server_starts(tmp_path):
+    marker = project_server(tmp_path)
+    (tmp_path / ".drivetrain").mkdir()
+    (tmp_path / ".drivetrain" / "settings.local.json").write_text(json.dumps({"enabledMcpjsonServers": ["proj"]}))
+    steps = [reply("ok", expect=lambda b: "mcp__proj__add" in tools_of(b))]
+    with ScriptedServer(steps) as server:
+        proc = cli(server.url, "-p", "hi", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert marker.exists() and "skipped" not in proc.stderr
+
+
+@pytest.fixture(scope="module")
+def http_calc():
+    """The calc server on streamable HTTP, once for the module."""
+    proc = subprocess.Popen([sys.executable, CALC, "--http", "0"], stderr=subprocess.PIPE, text=True)
+    try:
+        for line in proc.stderr:  # uvicorn says where it listens once it does
+            if "Uvicorn running on" in line:
+                yield line.split("http://")[1].split()[0]
+                break
+        else:
+            pytest.fail("the HTTP MCP server did not start")
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_streamable_http_server_with_expanded_headers(tmp_path, http_calc):
+    config = json.dumps({"mcpServers": {"web": {"type": "http", "url": "http://${CALC_HOST}/mcp",
+                                                 "headers": {"X-Calc": "${CALC_HOST:-none}"}}}})
+    steps = [respond([tool_call("mcp__web__add", {"a": 20, "b": 22})], expect=lambda b: "mcp__web__add" in tools_of(b)),
+             reply("42", expect=lambda b: results(b)[0]["content"] == "42")]
+    with ScriptedServer(steps) as server:
+        proc = cli(server.url, "-p", "add", "--mcp-config", config, "--allowedTools", "mcp__web__add", cwd=tmp_path,
+                   env_extra={"CALC_HOST": http_calc})
+    assert proc.returncode == 0, proc.stderr
