@@ -28,6 +28,8 @@ from drivetrain.sessions.store import SessionStore
 from drivetrain.sessions.open import open_store
 from drivetrain.servers.config import ServerSpec, configured, remember_approval, scope_file
 from drivetrain.servers.group import McpServers
+from drivetrain.subagents.definitions import load_types
+from drivetrain.subagents.task import TaskTool
 from drivetrain.tools import builtin_tools
 
 ApproverFactory = Callable[[Path, Policy], Approver]  # the approver may add rules to the policy
@@ -79,6 +81,8 @@ def build_agent(args: argparse.Namespace, cwd: Path, session_id: str, *,
                       wall_time_s=args.max_wall_time, tool_calls=args.max_tool_calls,
                       wrap_up=args.wrap_up_on_limit),
     )
+    # the subagent's tools are the parent's as it stands now (MCP tools included), less Task itself
+    agent.tools.append(TaskTool(agent, load_types(cwd), model_for=lambda name: resolve_model(args.provider, name)))
     if args.verify:
         agent.nodes.append(Verify(args.verify))
     if approver_factory is not None:
