@@ -17,7 +17,7 @@ from drivetrain.control.hooks import Hooks
 from drivetrain.agent import Agent
 from drivetrain.models.resolve import detect_provider, resolve_model
 from drivetrain.loop.nodes import Verify
-from drivetrain.control.permissions import Policy, SettingsError, load_settings
+from drivetrain.control.permissions import Policy, Settings, SettingsError, load_settings
 from drivetrain.control.procs import keep_environment_private
 from drivetrain.pricing import prices_from_settings, set_prices
 from drivetrain.small.profile import select_profile
@@ -51,15 +51,10 @@ def build_agent(args: argparse.Namespace, cwd: Path, session_id: str, *,
     keep_environment_private()  # tools get no credentials in their environment; nor may they read ours
     settings = load_settings(cwd)
     set_prices(prices_from_settings(settings.raw))  # the settings files' "pricing" entries, over the price table
-    sandbox_settings = [_sandbox_section(path, data) for path, data in settings.raw]
     policy = Policy.load(cwd, mode=args.permission_mode, allowed_tools=args.allowed_tools,
                          disallowed_tools=args.disallowed_tools, add_dirs=args.add_dir,
                          interactive=approver_factory is not None, settings=settings)
-    sandbox = None
-    if args.sandbox or any(s.get("enabled") for s in sandbox_settings):
-        network = any(s.get("network") for s in sandbox_settings)
-        sandbox = Sandbox(cwd, extra_writable=policy.additional_dirs, allow_network=network)
-        sandbox.check()  # fail closed, before the model is even asked
+    sandbox = make_sandbox(args, cwd, policy, settings)
     store = store or open_store()  # $DRIVETRAIN_SESSION_STORE, or files under $DRIVETRAIN_HOME
     audit = AuditLog(store, session_id)
     model = resolve_model(args.provider, args.model)
@@ -113,6 +108,17 @@ async def start_servers(args: argparse.Namespace, cwd: Path,
     servers = McpServers(specs, cwd)
     await servers.start()
     return servers
+
+
+def make_sandbox(args: argparse.Namespace, cwd: Path, policy: Policy, settings: Settings) -> Sandbox | None:
+    """Bash's sandbox when ``--sandbox`` or a settings file turns it on, checked to work (fail closed, before the
+    model is even asked); None when it is off."""
+    sections = [_sandbox_section(path, data) for path, data in settings.raw]
+    if not (args.sandbox or any(s.get("enabled") for s in sections)):
+        return None
+    sandbox = Sandbox(cwd, extra_writable=policy.additional_dirs, allow_network=any(s.get("network") for s in sections))
+    sandbox.check()
+    return sandbox
 
 
 def _in_git_work_tree(cwd: Path) -> bool:

@@ -34,6 +34,7 @@ SUBCOMMANDS = {  # name -> "module:function" in drivetrain.cli, run with the res
     "report": "report:main",  # a session's turns, tokens, context and cost as a self-contained HTML page
     "plan": "plan:plan_main",  # structured graph mode: ask for a plan as a DAG of steps …
     "run": "plan:run_main",  # … and run one
+    "mcp": "mcp:main",  # the MCP servers drivetrain uses (list, get, add, remove), and `mcp serve`: its tools as one
 }
 OUTPUT_FORMATS = ("text", "json", "stream-json")
 

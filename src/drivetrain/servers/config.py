@@ -141,7 +141,7 @@ def _json(text: str, source: str) -> object:
         raise ConfigError(f"{source} is not valid JSON: {e.msg} at line {e.lineno}, column {e.colno}") from None
 
 
-def _file(path: Path) -> dict:
+def read_json(path: Path) -> dict:
     try:
         data = _json(path.read_text(encoding="utf-8"), str(path))
     except FileNotFoundError:
@@ -172,9 +172,9 @@ def configured(cwd: Path, flags: list[str] = (), strict: bool = False) -> Config
     found: list[ServerSpec] = [s for value in flags for s in from_flag(value)]
     unapproved: list[ServerSpec] = []
     if not strict:
-        local, user = _file(scope_file("local", cwd)), _file(scope_file("user", cwd))
+        local, user = read_json(scope_file("local", cwd)), read_json(scope_file("user", cwd))
         found += parse_servers(local, str(scope_file("local", cwd)), "local")
-        for spec in parse_servers(_file(scope_file("project", cwd)), str(scope_file("project", cwd)), "project"):
+        for spec in parse_servers(read_json(scope_file("project", cwd)), str(scope_file("project", cwd)), "project"):
             verdict = project_verdict(spec.name, (local, user))
             if verdict is True:
                 found.append(spec)
@@ -200,7 +200,7 @@ def project_verdict(name: str, settings: tuple[dict, ...]) -> bool | None:
 def remember_approval(cwd: Path, name: str, approved: bool) -> None:
     """An interactive answer, kept in the local settings so the person is asked once per server."""
     path = scope_file("local", cwd)
-    data = _file(path)
+    data = read_json(path)
     key = "enabledMcpjsonServers" if approved else "disabledMcpjsonServers"
     data[key] = sorted({*data.get(key, []), name})
     write_json(path, data)
