@@ -1,9 +1,10 @@
 """A small MCP server written with the official SDK, for drivetrain's MCP tests.
 
 ``python mcp_calc_server.py`` serves on stdio; ``--http`` serves streamable HTTP on 127.0.0.1 (a free port)/mcp;
-``--mark FILE`` writes FILE as it starts.
+``--mark FILE`` writes its pid to FILE as it starts, and that of a child it starts that never ends by itself.
 ``crash`` ends the process mid-call (the client sees the connection drop), ``hang`` never answers (timeouts),
-``fail`` answers with isError, ``picture`` answers with an image, ``whoami`` reports its argv and environment.
+``fail`` answers with isError, ``picture`` answers with an image, ``whoami`` reports its argv and environment,
+``garbled`` answers with an image that is not base64.
 """
 
 import asyncio
@@ -11,11 +12,13 @@ import base64
 import json
 import os
 import socket
+import subprocess
 import sys
 from pathlib import Path
 
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Image
+from mcp_types import ImageContent
 from mcp.server.mcpserver.exceptions import ToolError
 
 server = MCPServer("calc")
@@ -54,14 +57,21 @@ def picture() -> Image:
 
 
 @server.tool()
+def garbled() -> ImageContent:
+    """An image whose data is not base64."""
+    return ImageContent(type="image", data="this is not base64!", mime_type="image/png")
+
+
+@server.tool()
 def whoami() -> str:
     """This server's command-line arguments and the environment variables named CALC_*."""
     return json.dumps({"argv": sys.argv[1:], "env": {k: v for k, v in os.environ.items() if k.startswith("CALC_")}})
 
 
 if __name__ == "__main__":
-    if "--mark" in sys.argv:  # leave a mark that the server started
-        Path(sys.argv[sys.argv.index("--mark") + 1]).write_text("started")
+    if "--mark" in sys.argv:  # leave a mark that the server started: its pid, and that of a child that never ends
+        child = subprocess.Popen([sys.executable, "-c", "import select; select.select([], [], [])"])
+        Path(sys.argv[sys.argv.index("--mark") + 1]).write_text(f"{os.getpid()} {child.pid}")
     if "--http" in sys.argv:  # uvicorn says "Uvicorn running on http://127.0.0.1:PORT" on stderr once it listens
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))

@@ -2,14 +2,17 @@
 and streamable HTTP), the scripted model server."""
 
 import json
+import os
+import select
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 
 from drivetrain.testing import ScriptedServer, reply, respond, tool_call
-from test_cli import cli
+from test_cli import DRIVETRAIN, cli
 
 CALC = str(Path(__file__).with_name("mcp_calc_server.py"))
 
@@ -82,19 +85,21 @@ def test_deny_rule_for_a_whole_server_holds_in_bypass_mode(tmp_path):
     assert proc.returncode == 0, proc.stderr
 
 
-def test_a_tool_call_that_times_out_is_an_error_and_the_run_goes_on(tmp_path):
+def test_a_call_that_times_out_or_returns_malformed_content_is_an_error_and_the_run_goes_on(tmp_path):
     def timed_out(body):
-        hang, add = results(body)
+        hang, add, garbled = results(body)
         assert hang["is_error"] is True and "did not answer within 1 s (MCP_TOOL_TIMEOUT)" in hang["content"]
         assert add["content"] == "2"
+        assert garbled["is_error"] is True and "returned content drivetrain cannot read" in garbled["content"]
 
-    steps = [respond([tool_call("mcp__calc__hang", {}), tool_call("mcp__calc__add", {"a": 1, "b": 1})]),
+    steps = [respond([tool_call("mcp__calc__hang", {}), tool_call("mcp__calc__add", {"a": 1, "b": 1}),
+                      tool_call("mcp__calc__garbled", {})]),
              reply("ok", expect=timed_out)]
     with ScriptedServer(steps) as server:
         proc = cli(server.url, "-p", "hang", "--mcp-config", calc_config(), "--allowedTools", "mcp__calc",
                    cwd=tmp_path, env_extra={"MCP_TOOL_TIMEOUT": "1000"})
     assert proc.returncode == 0, proc.stderr
-    assert "hang did not answer within 1 s" in proc.stderr
+    assert "hang did not answer within 1 s" in proc.stderr and "returned content drivetrain cannot read" in proc.stderr
 
 
 def project_server(tmp_path):
@@ -150,3 +155,60 @@ def test_streamable_http_server_with_expanded_headers(tmp_path, http_calc):
         proc = cli(server.url, "-p", "add", "--mcp-config", config, "--allowedTools", "mcp__web__add", cwd=tmp_path,
                    env_extra={"CALC_HOST": http_calc})
     assert proc.returncode == 0, proc.stderr
+
+
+def test_servers_that_fail_to_start_are_named_and_the_run_goes_on(tmp_path):
+    """One server's command does not exist, another never answers the handshake (MCP_TIMEOUT): both are said on
+    stderr, the calc server beside them works, and the first request waits no longer than the start timeout."""
+    config = json.dumps({"mcpServers": {
+        "calc": json.loads(calc_config())["mcpServers"]["calc"],
+        "missing": {"command": "no-such-mcp-server-here"},
+        "silent": {"command": sys.executable, "args": ["-c", "import sys; sys.stdin.read()"]}}})
+    steps = [reply("ok", expect=lambda b: [n for n in tools_of(b) if n.startswith("mcp__")][:1] == ["mcp__calc__add"]
+                   and not [n for n in tools_of(b) if n.startswith(("mcp__missing", "mcp__silent"))])]
+    with ScriptedServer(steps) as server:
+        proc = cli(server.url, "-p", "hi", "--mcp-config", config, cwd=tmp_path, env_extra={"MCP_TIMEOUT": "3000"})
+    assert proc.returncode == 0, proc.stderr
+    assert "MCP server 'missing' failed to start: command not found" in proc.stderr, proc.stderr
+    assert "MCP server 'silent' did not start within 3 s (MCP_TIMEOUT)" in proc.stderr
+
+
+def test_hooks_match_mcp_tools(tmp_path):
+    (tmp_path / ".drivetrain").mkdir()
+    hook = {"matcher": "mcp__.*", "hooks": [{"type": "command", "command": "echo no mcp today >&2; exit 2"}]}
+    (tmp_path / ".drivetrain" / "settings.json").write_text(json.dumps({"hooks": {"PreToolUse": [hook]}}))
+
+    def blocked(body):
+        add, read = results(body)
+        assert add["is_error"] is True and "no mcp today" in add["content"]
+        assert not read.get("is_error")
+
+    (tmp_path / "a.txt").write_text("a\n")
+    steps = [respond([tool_call("mcp__calc__add", {"a": 1, "b": 1}), tool_call("Read", {"file_path": "a.txt"})]),
+             reply("ok", expect=blocked)]
+    with ScriptedServer(steps) as server:
+        proc = cli(server.url, "-p", "add", "--mcp-config", calc_config(), "--allowedTools", "mcp__calc", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_a_killed_run_takes_its_stdio_servers_with_it(tmp_path):
+    """SIGKILL runs no handler: the watchdog (control/procs.py) ends the server's process group, a child of the
+    server that would not end on the closed stdin included."""
+    marker, asked, held = tmp_path / "pid", threading.Event(), threading.Event()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "OPENAI_"))}
+    with ScriptedServer([reply("never read", expect=lambda b: asked.set(), hold=held)]) as server:
+        env.update({"ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_API_KEY": "k", "ANTHROPIC_MODEL": "claude-sonnet-4-6"})
+        run = subprocess.Popen([DRIVETRAIN, "-p", "hi", "--mcp-config", calc_config(args=["--mark", str(marker)])],
+                               cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+        try:
+            assert asked.wait(60), "the run never asked the model"  # the servers have started by then
+            pidfds = [os.pidfd_open(int(pid)) for pid in marker.read_text().split()]  # the server and its child
+            run.kill()
+            run.wait()
+            for fd in pidfds:  # readable once the process has ended
+                assert select.select([fd], [], [], 15)[0], "the MCP server's process group outlived the killed run"
+                os.close(fd)
+        finally:
+            held.set()
+            run.kill()

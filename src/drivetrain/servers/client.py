@@ -134,6 +134,10 @@ class Connection:
             crashed = f"MCP server {self.spec.name!r} crashed during {tool} (the connection closed)"
         except (OSError, httpx2.HTTPError) as e:
             crashed = f"MCP server {self.spec.name!r} failed during {tool}: {_describe(e)}"
+        except Exception as e:  # noqa: BLE001 - the SDK could not read what the server sent
+            why = f"MCP server {self.spec.name!r} sent a malformed answer to {tool} ({_describe(e)})"
+            self.note(f"{why}.")
+            raise ServerFailed(f"{why}.") from None
         await self.close()  # what is left of it
         again = self.spec.transport == "stdio" and self.restarts < RESTARTS
         self.failed = crashed
