@@ -1,6 +1,6 @@
 """A small MCP server written with the official SDK, for drivetrain's MCP tests.
 
-``python mcp_calc_server.py`` serves on stdio; ``--http`` serves streamable HTTP on 127.0.0.1 (a free port)/mcp;
+``python mcp_calc_server.py`` serves on stdio; ``--http`` serves streamable HTTP on 127.0.0.1 (a free port)/mcp, ``--sse`` SSE on …/sse;
 ``--mark FILE`` writes its pid to FILE as it starts, and that of a child it starts that never ends by itself.
 ``crash`` ends the process mid-call (the client sees the connection drop), ``hang`` never answers (timeouts),
 ``fail`` answers with isError, ``picture`` answers with an image, ``whoami`` reports its argv and environment,
@@ -72,10 +72,10 @@ if __name__ == "__main__":
     if "--mark" in sys.argv:  # leave a mark that the server started: its pid, and that of a child that never ends
         child = subprocess.Popen([sys.executable, "-c", "import select; select.select([], [], [])"])
         Path(sys.argv[sys.argv.index("--mark") + 1]).write_text(f"{os.getpid()} {child.pid}")
-    if "--http" in sys.argv:  # uvicorn says "Uvicorn running on http://127.0.0.1:PORT" on stderr once it listens
+    if "--http" in sys.argv or "--sse" in sys.argv:  # uvicorn says "Uvicorn running on http://…" once it listens
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
-        server.run("streamable-http", host="127.0.0.1", port=port)
+        server.run("sse" if "--sse" in sys.argv else "streamable-http", host="127.0.0.1", port=port)
     else:
         server.run()

@@ -130,14 +130,14 @@ def test_an_approved_project_server_starts(tmp_path):
     assert marker.exists() and "skipped" not in proc.stderr
 
 
-@pytest.fixture(scope="module")
-def http_calc():
-    """The calc server on streamable HTTP, once for the module."""
-    proc = subprocess.Popen([sys.executable, CALC, "--http", "0"], stderr=subprocess.PIPE, text=True)
+@pytest.fixture(scope="module", params=["http", "sse"])
+def http_calc(request):
+    """The calc server on streamable HTTP, then on SSE: (transport, host:port), once for the module each."""
+    proc = subprocess.Popen([sys.executable, CALC, f"--{request.param}"], stderr=subprocess.PIPE, text=True)
     try:
         for line in proc.stderr:  # uvicorn says where it listens once it does
             if "Uvicorn running on" in line:
-                yield line.split("http://")[1].split()[0]
+                yield request.param, line.split("http://")[1].split()[0]
                 break
         else:
             pytest.fail("the HTTP MCP server did not start")
@@ -146,14 +146,16 @@ def http_calc():
         proc.wait()
 
 
-def test_streamable_http_server_with_expanded_headers(tmp_path, http_calc):
-    config = json.dumps({"mcpServers": {"web": {"type": "http", "url": "http://${CALC_HOST}/mcp",
+def test_http_and_sse_servers_with_an_expanded_url(tmp_path, http_calc):
+    transport, host = http_calc
+    path = "mcp" if transport == "http" else "sse"
+    config = json.dumps({"mcpServers": {"web": {"type": transport, "url": f"http://${{CALC_HOST}}/{path}",
                                                  "headers": {"X-Calc": "${CALC_HOST:-none}"}}}})
     steps = [respond([tool_call("mcp__web__add", {"a": 20, "b": 22})], expect=lambda b: "mcp__web__add" in tools_of(b)),
              reply("42", expect=lambda b: results(b)[0]["content"] == "42")]
     with ScriptedServer(steps) as server:
         proc = cli(server.url, "-p", "add", "--mcp-config", config, "--allowedTools", "mcp__web__add", cwd=tmp_path,
-                   env_extra={"CALC_HOST": http_calc})
+                   env_extra={"CALC_HOST": host})
     assert proc.returncode == 0, proc.stderr
 
 
@@ -212,3 +214,42 @@ def test_a_killed_run_takes_its_stdio_servers_with_it(tmp_path):
         finally:
             held.set()
             run.kill()
+
+
+def test_interactive_mode_asks_once_per_project_server_with_its_command_line(tmp_path):
+    import pexpect
+    from test_interactive import env_for, leave
+
+    marker = project_server(tmp_path)
+    with ScriptedServer([]) as server:
+        for answer, asked in (("y", True), ("", False)):  # the second session is not asked again
+            child = pexpect.spawn(DRIVETRAIN, cwd=str(tmp_path), env=env_for(server), encoding="utf-8", timeout=180,
+                                  dimensions=(40, 400))
+            child.delaybeforesend = None
+            if asked:
+                child.expect_exact("wants to start the MCP server 'proj':")
+                child.expect_exact(f"{sys.executable} {CALC} --mark {marker}")
+                child.expect_exact("[y/N]")
+                child.sendline(answer)
+            child.expect_exact("/exit to leave")
+            assert leave(child) == 0
+            assert marker.exists()
+            marker.unlink()
+    local = json.loads((tmp_path / ".drivetrain" / "settings.local.json").read_text())
+    assert local["enabledMcpjsonServers"] == ["proj"]
+
+
+def test_expansion_in_every_field_and_a_missing_variable():
+    from drivetrain.errors import ConfigError
+    from drivetrain.servers.config import parse_servers
+
+    [web, local] = parse_servers({"mcpServers": {
+        "web": {"type": "http", "url": "https://${HOST}/mcp", "headers": {"Authorization": "Bearer ${TOKEN:-none}"}},
+        "local": {"command": "${BIN:-calc}", "args": ["--key=${KEY}"], "env": {"K": "${KEY}"}}}}, "test", "flag")
+    env = {"HOST": "example.com", "KEY": "k1"}
+    assert web.expanded(env).url == "https://example.com/mcp"
+    assert dict(web.expanded(env).headers) == {"Authorization": "Bearer none"}
+    assert (local.expanded(env).command, local.expanded(env).args, dict(local.expanded(env).env)) == (
+        "calc", ("--key=k1",), {"K": "k1"})
+    with pytest.raises(ConfigError, match=r"uses \$\{KEY\}, which is not set"):
+        local.expanded({})
