@@ -1,7 +1,8 @@
 """A small MCP server written with the official SDK, for drivetrain's MCP tests.
 
-``python mcp_calc_server.py`` serves on stdio; ``--http`` serves streamable HTTP on 127.0.0.1 (a free port)/mcp, ``--sse`` SSE on …/sse;
-``--mark FILE`` writes its pid to FILE as it starts, and that of a child it starts that never ends by itself.
+``python mcp_calc_server.py`` serves on stdio; ``--http`` serves streamable HTTP on 127.0.0.1 (a free port)/mcp,
+``--sse`` SSE on …/sse;
+``--mark FILE`` writes its pid to FILE as it starts, and the pid of a child it starts that never ends by itself.
 ``crash`` ends the process mid-call (the client sees the connection drop), ``hang`` never answers (timeouts),
 ``fail`` answers with isError, ``picture`` answers with an image, ``whoami`` reports its argv and environment,
 ``garbled`` answers with an image that is not base64.
@@ -22,7 +23,8 @@ from mcp_types import ImageContent
 from mcp.server.mcpserver.exceptions import ToolError
 
 server = MCPServer("calc")
-PNG = base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==")
+PNG = base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQ"
+                       "AAAABJRU5ErkJggg==")
 
 
 @server.tool()

@@ -40,7 +40,8 @@ async def test_serve_lists_tools_reads_and_denies_bash_by_the_rules(tmp_path):
 
 
 def test_add_get_list_remove(tmp_path):
-    added = mcp_cli("add", "calc", "-e", "CALC_KEY=${CALC_VALUE:-x}", "--", sys.executable, CALC, "--flag", cwd=tmp_path)
+    added = mcp_cli("add", "calc", "-e", "CALC_KEY=${CALC_VALUE:-x}", "--", sys.executable, CALC, "--flag",
+                    cwd=tmp_path)
     assert added.returncode == 0, added.stderr
     local = json.loads((tmp_path / ".drivetrain" / "settings.local.json").read_text())
     assert local["mcpServers"]["calc"] == {"type": "stdio", "command": sys.executable, "args": [CALC, "--flag"],

@@ -109,7 +109,8 @@ def _get(cwd: Path, name: str) -> int:
         for k, v in spec.headers.items():
             print(f"  Header: {k}: {v}")
     if spec.scope == "project":
-        verdict = project_verdict(spec.name, (read_json(scope_file("local", cwd)), read_json(scope_file("user", cwd))))
+        mine = (read_json(scope_file("local", cwd)), read_json(scope_file("user", cwd)))
+        verdict = project_verdict(spec.name, mine)
         print(f"  Approved: {'yes' if verdict else 'refused' if verdict is False else 'not yet'}")
     return 0
 
@@ -146,7 +147,7 @@ def _pair(text: str, sep: str, form: str) -> tuple[str, str]:
 
 
 def _remove(cwd: Path, name: str, scope: str | None) -> int:
-    holding = [s for s in (scope,) if s] or [s for s in SCOPES if name in read_json(scope_file(s, cwd)).get("mcpServers", {})]
+    holding = [scope] if scope else [s for s in SCOPES if name in read_json(scope_file(s, cwd)).get("mcpServers", {})]
     if not holding:
         raise HarnessError(f"no MCP server named {name!r} in the {scope or 'local, project or user'} config")
     if len(holding) > 1:

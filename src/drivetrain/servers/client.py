@@ -168,7 +168,7 @@ class Connection:
         if task is not None and not task.done():
             try:
                 await asyncio.wait_for(task, 10)
-            except (asyncio.TimeoutError, Exception):  # noqa: BLE001 - a server that will not close is left to the watchdog
+            except Exception:  # noqa: BLE001 - one that will not close is cancelled; the watchdog ends its process
                 task.cancel()
 
 

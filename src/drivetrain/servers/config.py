@@ -174,7 +174,8 @@ def configured(cwd: Path, flags: list[str] = (), strict: bool = False) -> Config
     if not strict:
         local, user = read_json(scope_file("local", cwd)), read_json(scope_file("user", cwd))
         found += parse_servers(local, str(scope_file("local", cwd)), "local")
-        for spec in parse_servers(read_json(scope_file("project", cwd)), str(scope_file("project", cwd)), "project"):
+        project = scope_file("project", cwd)
+        for spec in parse_servers(read_json(project), str(project), "project"):
             verdict = project_verdict(spec.name, (local, user))
             if verdict is True:
                 found.append(spec)
