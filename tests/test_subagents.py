@@ -109,3 +109,12 @@ def test_cli_task_with_an_agent_file_and_sessions_show_nests_the_child(tmp_path)
     at = next(i for i, line in enumerate(lines) if line.startswith("  → Task "))
     nested = lines[at + 2:at + 8]
     assert nested[0].startswith("    session ") and any(line.startswith("      → Read ") for line in nested), lines
+
+
+def test_a_child_gets_half_of_each_limit_and_still_answers_at_one():
+    from drivetrain.loop.budget import Budget
+    from drivetrain.subagents.task import share
+
+    budget, turns = share(Budget(usd=1.0, tokens=1000, wall_time_s=60.0, tool_calls=3), 10)
+    assert (budget.usd, budget.tokens, budget.wall_time_s, budget.tool_calls, turns) == (0.5, 500, 30.0, 1, 5)
+    assert budget.wrap_up and share(Budget(), None) == (Budget(wrap_up=True), None)

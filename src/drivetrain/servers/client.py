@@ -70,6 +70,7 @@ class Connection:
         """Connect and list the tools, within the start timeout. False (with ``failed`` set) if it could not."""
         self._closing = asyncio.Event()
         ready: asyncio.Future = asyncio.get_running_loop().create_future()
+        ready.add_done_callback(lambda f: f.cancelled() or f.exception())  # a failure after the timeout is not news
         self._task = asyncio.create_task(self._hold(ready), name=f"mcp:{self.spec.name}")
         try:
             await asyncio.wait_for(asyncio.shield(ready), self.start_timeout)
@@ -92,11 +93,13 @@ class Connection:
                 self._client = client
                 ready.set_result(None)
                 await self._closing.wait()
-        except BaseException as e:  # noqa: BLE001 - reported to whoever waits for the start
+        except Exception as e:  # noqa: BLE001 - reported to whoever waits for the start
             if not ready.done():
-                ready.set_exception(e if isinstance(e, Exception) else ServerFailed("cancelled"))
-            if not isinstance(e, Exception):
-                raise
+                ready.set_exception(e)
+        except BaseException:
+            if not ready.done():
+                ready.cancel()
+            raise
         finally:
             self._client = None
 
@@ -162,14 +165,18 @@ class Connection:
             return self._client
 
     async def close(self) -> None:
-        """Leave the connection (the SDK ends a stdio server's process group) and wait for its task."""
+        """Leave the connection (the SDK ends a stdio server's process group) and wait for its task; one still
+        starting is cancelled, so a server that never answers costs no more than its start timeout."""
         self._closing.set()
         task, self._task = self._task, None
-        if task is not None and not task.done():
-            try:
-                await asyncio.wait_for(task, 10)
-            except Exception:  # noqa: BLE001 - one that will not close is cancelled; the watchdog ends its process
-                task.cancel()
+        if task is None or task.done():
+            return
+        if self._client is None:
+            task.cancel()
+        try:
+            await asyncio.wait_for(task, 10)
+        except (Exception, asyncio.CancelledError):  # noqa: BLE001 - what will not close is left to the watchdog
+            pass
 
 
 @dataclass
