@@ -31,8 +31,9 @@ def results(body):
 
 
 def test_stdio_server_tools_offered_called_failing_crashing_and_restarted(tmp_path):
-    """One run through every kind of answer: a result, an image, isError, a crash mid-call, then a call that works
-    again (the server restarted), ${VAR} expanded in args and env."""
+    """One run through every kind of answer: a result, an image, isError, a timeout (MCP_TOOL_TIMEOUT), content
+    that cannot be read, a crash mid-call, then a call that works again (the server restarted), with ${VAR}
+    expanded in args and env."""
     def offered(body):
         add = tools_of(body)["mcp__calc__add"]
         assert add["description"] == "Add two integers."
@@ -41,10 +42,12 @@ def test_stdio_server_tools_offered_called_failing_crashing_and_restarted(tmp_pa
         assert "mcp__calc__hang" in tools_of(body) and "Read" in tools_of(body)
 
     def answered(body):
-        add, picture, fail = results(body)
+        add, picture, fail, hang, garbled = results(body)
         assert add["content"] == "5" and not add.get("is_error")
         assert picture["content"][0]["type"] == "image" and picture["content"][0]["source"]["media_type"] == "image/png"
         assert fail["is_error"] is True and "failed on purpose: no" in str(fail["content"])
+        assert hang["is_error"] is True and "did not answer within 1.5 s (MCP_TOOL_TIMEOUT)" in hang["content"]
+        assert garbled["is_error"] is True and "returned content drivetrain cannot read" in garbled["content"]
 
     def crashed(body):
         [r] = results(body)
@@ -57,7 +60,8 @@ def test_stdio_server_tools_offered_called_failing_crashing_and_restarted(tmp_pa
 
     steps = [
         respond([tool_call("mcp__calc__add", {"a": 2, "b": 3}), tool_call("mcp__calc__picture", {}),
-                 tool_call("mcp__calc__fail", {"reason": "no"})], expect=offered),
+                 tool_call("mcp__calc__fail", {"reason": "no"}), tool_call("mcp__calc__hang", {}),
+                 tool_call("mcp__calc__garbled", {})], expect=offered),
         respond([tool_call("mcp__calc__crash", {})], expect=answered),
         respond([tool_call("mcp__calc__add", {"a": 3, "b": 4}), tool_call("mcp__calc__whoami", {})], expect=crashed),
         reply("done", expect=restarted),
@@ -65,41 +69,11 @@ def test_stdio_server_tools_offered_called_failing_crashing_and_restarted(tmp_pa
     config = calc_config(args=["${CALC_ARG}", "${CALC_UNSET:-fallback}"], env={"CALC_KEY": "${CALC_ARG}/x"})
     with ScriptedServer(steps) as server:
         proc = cli(server.url, "-p", "use calc", "--mcp-config", config, "--allowedTools", "mcp__calc",
-                   cwd=tmp_path, env_extra={"CALC_ARG": "from-env"})
+                   cwd=tmp_path, env_extra={"CALC_ARG": "from-env", "MCP_TOOL_TIMEOUT": "1500"})
     assert proc.returncode == 0, proc.stderr
-    assert "MCP server 'calc' crashed during crash" in proc.stderr and "restarted" in proc.stderr
-
-
-def test_deny_rule_for_a_whole_server_holds_in_bypass_mode(tmp_path):
-    """Denied whatever the input, the server's tools are not offered at all (the scripted server would reject a
-    history calling a tool the request does not list, as the API does)."""
-    def not_offered(body):
-        assert not [n for n in tools_of(body) if n.startswith("mcp__calc")] and "Read" in tools_of(body)
-
-    steps = [reply("ok", expect=not_offered)]
-    (tmp_path / ".drivetrain").mkdir()
-    (tmp_path / ".drivetrain" / "settings.json").write_text(json.dumps({"permissions": {"deny": ["mcp__calc"]}}))
-    with ScriptedServer(steps) as server:
-        proc = cli(server.url, "-p", "add", "--mcp-config", calc_config(), "--permission-mode", "bypassPermissions",
-                   cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
-
-
-def test_a_call_that_times_out_or_returns_malformed_content_is_an_error_and_the_run_goes_on(tmp_path):
-    def timed_out(body):
-        hang, add, garbled = results(body)
-        assert hang["is_error"] is True and "did not answer within 1 s (MCP_TOOL_TIMEOUT)" in hang["content"]
-        assert add["content"] == "2"
-        assert garbled["is_error"] is True and "returned content drivetrain cannot read" in garbled["content"]
-
-    steps = [respond([tool_call("mcp__calc__hang", {}), tool_call("mcp__calc__add", {"a": 1, "b": 1}),
-                      tool_call("mcp__calc__garbled", {})]),
-             reply("ok", expect=timed_out)]
-    with ScriptedServer(steps) as server:
-        proc = cli(server.url, "-p", "hang", "--mcp-config", calc_config(), "--allowedTools", "mcp__calc",
-                   cwd=tmp_path, env_extra={"MCP_TOOL_TIMEOUT": "1000"})
-    assert proc.returncode == 0, proc.stderr
-    assert "hang did not answer within 1 s" in proc.stderr and "returned content drivetrain cannot read" in proc.stderr
+    for line in ("MCP server 'calc' crashed during crash", "MCP server 'calc' restarted",
+                 "hang did not answer within 1.5 s", "returned content drivetrain cannot read"):
+        assert line in proc.stderr, proc.stderr
 
 
 def project_server(tmp_path):
@@ -109,25 +83,57 @@ def project_server(tmp_path):
     return marker
 
 
-def test_an_unapproved_project_server_is_never_started_by_p(tmp_path):
+def test_an_unapproved_project_server_never_starts_and_a_server_denied_whole_is_not_offered(tmp_path):
+    """Under bypassPermissions a deny rule for the whole server still holds: its tools are not offered at all (the
+    scripted server would reject a history calling a tool the request does not list, as the API does)."""
     marker = project_server(tmp_path)
-    steps = [reply("ok", expect=lambda b: not [n for n in tools_of(b) if n.startswith("mcp__")])]
-    with ScriptedServer(steps) as server:
-        proc = cli(server.url, "-p", "hi", cwd=tmp_path)
+    (tmp_path / ".drivetrain").mkdir()
+    (tmp_path / ".drivetrain" / "settings.json").write_text(json.dumps({"permissions": {"deny": ["mcp__calc"]}}))
+
+    def nothing_offered(body):
+        assert not [n for n in tools_of(body) if n.startswith("mcp__")] and "Read" in tools_of(body)
+
+    with ScriptedServer([reply("ok", expect=nothing_offered)]) as server:
+        proc = cli(server.url, "-p", "hi", "--mcp-config", calc_config(), "--permission-mode", "bypassPermissions",
+                   cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert not marker.exists()
     assert "skipped MCP server 'proj'" in proc.stderr and '"enabledMcpjsonServers": ["proj"]' in proc.stderr
 
 
-def test_an_approved_project_server_starts(tmp_path):
+def test_an_approved_project_server_starts_beside_servers_that_fail_to_and_hooks_match_it(tmp_path):
+    """One server's command does not exist, another never answers the handshake (MCP_TIMEOUT): both are said on
+    stderr, the approved project server beside them is offered, a PreToolUse hook matching ``mcp__.*`` blocks
+    its call and not Read's, and the run goes on."""
     marker = project_server(tmp_path)
     (tmp_path / ".drivetrain").mkdir()
     (tmp_path / ".drivetrain" / "settings.local.json").write_text(json.dumps({"enabledMcpjsonServers": ["proj"]}))
-    steps = [reply("ok", expect=lambda b: "mcp__proj__add" in tools_of(b))]
+    hook = {"matcher": "mcp__.*", "hooks": [{"type": "command", "command": "echo no mcp today >&2; exit 2"}]}
+    (tmp_path / ".drivetrain" / "settings.json").write_text(json.dumps({"hooks": {"PreToolUse": [hook]}}))
+    (tmp_path / "a.txt").write_text("a\n")
+    config = json.dumps({"mcpServers": {
+        "missing": {"command": "no-such-mcp-server-here"},
+        "silent": {"command": sys.executable, "args": ["-c", "import sys; sys.stdin.read()"]}}})
+
+    def only_proj(body):
+        assert "mcp__proj__add" in tools_of(body)
+        assert not [n for n in tools_of(body) if n.startswith(("mcp__missing", "mcp__silent"))]
+
+    def blocked(body):
+        add, read = results(body)
+        assert add["is_error"] is True and "no mcp today" in add["content"]
+        assert not read.get("is_error")
+
+    steps = [respond([tool_call("mcp__proj__add", {"a": 1, "b": 1}), tool_call("Read", {"file_path": "a.txt"})],
+                     expect=only_proj),
+             reply("ok", expect=blocked)]
     with ScriptedServer(steps) as server:
-        proc = cli(server.url, "-p", "hi", cwd=tmp_path)
+        proc = cli(server.url, "-p", "hi", "--mcp-config", config, "--allowedTools", "mcp__proj", cwd=tmp_path,
+                   env_extra={"MCP_TIMEOUT": "3000"})
     assert proc.returncode == 0, proc.stderr
     assert marker.exists() and "skipped" not in proc.stderr
+    assert "MCP server 'missing' failed to start: command not found" in proc.stderr, proc.stderr
+    assert "MCP server 'silent' did not start within 3 s (MCP_TIMEOUT)" in proc.stderr
 
 
 @pytest.fixture(scope="module", params=["http", "sse"])
@@ -159,40 +165,6 @@ def test_http_and_sse_servers_with_an_expanded_url(tmp_path, http_calc):
     assert proc.returncode == 0, proc.stderr
 
 
-def test_servers_that_fail_to_start_are_named_and_the_run_goes_on(tmp_path):
-    """One server's command does not exist, another never answers the handshake (MCP_TIMEOUT): both are said on
-    stderr, the calc server beside them works, and the first request waits no longer than the start timeout."""
-    config = json.dumps({"mcpServers": {
-        "calc": json.loads(calc_config())["mcpServers"]["calc"],
-        "missing": {"command": "no-such-mcp-server-here"},
-        "silent": {"command": sys.executable, "args": ["-c", "import sys; sys.stdin.read()"]}}})
-    steps = [reply("ok", expect=lambda b: [n for n in tools_of(b) if n.startswith("mcp__")][:1] == ["mcp__calc__add"]
-                   and not [n for n in tools_of(b) if n.startswith(("mcp__missing", "mcp__silent"))])]
-    with ScriptedServer(steps) as server:
-        proc = cli(server.url, "-p", "hi", "--mcp-config", config, cwd=tmp_path, env_extra={"MCP_TIMEOUT": "3000"})
-    assert proc.returncode == 0, proc.stderr
-    assert "MCP server 'missing' failed to start: command not found" in proc.stderr, proc.stderr
-    assert "MCP server 'silent' did not start within 3 s (MCP_TIMEOUT)" in proc.stderr
-
-
-def test_hooks_match_mcp_tools(tmp_path):
-    (tmp_path / ".drivetrain").mkdir()
-    hook = {"matcher": "mcp__.*", "hooks": [{"type": "command", "command": "echo no mcp today >&2; exit 2"}]}
-    (tmp_path / ".drivetrain" / "settings.json").write_text(json.dumps({"hooks": {"PreToolUse": [hook]}}))
-
-    def blocked(body):
-        add, read = results(body)
-        assert add["is_error"] is True and "no mcp today" in add["content"]
-        assert not read.get("is_error")
-
-    (tmp_path / "a.txt").write_text("a\n")
-    steps = [respond([tool_call("mcp__calc__add", {"a": 1, "b": 1}), tool_call("Read", {"file_path": "a.txt"})]),
-             reply("ok", expect=blocked)]
-    with ScriptedServer(steps) as server:
-        proc = cli(server.url, "-p", "add", "--mcp-config", calc_config(), "--allowedTools", "mcp__calc", cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
-
-
 def test_a_killed_run_takes_its_stdio_servers_with_it(tmp_path):
     """SIGKILL runs no handler: the watchdog (control/procs.py) ends the server's process group, a child of the
     server that would not end on the closed stdin included."""
@@ -216,25 +188,25 @@ def test_a_killed_run_takes_its_stdio_servers_with_it(tmp_path):
             run.kill()
 
 
-def test_interactive_mode_asks_once_per_project_server_with_its_command_line(tmp_path):
+def test_interactive_mode_asks_before_a_project_server_starts_and_keeps_the_answer(tmp_path):
+    """Asked with the full command line; the answer is kept where the approval of a later run is read (the test
+    above shows a kept approval starting the server without a question)."""
     import pexpect
     from test_interactive import env_for, leave
 
     marker = project_server(tmp_path)
     with ScriptedServer([]) as server:
-        for answer, asked in (("y", True), ("", False)):  # the second session is not asked again
-            child = pexpect.spawn(DRIVETRAIN, cwd=str(tmp_path), env=env_for(server), encoding="utf-8", timeout=180,
-                                  dimensions=(40, 400))
-            child.delaybeforesend = None
-            if asked:
-                child.expect_exact("wants to start the MCP server 'proj':")
-                child.expect_exact(f"{sys.executable} {CALC} --mark {marker}")
-                child.expect_exact("[y/N]")
-                child.sendline(answer)
-            child.expect_exact("/exit to leave")
-            assert leave(child) == 0
-            assert marker.exists()
-            marker.unlink()
+        child = pexpect.spawn(DRIVETRAIN, cwd=str(tmp_path), env=env_for(server), encoding="utf-8", timeout=180,
+                              dimensions=(40, 400))
+        child.delaybeforesend = None
+        child.expect_exact("wants to start the MCP server 'proj':")
+        child.expect_exact(f"{sys.executable} {CALC} --mark {marker}")
+        child.expect_exact("[y/N]")
+        assert not marker.exists()  # nothing ran before the answer
+        child.sendline("y")
+        child.expect_exact("/exit to leave")
+        assert leave(child) == 0
+    assert marker.exists()
     local = json.loads((tmp_path / ".drivetrain" / "settings.local.json").read_text())
     assert local["enabledMcpjsonServers"] == ["proj"]
 

@@ -12,9 +12,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import logging
 import os
-from dataclasses import dataclass
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Callable
 
@@ -22,6 +21,7 @@ import httpx2
 import mcp_types
 from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.sse import sse_client
+from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 from drivetrain.control.procs import watch_group
@@ -30,16 +30,15 @@ from drivetrain.home import drivetrain_home, safe_name
 from drivetrain.servers.config import ServerSpec
 from drivetrain.tools.base import ToolContext, ToolResult
 
-log = logging.getLogger("drivetrain.servers")
 START_TIMEOUT_S = 30.0  # MCP_TIMEOUT, in ms as Claude Code reads it
 TOOL_TIMEOUT_S = 60.0  # MCP_TOOL_TIMEOUT, in ms
 RESTARTS = 1  # a crashed stdio server is started again this many times per run
 
 
-def timeouts(environ=os.environ) -> tuple[float, float]:
+def timeouts() -> tuple[float, float]:
     """(start, tool call) timeouts in seconds, from ``MCP_TIMEOUT`` and ``MCP_TOOL_TIMEOUT`` (milliseconds)."""
     def seconds(name: str, default: float) -> float:
-        raw = environ.get(name)
+        raw = os.environ.get(name)
         try:
             return int(raw) / 1000 if raw else default
         except ValueError:
@@ -106,15 +105,11 @@ class Connection:
     def _target(self) -> Any:
         s = self.spec.expanded()
         if s.transport == "stdio":
-            log_file = self._log_path()
-            log_file.parent.mkdir(parents=True, exist_ok=True)
-            errlog = open(log_file, "a", encoding="utf-8")  # noqa: SIM115 - the SDK's child writes to it for the run
-            return _StdioTarget(StdioServerParameters(command=s.command, args=list(s.args), env=dict(s.env),
-                                                      cwd=self.cwd), errlog)
+            return _stdio(StdioServerParameters(command=s.command, args=list(s.args), env=dict(s.env), cwd=self.cwd),
+                          self._log_path())
         if s.transport == "sse":
             return sse_client(s.url, headers=dict(s.headers))
-        http = httpx2.AsyncClient(headers=dict(s.headers), timeout=httpx2.Timeout(30, read=300))
-        return streamable_http_client(s.url, http_client=http)
+        return _http(s.url, dict(s.headers))
 
     def _log_path(self) -> Path:
         return drivetrain_home() / "logs" / f"mcp-{safe_name(self.spec.name)}.log"
@@ -179,23 +174,21 @@ class Connection:
             pass
 
 
-@dataclass
-class _StdioTarget:
-    """The SDK's stdio transport with the server's stderr kept in a log file instead of the terminal."""
+@asynccontextmanager
+async def _stdio(params: StdioServerParameters, log_path: Path):
+    """The SDK's stdio transport, the server's stderr kept in a log file instead of drawn over the terminal."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "a", encoding="utf-8") as errlog:
+        async with stdio_client(params, errlog=errlog) as streams:
+            yield streams
 
-    params: StdioServerParameters
-    errlog: Any
 
-    async def __aenter__(self):
-        from mcp.client.stdio import stdio_client
-        self._cm = stdio_client(self.params, errlog=self.errlog)
-        return await self._cm.__aenter__()
-
-    async def __aexit__(self, *exc):
-        try:
-            return await self._cm.__aexit__(*exc)
-        finally:
-            self.errlog.close()
+@asynccontextmanager
+async def _http(url: str, headers: dict[str, str]):
+    """The SDK's streamable HTTP transport with the configured headers (its own HTTP client, closed with it)."""
+    async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=300)) as http:
+        async with streamable_http_client(url, http_client=http) as streams:
+            yield streams
 
 
 async def _list_all(client: Client) -> list[mcp_types.Tool]:
@@ -247,7 +240,7 @@ class McpTool:
         try:
             result = await self.connection.call(self.remote, input)
         except ServerFailed as e:
-            return ToolResult(str(e), is_error=True, meta={"mcp_failure": True})
+            return ToolResult(str(e), is_error=True)
         try:
             content = result_content(result)
         except (ValueError, TypeError, KeyError) as e:
