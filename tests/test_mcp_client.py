@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from drivetrain.sessions.file import FileStore
 from drivetrain.testing import ScriptedServer, reply, respond, tool_call
 from test_cli import DRIVETRAIN, cli
 
@@ -69,8 +70,14 @@ def test_stdio_server_tools_offered_called_failing_crashing_and_restarted(tmp_pa
     config = calc_config(args=["${CALC_ARG}", "${CALC_UNSET:-fallback}"], env={"CALC_KEY": "${CALC_ARG}/x"})
     with ScriptedServer(steps) as server:
         proc = cli(server.url, "-p", "use calc", "--mcp-config", config, "--allowedTools", "mcp__calc",
-                   cwd=tmp_path, env_extra={"CALC_ARG": "from-env", "MCP_TOOL_TIMEOUT": "1500"})
+                   "--output-format", "json", cwd=tmp_path,
+                   env_extra={"CALC_ARG": "from-env", "MCP_TOOL_TIMEOUT": "1500"})
     assert proc.returncode == 0, proc.stderr
+    # every call is in the audit log like a built-in one: what ran, who allowed it, how it ended
+    records = FileStore(os.environ["DRIVETRAIN_HOME"]).read(json.loads(proc.stdout)["session_id"])
+    intents = [(r["tool"], r["decided_by"]) for r in records if r["kind"] == "intent"]
+    assert intents[0] == ("mcp__calc__add", "--allowedTools") and len(intents) == 8
+    assert [r["is_error"] for r in records if r["kind"] == "outcome"].count(True) == 4  # fail, hang, garbled, crash
     for line in ("MCP server 'calc' crashed during crash", "MCP server 'calc' restarted",
                  "hang did not answer within 1.5 s", "returned content drivetrain cannot read"):
         assert line in proc.stderr, proc.stderr
@@ -225,3 +232,10 @@ def test_expansion_in_every_field_and_a_missing_variable():
         "calc", ("--key=k1",), {"K": "k1"})
     with pytest.raises(ConfigError, match=r"uses \$\{KEY\}, which is not set"):
         local.expanded({})
+
+
+def test_a_malformed_mcp_config_is_refused_before_anything_runs(tmp_path):
+    with ScriptedServer([]) as server:
+        proc = cli(server.url, "-p", "hi", "--mcp-config", '{"mcpServers": {"x": {"args": []}}}', cwd=tmp_path)
+    assert proc.returncode == 1
+    assert "--mcp-config: MCP server 'x': \"type\" must be one of stdio, http, sse" in proc.stderr, proc.stderr
