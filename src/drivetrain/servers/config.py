@@ -182,20 +182,27 @@ def configured(cwd: Path, flags: list[str] = (), strict: bool = False) -> Config
             elif verdict is None:
                 unapproved.append(spec)
         found += parse_servers(user, str(scope_file("user", cwd)), "user")
-    seen: set[str] = set()
-    servers = [s for s in found if not (s.name in seen or seen.add(s.name))]
-    return Configured(servers, [s for s in unapproved if s.name not in seen])
+    servers: dict[str, ServerSpec] = {}
+    for spec in found:
+        servers.setdefault(spec.name, spec)  # the first definition of a name wins
+    return Configured(list(servers.values()), [s for s in unapproved if s.name not in servers])
 
 
 def project_verdict(name: str, settings: tuple[dict, ...]) -> bool | None:
     """Approved (True), refused (False) or not decided (None), by the person's own settings."""
-    for data in settings:
-        if name in data.get("disabledMcpjsonServers", []):
-            return False
-    for data in settings:
-        if data.get("enableAllProjectMcpServers") is True or name in data.get("enabledMcpjsonServers", []):
-            return True
+    if any(name in _names(data, "disabledMcpjsonServers") for data in settings):
+        return False
+    if any(data.get("enableAllProjectMcpServers") is True or name in _names(data, "enabledMcpjsonServers")
+           for data in settings):
+        return True
     return None
+
+
+def _names(data: dict, key: str) -> list[str]:
+    names = data.get(key, [])
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise ConfigError(f'"{key}" in the settings must be a list of server names, like ["calc"]')
+    return names
 
 
 def remember_approval(cwd: Path, name: str, approved: bool) -> None:
@@ -203,7 +210,7 @@ def remember_approval(cwd: Path, name: str, approved: bool) -> None:
     path = scope_file("local", cwd)
     data = read_json(path)
     key = "enabledMcpjsonServers" if approved else "disabledMcpjsonServers"
-    data[key] = sorted({*data.get(key, []), name})
+    data[key] = sorted({*_names(data, key), name})
     write_json(path, data)
 
 
