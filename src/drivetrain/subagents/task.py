@@ -73,14 +73,14 @@ class TaskTool:
         run = child.start(prompt, session_id=child_id)
         self._link(ctx, child_id, kind, str(input.get("description", "")))
         result = await run.finish()
-        usage = {"usage": result.usage.to_wire(), "subagent_session": child_id}
+        meta = {"usage": result.usage.to_wire(), "subagent_session": child_id}
         if run.paused:
             return ToolResult(f"The {kind.name} subagent stopped: {len(run.pending)} of its call(s) wait for an "
-                              "approval nobody can give now.", is_error=True, meta=usage)
+                              "approval nobody can give now.", is_error=True, meta=meta)
         answer = result.result or "(the subagent gave no answer)"
         if result.is_error:
             answer = f"The {kind.name} subagent stopped early ({result.subtype}). {result.note}\n{answer}".strip()
-        return ToolResult(answer, is_error=result.is_error, meta=usage)
+        return ToolResult(answer, is_error=result.is_error, meta=meta)
 
     def _child(self, kind: SubagentType, child_id: str) -> Agent:
         p = self.parent
