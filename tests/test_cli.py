@@ -70,7 +70,8 @@ def test_stream_json_events(tmp_path):
     assert permissions[-1]["decided_by"] == "--allowedTools" and "mode:default" in permissions[0]["decided_by"]
     init = events[0]
     assert init["subtype"] == "init" and init["cwd"] == str(ws) and init["model"] == "claude-sonnet-4-6"
-    assert init["tools"] == ["Read", "Write", "Edit", "Bash", "Grep", "Glob"] and init["permissionMode"] == "default"
+    assert init["tools"] == ["Read", "Write", "Edit", "Bash", "Grep", "Glob", "Task"]
+    assert init["permissionMode"] == "default"
     assert [b["type"] for b in events[1]["message"]["content"]] == ["text", "tool_use", "tool_use", "tool_use"]
     assert [b["tool_use_id"] for b in events[2]["message"]["content"]] == ["toolu_a", "toolu_b", "toolu_c"]
     result = events[-1]

@@ -7,7 +7,7 @@ import os
 import shutil
 import sys
 from pathlib import Path
-from typing import Callable
+from typing import Awaitable, Callable
 
 from drivetrain.control.approval import Approver
 from drivetrain.control.audit import AuditLog
@@ -17,7 +17,7 @@ from drivetrain.control.hooks import Hooks
 from drivetrain.agent import Agent
 from drivetrain.models.resolve import detect_provider, resolve_model
 from drivetrain.loop.nodes import Verify
-from drivetrain.control.permissions import Policy, SettingsError, load_settings
+from drivetrain.control.permissions import Policy, Settings, SettingsError, load_settings
 from drivetrain.control.procs import keep_environment_private
 from drivetrain.pricing import prices_from_settings, set_prices
 from drivetrain.small.profile import select_profile
@@ -26,6 +26,10 @@ from drivetrain.sessions.rewind import Checkpoints
 from drivetrain.control.sandbox import Sandbox
 from drivetrain.sessions.store import SessionStore
 from drivetrain.sessions.open import open_store
+from drivetrain.servers.config import ServerSpec, configured, remember_approval, scope_file
+from drivetrain.servers.group import McpServers
+from drivetrain.subagents.definitions import load_types
+from drivetrain.subagents.task import TaskTool
 from drivetrain.tools import builtin_tools
 
 ApproverFactory = Callable[[Path, Policy], Approver]  # the approver may add rules to the policy
@@ -41,20 +45,16 @@ def system_prompt(args: argparse.Namespace, cwd: Path, profile_default: str | No
 
 
 def build_agent(args: argparse.Namespace, cwd: Path, session_id: str, *,
-                approver_factory: ApproverFactory | None = None, store: SessionStore | None = None) -> Agent:
+                approver_factory: ApproverFactory | None = None, store: SessionStore | None = None,
+                servers: McpServers | None = None) -> Agent:
     """Raises HarnessError (ConfigError, SettingsError …) with a message for the person."""
     keep_environment_private()  # tools get no credentials in their environment; nor may they read ours
     settings = load_settings(cwd)
     set_prices(prices_from_settings(settings.raw))  # the settings files' "pricing" entries, over the price table
-    sandbox_settings = [_sandbox_section(path, data) for path, data in settings.raw]
     policy = Policy.load(cwd, mode=args.permission_mode, allowed_tools=args.allowed_tools,
                          disallowed_tools=args.disallowed_tools, add_dirs=args.add_dir,
                          interactive=approver_factory is not None, settings=settings)
-    sandbox = None
-    if args.sandbox or any(s.get("enabled") for s in sandbox_settings):
-        network = any(s.get("network") for s in sandbox_settings)
-        sandbox = Sandbox(cwd, extra_writable=policy.additional_dirs, allow_network=network)
-        sandbox.check()  # fail closed, before the model is even asked
+    sandbox = make_sandbox(args, cwd, policy, settings)
     store = store or open_store()  # $DRIVETRAIN_SESSION_STORE, or files under $DRIVETRAIN_HOME
     audit = AuditLog(store, session_id)
     model = resolve_model(args.provider, args.model)
@@ -68,6 +68,7 @@ def build_agent(args: argparse.Namespace, cwd: Path, session_id: str, *,
         raise ConfigError(str(e)) from None
     hooks = Hooks.from_settings(settings.raw, settings.env_passthrough)
     tools = builtin_tools(sandbox=sandbox, env_passthrough=settings.env_passthrough)
+    tools += servers.tools(policy) if servers is not None else []
     agent = Agent(  # the profile adds its own model wrapper, tools, hooks and nodes when a run starts
         model=model, tools=tools, system=system_prompt(args, cwd, profile.default_system()), max_turns=args.max_turns,
         cwd=cwd, policy=policy, hooks=hooks, observers=[audit.observe], profile=profile, store=store,
@@ -75,6 +76,8 @@ def build_agent(args: argparse.Namespace, cwd: Path, session_id: str, *,
                       wall_time_s=args.max_wall_time, tool_calls=args.max_tool_calls,
                       wrap_up=args.wrap_up_on_limit),
     )
+    # the subagent's tools are the parent's as it stands now (MCP tools included), less Task itself
+    agent.tools.append(TaskTool(agent, load_types(cwd), model_for=lambda name: resolve_model(args.provider, name)))
     if args.verify:
         agent.nodes.append(Verify(args.verify))
     if approver_factory is not None:
@@ -82,6 +85,40 @@ def build_agent(args: argparse.Namespace, cwd: Path, session_id: str, *,
     if not args.no_checkpoints and _in_git_work_tree(cwd) and shutil.which("git"):
         agent.checkpoints = Checkpoints(cwd)  # `drivetrain rewind` puts the workspace back as before a prompt
     return agent
+
+
+async def start_servers(args: argparse.Namespace, cwd: Path,
+                        ask: Callable[[ServerSpec], Awaitable[bool]] | None = None) -> McpServers:
+    """The run's MCP servers, started. A project server (``.mcp.json``) not yet approved is asked about (``ask``,
+    interactive: the answer is kept in the local settings) or, without ``ask``, skipped with a line saying how
+    to enable it."""
+    found = configured(cwd, args.mcp_config, args.strict_mcp_config)
+    specs = list(found.servers)
+    for spec in found.unapproved:
+        if ask is None:
+            print(f"drivetrain: skipped MCP server {spec.name!r} from {spec.source} ({spec.command_line()}): "
+                  "project servers start only once approved. To approve it, add "
+                  f'"enabledMcpjsonServers": ["{spec.name}"] (or "enableAllProjectMcpServers": true) to '
+                  f"{scope_file('local', cwd)}, or run drivetrain interactively once.", file=sys.stderr)
+            continue
+        approved = await ask(spec)
+        remember_approval(cwd, spec.name, approved)
+        if approved:
+            specs.append(spec)
+    servers = McpServers(specs, cwd)
+    await servers.start()
+    return servers
+
+
+def make_sandbox(args: argparse.Namespace, cwd: Path, policy: Policy, settings: Settings) -> Sandbox | None:
+    """Bash's sandbox when ``--sandbox`` or a settings file turns it on, checked to work (fail closed, before the
+    model is even asked); None when it is off."""
+    sections = [_sandbox_section(path, data) for path, data in settings.raw]
+    if not (args.sandbox or any(s.get("enabled") for s in sections)):
+        return None
+    sandbox = Sandbox(cwd, extra_writable=policy.additional_dirs, allow_network=any(s.get("network") for s in sections))
+    sandbox.check()
+    return sandbox
 
 
 def _in_git_work_tree(cwd: Path) -> bool:
@@ -119,6 +156,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="on reaching a limit, one last request without tools for a summary of what was done")
     p.add_argument("--no-checkpoints", action="store_true",
                    help="do not snapshot the workspace before each prompt (on by default inside a git repository)")
+    p.add_argument("--mcp-config", dest="mcp_config", nargs="+", action="extend", default=[], metavar="FILE_OR_JSON",
+                   help='MCP servers, as a file or JSON text like \'{"mcpServers": {"calc": {"command": "…"}}}\'')
+    p.add_argument("--strict-mcp-config", action="store_true",
+                   help="use only the --mcp-config servers (not .mcp.json nor the settings files')")
     p.add_argument("--sandbox", action="store_true",
                    help="run Bash inside bubblewrap: workspace writable, the rest read-only, no network")
 

@@ -18,9 +18,9 @@ PACKAGE = Path(__file__).resolve().parent.parent
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("foundation", ("errors", "home", "messages", "pricing", "prompts", "httpd", "control.procs", "control.redact",
                     "control.permissions")),
-    ("providers, tools, storage", ("models", "tools", "control.sandbox", "testing", "sessions.store", "sessions.file",
-                                   "sessions.postgres", "sessions.open", "sessions.rewind", "sessions.report",
-                                   "sessions.html")),
+    ("providers, tools, storage", ("models", "tools", "servers", "control.sandbox", "testing", "sessions.store",
+                                   "sessions.file", "sessions.postgres", "sessions.open", "sessions.rewind",
+                                   "sessions.report", "sessions.html")),
     ("the run's value", ("control.approval", "loop.state", "loop.result", "loop.events", "loop.profile",
                          "loop.budget")),
     ("control and the session log", ("control.hooks", "control.gate", "control.audit", "sessions.log")),
@@ -28,7 +28,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("the loop's parts", ("loop.calls", "loop.guard", "loop.context", "loop.compaction", "loop.nodes")),
     ("the loop", ("loop.step", "loop.graph")),
     ("the agent", ("agent",)),
-    ("profiles and plans", ("small", "plans")),
+    ("profiles and plans", ("small", "plans", "subagents")),
     ("front ends", ("cli", "serve", "__main__")),
 ]
 # a package's __init__ that only names its folder belongs with what is in it

@@ -34,6 +34,7 @@ SUBCOMMANDS = {  # name -> "module:function" in drivetrain.cli, run with the res
     "report": "report:main",  # a session's turns, tokens, context and cost as a self-contained HTML page
     "plan": "plan:plan_main",  # structured graph mode: ask for a plan as a DAG of steps …
     "run": "plan:run_main",  # … and run one
+    "mcp": "mcp:main",  # the MCP servers drivetrain uses (list, get, add, remove), and `mcp serve`: its tools as one
 }
 OUTPUT_FORMATS = ("text", "json", "stream-json")
 
@@ -107,6 +108,17 @@ def _read_prompt(args: argparse.Namespace) -> str:
 
 
 async def _print_mode(args: argparse.Namespace, prompt: str) -> int:
+    try:  # the MCP servers start first, together, each within its start timeout (MCP_TIMEOUT)
+        servers = await build.start_servers(args, Path.cwd())
+    except HarnessError as e:
+        return _fail(args, str(e))
+    try:
+        return await _print_run(args, prompt, servers)
+    finally:
+        await servers.close()
+
+
+async def _print_run(args: argparse.Namespace, prompt: str, servers: build.McpServers) -> int:
     cwd = Path.cwd()
     try:
         store = open_store()
@@ -117,7 +129,7 @@ async def _print_mode(args: argparse.Namespace, prompt: str) -> int:
                 return _fail(args, f"no saved session in {cwd} to continue; start one with -p \"PROMPT\".")
             resume_id = latest.session_id
         session_id = str(uuid.uuid4()) if resume_id is None or args.fork_session else resume_id
-        agent = build.build_agent(args, cwd, session_id, store=store)
+        agent = build.build_agent(args, cwd, session_id, store=store, servers=servers)
         if resume_id is None:
             run = agent.start(prompt, session_id=session_id)
         else:
@@ -203,16 +215,32 @@ def _interactive(args: argparse.Namespace) -> int:
     cwd = Path.cwd()
     session_id = str(uuid.uuid4())
 
-    def make_agent(approver_factory):
-        return build.build_agent(args, cwd, session_id, approver_factory=approver_factory)
+    async def session() -> int:
+        servers = await build.start_servers(args, cwd, ask=_trust_project_server)
+        try:
+            return await interactive(lambda approver_factory: build.build_agent(
+                args, cwd, session_id, approver_factory=approver_factory, servers=servers), args.prompt or "",
+                session_id, lambda agent: f"drivetrain · {agent.model.name} · {agent.policy.mode} mode"
+                                          f" · {cwd} · /exit to leave")
+        finally:
+            await servers.close()
 
     try:
-        return asyncio.run(interactive(make_agent, args.prompt or "", session_id,
-                                       lambda agent: f"drivetrain · {agent.model.name} · {agent.policy.mode} mode"
-                                                     f" · {cwd} · /exit to leave"))
+        return asyncio.run(session())
     except HarnessError as e:
         print(f"drivetrain: {e}", file=sys.stderr)
         return 1
+
+
+async def _trust_project_server(spec) -> bool:
+    """Asked once per project MCP server, before it ever runs: a cloned repository must not run code on open."""
+    question = (f"The project's {spec.source} wants to start the MCP server {spec.name!r}:\n  {spec.command_line()}\n"
+                "Start it (now and in later sessions here)? [y/N] ")
+    try:
+        answer = await asyncio.to_thread(input, question)
+    except EOFError:
+        return False
+    return answer.strip().lower() in ("y", "yes")
 
 
 def _fail(args: argparse.Namespace, message: str) -> int:

@@ -8,6 +8,7 @@ Usage::
     drivetrain sessions show 5ac92135         # the turn log: calls, first 100 chars of each result,
                                               # tokens and cost per turn; the trajectory; the health signals
     drivetrain sessions show 5ac92135 --json  # the same as one JSON object (list --json: a JSON array)
+    # a subagent's session (a Task call) is shown nested under the call that ran it
     # an id prefix naming exactly one session is enough, as with git's short hashes;
     # an unknown or ambiguous id exits with status 1. The store is $DRIVETRAIN_SESSION_STORE's,
     # or the files under $DRIVETRAIN_HOME (default ~/.drivetrain).
@@ -103,7 +104,12 @@ def _show(store: SessionStore, args: argparse.Namespace) -> int:
                 counters = apply_state(counters, r)
         print(walked(counters.get("path", [])))
         return 0
-    print(json.dumps(report.to_json(records), ensure_ascii=False) if args.json else report.render_text(records))
+    children = {r["tool_use_id"]: store.read(r["session"]) for r in records if r.get("kind") == "subagent"}
+    if args.json:
+        print(json.dumps({**report.to_json(records), "subagents": {k: report.to_json(v) for k, v in children.items()}},
+                         ensure_ascii=False))
+    else:
+        print(report.render_text(records, {k: report.render_text(v) for k, v in children.items()}))
     return 0
 
 
@@ -114,6 +120,9 @@ def resolve(store: SessionStore, given: str) -> str:
         return given
     if len(matches) == 1:
         return matches[0]
+    parents = [m for m in matches if ".task-" not in m]  # a session's subagents share its id as their prefix
+    if len(parents) == 1 and all(m.startswith(parents[0]) for m in matches):
+        return parents[0]
     if not matches:
         raise SessionNotFound(f"no session {given!r} (drivetrain sessions list --all shows them)")
     raise SessionNotFound(f"{given!r} names {len(matches)} sessions ({', '.join(sorted(matches)[:5])}"

@@ -12,12 +12,13 @@ import hashlib
 import json
 import time
 import uuid
+from dataclasses import replace
 
 from drivetrain.control.approval import Allow, Defer, Deny, Verdict
 from drivetrain.loop.context import cap_result
 from drivetrain.errors import HarnessError
 from drivetrain.loop.events import LoopDetected, PermissionDecided, ToolFinished, ToolStarted
-from drivetrain.messages import ToolResultBlock, ToolUseBlock
+from drivetrain.messages import ToolResultBlock, ToolUseBlock, Usage
 from drivetrain.tools.base import ToolError, ToolResult
 from drivetrain.loop.draft import Draft
 
@@ -59,7 +60,7 @@ async def execute(w: Draft, call: ToolUseBlock, verdict: Verdict) -> tuple[ToolR
         return refusal, 0.0, None
     w.emit(ToolStarted(call, tool_input, verdict.by))  # the audit log's intent record: before the call runs
     started = time.monotonic()
-    result = await _call_tool(w, call.name, tool_input)
+    result = await _call_tool(w, call, tool_input)
     content = result.content if result.content not in ("", []) else "(no output)"
     content = _note_repeat(w, call.name, tool_input, content)
     content = cap_result(w, call.id, content)  # the history and the log hold the capped text
@@ -81,7 +82,7 @@ async def harness_call(w: Draft, name: str, tool_input: dict) -> ToolResult:
     tool_input = verdict.updated_input if verdict.updated_input is not None else tool_input
     w.emit(ToolStarted(call, tool_input, verdict.by))
     started = time.monotonic()
-    result = await _call_tool(w, name, tool_input)
+    result = await _call_tool(w, call, tool_input)
     block = ToolResultBlock(call.id, result.content if result.content not in ("", []) else "(no output)",
                             result.is_error)
     w.emit(ToolFinished(call, block, (time.monotonic() - started) * 1000, result.meta or {}))
@@ -146,11 +147,14 @@ def _note_repeat(w: Draft, name: str, tool_input: dict, content):
             "result. Repeating it will not change anything: use this result, or do something different.]")
 
 
-async def _call_tool(w: Draft, name: str, tool_input: dict) -> ToolResult:
+async def _call_tool(w: Draft, call: ToolUseBlock, tool_input: dict) -> ToolResult:
     try:
-        return await w.deps.tools[name].call(tool_input, w.deps.context)
+        result = await w.deps.tools[call.name].call(tool_input, replace(w.deps.context, tool_use_id=call.id))
     except (HarnessError, asyncio.CancelledError):
         raise
     except Exception as e:  # tool failures are data: the model sees the real error
         text = str(e) or type(e).__name__
         return ToolResult(text if isinstance(e, ToolError) else f"{type(e).__name__}: {text}", True)
+    if isinstance(used := (result.meta or {}).get("usage"), dict):  # a subagent's requests are the run's too
+        w.usage = w.usage + Usage(**used)
+    return result

@@ -111,7 +111,8 @@ class Deps:
             hide = getattr(policy, "search_filter", None)  # and the files a search must skip
             self._context = ToolContext(cwd=self.agent.cwd, roots=roots(self.agent.cwd) if roots else [],
                                         read_filter=hide(self.agent.cwd) if hide else None,
-                                        outputs=self.outputs if self.session_id else None)
+                                        outputs=self.outputs if self.session_id else None,
+                                        session_id=self.session_id)
         return self._context
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import asdict, dataclass
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from drivetrain.messages import Message, ToolResultBlock, ToolUseBlock
 from drivetrain.sessions.store import Record, fold
@@ -255,7 +255,10 @@ def to_json(records: Sequence[Record]) -> dict:
     }
 
 
-def render_text(records: Sequence[Record]) -> str:
+def render_text(records: Sequence[Record], nested: Mapping[str, str] | None = None) -> str:
+    """The session as text; ``nested`` holds, by tool_use id, what to show indented under a call (a subagent's
+    own session, under the Task call that ran it)."""
+    nested = nested or {}
     info = fold(None, records)
     lines = []
     if info is not None:
@@ -279,6 +282,8 @@ def render_text(records: Sequence[Record]) -> str:
                 lines.append(f"  {'✗' if c.is_error else '←'} {_escaped(c.result_head)}{more}")
             else:
                 lines.append("  ? no result in the log")
+            if c.id in nested:
+                lines += ["    " + line for line in nested[c.id].splitlines()]
     h = health(records)
     lines.append("trajectory: " + (" → ".join(h.trajectory) or "(no turns)"))
     lines.append("health:")

@@ -56,6 +56,8 @@ class ToolContext:
     read_filter: ReadFilter | None = None  # what Grep and Glob must skip (None: nothing)
     # This session's saved tool outputs (context.py): read tools may read them although outside the workspace.
     outputs: Path | None = None
+    session_id: str = ""  # the run's session ("" when it is not saved)
+    tool_use_id: str = ""  # the call being served (each call gets its own copy of the context)
 
     def resolve(self, file_path: str) -> Path:
         p = Path(file_path).expanduser()

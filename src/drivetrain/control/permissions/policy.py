@@ -26,6 +26,7 @@ from .settings import MODES, Settings, check_mode, drivetrain_home, load_setting
 
 READ_TOOLS = ("Read", "Grep", "Glob")
 EDIT_TOOLS = ("Edit", "Write")
+DELEGATING_TOOLS = ("Task",)  # a subagent's own calls pass this same policy, so starting one asks nothing
 
 
 @dataclass
@@ -175,6 +176,9 @@ class Policy:
         for behavior in ("deny", "ask", "allow"):
             if rule := self._first(behavior, tool, hit):
                 return _by_rule(behavior, rule, f"{tool}{f' of {host}' if host else ''}: {behavior}")
+        if tool in DELEGATING_TOOLS:
+            return Decision("allow", f"{tool} needs no permission: each call it makes is decided by this policy",
+                            "builtin")
         if self.mode == "bypassPermissions":
             return Decision("allow", "bypassPermissions allows everything", f"mode:{self.mode}")
         return Decision("ask", f"no rule allows {tool}; {self.mode} mode asks", f"mode:{self.mode}")
