@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -18,6 +20,7 @@ from drivetrain.sessions.file import FileStore
 from drivetrain.testing import ScriptedServer, reply, respond, tool_call
 
 DRIVETRAIN = str(Path(sys.executable).parent / "drivetrain")
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FAILING = {"t07", "t19"}  # their checks look for a file the run does not write
 
 
@@ -158,3 +161,50 @@ def test_a_sweep_killed_midway_goes_on_without_rerunning_finished_tasks(tmp_path
     assert all(requests[i] == 2 for i in set(ids) - finished)
     assert len(unused) == 2 * len(finished)
     assert sorted(r["id"] for r in lines(out)) == ids  # one line per task in all
+
+
+# measures the drawn charts in the browser and writes the numbers into the DOM, for --dump-dom to read back
+MEASURE = """<script>
+const box = e => { const b = e.getBBox(); return [b.x, b.y, b.width, b.height]; };
+const out = {outcomes: Object.fromEntries([...document.querySelectorAll('#outcomes .outcome')].map(
+               e => [e.dataset.status, box(e)])),
+             wall: [...document.querySelectorAll('#wall .run-bar')].map(e => [e.dataset.id, box(e)]),
+             svg: document.querySelector('#wall').getBoundingClientRect().toJSON()};
+const pre = document.createElement('pre'); pre.id = 'measured'; pre.textContent = JSON.stringify(out);
+document.body.appendChild(pre);
+</script>"""
+
+
+def test_the_html_report_is_self_contained_and_chromium_draws_its_charts(sweep, tmp_path):
+    from test_html_report import chromium, near, read_png
+    root, out, _, _ = sweep
+    page_path = tmp_path / "report.html"
+    proc = subprocess.run([DRIVETRAIN, "batch", "report", str(out), "--html", str(page_path)], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    page = page_path.read_text()
+    assert not re.search(r"<(script|link|img|iframe)\b|\b(src|href)=|@import|url\(", page)
+    assert all(f">{i}<" in page for i in IDS)
+    if not CHROMIUM:  # the page itself is checked above, with or without a browser
+        pytest.skip("needs chromium (Debian package chromium)")
+    measured = tmp_path / "measured.html"
+    measured.write_text(page.replace("</body>", MEASURE + "</body>"))
+    dom = chromium(f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom", measured.as_uri())
+    found = re.search(r'<pre id="measured">(.*?)</pre>', dom.stdout, re.S)
+    assert found, f"the page's script did not run: {dom.stderr[-2000:]}"
+    m = json.loads(found.group(1).replace("&quot;", '"'))
+    widths = {status: b[2] for status, b in m["outcomes"].items()}
+    passed = sum(r.status == "pass" for r in read_results(out))
+    assert widths["pass"] / (widths["pass"] + widths["fail"] + widths["error"]) == pytest.approx(passed / 24, abs=1e-3)
+    walls = {r.id: r.wall_s for r in read_results(out)}
+    assert sorted(i for i, _ in m["wall"]) == IDS
+    tallest = max(h for _, (*_, h) in m["wall"])
+    for task_id, (*_, h) in m["wall"]:
+        assert h / tallest == pytest.approx(walls[task_id] / max(walls.values()), abs=0.01)
+    shot = tmp_path / "shot.png"
+    chromium(f"--user-data-dir={tmp_path / 'profile2'}", "--window-size=1000,900", f"--screenshot={shot}",
+             page_path.as_uri())
+    width, height, pixels = read_png(shot.read_bytes())
+    colours = [p for row in pixels for p in row]
+    assert sum(near(p, (0x4c, 0xaf, 0x50)) for p in colours) > 5000, "no passes drawn"
+    assert sum(near(p, (0xf0, 0xad, 0x4e)) for p in colours) > 300, "no failures drawn"

@@ -3,11 +3,12 @@ the sweep's budget; the real CLI against the scripted server, as in ``test_batch
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 from pathlib import Path
 
-from test_batch import batch, lines, prompt, script, task_line, write_tasks
+from test_batch import batch, batch_args, env_for, lines, prompt, script, task_line, write_tasks
 
 from drivetrain.testing import ScriptedServer, reply, respond, tool_call
 
@@ -76,3 +77,21 @@ def test_no_task_starts_once_the_sweeps_budget_is_spent(tmp_path):
     assert proc.returncode == 1
     assert [r["id"] for r in lines(out)] == ["b0"]
     assert "budget ($1e-06) is spent: 2 tasks were not started" in proc.stderr
+
+
+def test_on_a_terminal_the_progress_is_one_live_status_line(tmp_path):
+    import pexpect
+    ids = ["p0", "t07", "p2"]  # t07's check fails (test_batch.FAILING)
+    tasks, out = write_tasks(tmp_path / "tasks.jsonl", ids), tmp_path / "out"
+    with ScriptedServer({prompt(i): script(i, out) for i in ids}) as server:
+        argv = batch_args(tasks, out, "--concurrency", "1")
+        child = pexpect.spawn(argv[0], argv[1:], env=env_for(server.url, tmp_path), encoding="utf-8", timeout=60,
+                              dimensions=(40, 200))
+        child.logfile_read = seen = io.StringIO()
+        child.expect(r"t07 fail \(success check 1\)")  # a failure is printed above the live line
+        child.expect(r"done 3/3 · running 0 · failed 1 · [\d,]+ tokens · \$0\.\d{4} · [\d.]+ runs/min · ETA 0:00:00")
+        child.expect(pexpect.EOF)
+        child.close()
+    assert child.exitstatus == 0 and len(lines(out)) == 3
+    assert "\x1b[2K" in seen.getvalue()  # the status line is redrawn in place (erase line) …
+    assert "p0 pass" not in seen.getvalue()  # … and a pass gets no line of its own, unlike in a log
