@@ -7,7 +7,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from drivetrain.agent import Agent
 from drivetrain.batch.results import TaskResult
@@ -15,6 +15,7 @@ from drivetrain.batch.tasks import Task
 from drivetrain.batch.workspace import OUTPUT_TAIL, WorkspaceError, prepare, remove, run_shell
 from drivetrain.loop.events import Event
 from drivetrain.loop.result import RunResult
+from drivetrain.sessions.store import SessionStore
 
 
 class AgentFactory(Protocol):
@@ -22,6 +23,21 @@ class AgentFactory(Protocol):
     that a Ray worker can make the same agent."""
 
     def __call__(self, task: Task, cwd: Path, session_id: str) -> Agent: ...
+
+
+class Unsynced:
+    """A session store whose appends never wait for the disk. A sweep does not resume a task's session (an
+    interrupted task runs again from a fresh workspace), so an fsync at every turn buys it nothing, and one event
+    loop serving many runs would wait for each in turn; every record still reaches the OS as it is written."""
+
+    def __init__(self, store: SessionStore):
+        self.store = store
+
+    def append(self, session_id: str, records: Sequence[Mapping[str, Any]], *, sync: bool = False) -> list:
+        return self.store.append(session_id, records)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
 
 
 @dataclass(frozen=True)

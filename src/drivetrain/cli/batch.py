@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from drivetrain.agent import Agent
-from drivetrain.batch.run import Scratch
+from drivetrain.batch.run import Scratch, Unsynced
 from drivetrain.batch.sweep import Sweep, local
 from drivetrain.batch.tasks import Task, TaskFileError, load_tasks
 from drivetrain.cli import build
@@ -72,7 +72,7 @@ class FlagAgents:
         own = {k: getattr(task, k) for k in ("max_turns", "model", "provider", "max_budget_usd")}
         args = argparse.Namespace(**{**vars(self.args), **{k: v for k, v in own.items() if v is not None}})
         if self._store is None:
-            self._store = open_store()
+            self._store = Unsynced(open_store())
         return build.build_agent(args, cwd, session_id, store=self._store,
                                  model=self.model(args.provider, args.model), env=task.env)
 
