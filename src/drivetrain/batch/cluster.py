@@ -12,10 +12,14 @@ from drivetrain.batch.run import AgentFactory, Scratch, run_task
 from drivetrain.batch.sweep import Executor, Tally
 from drivetrain.batch.tasks import Task
 from drivetrain.batch.workspace import scratch_root
-from drivetrain.errors import ConfigError
+from drivetrain.errors import ConfigError, HarnessError
 
 # what a worker needs from the driver's environment: the model endpoint and key, the session store, its home
 FORWARDED = ("ANTHROPIC_", "OPENAI_", "DRIVETRAIN_")
+
+
+class ClusterError(HarnessError):
+    """Ray itself failed (not a task): the sweep stops and can be run again."""
 
 
 def _ray():
@@ -45,10 +49,12 @@ def ray_executor(address: str | None, agents: AgentFactory, scratch: Scratch) ->
         except asyncio.CancelledError:
             ray.cancel(ref, force=True)
             raise
+        except (ray.exceptions.WorkerCrashedError, ray.exceptions.NodeDiedError) as e:  # after Ray's one retry
+            return TaskResult(task.id, "error", "worker_died", detail=f"{type(e).__name__}: {str(e)[-500:]}")
         except ray.exceptions.RayError as e:
-            subtype = "worker_died" if isinstance(e, (ray.exceptions.WorkerCrashedError,
-                                                        ray.exceptions.NodeDiedError)) else "ray_error"
-            return TaskResult(task.id, "error", subtype, detail=f"{type(e).__name__}: {str(e)[-500:]}")
+            # not this task's doing (the cluster is gone, a worker cannot load drivetrain …): stop the sweep, and
+            # leave the task without a result line, so that the same command runs it again
+            raise ClusterError(f"Ray failed on task {task.id} ({type(e).__name__}): {str(e)[-1000:]}") from None
     return execute
 
 

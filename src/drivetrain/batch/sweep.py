@@ -116,9 +116,14 @@ class Sweep:
         """Run ``todo``; returns how many tasks were left unstarted because the budget was spent."""
         queue = deque(todo)
         results = ResultsFile(self.out)
+        workers = [asyncio.create_task(self._worker(queue, tally, results))
+                   for _ in range(min(self.concurrency, len(todo)))]
         try:
-            await asyncio.gather(*(self._worker(queue, tally, results) for _ in range(min(self.concurrency, len(todo)))))
-        finally:
+            await asyncio.gather(*workers)
+        finally:  # interrupted, or one worker failed: the others stop too, their runs saved as interrupted
+            for w in workers:
+                w.cancel()
+            await asyncio.gather(*workers, return_exceptions=True)
             results.close()
         return len(queue)
 

@@ -114,6 +114,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"drivetrain batch: interrupted; {tally.done} of {tally.total} tasks have a result. Run the same "
               "command again to go on.", file=sys.stderr)
         return 130
+    except HarnessError as e:
+        print(f"drivetrain batch: {e}\n{tally.done} of {tally.total} tasks have a result. Run the same command "
+              "again to go on.", file=sys.stderr)
+        return 1
     finally:
         if args.ray is not None:
             from drivetrain.batch.cluster import shutdown
