@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Iterator
 
 from drivetrain.batch.results import read_results
-from drivetrain.batch.sweep import local_sweep
+from drivetrain.batch.run import Scratch
+from drivetrain.batch.sweep import Sweep, local, pending
 from drivetrain.batch.tasks import Task
 from drivetrain.cli.batch import FlagAgents, build_parser
 from drivetrain.testing import ScriptedServer, reply, respond, tool_call
@@ -73,8 +74,8 @@ def sweep(url: str, out: Path, runs: int, concurrency: int) -> tuple[float, floa
     agents = FlagAgents(args)
     agents.model(None, "claude-sonnet-4-6")  # the SDK's import and client, made before the clock starts
     tasks = [Task(id=f"r{i}", prompt=_prompt(i)) for i in range(runs)]
-    s = local_sweep(tasks, out, agents, concurrency=concurrency)
-    todo, tally = s.prepare()
+    s = Sweep(out, local(agents, Scratch(out / "workspaces")), concurrency=concurrency)
+    todo, tally = pending(tasks, out)
     started, cpu = time.perf_counter(), time.process_time()
     asyncio.run(s.run(todo, tally))
     return time.perf_counter() - started, time.process_time() - cpu

@@ -6,7 +6,7 @@ import json
 import os
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Iterable, Literal
+from typing import Literal
 
 Status = Literal["pass", "fail", "error"]
 RESULTS = "results.jsonl"
@@ -74,9 +74,8 @@ class ResultsFile:
         if data and not data.endswith(b"\n"):
             os.ftruncate(self._fd, data.rfind(b"\n") + 1)
 
-    def append(self, results: Iterable[TaskResult]) -> None:
-        for r in results:
-            os.write(self._fd, (json.dumps(r.to_json(), ensure_ascii=False) + "\n").encode())
+    def append(self, r: TaskResult) -> None:
+        os.write(self._fd, (json.dumps(r.to_json(), ensure_ascii=False) + "\n").encode())
 
     def close(self) -> None:
         os.close(self._fd)

@@ -14,12 +14,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Awaitable, Callable
 
-from drivetrain.batch.results import ResultsFile, TaskResult, read_results
 from drivetrain.agent import Agent
+from drivetrain.batch.results import ResultsFile, TaskResult, read_results
 from drivetrain.batch.run import AgentFactory, Scratch, Watch, run_task
 from drivetrain.batch.tasks import Task
-from drivetrain.loop.events import Event, ModelResponded
 from drivetrain.loop.budget import total_tokens
+from drivetrain.loop.events import Event, ModelResponded
 from drivetrain.pricing import cost_usd
 
 Executor = Callable[[Task, "Tally"], Awaitable[TaskResult]]
@@ -81,36 +81,29 @@ def local(agents: AgentFactory, scratch: Scratch) -> Executor:
     return execute
 
 
-def pending(tasks: list[Task], earlier: list[TaskResult], rerun_failed: bool) -> list[Task]:
-    """The tasks still to run: those without a result line (and, with ``rerun_failed``, those that failed)."""
+def pending(tasks: list[Task], out: Path, rerun_failed: bool = False) -> tuple[list[Task], Tally]:
+    """The tasks still to run (those without a result line in ``out``; with ``rerun_failed``, also those whose
+    last one is fail or error), and the tally of the others."""
+    ids = {t.id for t in tasks}
+    earlier = [r for r in read_results(out) if r.id in ids]
     finished = {r.id for r in earlier if r.status == "pass" or not rerun_failed}
-    return [t for t in tasks if t.id not in finished]
+    tally = Tally(total=len(tasks))
+    for r in earlier:
+        if r.id in finished:
+            tally.count(r)
+        else:
+            tally.cost_usd += r.cost_usd or 0.0  # a failed attempt spent from the budget too
+    tally.earlier = tally.done
+    return [t for t in tasks if t.id not in finished], tally
 
 
 @dataclass
 class Sweep:
-    tasks: list[Task]
     out: Path
     execute: Executor
     concurrency: int = 4
     max_budget_usd: float | None = None  # across all tasks: no task starts once this is spent
-    rerun_failed: bool = False
     on_result: Callable[[TaskResult, Tally], None] = lambda r, t: None
-
-    def prepare(self) -> tuple[list[Task], Tally]:
-        """The tasks to run now, and the tally with the earlier results of the same tasks."""
-        ids = {t.id for t in self.tasks}
-        earlier = [r for r in read_results(self.out) if r.id in ids]
-        todo = pending(self.tasks, earlier, self.rerun_failed)
-        tally = Tally(total=len(self.tasks))
-        rerun = {t.id for t in todo}
-        for r in earlier:
-            if r.id in rerun:
-                tally.cost_usd += r.cost_usd or 0.0  # a failed attempt spent from the budget too
-            else:
-                tally.count(r)
-        tally.earlier = tally.done
-        return todo, tally
 
     async def run(self, todo: list[Task], tally: Tally) -> int:
         """Run ``todo``; returns how many tasks were left unstarted because the budget was spent."""
@@ -135,12 +128,7 @@ class Sweep:
             task = queue.popleft()
             tally.running.add(task.id)
             result = await self.execute(task, tally)
-            results.append([result])
+            results.append(result)
             tally.count(result)
             self.on_result(result, tally)
 
-
-def local_sweep(tasks: list[Task], out: Path, agents: AgentFactory, *, keep_workspaces: bool = False,
-                **kw) -> Sweep:
-    """A sweep run in this process, workspaces under ``out/workspaces``."""
-    return Sweep(tasks, out, local(agents, Scratch(out / "workspaces", keep_workspaces)), **kw)

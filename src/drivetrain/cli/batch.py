@@ -10,7 +10,7 @@ from pathlib import Path
 
 from drivetrain.agent import Agent
 from drivetrain.batch.run import Scratch, Unsynced
-from drivetrain.batch.sweep import Sweep, local
+from drivetrain.batch.sweep import Sweep, local, pending
 from drivetrain.batch.tasks import Task, TaskFileError, load_tasks
 from drivetrain.cli import build
 from drivetrain.cli.batch_progress import Progress
@@ -91,22 +91,21 @@ def main(argv: list[str] | None = None) -> int:
     except TaskFileError as e:
         print(f"drivetrain batch: {e}", file=sys.stderr)
         return 2
-    if not args.keep_workspaces:
-        args.no_checkpoints = True  # a workspace thrown away after its run has nothing to rewind
-    agents = FlagAgents(args)
-    try:
-        execute = _executor(args, agents, tasks)
-    except HarnessError as e:
-        print(f"drivetrain batch: {e}", file=sys.stderr)
-        return 1
-    progress = Progress(sys.stderr)
-    sweep = Sweep(tasks, args.out, execute, concurrency=args.concurrency, max_budget_usd=args.sweep_budget_usd,
-                  rerun_failed=args.rerun_failed, on_result=progress.finished)
-    todo, tally = sweep.prepare()
+    todo, tally = pending(tasks, args.out, args.rerun_failed)
     if not todo:
         print(f"drivetrain batch: all {len(tasks)} tasks have a result in {args.out / 'results.jsonl'}"
               + ("" if args.rerun_failed else " (--rerun-failed runs the failed ones again)") + ".", file=sys.stderr)
         return 0
+    if not args.keep_workspaces:
+        args.no_checkpoints = True  # a workspace thrown away after its run has nothing to rewind
+    try:
+        execute = _executor(args, FlagAgents(args), todo)
+    except HarnessError as e:
+        print(f"drivetrain batch: {e}", file=sys.stderr)
+        return 1
+    progress = Progress(sys.stderr)
+    sweep = Sweep(args.out, execute, concurrency=args.concurrency, max_budget_usd=args.sweep_budget_usd,
+                  on_result=progress.finished)
     try:
         with progress.showing(tally, len(todo)):
             unstarted = asyncio.run(sweep.run(todo, tally))
