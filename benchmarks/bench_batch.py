@@ -17,9 +17,10 @@ import argparse
 import asyncio
 import multiprocessing
 import os
-import resource
 import tempfile
+import threading
 import time
+import tracemalloc
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -66,14 +67,14 @@ def server_process(runs: int, out: Path, turns: int, delay: float = 0.0) -> Iter
         proc.join(10)
 
 
-def sweep(url: str, out: Path, runs: int, concurrency: int) -> tuple[float, float]:
+def sweep(url: str, out: Path, runs: int, concurrency: int, first: int = 0) -> tuple[float, float]:
     """Run the sweep here; returns its wall and CPU time in seconds."""
     os.environ.update(ANTHROPIC_BASE_URL=url, ANTHROPIC_API_KEY="k", DRIVETRAIN_HOME=str(out / "home"))
     args = build_parser().parse_args(["tasks.jsonl", "--out", str(out), "--model", "claude-sonnet-4-6",
                                       "--permission-mode", "acceptEdits", "--no-checkpoints"])
     agents = FlagAgents(args)
     agents.model(None, "claude-sonnet-4-6")  # the SDK's import and client, made before the clock starts
-    tasks = [Task(id=f"r{i}", prompt=_prompt(i)) for i in range(runs)]
+    tasks = [Task(id=f"r{i}", prompt=_prompt(i)) for i in range(first, first + runs)]
     s = Sweep(out, local(agents, Scratch(out / "workspaces")), concurrency=concurrency)
     todo, tally = pending(tasks, out)
     started, cpu = time.perf_counter(), time.process_time()
@@ -94,23 +95,46 @@ def throughput(runs: int, concurrency: int, turns: int) -> None:
           f"turn → {runs * turns / cpu:.0f} turns per CPU-second; load average {os.getloadavg()[0]:.1f}")
 
 
-def _peak(runs: int, turns: int, conn) -> None:
+def _rss_kib() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
+
+
+def _peak(runs: int, turns: int, traced: bool, conn) -> None:
+    """In a fresh process: how much the Python heap (``traced``: tracemalloc) or the RSS (sampled every 10 ms;
+    without tracemalloc, whose own records would count) grew at its highest while ``runs`` runs were in flight
+    at once, over what it was just before."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "out"
-        with server_process(runs, out, turns, delay=2.0) as (url, _):
-            sweep(url, out, runs, runs)
-        assert sum(r.status == "pass" for r in read_results(out)) == runs
-    conn.send(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)  # KiB on Linux
+        with server_process(runs + 1, out, turns, delay=2.0) as (url, _):
+            highest, done = [0], threading.Event()
+
+            def sample() -> None:
+                while not done.wait(0.01):
+                    highest[0] = max(highest[0], _rss_kib())
+
+            sweep(url, out, 1, 1)  # the first run's one-time costs (imports, the SDK's lazy types) are not the runs'
+            before = _rss_kib()
+            if traced:
+                tracemalloc.start()
+            else:
+                threading.Thread(target=sample, daemon=True).start()
+            sweep(url, out, runs, runs, first=1)
+            grew = tracemalloc.get_traced_memory()[1] // 1024 if traced else max(0, highest[0] - before)
+            tracemalloc.stop()
+            done.set()
+        assert sum(r.status == "pass" for r in read_results(out)) == runs + 1
+    conn.send(grew)
 
 
-def peak_rss_kib(runs: int, turns: int) -> int:
+def peak_kib(runs: int, turns: int, traced: bool) -> int:
     mp = multiprocessing.get_context("spawn")
     ours, theirs = mp.Pipe()
-    proc = mp.Process(target=_peak, args=(runs, turns, theirs))
+    proc = mp.Process(target=_peak, args=(runs, turns, traced, theirs))
     proc.start()
-    peak = ours.recv()
+    got = ours.recv()
     proc.join(30)
-    return peak
+    return got
 
 
 def main() -> None:
@@ -123,10 +147,11 @@ def main() -> None:
     a = p.parse_args()
     throughput(a.runs, a.concurrency, a.turns)
     if not a.skip_memory:
-        one, many = peak_rss_kib(1, a.turns), peak_rss_kib(a.memory_runs, a.turns)
-        print(f"peak RSS: 1 run {one / 1024:.1f} MiB, {a.memory_runs} at once {many / 1024:.1f} MiB → "
-              f"{(many - one) / (a.memory_runs - 1):.0f} KiB per concurrent run")
-
+        n = a.memory_runs
+        for traced, what in ((True, "Python heap (tracemalloc)"), (False, "RSS")):
+            one, many = peak_kib(1, a.turns, traced), peak_kib(n, a.turns, traced)
+            print(f"{what} grown while runs are in flight: 1 at once +{one:,} KiB, {n} at once +{many:,} KiB → "
+                  f"{(many - one) / (n - 1):.0f} KiB per concurrent run")
 
 if __name__ == "__main__":
     main()
