@@ -33,6 +33,9 @@ from drivetrain.cli.batch import FlagAgents, build_parser
 from drivetrain.testing import ScriptedServer, reply, respond, tool_call
 
 
+LOOP = asyncio.new_event_loop()
+
+
 def _prompt(i: int) -> str:
     return f"run {i}: write and read a note"
 
@@ -78,7 +81,7 @@ def sweep(url: str, out: Path, runs: int, concurrency: int, first: int = 0) -> t
     s = Sweep(out, local(agents, Scratch(out / "workspaces")), concurrency=concurrency)
     todo, tally = pending(tasks, out)
     started, cpu = time.perf_counter(), time.process_time()
-    asyncio.run(s.run(todo, tally))
+    LOOP.run_until_complete(s.run(todo, tally))  # one loop: a client of an earlier sweep closes in its own
     return time.perf_counter() - started, time.process_time() - cpu
 
 

@@ -58,9 +58,17 @@ def ray_executor(address: str | None, agents: AgentFactory, scratch: Scratch) ->
     return execute
 
 
+_worker_loop: asyncio.AbstractEventLoop | None = None
+
+
 def _in_worker(task: Task, agents: AgentFactory, scratch: Scratch) -> TaskResult:
+    """One event loop for all the tasks of a worker process: an SDK client left by an earlier task is then
+    closed in the loop it was opened in."""
+    global _worker_loop
+    if _worker_loop is None:
+        _worker_loop = asyncio.new_event_loop()
     here = Scratch(scratch_root(scratch.root), scratch.keep)
-    return asyncio.run(run_task(task, agents, here))
+    return _worker_loop.run_until_complete(run_task(task, agents, here))
 
 
 def shutdown() -> None:
