@@ -51,10 +51,12 @@ def test_workspaces_from_a_folder_and_a_git_revision_with_setup_env_and_kept(tmp
          "env": {"GREETING": "hello"}, "check": "grep -q folder a.txt && grep -q hello b.txt && grep -q hello c.txt"},
         {"id": "git", "prompt": "git task", "workspace": f"file://{repo}@{first}", "check": "grep -q one v.txt"},
         {"id": "broken", "prompt": "broken task", "setup": "echo no way; exit 3"},
+        {"id": "capped", "prompt": "capped task", "max_turns": 1},  # its own limit, over the flags' (none)
     ]
     (tmp_path / "tasks.jsonl").write_text("".join(json.dumps(t) + "\n" for t in tasks))
     scripts = {"folder task": [respond([tool_call("Bash", {"command": "echo $GREETING > c.txt"})]), reply("ok")],
-               "git task": [reply("nothing to do")]}
+               "git task": [reply("nothing to do")],
+               "capped task": [respond([tool_call("Bash", {"command": "true"})])]}
     with ScriptedServer(scripts) as server:
         proc = batch(server.url, tmp_path, tmp_path / "tasks.jsonl", out, "--keep-workspaces",
                      "--allowedTools", "Bash")
@@ -64,6 +66,7 @@ def test_workspaces_from_a_folder_and_a_git_revision_with_setup_env_and_kept(tmp
     assert results["broken"]["status"] == "error" and results["broken"]["subtype"] == "setup_failed"
     assert "exited 3" in results["broken"]["detail"] and "no way" in results["broken"]["detail"]
     assert results["broken"]["session_id"] is None  # never run, so no session
+    assert (results["capped"]["status"], results["capped"]["subtype"]) == ("fail", "error_max_turns")
     kept = Path(results["folder"]["workspace"])
     assert kept == out / "workspaces" / "folder" and (kept / "c.txt").read_text() == "hello\n"
     assert (seed / "c.txt").exists() is False  # the copy was worked on, not the source
