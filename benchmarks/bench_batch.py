@@ -52,7 +52,7 @@ def _serve(runs: int, out: Path, turns: int, delay: float, conn) -> None:
         conn.send(server.url)
         conn.recv()  # until the sweep is done
         conn.send(len(server.requests))
-        server._queues.clear()  # a partial sweep (interrupted benchmark) leaves steps: not a finding here
+        server.take_remaining()  # a partial sweep (interrupted benchmark) leaves steps: not a finding here
 
 
 @contextmanager

@@ -154,8 +154,7 @@ def test_a_sweep_killed_midway_goes_on_without_rerunning_finished_tasks(tmp_path
     with ScriptedServer({prompt(i): script(i, out) for i in ids}) as second:
         again = batch(second.url, tmp_path, tasks, out, "--concurrency", "2")
         requests = {i: sum(q.conversation == prompt(i) for q in second.requests) for i in ids}
-        unused = [s for s in second.remaining]
-        second._queues.clear()  # the finished tasks' scripts are meant to stay unused
+        unused = second.take_remaining()  # the finished tasks' scripts: meant to stay unused
     assert again.returncode == 0, again.stderr
     assert {i for i, n in requests.items() if n} == set(ids) - finished  # none of the finished asked again
     assert all(requests[i] == 2 for i in set(ids) - finished)

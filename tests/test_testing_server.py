@@ -447,3 +447,10 @@ def test_a_conversation_without_a_script_or_with_steps_left_fails():
     with pytest.raises(AssertionError, match="conversation 'task b'"):
         with ScriptedServer({"task b": [reply("b")]}):
             pass
+
+
+def test_steps_a_test_expects_to_stay_unused_can_be_taken_out():
+    with ScriptedServer({"task a": [reply("a")], "task b": [reply("b"), reply("b again")]}) as server:
+        client(server).messages.create(model=MODEL, max_tokens=5, messages=[{"role": "user", "content": "task b"}])
+        left = server.take_remaining()
+    assert [s.content[0]["text"] for s in left] == ["a", "b again"] and server.remaining == []
