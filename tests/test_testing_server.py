@@ -418,3 +418,39 @@ def test_a_failing_body_reports_causes_not_leftovers():
     with pytest.raises(ZeroDivisionError):
         with ScriptedServer([reply("one"), reply("two")]):
             1 / 0
+
+
+# ----------------------------------------------------------------- one script per conversation
+
+
+def test_each_conversation_gets_its_own_script_in_any_order():
+    scripts = {"task a": [respond([tool_call("Read", {"file_path": "a"})]), reply("a done")],
+               "task b": [reply("b done")]}
+    with ScriptedServer(scripts) as server:
+        c = client(server)
+        ask = lambda prompt, *more: c.messages.create(  # noqa: E731
+            model=MODEL, max_tokens=50, tools=[READ_TOOL], messages=[{"role": "user", "content": prompt}, *more])
+        first_a = ask("task a")
+        assert ask("task b").content[0].text == "b done"  # b's script, though a's is not finished
+        call = first_a.content[0]
+        done = ask("task a", {"role": "assistant", "content": [call.model_dump()]},
+                   {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.id, "content": "x"}]})
+        assert done.content[0].text == "a done"
+    assert [r.conversation for r in server.requests] == ["task a", "task b", "task a"]
+
+
+def test_a_conversation_without_a_script_or_with_steps_left_fails():
+    with pytest.raises(AssertionError, match="no script for this conversation"):
+        with ScriptedServer({"task a": [reply("a")]}) as server:
+            with pytest.raises(anthropic.BadRequestError):
+                client(server).messages.create(model=MODEL, max_tokens=5, messages=[{"role": "user", "content": "c"}])
+    with pytest.raises(AssertionError, match="conversation 'task b'"):
+        with ScriptedServer({"task b": [reply("b")]}):
+            pass
+
+
+def test_steps_a_test_expects_to_stay_unused_can_be_taken_out():
+    with ScriptedServer({"task a": [reply("a")], "task b": [reply("b"), reply("b again")]}) as server:
+        client(server).messages.create(model=MODEL, max_tokens=5, messages=[{"role": "user", "content": "task b"}])
+        left = server.take_remaining()
+    assert [s.content[0]["text"] for s in left] == ["a", "b again"] and server.remaining == []

@@ -7,7 +7,7 @@ import os
 import shutil
 import sys
 from pathlib import Path
-from typing import Awaitable, Callable
+from typing import Awaitable, Callable, Mapping
 
 from drivetrain.control.approval import Approver
 from drivetrain.control.audit import AuditLog
@@ -15,6 +15,7 @@ from drivetrain.loop.budget import Budget
 from drivetrain.errors import ConfigError
 from drivetrain.control.hooks import Hooks
 from drivetrain.agent import Agent
+from drivetrain.models.base import Model
 from drivetrain.models.resolve import detect_provider, resolve_model
 from drivetrain.loop.nodes import Verify
 from drivetrain.control.permissions import Policy, Settings, SettingsError, load_settings
@@ -46,8 +47,10 @@ def system_prompt(args: argparse.Namespace, cwd: Path, profile_default: str | No
 
 def build_agent(args: argparse.Namespace, cwd: Path, session_id: str, *,
                 approver_factory: ApproverFactory | None = None, store: SessionStore | None = None,
-                servers: McpServers | None = None) -> Agent:
-    """Raises HarnessError (ConfigError, SettingsError …) with a message for the person."""
+                servers: McpServers | None = None, model: Model | None = None,
+                env: Mapping[str, str] | None = None) -> Agent:
+    """Raises HarnessError (ConfigError, SettingsError …) with a message for the person. ``model``: one already
+    made for these flags (a batch sweep shares it between its runs); ``env``: set for every Bash command."""
     keep_environment_private()  # tools get no credentials in their environment; nor may they read ours
     settings = load_settings(cwd)
     set_prices(prices_from_settings(settings.raw))  # the settings files' "pricing" entries, over the price table
@@ -57,17 +60,18 @@ def build_agent(args: argparse.Namespace, cwd: Path, session_id: str, *,
     sandbox = make_sandbox(args, cwd, policy, settings)
     store = store or open_store()  # $DRIVETRAIN_SESSION_STORE, or files under $DRIVETRAIN_HOME
     audit = AuditLog(store, session_id)
-    model = resolve_model(args.provider, args.model)
     provider = args.provider or detect_provider(dict(os.environ))
-    if args.provider is None and provider == "local":
-        print(f"drivetrain: no ANTHROPIC_* or OPENAI_* settings, so using the embedded local model ({model.name}).",
-              file=sys.stderr, flush=True)
+    if model is None:
+        model = resolve_model(args.provider, args.model)
+        if args.provider is None and provider == "local":
+            print(f"drivetrain: no ANTHROPIC_* or OPENAI_* settings, so using the embedded local model "
+                  f"({model.name}).", file=sys.stderr, flush=True)
     try:
         profile = select_profile(model.name, provider, args.profile, os.environ)
     except ValueError as e:
         raise ConfigError(str(e)) from None
     hooks = Hooks.from_settings(settings.raw, settings.env_passthrough)
-    tools = builtin_tools(sandbox=sandbox, env_passthrough=settings.env_passthrough)
+    tools = builtin_tools(sandbox=sandbox, env_passthrough=settings.env_passthrough, env=env)
     tools += servers.tools(policy) if servers is not None else []
     agent = Agent(  # the profile adds its own model wrapper, tools, hooks and nodes when a run starts
         model=model, tools=tools, system=system_prompt(args, cwd, profile.default_system()), max_turns=args.max_turns,

@@ -28,11 +28,11 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("the loop's parts", ("loop.calls", "loop.guard", "loop.context", "loop.compaction", "loop.nodes")),
     ("the loop", ("loop.step", "loop.graph")),
     ("the agent", ("agent",)),
-    ("profiles and plans", ("small", "plans", "subagents")),
+    ("profiles and plans", ("small", "plans", "subagents", "batch")),
     ("front ends", ("cli", "serve", "__main__")),
 ]
 # a package's __init__ that only names its folder belongs with what is in it
-FOLDERS = ("loop", "control", "sessions", "plans", "small")
+FOLDERS = ("loop", "control", "sessions", "plans", "small", "batch")
 
 
 def module_name(path: Path) -> str:

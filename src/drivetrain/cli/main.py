@@ -35,6 +35,7 @@ SUBCOMMANDS = {  # name -> "module:function" in drivetrain.cli, run with the res
     "plan": "plan:plan_main",  # structured graph mode: ask for a plan as a DAG of steps …
     "run": "plan:run_main",  # … and run one
     "mcp": "mcp:main",  # the MCP servers drivetrain uses (list, get, add, remove), and `mcp serve`: its tools as one
+    "batch": "batch:main",  # many tasks, each a session in a scratch workspace, here or on Ray; and their report
 }
 OUTPUT_FORMATS = ("text", "json", "stream-json")
 
@@ -45,14 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-p", "--print", dest="print_mode", action="store_true",
                    help="run the task non-interactively and print the result")
     p.add_argument("--output-format", choices=OUTPUT_FORMATS, default="text")
-    p.add_argument("--max-turns", type=int, default=None, help="cap on model requests")
-    p.add_argument("--model", default=None)
-    p.add_argument("--provider", choices=PROVIDERS, default=None,
-                   help="default: anthropic if ANTHROPIC_* is set, openai if OPENAI_* is set, else local")
-    p.add_argument("--permission-mode", choices=PERMISSION_MODES, default=None,
-                   help="default: the settings files' defaultMode, else default")
-    p.add_argument("--system-prompt", default=None, help="replace the default system prompt")
-    p.add_argument("--append-system-prompt", default=None, help="add to the system prompt")
+    add_run_arguments(p)
     p.add_argument("--verbose", action="store_true", help="print the turn log on stderr")
     p.add_argument("-r", "--resume", metavar="SESSION_ID", default=None,
                    help="continue a saved session (repaired first if it was cut short)")
@@ -62,6 +56,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --resume/--continue: continue as a new session, leaving the old one as it was")
     build.add_arguments(p)
     return p
+
+
+def add_run_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags that say how a run runs (model, turns, permissions, system prompt); ``batch`` takes them too."""
+    p.add_argument("--max-turns", type=int, default=None, help="cap on model requests")
+    p.add_argument("--model", default=None)
+    p.add_argument("--provider", choices=PROVIDERS, default=None,
+                   help="default: anthropic if ANTHROPIC_* is set, openai if OPENAI_* is set, else local")
+    p.add_argument("--permission-mode", choices=PERMISSION_MODES, default=None,
+                   help="default: the settings files' defaultMode, else default")
+    p.add_argument("--system-prompt", default=None, help="replace the default system prompt")
+    p.add_argument("--append-system-prompt", default=None, help="add to the system prompt")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,6 +20,10 @@ step left unused::
         ...                       # or ANTHROPIC_BASE_URL=server.url for a subprocess
         server.requests[0].body   # every request: .method .path .headers .body
 
+Concurrent runs each get their own script: ``ScriptedServer({"prompt one": [...], "prompt two": [...]})``
+routes every request by its first user message's text (or by ``route=lambda body: ...``) and records it
+in ``Request.conversation``; a pause_turn step is for a single script only.
+
 Other steps: ``http_error(529, "overloaded_error", "busy", {"retry-after": "0"})``,
 ``raw_response(200, {"choices": []})``. ``delay=`` waits before answering;
 ``stall_after_events=`` stalls a stream mid-way (idle-timeout tests) and
@@ -61,7 +65,7 @@ from .script import (
 )
 from .cache import PromptCache, count_tokens
 from .chat import ScriptedOpenAIServer, validate_chat
-from .server import Headers, Request, ScriptedServer
+from .server import Headers, Request, ScriptedServer, first_prompt
 
 __all__ = [
     "Headers",
@@ -83,4 +87,5 @@ __all__ = [
     "validate",
     "validate_chat",
     "count_tokens",
+    "first_prompt",
 ]

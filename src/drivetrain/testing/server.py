@@ -14,7 +14,7 @@ import threading
 from collections import deque
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 from drivetrain.httpd import QuickHTTPServer
 from drivetrain.models.anthropic_wire import same_content, sse_events, validate
@@ -53,6 +53,7 @@ class Request:
     body: Any  # parsed JSON, or None when the body is not JSON
     raw: bytes
     step: int | None = None  # index of the script step that answered it
+    conversation: str | None = None  # the script it was routed to (a server given one script per conversation)
     # how far the answer got, for a test that acts at a moment of it (kill the client mid-stream, …):
     events_sent: int = 0  # SSE events written so far (a stall_after_events stream stays at that number)
     answered: bool = False  # the whole answer was written
@@ -64,10 +65,17 @@ class ScriptedServer:
     ``usage`` counts tokens and simulates prompt caching (``drivetrain.testing.cache``); prefixes under
     ``cache_min_tokens`` are not cached, as on the real API."""
 
-    def __init__(self, steps: Iterable[Step], *, cache_min_tokens: int = MIN_CACHE_TOKENS):
+    def __init__(self, steps: Iterable[Step] | Mapping[str, Iterable[Step]], *,
+                 route: Callable[[Any], str | None] | None = None, cache_min_tokens: int = MIN_CACHE_TOKENS):
         self.cache = PromptCache(cache_min_tokens)
-        self._script = assign_ids(list(steps))
-        self._steps: deque[tuple[int, Step]] = deque(enumerate(self._script))
+        # One script, or one per conversation (runs served concurrently): ``route(body)`` names a request's
+        # conversation, by default its first user message's text, and each gets the next step of its own.
+        scripts = {k: list(v) for k, v in steps.items()} if isinstance(steps, Mapping) else {None: list(steps)}
+        self._route = (route or first_prompt) if isinstance(steps, Mapping) else None
+        self._script = assign_ids([s for script in scripts.values() for s in script])
+        numbered = iter(enumerate(self._script))
+        self._queues: dict[str | None, deque[tuple[int, Step]]] = {
+            k: deque(next(numbered) for _ in script) for k, script in scripts.items()}
         self.requests: list[Request] = []
         self.violations: list[str] = []
         self.unexpected: list[str] = []
@@ -132,13 +140,23 @@ class ScriptedServer:
     @property
     def remaining(self) -> list[Step]:
         with self._lock:
-            return [step for _, step in self._steps]
+            return [step for q in self._queues.values() for _, step in q]
+
+    def take_remaining(self) -> list[Step]:
+        """The steps left unused, taken out so that ``assert_complete`` does not report them (for a test that
+        expects some conversations never to ask)."""
+        with self._lock:
+            left = [step for q in self._queues.values() for _, step in q]
+            for q in self._queues.values():
+                q.clear()
+        return left
 
     def assert_complete(self) -> None:
         """Raise AssertionError if a request broke the API rules, no step was left for a call, or steps are left."""
         with self._lock:
             problems = self.violations + self.unexpected
-            problems += [f"step {i} was never requested: {_describe(step)}" for i, step in self._steps]
+            problems += [f"step {i} was never requested" + (f" (conversation {k!r})" if k is not None else "")
+                         + f": {_describe(step)}" for k, q in self._queues.items() for i, step in q]
         if problems:
             raise AssertionError(self._report(problems))
 
@@ -183,10 +201,17 @@ class ScriptedServer:
         if req.method != "POST" or req.path != self.endpoint:
             self.unexpected.append(f"{where}: no such endpoint")
             return self._error(404, "not_found_error", f"Not found: {req.method} {req.path}")
-        if not self._steps:
+        if self._route is not None:
+            req.conversation = self._route(req.body)
+            where += f", conversation {req.conversation!r}"
+        queue = self._queues.get(req.conversation)
+        if queue is None:
+            self.unexpected.append(f"{where}: no script for this conversation")
+            return self._error(400, "invalid_request_error", "scripted server: no script for this conversation")
+        if not queue:
             self.unexpected.append(f"{where}: unexpected call, the script is exhausted")
             return self._error(400, "invalid_request_error", "scripted server: no step left for this request")
-        req.step, step = self._steps.popleft()
+        req.step, step = queue.popleft()
         problems = self._validate(req.body)
         if step.expect is not None and isinstance(req.body, dict):
             try:
@@ -256,6 +281,19 @@ class ScriptedServer:
                 break
         h.wfile.write(b"0\r\n\r\n")
         req.answered = True
+
+
+def first_prompt(body: Any) -> str | None:
+    """The text of the first user message (Messages API or chat completions): which run a request belongs to."""
+    messages = body.get("messages") if isinstance(body, dict) else None
+    for m in messages if isinstance(messages, list) else ():
+        if isinstance(m, dict) and m.get("role") == "user":
+            content = m.get("content")
+            if isinstance(content, str):
+                return content
+            texts = [b.get("text") for b in content or () if isinstance(b, dict) and b.get("type") == "text"]
+            return texts[0] if texts else None
+    return None
 
 
 def build_message(step: Respond, body: Any, msg_id: str, cache: PromptCache | None = None) -> dict:

@@ -14,7 +14,7 @@ __all__ = [
 ]
 
 
-def builtin_tools(sandbox=None, env_passthrough=()) -> list[Tool]:
+def builtin_tools(sandbox=None, env_passthrough=(), env=None) -> list[Tool]:
     """One instance of each built-in tool: Read, Write, Edit, Bash, Grep, Glob. Bash runs in ``sandbox`` if given,
-    and its commands get the withheld environment variables named in ``env_passthrough``."""
-    return [Read(), Write(), Edit(), Bash(sandbox=sandbox, env_passthrough=env_passthrough), Grep(), Glob()]
+    and its commands get the withheld environment variables named in ``env_passthrough``, and ``env``."""
+    return [Read(), Write(), Edit(), Bash(sandbox=sandbox, env_passthrough=env_passthrough, env=env), Grep(), Glob()]

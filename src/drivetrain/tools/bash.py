@@ -11,7 +11,7 @@ import asyncio
 import codecs
 import os
 import signal
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Iterable, Mapping
 
 from drivetrain.control.procs import child_env, kill_group, signal_group, watch_group
 
@@ -123,10 +123,11 @@ class Bash:
     }
 
     def __init__(self, kill_grace: float = KILL_GRACE_S, sandbox: Sandbox | None = None,
-                 env_passthrough: Iterable[str] = ()):
+                 env_passthrough: Iterable[str] = (), env: Mapping[str, str] | None = None):
         self.kill_grace = kill_grace
         self.sandbox = sandbox  # when set, every command runs inside it or not at all
         self.env_passthrough = tuple(env_passthrough)  # names (or globs) of withheld variables to pass anyway
+        self.env = dict(env or {})  # set for every command (a batch task's "env")
 
     async def call(self, input: dict, ctx: ToolContext) -> ToolResult:
         command = input.get("command")
@@ -146,7 +147,8 @@ class Bash:
     async def _run(self, command: str, timeout_ms: float, ctx: ToolContext) -> ToolResult:
         argv = ["/bin/bash", "-c", command]
         if self.sandbox is None:
-            code, text, timed_out = await self._execute(argv, child_env(self.env_passthrough), timeout_ms, ctx)
+            code, text, timed_out = await self._execute(argv, {**child_env(self.env_passthrough), **self.env},
+                                                        timeout_ms, ctx)
             meta: dict = {"exit_code": code}
         else:
             # Fail closed: SandboxUnavailable (a HarnessError) ends the run; the command never runs bare.
@@ -154,7 +156,7 @@ class Bash:
             argv = self.sandbox.wrap(argv, cwd=ctx.cwd)
             try:
                 code, text, timed_out = await self._execute(
-                    argv, self.sandbox.environment(self.env_passthrough), timeout_ms, ctx)
+                    argv, {**self.sandbox.environment(self.env_passthrough), **self.env}, timeout_ms, ctx)
             finally:
                 self.sandbox.release()
             meta = {"exit_code": code, "sandboxed": True}

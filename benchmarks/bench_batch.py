@@ -1,0 +1,160 @@
+"""Batch sweep benchmark: many scripted runs in one process, as ``drivetrain batch`` runs them (the same agents
+from the same flags, the same scheduler, workspaces, session log and results file), against the scripted server in
+a process of its own on loopback. Prints figures; asserts nothing.
+
+1. Throughput: ``--runs`` runs (default 1,000) of ``--turns`` turns each (a Write, a Read, then the answer),
+   ``--concurrency`` at a time: runs/s and turns/s.
+2. Memory per concurrent run: the peak RSS of a process running ``--memory-runs`` runs all at once (every
+   run's first answer is delayed 2 s at the server, so all of them are in flight together) against one
+   running a single run; the difference divided by the extra runs.
+
+    python benchmarks/bench_batch.py [--runs 1000] [--concurrency 64] [--memory-runs 200] [--skip-memory]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing
+import os
+import tempfile
+import threading
+import time
+import tracemalloc
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from drivetrain.batch.results import read_results
+from drivetrain.batch.run import Scratch
+from drivetrain.batch.sweep import Sweep, local, pending
+from drivetrain.batch.tasks import Task
+from drivetrain.cli.batch import FlagAgents, build_parser
+from drivetrain.testing import ScriptedServer, reply, respond, tool_call
+
+
+LOOP = asyncio.new_event_loop()
+
+
+def _prompt(i: int) -> str:
+    return f"run {i}: write and read a note"
+
+
+def _script(i: int, out: Path, turns: int, delay: float) -> list:
+    note = str(out / "workspaces" / f"r{i}" / "note.txt")
+    calls = [tool_call("Write", {"file_path": note, "content": f"note {i}\n"})] + [
+        tool_call("Read", {"file_path": note}) for _ in range(turns - 2)]
+    return [respond([c], delay=delay if k == 0 else 0.0) for k, c in enumerate(calls)] + [reply(f"run {i} done")]
+
+
+def _serve(runs: int, out: Path, turns: int, delay: float, conn) -> None:
+    with ScriptedServer({_prompt(i): _script(i, out, turns, delay) for i in range(runs)}) as server:
+        conn.send(server.url)
+        conn.recv()  # until the sweep is done
+        conn.send(len(server.requests))
+        server.take_remaining()  # a partial sweep (interrupted benchmark) leaves steps: not a finding here
+
+
+@contextmanager
+def server_process(runs: int, out: Path, turns: int, delay: float = 0.0) -> Iterator[tuple[str, dict]]:
+    mp = multiprocessing.get_context("spawn")
+    ours, theirs = mp.Pipe()
+    proc = mp.Process(target=_serve, args=(runs, out, turns, delay, theirs), daemon=True)
+    proc.start()
+    got: dict = {}
+    try:
+        yield ours.recv(), got
+    finally:
+        ours.send("done")
+        got["requests"] = ours.recv()
+        proc.join(10)
+
+
+def sweep(url: str, out: Path, runs: int, concurrency: int, first: int = 0) -> tuple[float, float]:
+    """Run the sweep here; returns its wall and CPU time in seconds."""
+    os.environ.update(ANTHROPIC_BASE_URL=url, ANTHROPIC_API_KEY="k", DRIVETRAIN_HOME=str(out / "home"))
+    args = build_parser().parse_args(["tasks.jsonl", "--out", str(out), "--model", "claude-sonnet-4-6",
+                                      "--permission-mode", "acceptEdits", "--no-checkpoints"])
+    agents = FlagAgents(args)
+    agents.model(None, "claude-sonnet-4-6")  # the SDK's import and client, made before the clock starts
+    tasks = [Task(id=f"r{i}", prompt=_prompt(i)) for i in range(first, first + runs)]
+    s = Sweep(out, local(agents, Scratch(out / "workspaces")), concurrency=concurrency)
+    todo, tally = pending(tasks, out)
+    started, cpu = time.perf_counter(), time.process_time()
+    LOOP.run_until_complete(s.run(todo, tally))  # one loop: a client of an earlier sweep closes in its own
+    return time.perf_counter() - started, time.process_time() - cpu
+
+
+def throughput(runs: int, concurrency: int, turns: int) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "out"
+        with server_process(runs, out, turns) as (url, got):
+            wall, cpu = sweep(url, out, runs, concurrency)
+        results = read_results(out)
+    passed = sum(r.status == "pass" for r in results)
+    print(f"{runs} runs × {turns} turns, {concurrency} at a time: "
+          f"{wall:.2f} s → {runs / wall:.1f} runs/s, {runs * turns / wall:.1f} turns/s "
+          f"({passed} passed, {got['requests']} requests); CPU {cpu:.2f} s, {cpu * 1000 / (runs * turns):.2f} ms a "
+          f"turn → {runs * turns / cpu:.0f} turns per CPU-second; load average {os.getloadavg()[0]:.1f}")
+
+
+def _rss_kib() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
+
+
+def _peak(runs: int, turns: int, traced: bool, conn) -> None:
+    """In a fresh process: how much the Python heap (``traced``: tracemalloc) or the RSS (sampled every 10 ms;
+    without tracemalloc, whose own records would count) grew at its highest while ``runs`` runs were in flight
+    at once, over what it was just before."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "out"
+        with server_process(runs + 1, out, turns, delay=2.0) as (url, _):
+            highest, done = [0], threading.Event()
+
+            def sample() -> None:
+                while not done.wait(0.01):
+                    highest[0] = max(highest[0], _rss_kib())
+
+            sweep(url, out, 1, 1)  # the first run's one-time costs (imports, the SDK's lazy types) are not the runs'
+            before = _rss_kib()
+            if traced:
+                tracemalloc.start()
+            else:
+                threading.Thread(target=sample, daemon=True).start()
+            sweep(url, out, runs, runs, first=1)
+            grew = tracemalloc.get_traced_memory()[1] // 1024 if traced else max(0, highest[0] - before)
+            tracemalloc.stop()
+            done.set()
+        assert sum(r.status == "pass" for r in read_results(out)) == runs + 1
+    conn.send(grew)
+
+
+def peak_kib(runs: int, turns: int, traced: bool) -> int:
+    mp = multiprocessing.get_context("spawn")
+    ours, theirs = mp.Pipe()
+    proc = mp.Process(target=_peak, args=(runs, turns, traced, theirs))
+    proc.start()
+    got = ours.recv()
+    proc.join(30)
+    return got
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--runs", type=int, default=1000)
+    p.add_argument("--concurrency", type=int, default=64)
+    p.add_argument("--turns", type=int, default=3)
+    p.add_argument("--memory-runs", type=int, default=200)
+    p.add_argument("--skip-memory", action="store_true")
+    a = p.parse_args()
+    throughput(a.runs, a.concurrency, a.turns)
+    if not a.skip_memory:
+        n = a.memory_runs
+        for traced, what in ((True, "Python heap (tracemalloc)"), (False, "RSS")):
+            one, many = peak_kib(1, a.turns, traced), peak_kib(n, a.turns, traced)
+            print(f"{what} grown while runs are in flight: 1 at once +{one:,} KiB, {n} at once +{many:,} KiB → "
+                  f"{(many - one) / (n - 1):.0f} KiB per concurrent run")
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,78 @@
+"""Tasks as Ray tasks: on the cluster at an address, or on a local Ray instance. The worker runs the same
+``run_task`` as a local sweep, in an event loop of its own; the driver keeps the schedule, the budget and the
+results file. A task whose worker dies is retried once by Ray, then recorded as ``error`` (``worker_died``)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+from drivetrain.batch.results import TaskResult
+from drivetrain.batch.run import AgentFactory, Scratch, run_task
+from drivetrain.batch.sweep import Executor, Tally
+from drivetrain.batch.tasks import Task
+from drivetrain.batch.workspace import scratch_root
+from drivetrain.errors import ConfigError, HarnessError
+
+# what a worker needs from the driver's environment: the model endpoint and key, the session store, its home
+FORWARDED = ("ANTHROPIC_", "OPENAI_", "DRIVETRAIN_")
+
+
+class ClusterError(HarnessError):
+    """Ray itself failed (not a task): the sweep stops and can be run again."""
+
+
+def _ray():
+    try:
+        import ray
+    except ImportError as e:
+        raise ConfigError(f"--ray needs Ray: pip install 'drivetrain[ray]' ({e})") from None
+    return ray
+
+
+def ray_executor(address: str | None, agents: AgentFactory, scratch: Scratch) -> Executor:
+    """Connects to Ray (``address``, or a new local instance) and returns an executor running each task there."""
+    ray = _ray()
+    if not ray.is_initialized():
+        env = {k: v for k, v in os.environ.items() if k.startswith(FORWARDED)}
+        try:
+            ray.init(address=address, include_dashboard=False, log_to_driver=False,
+                     runtime_env={"env_vars": env})
+        except (ConnectionError, RuntimeError, ValueError) as e:
+            raise ConfigError(f"cannot reach the Ray cluster at {address or 'a new local instance'}: {e}") from None
+    remote = ray.remote(max_retries=1)(_in_worker)  # a dead worker's task is run once more, then fails
+
+    async def execute(task: Task, tally: Tally) -> TaskResult:
+        ref = remote.remote(task, agents, scratch)
+        try:
+            return await ref
+        except asyncio.CancelledError:
+            ray.cancel(ref, force=True)
+            raise
+        except (ray.exceptions.WorkerCrashedError, ray.exceptions.NodeDiedError) as e:  # after Ray's one retry
+            return TaskResult(task.id, "error", "worker_died", detail=f"{type(e).__name__}: {str(e)[-500:]}")
+        except ray.exceptions.RayError as e:
+            # not this task's doing (the cluster is gone, a worker cannot load drivetrain …): stop the sweep, and
+            # leave the task without a result line, so that the same command runs it again
+            raise ClusterError(f"Ray failed on task {task.id} ({type(e).__name__}): {str(e)[-1000:]}") from None
+    return execute
+
+
+_worker_loop: asyncio.AbstractEventLoop | None = None
+
+
+def _in_worker(task: Task, agents: AgentFactory, scratch: Scratch) -> TaskResult:
+    """One event loop for all the tasks of a worker process: an SDK client left by an earlier task is then
+    closed in the loop it was opened in."""
+    global _worker_loop
+    if _worker_loop is None:
+        _worker_loop = asyncio.new_event_loop()
+    here = Scratch(scratch_root(scratch.root), scratch.keep)
+    return _worker_loop.run_until_complete(run_task(task, agents, here))
+
+
+def shutdown() -> None:
+    """Disconnect (and stop a local instance this process started)."""
+    ray = _ray()
+    if ray.is_initialized():
+        ray.shutdown()

@@ -1,0 +1,81 @@
+"""``DIR/results.jsonl``: one line per finished task, appended as it finishes; what a resumed sweep skips."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Literal
+
+Status = Literal["pass", "fail", "error"]
+RESULTS = "results.jsonl"
+
+
+@dataclass
+class TaskResult:
+    id: str
+    status: Status
+    subtype: str  # the run's (success, error_max_turns …), or workspace_failed / setup_failed / worker_died …
+    check_exit: int | None = None  # None: no check, or none was run
+    turns: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+    cache_read_input_tokens: int = 0
+    cost_usd: float | None = None  # None: no price known for the model
+    wall_s: float = 0.0
+    session_id: str | None = None
+    workspace: str | None = None  # kept (--keep-workspaces) only
+    detail: str = ""  # why it errored, or the tail of a failed check's output
+
+    def to_json(self) -> dict:
+        out = asdict(self)
+        for optional in ("workspace", "detail"):
+            if not out[optional]:
+                del out[optional]
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict) -> TaskResult:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+    @property
+    def tokens(self) -> int:
+        return self.input_tokens + self.output_tokens + self.cache_creation_input_tokens + self.cache_read_input_tokens
+
+
+def read_results(out: Path) -> list[TaskResult]:
+    """The result lines of ``out`` (a sweep's folder); the last one per task id wins (a rerun's)."""
+    path = out / RESULTS
+    if not path.exists():
+        return []
+    latest: dict[str, TaskResult] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            r = TaskResult.from_json(json.loads(line))
+        except (ValueError, TypeError):
+            continue  # a line cut short by a kill: that task had not finished
+        latest.pop(r.id, None)
+        latest[r.id] = r
+    return list(latest.values())
+
+
+class ResultsFile:
+    """Appends result lines, each in one write: a kill leaves whole lines, and at most one cut short at the end
+    (cut off when the file is opened again, so that the next line starts on a line of its own)."""
+
+    def __init__(self, out: Path):
+        out.mkdir(parents=True, exist_ok=True)
+        self.path = out / RESULTS
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        data = self.path.read_bytes()
+        if data and not data.endswith(b"\n"):
+            os.ftruncate(self._fd, data.rfind(b"\n") + 1)
+
+    def append(self, r: TaskResult) -> None:
+        os.write(self._fd, (json.dumps(r.to_json(), ensure_ascii=False) + "\n").encode())
+
+    def close(self) -> None:
+        os.close(self._fd)

@@ -1,0 +1,102 @@
+"""One task, start to end: a fresh workspace, its setup, the run as an ordinary session, its check."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping, Protocol, Sequence
+
+from drivetrain.agent import Agent
+from drivetrain.batch.results import TaskResult
+from drivetrain.batch.tasks import Task
+from drivetrain.batch.workspace import OUTPUT_TAIL, WorkspaceError, prepare, remove, run_shell
+from drivetrain.loop.events import Event
+from drivetrain.loop.result import RunResult
+from drivetrain.sessions.store import SessionStore
+
+
+class AgentFactory(Protocol):
+    """The agent a task runs with (the sweep's flags, the task's overrides), working in ``cwd``. Picklable, so
+    that a Ray worker can make the same agent."""
+
+    def __call__(self, task: Task, cwd: Path, session_id: str) -> Agent: ...
+
+
+class Unsynced:
+    """A session store whose appends never wait for the disk. A sweep does not resume a task's session (an
+    interrupted task runs again from a fresh workspace), so an fsync at every turn buys it nothing, and one event
+    loop serving many runs would wait for each in turn; every record still reaches the OS as it is written."""
+
+    def __init__(self, store: SessionStore):
+        self.store = store
+
+    def append(self, session_id: str, records: Sequence[Mapping[str, Any]], *, sync: bool = False) -> list:
+        return self.store.append(session_id, records)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+
+@dataclass(frozen=True)
+class Scratch:
+    root: Path  # each task's workspace is root/<id>
+    keep: bool = False  # --keep-workspaces: left in place, and named in the result line
+
+
+Watch = Callable[[Agent], Callable[[Event], None]]  # given a task's agent, an observer for its run
+
+
+async def run_task(task: Task, agents: AgentFactory, scratch: Scratch, watch: Watch | None = None) -> TaskResult:
+    """Never raises but for cancellation: whatever goes wrong is the task's ``error`` line, and the sweep goes on."""
+    started = time.monotonic()
+    where = scratch.root / task.id
+    try:
+        result = await _attempt(task, agents, where, watch)
+    except asyncio.CancelledError:
+        if not scratch.keep:
+            remove(where)
+        raise
+    except WorkspaceError as e:
+        result = TaskResult(task.id, "error", e.subtype, detail=str(e))
+    except Exception as e:  # noqa: BLE001 - one task's failure, whatever it is, must not end the sweep
+        result = TaskResult(task.id, "error", "harness_error", detail=f"{type(e).__name__}: {e}")
+    result.wall_s = round(time.monotonic() - started, 3)
+    if scratch.keep:
+        result.workspace = str(where)
+    else:
+        await asyncio.to_thread(remove, where)
+    return result
+
+
+async def _attempt(task: Task, agents: AgentFactory, where: Path, watch: Watch | None) -> TaskResult:
+    await prepare(task.workspace, where, task.env)
+    if task.setup:
+        code, out = await run_shell(task.setup, where, task.env)
+        if code != 0:
+            raise WorkspaceError(f"setup exited {code}: {out[-OUTPUT_TAIL:]}", "setup_failed")
+    session_id = str(uuid.uuid4())
+    agent = agents(task, where, session_id)
+    if watch is not None:
+        agent.observers.append(watch(agent))
+    run = await agent.start(task.prompt, session_id=session_id).finish()
+    result = _from_run(task.id, run)
+    if task.check and result.status != "error":
+        code, out = await run_shell(task.check, where, task.env)
+        result.check_exit = code
+        result.status = "pass" if code == 0 else "fail"
+        if code != 0:
+            result.detail = out[-OUTPUT_TAIL:]
+    return result
+
+
+def _from_run(task_id: str, run: RunResult) -> TaskResult:
+    u = run.usage
+    status = "error" if run.subtype == "error_during_execution" else "pass" if run.subtype == "success" else "fail"
+    return TaskResult(
+        task_id, status, run.subtype, turns=run.num_turns, input_tokens=u.input_tokens, output_tokens=u.output_tokens,
+        cache_creation_input_tokens=u.cache_creation_input_tokens, cache_read_input_tokens=u.cache_read_input_tokens,
+        cost_usd=run.total_cost_usd, session_id=run.session_id,
+        detail=run.result[-OUTPUT_TAIL:] if status == "error" else "")

@@ -1,0 +1,134 @@
+"""The sweep: tasks run by a pool of workers under a concurrency limit and a sweep-wide budget, each result
+appended to ``results.jsonl`` as it comes; what is already there is not run again.
+
+Where a task runs is an ``Executor``: here, in this process's event loop (``local``), or as a Ray task
+(``batch/cluster.py``). The scheduling, the budget, the results file and the tally are the same for both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Awaitable, Callable
+
+from drivetrain.agent import Agent
+from drivetrain.batch.results import ResultsFile, TaskResult, read_results
+from drivetrain.batch.run import AgentFactory, Scratch, Watch, run_task
+from drivetrain.batch.tasks import Task
+from drivetrain.loop.budget import total_tokens
+from drivetrain.loop.events import Event, ModelResponded
+from drivetrain.pricing import cost_usd
+
+Executor = Callable[[Task, "Tally"], Awaitable[TaskResult]]
+
+
+@dataclass
+class Tally:
+    """What the sweep has done so far, for the budget and the progress display; live for local runs (each
+    model response counts as it comes), at the end of each task for Ray."""
+
+    total: int  # tasks of the sweep, earlier results included
+    earlier: int = 0  # finished before this invocation (a resumed sweep)
+    done: int = 0  # finished, earlier ones included
+    failed: int = 0  # fail or error, earlier ones included
+    running: set[str] = field(default_factory=set)
+    tokens: int = 0
+    cost_usd: float = 0.0
+    started: float = field(default_factory=time.monotonic)
+    _live: dict[str, tuple[int, float]] = field(default_factory=dict)  # a running task's tokens and cost so far
+
+    def count(self, r: TaskResult) -> None:
+        """A finished task: its own totals replace whatever was counted live."""
+        tokens, cost = self._live.pop(r.id, (0, 0.0))
+        self.running.discard(r.id)
+        self.tokens += r.tokens - tokens
+        self.cost_usd += (r.cost_usd or 0.0) - cost
+        self.done += 1
+        self.failed += r.status != "pass"
+
+    def watch(self, task_id: str) -> Watch:
+        """For a task's run: an observer that counts each model response as it comes."""
+        def watching(agent: Agent) -> Callable[[Event], None]:
+            def observe(event: Event) -> None:
+                if isinstance(event, ModelResponded):
+                    u = event.response.usage
+                    n, c = total_tokens(u), cost_usd(agent.model.name, u) or 0.0
+                    tokens, cost = self._live.get(task_id, (0, 0.0))
+                    self._live[task_id] = (tokens + n, cost + c)
+                    self.tokens += n
+                    self.cost_usd += c
+            return observe
+        return watching
+
+    @property
+    def runs_per_minute(self) -> float:
+        elapsed = time.monotonic() - self.started
+        return (self.done - self.earlier) * 60 / elapsed if elapsed > 0 else 0.0
+
+    @property
+    def eta_s(self) -> float | None:
+        rate = self.runs_per_minute
+        return (self.total - self.done) * 60 / rate if rate > 0 else None
+
+
+def local(agents: AgentFactory, scratch: Scratch) -> Executor:
+    """Tasks run in this process's event loop, their model responses counted as they come."""
+    async def execute(task: Task, tally: Tally) -> TaskResult:
+        return await run_task(task, agents, scratch, tally.watch(task.id))
+    return execute
+
+
+def pending(tasks: list[Task], out: Path, rerun_failed: bool = False) -> tuple[list[Task], Tally]:
+    """The tasks still to run (those without a result line in ``out``; with ``rerun_failed``, also those whose
+    last one is fail or error), and the tally of the others."""
+    ids = {t.id for t in tasks}
+    earlier = [r for r in read_results(out) if r.id in ids]
+    finished = {r.id for r in earlier if r.status == "pass" or not rerun_failed}
+    tally = Tally(total=len(tasks))
+    for r in earlier:
+        if r.id in finished:
+            tally.count(r)
+        else:
+            tally.cost_usd += r.cost_usd or 0.0  # a failed attempt spent from the budget too
+    tally.earlier = tally.done
+    return [t for t in tasks if t.id not in finished], tally
+
+
+@dataclass
+class Sweep:
+    out: Path
+    execute: Executor
+    concurrency: int = 4
+    max_budget_usd: float | None = None  # across all tasks: no task starts once this is spent
+    on_result: Callable[[TaskResult, Tally], None] = lambda r, t: None
+
+    async def run(self, todo: list[Task], tally: Tally) -> int:
+        """Run ``todo``; returns how many tasks were left unstarted because the budget was spent."""
+        queue = deque(todo)
+        results = ResultsFile(self.out)
+        workers = [asyncio.create_task(self._worker(queue, tally, results))
+                   for _ in range(min(self.concurrency, len(todo)))]
+        try:
+            await asyncio.gather(*workers)
+        finally:  # interrupted, or one worker failed: the others stop too, their runs saved as interrupted
+            for w in workers:
+                w.cancel()
+            await asyncio.gather(*workers, return_exceptions=True)
+            results.close()
+        return len(queue)
+
+    def spent(self, tally: Tally) -> bool:
+        return self.max_budget_usd is not None and tally.cost_usd >= self.max_budget_usd
+
+    async def _worker(self, queue: deque[Task], tally: Tally, results: ResultsFile) -> None:
+        while queue and not self.spent(tally):
+            task = queue.popleft()
+            tally.running.add(task.id)
+            result = await self.execute(task, tally)
+            results.append(result)
+            tally.count(result)
+            self.on_result(result, tally)
+

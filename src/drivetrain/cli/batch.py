@@ -1,0 +1,138 @@
+"""``drivetrain batch TASKS.jsonl --out DIR``: many tasks, each an ordinary session in a scratch workspace, here
+(one process, one event loop) or on Ray; ``drivetrain batch report DIR``: what the sweep gave."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+
+from drivetrain.agent import Agent
+from drivetrain.batch.run import Scratch, Unsynced
+from drivetrain.batch.sweep import Sweep, local, pending
+from drivetrain.batch.tasks import Task, TaskFileError, load_tasks
+from drivetrain.cli import build
+from drivetrain.cli.batch_progress import Progress
+from drivetrain.cli.main import add_run_arguments
+from drivetrain.errors import HarnessError
+from drivetrain.models.base import Model
+from drivetrain.models.resolve import resolve_model
+from drivetrain.sessions.open import open_store
+from drivetrain.sessions.store import SessionStore
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="drivetrain batch", conflict_handler="resolve",
+        description="Run every task of TASKS.jsonl (one JSON object a line: id, prompt, and optionally setup, "
+                    "workspace, check, max_turns, model, provider, max_budget_usd, env) as its own session in a "
+                    "fresh workspace; one result line per task in DIR/results.jsonl. Run the same command again "
+                    "to continue an interrupted sweep. `drivetrain batch report DIR` sums it up.")
+    p.add_argument("tasks", type=Path, metavar="TASKS.jsonl")
+    p.add_argument("--out", type=Path, required=True, metavar="DIR", help="where results.jsonl goes")
+    p.add_argument("--concurrency", type=int, default=4, help="tasks running at once (default 4)")
+    p.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                   help="run the tasks as Ray tasks on the cluster at ADDRESS (none: a local Ray instance)")
+    p.add_argument("--keep-workspaces", action="store_true",
+                   help="keep each task's workspace (DIR/workspaces/ID) and name it in its result line")
+    p.add_argument("--rerun-failed", action="store_true", help="run again the tasks whose result is fail or error")
+    add_run_arguments(p)
+    build.add_arguments(p)
+    # in a sweep, --max-budget-usd is the whole sweep's; a task's own is --task-max-budget-usd (or its line's)
+    p.add_argument("--max-budget-usd", dest="sweep_budget_usd", type=float, default=None,
+                   help="across all tasks: no task starts once the sweep has cost this")
+    p.add_argument("--task-max-budget-usd", dest="max_budget_usd", type=float, default=None,
+                   help="each task stops before a request once it cost this (a task's max_budget_usd wins)")
+    return p
+
+
+class FlagAgents:
+    """Agents built from the flags as ``drivetrain -p`` builds one, with a task's overrides; one store and one model
+    per (provider, model) shared by the runs of this process. Pickled for Ray with the flags only."""
+
+    def __init__(self, args: argparse.Namespace):
+        self.args = args
+        self._store: SessionStore | None = None
+        self._models: dict[tuple, Model] = {}
+
+    def __getstate__(self) -> dict:
+        return {"args": self.args}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["args"])
+
+    def model(self, provider: str | None, name: str | None) -> Model:
+        key = (provider, name)
+        if key not in self._models:
+            self._models[key] = resolve_model(provider, name)
+        return self._models[key]
+
+    def __call__(self, task: Task, cwd: Path, session_id: str) -> Agent:
+        own = {k: getattr(task, k) for k in ("max_turns", "model", "provider", "max_budget_usd")}
+        args = argparse.Namespace(**{**vars(self.args), **{k: v for k, v in own.items() if v is not None}})
+        if self._store is None:
+            self._store = Unsynced(open_store())
+        return build.build_agent(args, cwd, session_id, store=self._store,
+                                 model=self.model(args.provider, args.model), env=task.env)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[2:] if argv is None else argv
+    if argv[:1] == ["report"]:
+        from drivetrain.cli.batch_report import main as report_main
+        return report_main(argv[1:])
+    args = build_parser().parse_args(argv)
+    if args.concurrency < 1:
+        print("drivetrain batch: --concurrency must be at least 1.", file=sys.stderr)
+        return 2
+    try:
+        tasks = load_tasks(args.tasks)
+    except TaskFileError as e:
+        print(f"drivetrain batch: {e}", file=sys.stderr)
+        return 2
+    todo, tally = pending(tasks, args.out, args.rerun_failed)
+    if not todo:
+        print(f"drivetrain batch: all {len(tasks)} tasks have a result in {args.out / 'results.jsonl'}"
+              + ("" if args.rerun_failed else " (--rerun-failed runs the failed ones again)") + ".", file=sys.stderr)
+        return 0
+    if not args.keep_workspaces:
+        args.no_checkpoints = True  # a workspace thrown away after its run has nothing to rewind
+    try:
+        execute = _executor(args, FlagAgents(args), todo)
+    except HarnessError as e:
+        print(f"drivetrain batch: {e}", file=sys.stderr)
+        return 1
+    progress = Progress(sys.stderr)
+    sweep = Sweep(args.out, execute, concurrency=args.concurrency, max_budget_usd=args.sweep_budget_usd,
+                  on_result=progress.finished)
+    try:
+        with progress.showing(tally, len(todo)):
+            unstarted = asyncio.run(sweep.run(todo, tally))
+    except KeyboardInterrupt:
+        print(f"drivetrain batch: interrupted; {tally.done} of {tally.total} tasks have a result. Run the same "
+              "command again to go on.", file=sys.stderr)
+        return 130
+    except HarnessError as e:
+        print(f"drivetrain batch: {e}\n{tally.done} of {tally.total} tasks have a result. Run the same command "
+              "again to go on.", file=sys.stderr)
+        return 1
+    finally:
+        if args.ray is not None:
+            from drivetrain.batch.cluster import shutdown
+            shutdown()
+    progress.summary(tally, args.out)
+    if unstarted:
+        print(f"drivetrain batch: the sweep's budget (${args.sweep_budget_usd:g}) is spent: {unstarted} tasks were "
+              "not started. Raise --max-budget-usd and run the same command again to run them.", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _executor(args: argparse.Namespace, agents: FlagAgents, tasks: list[Task]):
+    if args.ray is not None:
+        from drivetrain.batch.cluster import ray_executor
+        return ray_executor(args.ray or None, agents, Scratch(args.out.resolve() / "workspaces", args.keep_workspaces))
+    for task in tasks:  # a missing key or an unknown provider is said once, before anything runs
+        agents.model(task.provider or args.provider, task.model or args.model)
+    return local(agents, Scratch(args.out / "workspaces", args.keep_workspaces))
