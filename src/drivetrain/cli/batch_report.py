@@ -10,6 +10,7 @@ from pathlib import Path
 from drivetrain.batch.html import render
 from drivetrain.batch.results import RESULTS, read_results
 from drivetrain.batch.summary import summarize, text
+from drivetrain.cli.report import write_page
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -32,15 +33,10 @@ def main(argv: list[str]) -> int:
         return 1
     results = read_results(args.out)
     if args.html is not None:
-        page = render(f"drivetrain · sweep {args.out}", results)
-        if str(args.html) == "-":
-            sys.stdout.write(page)
-            return 0
-        try:
-            args.html.write_text(page, encoding="utf-8")
-        except OSError as e:
-            print(f"drivetrain batch report: cannot write {args.html}: {e.strerror or e}", file=sys.stderr)
+        if not write_page(render(f"drivetrain · sweep {args.out}", results), args.html, "drivetrain batch report"):
             return 1
+        if str(args.html) == "-":
+            return 0
     summary = summarize(results)
     print(json.dumps(summary, indent=2) if args.json else text(summary))
     return 0

@@ -31,14 +31,22 @@ def main(argv: list[str] | None = None) -> int:
     except (SessionNotFound, HarnessError) as e:
         print(f"drivetrain report: {e}", file=sys.stderr)
         return 1
-    page = render(args.session_id, records)
-    if str(args.html) == "-":
-        sys.stdout.write(page)
-        return 0
-    try:
-        args.html.write_text(page, encoding="utf-8")
-    except OSError as e:
-        print(f"drivetrain report: cannot write {args.html}: {e.strerror or e}", file=sys.stderr)
+    if not write_page(render(args.session_id, records), args.html, "drivetrain report"):
         return 1
+    if str(args.html) == "-":
+        return 0
     print(f"{args.html}: {sum(1 for r in records if r.get('kind') == 'turn')} turns", file=sys.stderr)
     return 0
+
+
+def write_page(page: str, target: Path, prog: str) -> bool:
+    """Write an HTML page to ``target`` (``-``: stdout); False, with a line on stderr, when it cannot be written."""
+    if str(target) == "-":
+        sys.stdout.write(page)
+        return True
+    try:
+        target.write_text(page, encoding="utf-8")
+    except OSError as e:
+        print(f"{prog}: cannot write {target}: {e.strerror or e}", file=sys.stderr)
+        return False
+    return True
