@@ -44,7 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-p", "--print", dest="print_mode", action="store_true",
                    help="run the task non-interactively and print the result")
     p.add_argument("--output-format", choices=OUTPUT_FORMATS, default="text")
-    p.add_argument("--max-turns", type=int, default=None, help="cap on model requests")
+    p.add_argument("--max-turns", type=int, default=None,
+                   help="cap on model requests; this and the other --max-* limits count from the prompt that "
+                        "starts this invocation (a resumed session gets them whole, as in Claude Code)")
     p.add_argument("--model", default=None)
     p.add_argument("--provider", choices=PROVIDERS, default=None,
                    help="default: anthropic if ANTHROPIC_* is set, openai if OPENAI_* is set, else local")
