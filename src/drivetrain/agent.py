@@ -226,12 +226,12 @@ class Run:
         self._result = None
         self._started = time.monotonic()
 
-    async def compact(self) -> list[Event]:
-        """Compact the history now (``/compact``): the summary replaces it; a finished run stays finished."""
+    async def compact(self, focus: str = "") -> list[Event]:
+        """Compact the history now (``/compact [focus]``): the summary replaces it; a finished run stays finished."""
         s = self.value.state
         if not isinstance(s, (Done, CallModel)):
             raise RuntimeError(f"cannot compact in the middle of a step (the run is in {type(s).__name__})")
-        self.value = self.value.evolve(state=Compact("manual", s if isinstance(s, Done) else None),
+        self.value = self.value.evolve(state=Compact("manual", s if isinstance(s, Done) else None, focus),
                                        path=self.value.path + ("Compact",))
         self._result = None
         events = await self.step()

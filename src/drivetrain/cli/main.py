@@ -15,6 +15,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from drivetrain.cli import build
+from drivetrain.cli.describe import describe
 from drivetrain.errors import HarnessError
 from drivetrain.loop.events import (
     INTERVENTIONS, Compacted, Finished, LimitApproaching, LimitReached, LoopDetected, ModelResponded, PermissionDecided, ResultsSent,
@@ -197,21 +198,13 @@ def _exit_at_once(signum: int, frame) -> None:
 
 
 def _interactive(args: argparse.Namespace) -> int:
-    from drivetrain.cli.interactive import interactive
+    from drivetrain.cli.interactive import run_interactive
 
     if not sys.stdin.isatty():
         print("drivetrain: interactive mode needs a terminal; use -p \"PROMPT\" in scripts.", file=sys.stderr)
         return 2
-    cwd = Path.cwd()
-    session_id = str(uuid.uuid4())
-
-    def make_agent(approver_factory):
-        return build.build_agent(args, cwd, session_id, approver_factory=approver_factory)
-
     try:
-        return asyncio.run(interactive(make_agent, args.prompt or "", session_id,
-                                       lambda agent: f"drivetrain · {agent.model.name} · {agent.policy.mode} mode"
-                                                     f" · {cwd} · /exit to leave"))
+        return run_interactive(args, Path.cwd())
     except HarnessError as e:
         print(f"drivetrain: {e}", file=sys.stderr)
         return 1
@@ -224,17 +217,6 @@ def _fail(args: argparse.Namespace, message: str) -> int:
         print(json.dumps({"type": "result", "subtype": "error_during_execution", "is_error": True,
                           "result": message, "num_turns": 0}))
     return 1
-
-
-def _describe(e) -> str:
-    match e:
-        case LoopDetected(pattern=p, action=a, detail=d):
-            return f"loop ({p}) {a}: {d[:120]}"
-        case LimitApproaching(limit=n, used=u, maximum=m) | LimitReached(limit=n, used=u, maximum=m):
-            return f"limit {n} {'reached' if isinstance(e, LimitReached) else 'approaching'}: {u:g} of {m:g}"
-        case Compacted(trigger=t, tokens_before=b, tokens_after=a, failed=f):
-            return f"compaction ({t}) failed: {f}" if f else f"compacted ({t}): ~{b:,} → ~{a:,} tokens"
-    return str(e)
 
 
 class Printer:
@@ -300,7 +282,7 @@ class Output(Printer):
                 if self.format == "stream-json":
                     self._emit({"type": "user", "message": m.to_wire(), "session_id": sid})
             case LoopDetected() | LimitApproaching() | LimitReached() | Compacted():
-                self._log(f"  ! {_describe(event)}")
+                self._log(f"  ! {describe(event)}")
                 if self.format == "stream-json":
                     self._emit({"type": "system", "subtype": INTERVENTIONS[type(event)], **asdict(event),
                                 "session_id": sid})

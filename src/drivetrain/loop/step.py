@@ -314,7 +314,7 @@ async def compact(s: Compact, w: Draft) -> CallModel | Done:
         w.emit(Compacted(s.trigger, before, before, failed=verdict.message))
         return go_on
     window = context_window(a)
-    request = compaction.summary_request(w.history, a.system, window)
+    request = compaction.summary_request(w.history, a.system, window, s.focus)
     failed = ""
     try:
         response = await w.deps.model.respond(request)
