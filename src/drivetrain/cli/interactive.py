@@ -25,7 +25,7 @@ from drivetrain.agent import Agent, Run
 from drivetrain.cli import build, slash
 from drivetrain.cli.approve import TerminalApprover, file_diff
 from drivetrain.cli.screen import Screen, make_console
-from drivetrain.cli.terminal import RunKeys, choose, kept_terminal, prompt_session
+from drivetrain.cli.terminal import RunKeys, choose, kept_terminal, prompt_session, terminal_output
 from drivetrain.control.audit import AuditLog
 from drivetrain.loop.compaction import estimate_tokens
 from drivetrain.loop.events import ModelResponded
@@ -83,7 +83,7 @@ class TerminalUI:
 
     async def ask(self, question: str) -> str:
         try:
-            self.questions = self.questions or PromptSession()
+            self.questions = self.questions or PromptSession(output=terminal_output())
             return await self.questions.prompt_async(question)
         except KeyboardInterrupt:
             raise self.session.interrupted("SIGINT") from None
@@ -115,14 +115,14 @@ class Session:
     def status(self) -> str:
         sep = f" {self.screen.glyphs.sep} "
         model = self.agent.model.name
-        parts = [model if model.startswith(self.provider) else f"{self.provider}/{model}",
-                 f"session {self.session_id[:8]}", f"ctx {self.context_tokens():,}/{window_of(self.agent.model):,}"]
+        parts = [model if model.startswith(self.provider) else f"{self.provider}/{model}", self.session_id[:8],
+                 f"ctx {_k(self.context_tokens())}/{_k(window_of(self.agent.model))}"]
         if self.provider == "local":
             rate = self.screen.last_rate
             parts.append(f"{rate:.1f} tok/s" if rate else "- tok/s")
         else:
             parts.append(format_usd(cost_usd(model, self.run.usage)) if self.run else "$0")
-        parts.append(f"{self.agent.policy.mode} (shift+tab)")
+        parts.append(self.agent.policy.mode)
         return sep.join(parts)
 
     def context_tokens(self) -> int:
@@ -227,7 +227,7 @@ class Session:
         except asyncio.CancelledError:
             if asyncio.current_task().cancelling():
                 raise  # the session itself is ending (SIGTERM)
-            self.screen.end()
+            self.screen.end(interrupted=True)
             self.screen.say("(interrupted: the session is saved; say what to do next)", "yellow")
         except Exception as e:  # a harness bug must not end the session: the run's value is still valid
             self.screen.end()
@@ -242,6 +242,10 @@ class Session:
                 u = event.response.usage
                 self.context_used = u.input_tokens + u.cache_creation_input_tokens + u.cache_read_input_tokens
             self.screen.event(event)
+
+
+def _k(tokens: int) -> str:
+    return f"{tokens / 1000:.1f}".removesuffix(".0") + "k" if tokens >= 1000 else str(tokens)
 
 
 async def interactive(args: argparse.Namespace, cwd: Path) -> int:

@@ -87,6 +87,8 @@ class Screen:
         self._model_since: float | None = None
         self._streamed = ""
         self._running: dict[str, tuple[ToolUseBlock, float]] = {}
+        self._spinners: dict[str, Spinner] = {}  # one per line, so each turns from its own start
+        self._pieces = 0  # streamed pieces of the reply: a local model streams one a token
         self._diffs: dict[str, str] = {}  # call id -> its diff, until shown
         self.last_rate: float | None = None  # tokens/s of the last reply
 
@@ -122,11 +124,12 @@ class Screen:
     # -- the model's reply, as it comes
 
     def model_started(self) -> None:
-        self._model_since, self._streamed = time.monotonic(), ""
+        self._model_since, self._streamed, self._pieces = time.monotonic(), "", 0
         self._refresh()
 
     def model_text(self, piece: str) -> None:
         self._streamed += piece
+        self._pieces += 1
         self._refresh()
 
     def model_stopped(self, output_tokens: int = 0) -> None:
@@ -134,6 +137,7 @@ class Screen:
             took = time.monotonic() - self._model_since
             self.last_rate = output_tokens / took if took > 0 else None
         self._model_since, self._streamed = None, ""
+        self._spinners.pop("model", None)
         self._refresh()
 
     # -- events
@@ -167,6 +171,7 @@ class Screen:
     def _finished(self, call: ToolUseBlock, res, ms: float) -> None:
         g = self.glyphs
         started = self._running.pop(call.id, None)
+        self._spinners.pop(call.id, None)
         text = res.text.strip()
         lines = text.splitlines()
         head = lines[0][:120] if lines else "(no output)"
@@ -187,7 +192,7 @@ class Screen:
         self._refresh()
 
     def _print_markdown(self, text: str) -> None:
-        if self.fancy:
+        if self.fancy and self.glyphs is UNICODE:  # rich's Markdown draws bullets and rules in Unicode
             self.console.print(Markdown(text))
         else:
             self.console.print(text, markup=False, highlight=False)
@@ -200,11 +205,13 @@ class Screen:
             self._live.stop()
             self._live = None
 
-    def end(self) -> None:
-        """The turn is over: nothing is running any more."""
+    def end(self, interrupted: bool = False) -> None:
+        """The turn is over: nothing is running any more (``interrupted``: say so of each call that was)."""
+        self.pause()
+        for call, _ in self._running.values() if interrupted else ():
+            self.error(f"{self.glyphs.call} {call_title(call)}\n  {self.glyphs.result} Interrupted by the user")
         self._running.clear()
         self._model_since = None
-        self.pause()
 
     def _refresh(self) -> None:
         if not self.fancy:
@@ -220,13 +227,23 @@ class Screen:
     def _activity(self):
         g, now, rows = self.glyphs, time.monotonic(), []
         if self._model_since is not None:
-            tail = " ".join(self._streamed.split())[-(self.console.width - 30):]
-            label = f"thinking {g.sep} {now - self._model_since:.0f}s" + (f" {g.sep} {tail}" if tail else "")
-            rows.append(Spinner(g.spinner, Text(label, style="dim")))
+            took = now - self._model_since
+            label = f"thinking {g.sep} {took:.0f}s"
+            if self._pieces > 4 and took > 0:
+                label += f" {g.sep} {self._pieces / took:.1f} tok/s"
+            tail = " ".join(self._streamed.split())[-max(self.console.width - len(label) - 8, 0):]
+            rows.append(self._spinner("model", Text(label + (f" {g.sep} {tail}" if tail else ""), style="dim")))
         for call, since in self._running.values():
-            rows.append(Spinner(g.spinner, Text.assemble((call_title(call), "bold"),
-                                                         (f" {g.sep} {now - since:.0f}s", "dim"))))
+            rows.append(self._spinner(call.id, Text.assemble((call_title(call), "bold"),
+                                                             (f" {g.sep} {now - since:.0f}s", "dim"))))
         status = self.status()
         if status:
             rows.append(Text(status, style="dim", overflow="ellipsis", no_wrap=True))
         return Group(*rows)
+
+    def _spinner(self, key: str, text: Text) -> Spinner:
+        spinner = self._spinners.get(key)
+        if spinner is None:
+            spinner = self._spinners[key] = Spinner(self.glyphs.spinner, text)
+        spinner.update(text=text)
+        return spinner

@@ -84,8 +84,8 @@ async def cost(s, arg: str):
     s.screen.say(f"Total cost:  {money}")
     s.screen.say(f"Tokens:      {u.input_tokens:,} in, {u.output_tokens:,} out, {u.cache_read_input_tokens:,} cache "
                  f"read, {u.cache_creation_input_tokens:,} cache write")
-    s.screen.say(f"Requests:    {s.run.num_turns}" + (f" (last reply {s.screen.last_rate:.1f} tokens/s)"
-                                                      if s.screen.last_rate else ""))
+    rate = s.screen.last_rate if s.provider == "local" else None
+    s.screen.say(f"Requests:    {s.run.num_turns}" + (f" (last reply {rate:.1f} tokens/s)" if rate else ""))
     if arg == "turns":
         for t in report.turn_log(s.store.read(s.session_id)):
             u = t.usage

@@ -23,6 +23,7 @@ from prompt_toolkit.key_binding import KeyBindings
 from prompt_toolkit.keys import Keys
 from prompt_toolkit.layout import Layout, Window
 from prompt_toolkit.layout.controls import FormattedTextControl
+from prompt_toolkit.output import create_output
 
 from drivetrain.home import drivetrain_home
 
@@ -84,7 +85,12 @@ def prompt_session(cwd: Path, commands: dict[str, str], status: Callable[[], str
     except OSError:  # a read-only home: the history lasts as long as the session
         history = InMemoryHistory()
     return PromptSession(history=history, completer=Mentions(cwd, commands), key_bindings=keys,
-                         bottom_toolbar=lambda: " " + status(), complete_while_typing=False)
+                         bottom_toolbar=lambda: " " + status(), complete_while_typing=False, output=terminal_output())
+
+
+def terminal_output():
+    """Where prompts are drawn: the terminal, even when stdout is piped (it then gets the plain lines only)."""
+    return create_output(always_prefer_tty=True)
 
 
 async def choose(options: list[str], pointer: str = "❯") -> int | None:
@@ -126,7 +132,7 @@ async def choose(options: list[str], pointer: str = "❯") -> int | None:
 
     app: Application = Application(layout=Layout(Window(FormattedTextControl(lines), dont_extend_height=True,
                                                         wrap_lines=True)),
-                                   key_bindings=keys, full_screen=False)
+                                   key_bindings=keys, full_screen=False, output=terminal_output())
     return await app.run_async()
 
 
