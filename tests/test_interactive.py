@@ -31,7 +31,8 @@ pytestmark = pytest.mark.skipif(TMUX is None, reason="tmux is not installed")
 
 
 class Pane:
-    """A tmux pane running one command; ``expect`` waits for a text to appear once more than it had."""
+    """A tmux pane running one command; ``expect`` waits for a text to appear once more than it was on the
+    screen before the last keys were sent (or than the last ``expect`` of it found)."""
 
     def __init__(self, command: list[str], cwd: Path, env: dict, width: int = 80, height: int = 30):
         self.socket = f"dt-{uuid.uuid4().hex[:8]}"
@@ -39,6 +40,7 @@ class Pane:
         self.tmux("new-session", "-d", "-s", "t", "-x", str(width), "-y", str(height), "-c", str(cwd),
                   f"{line}; echo EXIT=$?; stty -a", ";", "set-option", "-t", "t", "remain-on-exit", "on")
         self.seen: dict[str, int] = {}
+        self.before = ""  # the screen as it was when the last keys were sent
 
     def tmux(self, *args: str) -> str:
         return subprocess.run([TMUX, "-L", self.socket, "-f", "/dev/null", *args], check=True,
@@ -52,7 +54,7 @@ class Pane:
         deadline = time.monotonic() + TIMEOUT
         while True:
             screen = self.screen()
-            if screen.count(wanted) > self.seen.get(wanted, 0):
+            if screen.count(wanted) > max(self.seen.get(wanted, 0), self.before.count(wanted)):
                 self.seen[wanted] = screen.count(wanted)
                 return screen
             if time.monotonic() > deadline:
@@ -60,13 +62,14 @@ class Pane:
             time.sleep(0.05)  # polling the screen, not waiting for a time
 
     def keys(self, *keys: str) -> None:
+        self.before = self.screen()
         self.tmux("send-keys", "-t", "t", *keys)
 
     def type(self, line: str) -> None:
         """Type a line at the prompt once the prompt is there, and send it."""
         self.expect_prompt()
-        self.tmux("send-keys", "-t", "t", "-l", line)
-        self.keys("Enter")
+        self.keys("-l", line)
+        self.tmux("send-keys", "-t", "t", "Enter")
 
     def expect_prompt(self) -> None:
         deadline = time.monotonic() + TIMEOUT
@@ -135,9 +138,13 @@ SCRIPT = [
     reply("Back.", expect=checked(lambda b: last_results(b)[0]["is_error"]
                                   and last_results(b)[0]["content"].startswith("Interrupted")
                                   and b["messages"][-1]["content"][-1]["text"] == "go on")),
+    respond([tool_call("Bash", {"command": "sleep 98"}, id="toolu_e")]),  # stopped with Esc
     # 6: /clear: a new conversation; /resume: the first one again
     reply("Fresh.", expect=checked(lambda b: len(b["messages"]) == 1)),
     reply("We wrote hello.py.", expect=checked(lambda b: "Writing it." in body_text(b) and "go on" in body_text(b))),
+    # 7: /compact with a focus
+    reply("Summary: hello.py written.", expect=checked(lambda b: "Above all, keep what concerns: the file names"
+                                                       in body_text(b) and not b.get("tools"))),
 ]
 
 
@@ -145,6 +152,7 @@ SCRIPT = [
 def tui(tmp_path_factory):
     home = tmp_path_factory.mktemp("home")
     ws = tmp_path_factory.mktemp("ws")
+    subprocess.run(["git", "init", "-q", str(ws)], check=True)  # checkpoints, for /rewind
     env = {"PATH": os.environ["PATH"], "HOME": str(home), "DRIVETRAIN_HOME": str(home / ".drivetrain"),
            "TERM": "xterm-256color", "LANG": "C.UTF-8", "NO_COLOR": "1", "ANTHROPIC_API_KEY": "sk-test",
            **{k: os.environ[k] for k in ("PYTHONPATH", "DRIVETRAIN_CACHE_DIR") if k in os.environ}}
@@ -236,6 +244,10 @@ def test_ctrl_c_while_a_tool_runs_stops_the_turn_and_the_next_prompt_continues(t
     assert lint(list(history)).problems == [] and history[-1].content[0].is_error  # saved, answered, valid
     pane.type("go on")
     pane.expect("Back.")
+    pane.type("wait again")
+    pane.expect("Bash(sleep 98)")
+    pane.keys("Escape")
+    pane.expect("(interrupted: the session is saved")
 
 
 def test_clear_starts_a_new_session_and_resume_goes_back(tui):
@@ -250,6 +262,69 @@ def test_clear_starts_a_new_session_and_resume_goes_back(tui):
     pane.expect("Resumed")
     pane.type("where were we?")
     pane.expect("We wrote hello.py.")
+
+
+def test_context_trace_model_permissions_compact_and_rewind(tui):
+    pane, server, ws, _ = tui
+    pane.type("/context")
+    screen = pane.expect("Context: about")
+    assert re.search(r"system prompt +[\d,]+", screen) and re.search(r"messages +[\d,]+", screen)
+    pane.type("/trace")
+    pane.expect("trajectory: tool_use → end_turn")
+    pane.expect("answer grounding:")
+    pane.type("/model")
+    pane.expect("Model: claude-sonnet-4-6 (anthropic)")
+    pane.type("/permissions")
+    screen = pane.expect("allow Bash(touch a.txt)")
+    number = re.search(r"(\d+)\. allow Bash\(touch a\.txt\)", screen).group(1)
+    pane.type(f"/permissions remove {number}")
+    pane.expect("Removed allow Bash(touch a.txt) for this session.")
+    pane.type("/compact the file names")
+    pane.expect("Compacted: about")
+    pane.type("/rewind")
+    pane.expect("before prompt 1")
+    pane.keys("1")
+    pane.expect("Files as before prompt 1")
+    assert not (ws / "hello.py").exists() and not (ws / "a.txt").exists()
+
+
+def wait_for(check, what: str):
+    deadline = time.monotonic() + TIMEOUT
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} did not happen")
+        time.sleep(0.05)  # polling, not waiting for a time
+
+
+def test_piped_stdout_is_plain_text_ascii_terminal_ctrl_d_and_ctrl_c_twice(tmp_path):
+    """stdout not a terminal: the plain lines, no escapes (the prompt is drawn on the terminal); then in a
+    terminal without Unicode (LANG=C): ASCII separators; Ctrl-D and Ctrl-C twice at an empty prompt leave."""
+    out = tmp_path / "out.txt"
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "DRIVETRAIN_HOME": str(tmp_path / ".drivetrain"),
+           "TERM": "xterm-256color", "LANG": "C", "ANTHROPIC_API_KEY": "sk-test",
+           **{k: os.environ[k] for k in ("PYTHONPATH", "DRIVETRAIN_CACHE_DIR") if k in os.environ}}
+    with ScriptedServer([respond([tool_call("Glob", {"pattern": "*.md"})]), reply("Done: **none** found.")]) as server:
+        script = f"{shlex.quote(DRIVETRAIN)} > {shlex.quote(str(out))}; echo PIPED=$?; {shlex.quote(DRIVETRAIN)}"
+        pane = Pane(["sh", "-c", script], tmp_path, {**env, "ANTHROPIC_BASE_URL": server.url})
+        try:
+            pane.type("find the docs")
+            wait_for(lambda: "Done: **none** found." in out.read_text(), "the answer on stdout")
+            pane.expect_prompt()
+            pane.keys("C-d")
+            pane.expect("PIPED=0")
+            pane.expect("drivetrain | claude-sonnet-4-6 | default mode")  # the second run, in the terminal
+            pane.expect_prompt()
+            pane.keys("C-c")
+            pane.expect("(press Ctrl-C again to exit)")
+            pane.keys("C-c")
+            pane.expect("EXIT=0")
+        finally:
+            pane.close()
+    lines = out.read_text().splitlines()
+    assert lines[0] == f"drivetrain · claude-sonnet-4-6 · default mode · {tmp_path}", lines  # one line each
+    assert lines[2] == '→ Glob {"pattern": "*.md"}' and lines[3].startswith("← No files match *.md"), lines
+    assert lines[4:] == ["Done: **none** found."], lines
+    assert "\x1b" not in out.read_text()
 
 
 def test_exit_leaves_and_the_terminal_is_restored(tui):

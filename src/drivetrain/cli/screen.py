@@ -58,8 +58,10 @@ def unicode_terminal(env=os.environ) -> bool:
 
 def make_console() -> Console:
     """stdout as rich sees it; on an ASCII terminal through an encoder that replaces what it cannot show."""
-    if unicode_terminal() or not sys.stdout.isatty():
-        return Console(highlight=False, soft_wrap=False)
+    if not sys.stdout.isatty():
+        return Console(highlight=False, soft_wrap=True)  # a file or a pipe: a line is a line, however long
+    if unicode_terminal():
+        return Console(highlight=False)
     stream = open(sys.stdout.fileno(), "w", encoding="ascii", errors="replace", closefd=False, buffering=1)
     return Console(file=stream, highlight=False, force_terminal=True)
 
