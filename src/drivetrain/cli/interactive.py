@@ -50,13 +50,23 @@ class Streamed:
 
     async def respond(self, request: ModelRequest) -> ModelResponse:
         self.screen.model_started()
-        tokens = 0
+        tokens, rate = 0, None
         try:
             response = await self.inner.respond(dataclasses.replace(request, on_text=self.screen.model_text))
-            tokens = response.usage.output_tokens
+            tokens, rate = response.usage.output_tokens, self.generation_rate()
             return response
         finally:
-            self.screen.model_stopped(tokens)
+            self.screen.model_stopped(tokens, rate)
+
+    def generation_rate(self) -> float | None:
+        """llama.cpp's tokens/s from the first token to the last (the local model's ``last_stats``), if known."""
+        model = self.inner
+        while model is not None:
+            stats = getattr(model, "last_stats", None)
+            if stats is not None:
+                return stats.generation_tokens_per_s or None
+            model = getattr(model, "inner", None)
+        return None
 
 
 class TerminalUI:

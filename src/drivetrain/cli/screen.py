@@ -134,10 +134,12 @@ class Screen:
         self._pieces += 1
         self._refresh()
 
-    def model_stopped(self, output_tokens: int = 0) -> None:
+    def model_stopped(self, output_tokens: int = 0, rate: float | None = None) -> None:
+        """The reply is in: ``rate`` is the generation's tokens/s if the model measured it, else it is the
+        reply's tokens over its whole time (the prompt's evaluation included)."""
         if self._model_since is not None and output_tokens:
             took = time.monotonic() - self._model_since
-            self.last_rate = output_tokens / took if took > 0 else None
+            self.last_rate = rate or (output_tokens / took if took > 0 else None)
         self._model_since, self._streamed = None, ""
         self._spinners.pop("model", None)
         self._refresh()

@@ -79,8 +79,8 @@ async def cost(s, arg: str):
         return
     u, model = s.run.usage, s.agent.model.name
     usd = cost_usd(model, u)
-    money = format_usd(usd) if usd is not None else ("none: the model runs on this machine"
-                                                      if s.provider == "local" else f"unknown (no price for {model})")
+    money = ("none: the model runs on this machine" if s.provider == "local" else
+             format_usd(usd) if usd is not None else f"unknown (no price for {model})")
     s.screen.say(f"Total cost:  {money}")
     s.screen.say(f"Tokens:      {u.input_tokens:,} in, {u.output_tokens:,} out, {u.cache_read_input_tokens:,} cache "
                  f"read, {u.cache_creation_input_tokens:,} cache write")
