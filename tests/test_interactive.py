@@ -110,40 +110,33 @@ def last_results(body: dict) -> list[dict]:
     return [b for b in body["messages"][-1]["content"] if b.get("type") == "tool_result"]
 
 
-def checked(check):
-    def expect(body):
-        check(body)
-        return True
-    return expect
-
-
 SCRIPT = [
     # 1: numbered approval, 1 (yes): the file is written
     respond([text("Writing it."), tool_call("Write", {"file_path": "hello.py", "content": "print('hi')\n"},
                                             id="toolu_w")]),
-    reply("Wrote **hello.py**.", expect=checked(lambda b: not last_results(b)[0].get("is_error"))),
+    reply("Wrote **hello.py**.", expect=(lambda b: not last_results(b)[0].get("is_error"))),
     # 2: 4 with a reason: the reason reaches the model with the is_error result
     respond([tool_call("Bash", {"command": "make deploy"}, id="toolu_d")]),
-    reply("Staging it is.", expect=checked(lambda b: (last_results(b)[0]["is_error"], last_results(b)[0]["content"])
+    reply("Staging it is.", expect=(lambda b: (last_results(b)[0]["is_error"], last_results(b)[0]["content"])
                                            == (True, "The user denied this Bash call. They said: use staging"))),
     # 3: 2 (this session): the same call again is not asked about
     respond([tool_call("Bash", {"command": "touch a.txt"}, id="toolu_t1")]),
     respond([tool_call("Bash", {"command": "touch a.txt"}, id="toolu_t2")]),
     reply("Touched twice."),
-    # 4: @mention and a multi-line prompt
-    reply("It prints hi.", expect=checked(lambda b: "look at @hello.py\nand say what it does" in body_text(b)
+    # 4: @mention (Tab-completed) and a prompt of three lines (a trailing backslash, then Esc-Enter)
+    reply("It prints hi.", expect=(lambda b: "look at @hello.py \nand say\nwhat it does" in body_text(b)
                                           and "$ cat -n hello.py" in body_text(b) and "print('hi')" in body_text(b))),
     # 5: Ctrl-C while a tool runs: the call is answered as interrupted, the next prompt continues
     respond([tool_call("Bash", {"command": "sleep 97"}, id="toolu_s")]),
-    reply("Back.", expect=checked(lambda b: last_results(b)[0]["is_error"]
+    reply("Back.", expect=(lambda b: last_results(b)[0]["is_error"]
                                   and last_results(b)[0]["content"].startswith("Interrupted")
                                   and b["messages"][-1]["content"][-1]["text"] == "go on")),
     respond([tool_call("Bash", {"command": "sleep 98"}, id="toolu_e")]),  # stopped with Esc
     # 6: /clear: a new conversation; /resume: the first one again
-    reply("Fresh.", expect=checked(lambda b: len(b["messages"]) == 1)),
-    reply("We wrote hello.py.", expect=checked(lambda b: "Writing it." in body_text(b) and "go on" in body_text(b))),
+    reply("Fresh.", expect=(lambda b: len(b["messages"]) == 1)),
+    reply("We wrote hello.py.", expect=(lambda b: "Writing it." in body_text(b) and "go on" in body_text(b))),
     # 7: /compact with a focus
-    reply("Summary: hello.py written.", expect=checked(lambda b: "Above all, keep what concerns: the file names"
+    reply("Summary: hello.py written.", expect=(lambda b: "Above all, keep what concerns: the file names"
                                                        in body_text(b) and not b.get("tools"))),
 ]
 
@@ -201,20 +194,30 @@ def test_yes_for_the_session_asks_no_second_time(tui):
     assert not (ws / ".drivetrain").exists()  # a session rule is not written anywhere
 
 
-def test_a_mention_attaches_the_file_and_a_backslash_continues_the_line(tui):
+def test_a_mention_attaches_the_file_and_a_prompt_has_several_lines(tui):
     pane, server, ws, _ = tui
     pane.expect_prompt()
-    pane.keys("-l", "look at @hello.py \\")
+    pane.keys("-l", "look at @hel")
+    pane.keys("Tab")
+    pane.expect("look at @hello.py")
+    pane.keys("-l", " \\")
     pane.keys("Enter")
-    pane.keys("-l", "and say what it does")
+    pane.keys("-l", "and say")
+    pane.keys("M-Enter")
+    pane.keys("-l", "what it does")
     pane.keys("Enter")
     pane.expect("(attached hello.py)")
     pane.expect("It prints hi.")
 
 
-def test_cost_shift_tab_and_an_unknown_command(tui):
+def test_cost_help_by_tab_shift_tab_and_an_unknown_command(tui):
     pane, server, ws, _ = tui
     requests = len(server.requests)
+    pane.expect_prompt()
+    pane.keys("-l", "/he")
+    pane.keys("Tab")
+    pane.keys("Enter")
+    pane.expect("Shift-Tab cycles the permission mode")  # /help, completed
     pane.type("/cost")
     screen = pane.expect("Total cost:")
     assert re.search(r"Tokens: +[\d,]+ in, [\d,]+ out, [\d,]+ cache read, [\d,]+ cache write", screen), screen

@@ -87,16 +87,18 @@ class TerminalUI:
     async def choose(self, options: list[str]) -> int | None:
         self.screen.pause()
         try:
-            return await choose(options, ">" if self.screen.glyphs.call == "*" else "❯")
-        except KeyboardInterrupt:
-            raise self.session.interrupted("SIGINT") from None
+            return await choose(options, self.screen.glyphs.pointer)
+        except KeyboardInterrupt:  # cancels the run like Ctrl-C anywhere in it: calls answered, session saved
+            self.session.stopped_by("SIGINT")
+            raise asyncio.CancelledError from None
 
     async def ask(self, question: str) -> str:
         try:
             self.questions = self.questions or PromptSession(output=terminal_output())
             return await self.questions.prompt_async(question)
         except KeyboardInterrupt:
-            raise self.session.interrupted("SIGINT") from None
+            self.session.stopped_by("SIGINT")
+            raise asyncio.CancelledError from None
 
 
 class Session:
@@ -159,11 +161,10 @@ class Session:
         if self.run is not None:
             self.run = self.agent.load(self.session_id)  # a run's parts are made once, with the model it had
 
-    def interrupted(self, how: str) -> asyncio.CancelledError:
-        """Ctrl-C at a question inside the run: it is cancelled like Ctrl-C anywhere in it."""
+    def stopped_by(self, how: str) -> None:
+        """What the session's interrupted record will say stopped the run (Ctrl-C at a question, SIGTERM)."""
         if self.run is not None:
             self.run.cancelled_by = how
-        return asyncio.CancelledError()
 
     # -- the conversation
 
@@ -262,7 +263,12 @@ async def interactive(args: argparse.Namespace, cwd: Path) -> int:
     session = Session(args, cwd)
     main = asyncio.current_task()
     loop = asyncio.get_running_loop()
-    loop.add_signal_handler(signal.SIGTERM, main.cancel)  # a run in progress is stopped and saved first
+
+    def terminate() -> None:  # a run in progress is stopped and saved first
+        session.stopped_by("SIGTERM")
+        main.cancel()
+
+    loop.add_signal_handler(signal.SIGTERM, terminate)
     try:
         return await session.main(args.prompt or "")
     except asyncio.CancelledError:

@@ -35,11 +35,11 @@ class Glyphs:
     error: str
     sep: str
     spinner: str
-    ellipsis: str
+    pointer: str
 
 
-UNICODE = Glyphs("●", "⎿", "✗", "·", "dots", "…")
-ASCII = Glyphs("*", "|", "x", "|", "line", "...")
+UNICODE = Glyphs("●", "⎿", "✗", "·", "dots", "❯")
+ASCII = Glyphs("*", "|", "x", "|", "line", ">")
 
 
 def unicode_terminal(env=os.environ) -> bool:
@@ -159,10 +159,8 @@ class Screen:
                 if not self.fancy:
                     self.say(f"→ {c.name} {json.dumps(c.input, ensure_ascii=False)[:200]}")
                 self._refresh()
-            case PermissionDecided(behavior="deny", reason=reason, call=c):
-                self._running.pop(c.id, None)
-                self.error(f"{g.error} {call_title(c)} denied: {reason[:300]}")
-                self._refresh()
+            case PermissionDecided(behavior="deny", reason=reason) if not self.fancy:
+                self.say(f"✗ denied: {reason[:200]}")  # the live screen shows it once, as the call's red result
             case ToolFinished(call=c, result=res, duration_ms=ms):
                 self._finished(c, res, ms)
             case ApprovalRequired(pending=p):

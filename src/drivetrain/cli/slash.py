@@ -30,13 +30,13 @@ HELP = {
     "/help": "the commands",
     "/cost": "tokens in/out/cache and USD so far (/cost turns: per request)",
     "/context": "how much of the context window is used, by part",
-    "/compact": "replace the conversation by a summary (/compact FOCUS: what to keep above all)",
+    "/compact": "summarise the conversation now (/compact FOCUS: what to keep)",
     "/clear": "start a new session (this one stays saved)",
     "/resume": "go back to a saved session of this directory (/resume ID)",
     "/rewind": "put the files back as they were before a prompt of this session",
-    "/model": "the model in use (/model NAME: switch to another of the same provider)",
+    "/model": "the model in use (/model NAME: switch, same provider)",
     "/permissions": "the permission rules (/permissions remove N: take rule N out)",
-    "/trace": "this session's turn log, stop_reason trajectory and health signals",
+    "/trace": "this session's turn log, trajectory and health signals",
     "/exit": "leave",
 }
 COMMAND = re.compile(r"/[A-Za-z][\w-]*(?=\s|$)")  # "/etc/hosts is missing" is a prompt, not a command
@@ -65,8 +65,8 @@ async def help_(s, arg: str):
     width = max(map(len, HELP))
     for name, about in HELP.items():
         s.screen.say(f"  {name.ljust(width)}  {about}")
-    s.screen.note("  @path attaches a file; Esc-Enter or a trailing \\ starts a new line; Shift-Tab cycles the "
-                  "permission mode; Esc or Ctrl-C stops a turn.")
+    s.screen.note("  @path attaches a file; Esc-Enter or a trailing \\ starts a new line.\n"
+                  "  Shift-Tab cycles the permission mode; Esc or Ctrl-C stops a turn.")
 
 
 async def exit_(s, arg: str):

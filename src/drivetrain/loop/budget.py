@@ -38,7 +38,6 @@ class Spent:
     tool_calls: int = 0
 
 
-
 SUBTYPES = {"turns": "error_max_turns", "usd": "error_max_budget_usd", "tokens": "error_max_tokens_total",
             "wall_time_s": "error_max_wall_time", "tool_calls": "error_max_tool_calls"}
 NAMES = {"turns": "turns", "usd": "cost (USD)", "tokens": "tokens", "wall_time_s": "wall time (s)",
