@@ -147,7 +147,6 @@ class Screen:
     # -- events
 
     def event(self, event) -> None:
-        g = self.glyphs
         match event:
             case ModelResponded(response=r):
                 if r.message.text.strip():
