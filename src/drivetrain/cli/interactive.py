@@ -173,6 +173,9 @@ class Session:
         self.screen.say(f"drivetrain {self.screen.glyphs.sep} {a.model.name} {self.screen.glyphs.sep} "
                         f"{a.policy.mode} mode {self.screen.glyphs.sep} {self.cwd}", "bold")
         self.screen.note("/help for commands, @ to attach a file, Esc to stop a turn, /exit to leave")
+        if self.args.resume or self.args.continue_latest:  # as /resume, before the first prompt
+            if await slash.run(self, f"/resume {self.args.resume or '--latest'}") is slash.FAILED:
+                return 1
         prompt, armed = first_prompt, False
         while True:
             if not prompt:
@@ -245,6 +248,7 @@ class Session:
             self.screen.error(f"internal error: {type(e).__name__}: {e}")
         finally:
             loop.remove_signal_handler(signal.SIGINT)
+            ignore_sigint()
             self.screen.end()
 
     async def _drive(self, run: Run) -> None:
@@ -278,5 +282,16 @@ async def interactive(args: argparse.Namespace, cwd: Path) -> int:
 
 
 def run_interactive(args: argparse.Namespace, cwd: Path) -> int:
+    previous = signal.getsignal(signal.SIGINT)
     with kept_terminal():
-        return asyncio.run(interactive(args, cwd))
+        ignore_sigint()
+        try:
+            return asyncio.run(interactive(args, cwd))
+        finally:
+            signal.signal(signal.SIGINT, previous)
+
+
+def ignore_sigint() -> None:
+    """A SIGINT between prompts (a Ctrl-C typed while the terminal is not in raw mode) does nothing: by default it
+    would end the session (asyncio cancels the main task). At a prompt and in a turn, Ctrl-C has its own meaning."""
+    signal.signal(signal.SIGINT, lambda signum, frame: None)

@@ -203,6 +203,9 @@ def _interactive(args: argparse.Namespace) -> int:
     if not sys.stdin.isatty():
         print("drivetrain: interactive mode needs a terminal; use -p \"PROMPT\" in scripts.", file=sys.stderr)
         return 2
+    if args.fork_session:
+        print("drivetrain: --fork-session works with -p only, for now.", file=sys.stderr)
+        return 2
     try:
         return run_interactive(args, Path.cwd())
     except HarnessError as e:

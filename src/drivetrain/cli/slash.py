@@ -26,6 +26,7 @@ from drivetrain.sessions.store import SessionNotFound
 from drivetrain.tools.base import tool_spec
 
 EXIT = object()  # what /exit returns
+FAILED = object()  # what a command that could not be done returns
 HELP = {
     "/help": "the commands",
     "/cost": "tokens in/out/cache and USD so far (/cost turns: per request)",
@@ -58,7 +59,7 @@ async def run(session, text: str):
         return await handler(session, arg.strip())
     except (HarnessError, SessionNotFound, ValueError, OSError) as e:
         session.screen.error(f"{name}: {e}")
-        return None
+        return FAILED
 
 
 async def help_(s, arg: str):
@@ -133,7 +134,12 @@ async def clear(s, arg: str):
 
 
 async def resume(s, arg: str):
-    if arg:
+    if arg == "--latest":  # drivetrain --continue
+        latest = s.store.latest(str(s.cwd))
+        if latest is None:
+            raise SessionNotFound(f"no saved session in {s.cwd} to continue")
+        chosen = latest.session_id
+    elif arg:
         chosen = resolve(s.store, arg)
     else:
         found = [i for i in s.store.list(cwd=str(s.cwd), limit=9) if i.session_id != s.session_id]
