@@ -13,6 +13,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -132,6 +133,7 @@ SCRIPT = [
                                   and last_results(b)[0]["content"].startswith("Interrupted")
                                   and b["messages"][-1]["content"][-1]["text"] == "go on")),
     respond([tool_call("Bash", {"command": "sleep 98"}, id="toolu_e")]),  # stopped with Esc
+    reply("Never sent: the model is stopped while it answers.", hold=threading.Event()),
     # 6: /clear: a new conversation; /resume: the first one again
     reply("Fresh.", expect=(lambda b: len(b["messages"]) == 1)),
     reply("We wrote hello.py.", expect=(lambda b: "Writing it." in body_text(b) and "go on" in body_text(b))),
@@ -252,6 +254,12 @@ def test_ctrl_c_while_a_tool_runs_stops_the_turn_and_the_next_prompt_continues(t
     pane.expect("Bash(sleep 98)")
     pane.keys("Escape")
     pane.expect("(interrupted: the session is saved")
+    pane.type("think it over")
+    pane.expect("thinking")  # the model's live line, while its answer is held back
+    pane.keys("C-c")
+    pane.expect("(interrupted: the session is saved")
+    records = store.read(info.session_id)
+    assert [r["during"] for r in records if r["kind"] == "interrupted"] == ["RunTools", "RunTools", "CallModel"]
 
 
 def test_clear_starts_a_new_session_and_resume_goes_back(tui):
