@@ -190,17 +190,33 @@ async def test_a_failing_approver_denies_the_call_naming_the_failure_and_the_run
 # ---------------------------------------------------------------- the terminal approver's "don't ask again"
 
 
+class ScriptedUI:
+    """The terminal's side of an approval, answered from a list: an option's index (None: Esc) or a line of text.
+    ``said`` gets everything shown, the options as one line each."""
+
+    def __init__(self, answers, said):
+        self.answers, self.said = list(answers), said
+
+    def show_call(self, call, text):
+        self.said.append(text)
+
+    def say(self, text):
+        self.said.append(text)
+
+    async def choose(self, options):
+        self.said.extend(f"{i}. {o}" for i, o in enumerate(options, 1))
+        return self.answers.pop(0)
+
+    async def ask(self, question):
+        self.said.append(question)
+        return self.answers.pop(0)
+
+
 def terminal(ws, answers, said, policy=None):
     """A TerminalApprover answered from a list, with the policy the CLI would build for ``ws``."""
     from drivetrain.cli.approve import TerminalApprover
 
-    queue = list(answers)
-
-    async def ask(question):
-        said.append(question)
-        return queue.pop(0)
-
-    return TerminalApprover(ask, said.append, ws, policy or Policy.load(ws))
+    return TerminalApprover(ScriptedUI(answers, said), ws, policy or Policy.load(ws))
 
 
 def call(name, **input):
@@ -209,21 +225,46 @@ def call(name, **input):
 
 async def test_no_project_rule_is_offered_for_a_command_no_rule_can_express(tmp_path):
     said = []
-    approver = terminal(tmp_path, ["p", "s", "y"], said)
+    approver = terminal(tmp_path, [0], said)
     verdict = await approver(call("Bash", command="echo $(whoami) > who.txt"))
     assert isinstance(verdict, Allow) and verdict.by == "person"
-    assert "[p]" not in said[2] and "[s]" not in said[2] and "[y] allow once  [n] deny" in said[2]
     assert "No rule can allow exactly this call again: Bash(echo $(whoami) > who.txt) is not a valid rule" in said[1]
-    assert said[3] == "Please answer y or n (got p)."
+    assert said[2:] == ["1. Yes", "2. No, and tell the model what to do differently"]
     assert not (tmp_path / ".drivetrain").exists()
     Policy.load(tmp_path)  # the project still loads
 
 
+async def test_the_options_come_in_claude_codes_order_with_the_rule_they_would_add(tmp_path):
+    said = []
+    await terminal(tmp_path, [0], said)(call("Bash", command="make test"))
+    assert said[1:] == ["1. Yes", "2. Yes, and don't ask again for Bash(make test) this session",
+                        "3. Yes, and always allow Bash(make test) in this project",
+                        "4. No, and tell the model what to do differently"]
+
+
+async def test_no_with_a_reason_and_esc_deny_with_and_without_a_message(tmp_path):
+    said = []
+    verdict = await terminal(tmp_path, [3, "use the staging target"], said)(call("Bash", command="make deploy"))
+    assert verdict == Deny("The user denied this Bash call. They said: use the staging target", by="person")
+    verdict = await terminal(tmp_path, [None], said)(call("Bash", command="make deploy"))
+    assert verdict == Deny("The user denied this Bash call.", by="person")  # Esc: no question follows
+
+
+async def test_dont_ask_again_for_the_session_is_learnt_at_once(tmp_path):
+    said = []
+    policy = Policy.load(tmp_path)
+    approver = terminal(tmp_path, [1], said, policy)
+    assert await approver(call("Bash", command="make test")) == Allow(by="person (for this session: Bash(make test))")
+    assert policy.decide("Bash", {"command": "make test"}, tmp_path).behavior == "allow"
+    assert await approver(call("Bash", command="make test")) == Allow(by="person (session rule Bash(make test))")
+    assert not (tmp_path / ".drivetrain").exists()
+
+
 async def test_a_rule_that_would_not_match_the_call_is_not_offered(tmp_path):
     said = []
-    verdict = await terminal(tmp_path, ["y"], said)(call("Write", file_path="a[1].py", content="x"))
+    verdict = await terminal(tmp_path, [0], said)(call("Write", file_path="a[1].py", content="x"))
     assert isinstance(verdict, Allow)
-    assert "Edit(a[1].py) would not allow it" in said[1] and "[p]" not in said[2]
+    assert "Edit(a[1].py) would not allow it" in said[1] and len([s for s in said if s[:2] in ("1.", "2.", "3.", "4.")]) == 2
 
 
 async def test_always_allow_in_this_project_saves_a_checked_rule_the_next_start_loads(tmp_path):
@@ -232,7 +273,7 @@ async def test_always_allow_in_this_project_saves_a_checked_rule_the_next_start_
     local.write_text(json.dumps({"permissions": {"deny": ["Bash(rm:*)"]}, "env": {"KEEP": "me"}}))
     said = []
     policy = Policy.load(tmp_path)
-    verdict = await terminal(tmp_path, ["p"], said, policy)(call("Bash", command="make test"))
+    verdict = await terminal(tmp_path, [2], said, policy)(call("Bash", command="make test"))
     assert verdict == Allow(by="person (project rule Bash(make test))")
     assert json.loads(local.read_text()) == {"permissions": {"deny": ["Bash(rm:*)"], "allow": ["Bash(make test)"]},
                                              "env": {"KEEP": "me"}}
@@ -247,7 +288,7 @@ async def test_a_project_rule_that_cannot_be_saved_says_why_and_allows_once(tmp_
     said = []
     policy = Policy.load(tmp_path)
     local.write_text('{"permissions": {"allow": [')  # broken by hand while the session runs
-    verdict = await terminal(tmp_path, ["p"], said, policy)(call("Bash", command="make test"))
+    verdict = await terminal(tmp_path, [2], said, policy)(call("Bash", command="make test"))
     assert verdict == Allow(by="person")
     assert "Could not add Bash(make test)" in said[-1] and "not valid JSON" in said[-1] and "Allowed once" in said[-1]
     assert local.read_text() == '{"permissions": {"allow": ['  # left as it was

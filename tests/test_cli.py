@@ -318,3 +318,15 @@ def test_interventions_show_in_the_turn_log_and_in_stream_json(tmp_path):
                                                              ("repeat", "ended")]
     assert "  ! loop (repeat) refused: Glob" in proc.stderr
     assert events[-1]["subtype"] == "error_loop_detected"
+
+
+def test_a_resumed_session_gets_max_turns_counted_from_its_prompt(tmp_path):
+    loop = [respond([tool_call("Glob", {"pattern": f"*.{i}"})]) for i in range(3)]
+    with ScriptedServer([*loop, reply("done")]) as server:
+        first = json.loads(cli(server.url, "-p", "look", "--output-format", "json", cwd=tmp_path).stdout)
+    with ScriptedServer(loop) as server:  # a fourth request would find no step: the server fails it
+        proc = cli(server.url, "-p", "--resume", first["session_id"], "look again", "--max-turns", "3",
+                   "--output-format", "json", cwd=tmp_path)
+        sent = len(server.requests)
+    result = json.loads(proc.stdout)
+    assert sent == 3 and result["subtype"] == "error_max_turns" and proc.returncode == 1, proc.stderr

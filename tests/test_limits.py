@@ -177,3 +177,22 @@ async def test_interventions_and_limits_are_records_in_the_session_log(tmp_path)
     kinds = [r["kind"] for r in store.read(result.session_id)]
     assert kinds.count("loop_detected") == 3 and kinds.count("limit_approaching") == 1
     assert store.info(result.session_id).status == "error_loop_detected"
+
+
+async def test_the_limits_count_from_the_prompt_that_starts_the_invocation(tmp_path):
+    """``Agent.resume`` with a prompt, and ``Run.submit``: each gets its turns and tokens whole, as Claude Code
+    counts ``--max-turns`` per invocation, not over the session."""
+    store = FileStore(tmp_path)
+    with ScriptedServer(looks(2) + looks(2, "y") + looks(2, "z")) as server:
+        agent, _ = agent_for(server, max_turns=2, budget=Budget(tokens=2500), store=store)
+        first = await agent.run("look around")
+        assert (first.subtype, first.num_turns) == ("error_max_turns", 2)
+        run = agent.resume(first.session_id, "look again")
+        second = await run.finish()
+        assert (second.subtype, second.num_turns) == ("error_max_turns", 4)  # two more requests were sent
+        run.submit("and once more")
+        third = await run.finish()
+        assert (third.subtype, third.num_turns) == ("error_max_turns", 6)
+        server.assert_complete()
+    assert ran == ["x0", "x1", "y0", "y1", "z0", "z1"]
+    assert_valid(third)

@@ -146,6 +146,7 @@ class Run:
         self.value = value
         self.log = log  # the session log each step is saved to
         self.deps = Deps.of(agent, value.session_id)
+        self.deps.begin_invocation(value)  # the limits count from here: a resumed session gets them whole
         self.cancelled_by = "cancel"  # what a cancellation is recorded as (the CLI says which signal)
         self._started = time.monotonic()
         self._result: RunResult | None = self._finish(value.state) if isinstance(value.state, Done) else None
@@ -220,16 +221,17 @@ class Run:
 
     def submit(self, prompt: str) -> None:
         """The next user prompt: the same run, one more turn (after it ended, paused or was interrupted)."""
+        self.deps.begin_invocation(self.value)
         self.value = with_prompt(self.value, prompt)
         self._result = None
         self._started = time.monotonic()
 
-    async def compact(self) -> list[Event]:
-        """Compact the history now (``/compact``): the summary replaces it; a finished run stays finished."""
+    async def compact(self, focus: str = "") -> list[Event]:
+        """Compact the history now (``/compact [focus]``): the summary replaces it; a finished run stays finished."""
         s = self.value.state
         if not isinstance(s, (Done, CallModel)):
             raise RuntimeError(f"cannot compact in the middle of a step (the run is in {type(s).__name__})")
-        self.value = self.value.evolve(state=Compact("manual", s if isinstance(s, Done) else None),
+        self.value = self.value.evolve(state=Compact("manual", s if isinstance(s, Done) else None, focus),
                                        path=self.value.path + ("Compact",))
         self._result = None
         events = await self.step()

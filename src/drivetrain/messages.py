@@ -191,6 +191,14 @@ class Usage:
             self.cache_read_input_tokens + other.cache_read_input_tokens,
         )
 
+    def __sub__(self, other: Usage) -> Usage:
+        return Usage(
+            self.input_tokens - other.input_tokens,
+            self.output_tokens - other.output_tokens,
+            self.cache_creation_input_tokens - other.cache_creation_input_tokens,
+            self.cache_read_input_tokens - other.cache_read_input_tokens,
+        )
+
     def to_wire(self) -> dict:
         return dict(self.__dict__)
 

@@ -1,5 +1,6 @@
-"""Asking a person in the terminal: show the call (a diff for edits), then allow once, for the session,
-always for this project (a rule in .drivetrain/settings.local.json), or deny with a message for the model.
+"""Asking a person in the terminal: show the call (a diff for edits), then Claude Code's numbered choices: allow
+once, for the session, always for this project (a rule in .drivetrain/settings.local.json), or deny with what the
+model should do instead.
 
 "Don't ask again" is offered only with a rule that is checked first: it parses as the settings loader will
 parse it, and the policy with it added allows this very call. A rule that did not parse, once saved, would
@@ -12,20 +13,13 @@ import dataclasses
 import difflib
 import json
 import os
-import shlex
 import stat
 import tempfile
 from pathlib import Path
-from typing import Awaitable, Callable
+from typing import Protocol
 
 from drivetrain.control.approval import Allow, Deny, PendingCall, Verdict
 from drivetrain.control.permissions import Policy, RuleError, SettingsError, load_settings_file
-
-Ask = Callable[[str], Awaitable[str]]  # shows a question, returns the answer line
-Say = Callable[[str], None]
-
-CHOICES = "[y] allow once  [s] allow for this session  [p] always allow in this project  [n] deny"
-ONCE_CHOICES = "[y] allow once  [n] deny"
 
 
 def suggest_rule(call: PendingCall, cwd: Path) -> str:
@@ -65,13 +59,14 @@ def describe(call: PendingCall, cwd: Path) -> str:
     if call.name == "Bash":
         body = f"  $ {inp.get('command', '')}"
     elif call.name in ("Edit", "Write") and "file_path" in inp:
-        body = _diff(call, cwd)
+        body = file_diff(call, cwd)
     else:
         body = "  " + json.dumps(inp, indent=2, ensure_ascii=False).replace("\n", "\n  ")
     return f"{head}\n{body}"
 
 
-def _diff(call: PendingCall, cwd: Path) -> str:
+def file_diff(call: PendingCall, cwd: Path) -> str:
+    """The unified diff a Write or Edit would make to its file as the file is now."""
     inp = call.input
     path = Path(os.path.expanduser(inp["file_path"]))
     path = path if path.is_absolute() else cwd / path
@@ -95,12 +90,23 @@ def add_project_rule(cwd: Path, rule: str, home: Path) -> Path:
     The new file is read back with the settings loader before it atomically replaces the old one, so a file
     the next start could not load is never left behind. Raises SettingsError or OSError saying why.
     """
-    path = cwd / ".drivetrain" / "settings.local.json"
+    def add(allow: list) -> None:
+        if rule not in allow:
+            allow.append(rule)
+
+    return _edit_allow_rules(cwd, home, add)
+
+
+def remove_project_rule(cwd: Path, rule: str, home: Path) -> Path:
+    """Take an allow rule out of .drivetrain/settings.local.json (``/permissions``), as safely as it was added."""
+    return _edit_allow_rules(cwd, home, lambda allow: allow.remove(rule) if rule in allow else None)
+
+
+def _edit_allow_rules(cwd: Path, home: Path, change) -> Path:
+    path = local_settings(cwd)
     current = load_settings_file(path, home)  # the file as it is now must load too: it is kept whole
     data = current.raw[0][1] if current is not None else {}
-    allow = data.setdefault("permissions", {}).setdefault("allow", [])
-    if rule not in allow:
-        allow.append(rule)
+    change(data.setdefault("permissions", {}).setdefault("allow", []))
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".settings.", suffix=".json")
     try:
@@ -122,44 +128,68 @@ def add_project_rule(cwd: Path, rule: str, home: Path) -> Path:
     return path
 
 
+def local_settings(cwd: Path) -> Path:
+    return cwd / ".drivetrain" / "settings.local.json"
+
+
+class ApprovalUI(Protocol):
+    """Where the approver asks: the terminal's screen and keys (``cli/terminal.py``), or a test's script."""
+
+    def show_call(self, call: PendingCall, text: str) -> None: ...
+
+    def say(self, text: str) -> None: ...
+
+    async def choose(self, options: list[str]) -> int | None: ...  # the index picked; None: Esc
+
+    async def ask(self, question: str) -> str: ...
+
+
+def options(rule: str | None) -> list[tuple[str, str]]:
+    """(what it does, label) in Claude Code's order; without a checked rule only yes and no."""
+    yes = [("once", "Yes")]
+    if rule is not None:
+        yes += [("session", f"Yes, and don't ask again for {rule} this session"),
+                ("project", f"Yes, and always allow {rule} in this project")]
+    return yes + [("no", "No, and tell the model what to do differently")]
+
+
 class TerminalApprover:
     """An Approver that asks a person; a rule they choose is learnt by ``policy`` at once."""
 
-    def __init__(self, ask: Ask, say: Say, cwd: Path, policy: Policy):
-        self.ask, self.say, self.cwd, self.policy = ask, say, cwd, policy
+    def __init__(self, ui: ApprovalUI, cwd: Path, policy: Policy):
+        self.ui, self.cwd, self.policy = ui, cwd, policy
         self.session_rules: set[str] = set()
 
     async def __call__(self, call: PendingCall) -> Verdict:
         rule, why_not = checked_rule(call, self.policy, self.cwd)
         if rule is not None and rule in self.session_rules:
             return Allow(by=f"person (session rule {rule})")
-        self.say(describe(call, self.cwd))
+        self.ui.show_call(call, describe(call, self.cwd))
         if rule is None:
-            self.say(f"(No rule can allow exactly this call again: {why_not}. It can be allowed once.)")
-        choices, letters = (CHOICES, "y, s, p or n") if rule is not None else (ONCE_CHOICES, "y or n")
-        while True:
-            answer = (await self.ask(f"{choices}\n> ")).strip().lower()
-            if answer in ("y", "yes"):
-                return Allow(by="person")
-            if answer == "s" and rule is not None:
-                self.session_rules.add(rule)
-                self.policy.allow_rule(rule)
-                return Allow(by=f"person (for this session: {rule})")
-            if answer == "p" and rule is not None:
-                return self._add_to_project(rule)
-            if answer in ("n", "no"):
-                message = (await self.ask("Message for the model (optional): ")).strip()
-                return Deny(f"The user denied this {call.name} call." + (f" They said: {message}" if message else ""),
-                            by="person")
-            self.say(f"Please answer {letters} (got {shlex.quote(answer)}).")
+            self.ui.say(f"(No rule can allow exactly this call again: {why_not}. It can be allowed once.)")
+        choices = options(rule)
+        picked = await self.ui.choose([label for _, label in choices])
+        what = choices[picked][0] if picked is not None else "no"
+        if what == "once":
+            return Allow(by="person")
+        if what == "session":
+            self.session_rules.add(rule)
+            self.policy.allow_rule(rule)
+            return Allow(by=f"person (for this session: {rule})")
+        if what == "project":
+            return self._add_to_project(rule)
+        # Esc is "no" with nothing to add; the digit or Enter asks what to do instead
+        message = "" if picked is None else (await self.ui.ask("What should the model do instead? ")).strip()
+        return Deny(f"The user denied this {call.name} call." + (f" They said: {message}" if message else ""),
+                    by="person")
 
     def _add_to_project(self, rule: str) -> Verdict:
         try:
             path = add_project_rule(self.cwd, rule, self.policy.home)
         except Exception as e:  # a full disk, a read-only folder, a settings file edited meanwhile
-            self.say(f"Could not add {rule} to {self.cwd / '.drivetrain' / 'settings.local.json'}: {e}. "
-                     "Allowed once instead.")
+            self.ui.say(f"Could not add {rule} to {local_settings(self.cwd)}: {e}. "
+                        "Allowed once instead.")
             return Allow(by="person")
         self.policy.allow_rule(rule, source=str(path))
-        self.say(f"Added {rule} to {path}")
+        self.ui.say(f"Added {rule} to {path}")
         return Allow(by=f"person (project rule {rule})")

@@ -148,9 +148,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", choices=["small", "full"], default=None,
                    help="how much the loop helps the model; default: small for the embedded model and small "
                         "OpenAI-compatible models (by name), full otherwise")
-    p.add_argument("--max-budget-usd", type=float, default=None, help="stop before a request once the run cost this")
+    p.add_argument("--max-budget-usd", type=float, default=None,
+                   help="stop before a request once this invocation cost this")
     p.add_argument("--max-tokens-total", type=int, default=None,
-                   help="stop once the run's requests read and wrote this many tokens (cache tokens included)")
+                   help="stop once this invocation's requests read and wrote this many tokens (cache tokens included)")
     p.add_argument("--max-wall-time", type=float, default=None, metavar="SECONDS", help="stop after this long")
     p.add_argument("--max-tool-calls", type=int, default=None, help="stop once the model asked for this many calls")
     p.add_argument("--verify", metavar="COMMAND", default=None,

@@ -15,6 +15,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from drivetrain.cli import build
+from drivetrain.cli.describe import describe
 from drivetrain.errors import HarnessError
 from drivetrain.loop.events import (
     INTERVENTIONS, Compacted, Finished, LimitApproaching, LimitReached, LoopDetected, ModelResponded, PermissionDecided, ResultsSent,
@@ -60,7 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
     """The flags that say how a run runs (model, turns, permissions, system prompt); ``batch`` takes them too."""
-    p.add_argument("--max-turns", type=int, default=None, help="cap on model requests")
+    p.add_argument("--max-turns", type=int, default=None,
+                   help="cap on model requests; this and the other --max-* limits count from the prompt that "
+                        "starts this invocation (a resumed session gets them whole, as in Claude Code)")
     p.add_argument("--model", default=None)
     p.add_argument("--provider", choices=PROVIDERS, default=None,
                    help="default: anthropic if ANTHROPIC_* is set, openai if OPENAI_* is set, else local")
@@ -213,40 +216,19 @@ def _exit_at_once(signum: int, frame) -> None:
 
 
 def _interactive(args: argparse.Namespace) -> int:
-    from drivetrain.cli.interactive import interactive
+    from drivetrain.cli.interactive import run_interactive
 
     if not sys.stdin.isatty():
         print("drivetrain: interactive mode needs a terminal; use -p \"PROMPT\" in scripts.", file=sys.stderr)
         return 2
-    cwd = Path.cwd()
-    session_id = str(uuid.uuid4())
-
-    async def session() -> int:
-        servers = await build.start_servers(args, cwd, ask=_trust_project_server)
-        try:
-            return await interactive(lambda approver_factory: build.build_agent(
-                args, cwd, session_id, approver_factory=approver_factory, servers=servers), args.prompt or "",
-                session_id, lambda agent: f"drivetrain · {agent.model.name} · {agent.policy.mode} mode"
-                                          f" · {cwd} · /exit to leave")
-        finally:
-            await servers.close()
-
+    if args.fork_session:
+        print("drivetrain: --fork-session works with -p only, for now.", file=sys.stderr)
+        return 2
     try:
-        return asyncio.run(session())
+        return run_interactive(args, Path.cwd())
     except HarnessError as e:
         print(f"drivetrain: {e}", file=sys.stderr)
         return 1
-
-
-async def _trust_project_server(spec) -> bool:
-    """Asked once per project MCP server, before it ever runs: a cloned repository must not run code on open."""
-    question = (f"The project's {spec.source} wants to start the MCP server {spec.name!r}:\n  {spec.command_line()}\n"
-                "Start it (now and in later sessions here)? [y/N] ")
-    try:
-        answer = await asyncio.to_thread(input, question)
-    except EOFError:
-        return False
-    return answer.strip().lower() in ("y", "yes")
 
 
 def _fail(args: argparse.Namespace, message: str) -> int:
@@ -256,17 +238,6 @@ def _fail(args: argparse.Namespace, message: str) -> int:
         print(json.dumps({"type": "result", "subtype": "error_during_execution", "is_error": True,
                           "result": message, "num_turns": 0}))
     return 1
-
-
-def _describe(e) -> str:
-    match e:
-        case LoopDetected(pattern=p, action=a, detail=d):
-            return f"loop ({p}) {a}: {d[:120]}"
-        case LimitApproaching(limit=n, used=u, maximum=m) | LimitReached(limit=n, used=u, maximum=m):
-            return f"limit {n} {'reached' if isinstance(e, LimitReached) else 'approaching'}: {u:g} of {m:g}"
-        case Compacted(trigger=t, tokens_before=b, tokens_after=a, failed=f):
-            return f"compaction ({t}) failed: {f}" if f else f"compacted ({t}): ~{b:,} → ~{a:,} tokens"
-    return str(e)
 
 
 class Printer:
@@ -332,7 +303,7 @@ class Output(Printer):
                 if self.format == "stream-json":
                     self._emit({"type": "user", "message": m.to_wire(), "session_id": sid})
             case LoopDetected() | LimitApproaching() | LimitReached() | Compacted():
-                self._log(f"  ! {_describe(event)}")
+                self._log(f"  ! {describe(event)}")
                 if self.format == "stream-json":
                     self._emit({"type": "system", "subtype": INTERVENTIONS[type(event)], **asdict(event),
                                 "session_id": sid})

@@ -6,11 +6,14 @@ what is left. At ``soft`` (a fraction) of a limit a ``LimitApproaching`` event g
 once per limit; an observer may raise the limit then (``agent.budget`` is read at every check).
 
 Tokens count everything the model read or wrote: input, output, cache writes and cache reads.
+
+Every limit counts from the prompt that starts the invocation (``Spent`` marks what the session had used
+then), as Claude Code's ``--max-turns`` does: a resumed session gets its turns again, not what is left of them.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from drivetrain.messages import Usage
 from drivetrain.pricing import cost_usd
@@ -20,10 +23,19 @@ from drivetrain.pricing import cost_usd
 class Budget:
     usd: float | None = None  # total cost (needs a known price for the model: else it cannot be enforced)
     tokens: int | None = None  # input + output + cache tokens, summed over the run's requests
-    wall_time_s: float | None = None  # since the run (this process's part of it) started
+    wall_time_s: float | None = None  # since the invocation (this process's part of it) started
     tool_calls: int | None = None  # calls the model asked for, run or not
     soft: float = 0.8  # warn at this fraction of each limit
     wrap_up: bool = False  # on reaching a limit: one last request without tools for a summary
+
+
+@dataclass(frozen=True)
+class Spent:
+    """What a session had used when the current invocation began; the limits count what was used since."""
+
+    turns: int = 0
+    usage: Usage = field(default_factory=Usage)
+    tool_calls: int = 0
 
 
 SUBTYPES = {"turns": "error_max_turns", "usd": "error_max_budget_usd", "tokens": "error_max_tokens_total",

@@ -36,9 +36,10 @@ def original_task(history: list[Message]) -> str:
     return "\n".join(b.text for b in first.content if isinstance(b, TextBlock)) if first else ""
 
 
-def summary_request(history: list[Message], system: str, window: int) -> ModelRequest:
+def summary_request(history: list[Message], system: str, window: int, focus: str = "") -> ModelRequest:
     """The request for the summary: the conversation as one transcript (no tool blocks, so no tools are needed),
-    tool outputs cut short, and the oldest middle dropped until it fits."""
+    tool outputs cut short, and the oldest middle dropped until it fits. ``focus``: what the person wants the
+    summary to keep above all (``/compact FOCUS``)."""
     parts = [_render(m) for m in history]
     budget = (int(window * 0.75) - SUMMARY_TOKENS) * CHARS_PER_TOKEN  # in characters
     dropped = 0
@@ -51,7 +52,8 @@ def summary_request(history: list[Message], system: str, window: int) -> ModelRe
     if len(transcript) + len(system) > budget:  # one message alone is too big: keep its head and tail
         half = max(budget - len(system), 2000) // 2
         transcript = transcript[:half] + "\n[… cut …]\n" + transcript[-half:]
-    text = f"<conversation>\n{transcript}\n</conversation>\n\n{SUMMARY_ASK}"
+    ask = SUMMARY_ASK + (f" Above all, keep what concerns: {focus}" if focus else "")
+    text = f"<conversation>\n{transcript}\n</conversation>\n\n{ask}"
     return ModelRequest([Message.user(text)], system, [], SUMMARY_TOKENS, tool_choice=None)
 
 

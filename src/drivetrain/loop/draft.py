@@ -16,7 +16,7 @@ from drivetrain.control.gate import Gate, HookRunner
 from drivetrain.control.approval import PermissionDecider
 from drivetrain.control.hooks import HookOutcome
 from drivetrain.home import session_outputs
-from drivetrain.loop.budget import Budget
+from drivetrain.loop.budget import Budget, Spent
 from drivetrain.loop.events import Event, HookReported
 from drivetrain.loop.profile import Profile
 from drivetrain.loop.state import POINTS, RunState, State
@@ -81,6 +81,7 @@ class Deps:
     session_id: str = ""
     _context: ToolContext | None = None
     started: float = field(default_factory=time.monotonic)
+    spent: Spent = Spent()  # what the session had used when this invocation began (the limits count from it)
 
     @classmethod
     def of(cls, agent: Any, session_id: str = "") -> Deps:
@@ -95,6 +96,11 @@ class Deps:
 
     def elapsed(self) -> float:
         return time.monotonic() - self.started
+
+    def begin_invocation(self, value: RunState) -> None:
+        """A new invocation (a prompt, a resume): the limits count from what ``value`` has used so far."""
+        self.started = time.monotonic()
+        self.spent = Spent(value.num_turns, value.usage, value.tool_calls)
 
     @cached_property
     def outputs(self) -> Path:

@@ -64,6 +64,7 @@ class Recover:
 class Compact:
     trigger: str = "auto"  # auto (the history neared the context window) | manual (/compact, drivetrain compact)
     then: Done | None = None  # a finished run compacted by hand stays finished
+    focus: str = ""  # what the summary should keep above all (``/compact FOCUS``)
 
 
 @dataclass(frozen=True)
@@ -188,8 +189,9 @@ def state_to_json(state: State) -> dict:
                 "usage": r.usage.to_wire(), "model": r.model, "id": r.id}}
         case RunNode(name=n, then=then):
             return {"type": "RunNode", "name": n, "then": state_to_json(then)}
-        case Compact(trigger=t, then=then):
-            return {"type": "Compact", "trigger": t, "then": state_to_json(then) if then else None}
+        case Compact(trigger=t, then=then, focus=f):
+            return {"type": "Compact", "trigger": t, "then": state_to_json(then) if then else None,
+                    **({"focus": f} if f else {})}
         case Done() as d:
             return {"type": "Done", "subtype": d.subtype, "stop_reason": d.stop_reason, "result": d.result,
                     "note": d.note}
@@ -218,7 +220,7 @@ def state_from_json(d: dict) -> State:
             return RunNode(d["name"], state_from_json(d["then"]))
         case "Compact":
             then = state_from_json(d["then"]) if d.get("then") else None
-            return Compact(d.get("trigger", "auto"), then if isinstance(then, Done) else None)
+            return Compact(d.get("trigger", "auto"), then if isinstance(then, Done) else None, d.get("focus", ""))
         case "Done":
             return Done(d["subtype"], d.get("stop_reason"), d.get("result", ""), d.get("note", ""))
     raise ValueError(f"unknown state in a saved run: {d['type']!r}")

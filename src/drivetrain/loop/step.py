@@ -113,6 +113,7 @@ async def submit_prompt(s: SubmitPrompt, w: Draft) -> CallModel | RunNode | Done
     if isinstance(admitted.verdict, Deny):
         return Done("prompt_blocked", None, admitted.verdict.message)
     w.prompts += 1
+    w.warned = ()  # a new invocation: its limits are warned about afresh
     blocks = (TextBlock(s.prompt), *(TextBlock(c) for c in admitted.context))
     last = w.history[-1] if w.history else None
     if last is not None and last.role == "user":  # e.g. resumed after an interruption: one user turn, not two
@@ -125,8 +126,10 @@ async def submit_prompt(s: SubmitPrompt, w: Draft) -> CallModel | RunNode | Done
 async def call_model(s: CallModel, w: Draft) -> RunTools | Recover | CallModel | Compact | RunNode | Done:
     a, p = w.deps.agent, w.deps.agent.profile
     if not s.final:
-        measured = budget.measures(a.budget, a.max_turns, turns=w.num_turns, usage=w.usage, model=a.model.name,
-                                   elapsed_s=w.deps.elapsed(), tool_calls=w.tool_calls)
+        since = w.deps.spent  # the limits count this invocation only
+        measured = budget.measures(a.budget, a.max_turns, turns=w.num_turns - since.turns,
+                                   usage=w.usage - since.usage, model=a.model.name, elapsed_s=w.deps.elapsed(),
+                                   tool_calls=w.tool_calls - since.tool_calls)
         if hit := budget.reached(measured):
             w.emit(LimitReached(*hit))
             if not a.budget.wrap_up:
@@ -136,7 +139,8 @@ async def call_model(s: CallModel, w: Draft) -> RunTools | Recover | CallModel |
         for m in budget.approaching(measured, a.budget.soft, w.warned):
             w.warned += (m[0],)
             w.emit(LimitApproaching(*m))
-    if p.final and not s.final and a.max_turns is not None and w.num_turns == a.max_turns - 1 > 0:
+    if p.final and not s.final and a.max_turns is not None and \
+            w.num_turns - w.deps.spent.turns == a.max_turns - 1 > 0:
         s = CallModel(s.max_tokens, final="turn_limit")
     if s.final:
         w.ask(FINAL_ASK.get(s.final) or LIMIT_ASK.format(limit=budget.NAMES[s.final]))
@@ -310,7 +314,7 @@ async def compact(s: Compact, w: Draft) -> CallModel | Done:
         w.emit(Compacted(s.trigger, before, before, failed=verdict.message))
         return go_on
     window = context_window(a)
-    request = compaction.summary_request(w.history, a.system, window)
+    request = compaction.summary_request(w.history, a.system, window, s.focus)
     failed = ""
     try:
         response = await w.deps.model.respond(request)

@@ -29,7 +29,6 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
-from drivetrain.loop.budget import total_tokens
 from drivetrain.loop.events import Event
 from drivetrain.agent import Agent
 from drivetrain.loop.result import RunResult
@@ -261,7 +260,7 @@ class Scheduler:
         observers = list(agent.observers)
         if self.on_event is not None:
             observers.append(lambda e, i=step.id: self.emit("agent", i, event=e))
-        return replace(agent, observers=observers)  # a copy of its own: a retry raises its limits
+        return replace(agent, observers=observers)  # a copy of its own
 
     def seed(self, step: Step) -> str:
         """The step's first user message: its goal verbatim, then the final answers of what it depends on."""
@@ -308,7 +307,7 @@ class Scheduler:
                         node.status, node.error, node.result = "failed", failure, result.result
                         return "failed"
                 break
-            _another_try(agent, step, result)
+            # each try gets the step's own budget again: the limits count from the prompt (loop/budget.py)
             run.submit(f"The step is not done yet. {failure}\n\nFix this, then end your turn."
                        + (f"\n\nGuidance from the person: {guidance}" if guidance else ""))
 
@@ -353,14 +352,6 @@ class Scheduler:
         if inspect.isawaitable(answer):
             answer = await answer
         return answer or None
-
-
-def _another_try(agent: Agent, step: Step, result: RunResult) -> None:
-    """The step's own budget again, on top of what its session has used (the loop counts from its start)."""
-    if step.max_turns is not None:
-        agent.max_turns = result.num_turns + step.max_turns
-    if step.max_tokens is not None and agent.budget.tokens is not None:
-        agent.budget = replace(agent.budget, tokens=total_tokens(result.usage) + step.max_tokens)
 
 
 async def run_check(command: str, cwd: Path, timeout: float = CHECK_TIMEOUT_S) -> tuple[int, str]:
