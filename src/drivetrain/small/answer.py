@@ -60,8 +60,8 @@ def facts(before: dict[str, bytes], now: dict[str, bytes], calls: Sequence[Call]
         out = call.output.strip()
         head = out.splitlines()[0][:100] if out else ""
         how = "failed" if call.failed else "exit 0"
-        rows.append(f"- ran `{call.command.strip()[:120]}`: {how}" + (f", printed {head!r}" if head else ", printed nothing")
-                    + (" …" if out.count("\n") else ""))
+        printed = f", printed {head!r}" + (" …" if out.count("\n") else "") if head else ", printed nothing"
+        rows.append(f"- ran `{call.command.strip()[:120]}`: {how}{printed}")
     if not rows:
         return ""
     if not changed:
