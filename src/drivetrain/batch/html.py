@@ -7,6 +7,7 @@ from html import escape
 
 from drivetrain.batch.results import TaskResult
 from drivetrain.batch.summary import failure_kind, summarize
+from drivetrain.sessions.html import PAGE_HEAD
 
 COLOR = {"pass": "#4caf50", "fail": "#f0ad4e", "error": "#d9534f"}
 W, H, LEFT, TOP, BOTTOM = 880, 220, 70, 16, 24  # a per-run chart's size and margins, in px
@@ -83,13 +84,7 @@ def _runs(results: list[TaskResult], usd) -> str:
         for r in results)
 
 
-_PAGE = """<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>{title}</title>
-<style>
-body {{ font: 14px/1.4 system-ui, sans-serif; margin: 24px; color: #222; }}
-table {{ border-collapse: collapse; margin: 12px 0; }}
-th, td {{ border: 1px solid #ddd; padding: 3px 8px; text-align: left; vertical-align: top; }}
-tr.fail td:nth-child(2) {{ color: #b35900; }} tr.error td:nth-child(2) {{ color: #c9302c; }}
+_PAGE = PAGE_HEAD + """tr.fail td:nth-child(2) {{ color: #b35900; }} tr.error td:nth-child(2) {{ color: #c9302c; }}
 svg .axis {{ font-size: 11px; fill: #555; }}
 </style></head>
 <body>

@@ -161,13 +161,16 @@ def _short(n: float) -> str:
     return f"{n / 1e3:.0f}k" if n >= 1e4 else f"{n / 1e3:.1f}k" if n >= 1e3 else f"{n:.0f}"
 
 
-_PAGE = """<!doctype html>
+# The start of a self-contained page and its common style (a format string: {title}), shared with the sweep report
+PAGE_HEAD = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{title}</title>
 <style>
 body {{ font: 14px/1.4 system-ui, sans-serif; margin: 24px; color: #222; }}
 table {{ border-collapse: collapse; margin: 12px 0; }}
 th, td {{ border: 1px solid #ddd; padding: 3px 8px; text-align: left; vertical-align: top; }}
-table.turns td {{ text-align: right; font-variant-numeric: tabular-nums; }}
+"""
+
+_PAGE = PAGE_HEAD + """table.turns td {{ text-align: right; font-variant-numeric: tabular-nums; }}
 table.turns td:nth-child(2), table.turns td:nth-child(3) {{ text-align: left; }}
 .flag {{ color: #b35900; font-size: 12px; }}
 svg .axis {{ font-size: 11px; fill: #555; }}
