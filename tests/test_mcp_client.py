@@ -199,11 +199,13 @@ def test_interactive_mode_asks_before_a_project_server_starts_and_keeps_the_answ
     """Asked with the full command line; the answer is kept where the approval of a later run is read (the test
     above shows a kept approval starting the server without a question)."""
     import pexpect
-    from test_interactive import env_for, leave
 
     marker = project_server(tmp_path)
     with ScriptedServer([]) as server:
-        child = pexpect.spawn(DRIVETRAIN, cwd=str(tmp_path), env=env_for(server), encoding="utf-8", timeout=180,
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "OPENAI_"))}
+        env.update({"ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_API_KEY": "sk-test", "TERM": "xterm",
+                    "PROMPT_TOOLKIT_NO_CPR": "1"})
+        child = pexpect.spawn(DRIVETRAIN, cwd=str(tmp_path), env=env, encoding="utf-8", timeout=180,
                               dimensions=(40, 400))
         child.delaybeforesend = None
         child.expect_exact("wants to start the MCP server 'proj':")
@@ -212,7 +214,10 @@ def test_interactive_mode_asks_before_a_project_server_starts_and_keeps_the_answ
         assert not marker.exists()  # nothing ran before the answer
         child.sendline("y")
         child.expect_exact("/exit to leave")
-        assert leave(child) == 0
+        child.send("/exit\r")
+        child.expect(pexpect.EOF)
+        child.close()
+        assert child.exitstatus == 0
     assert marker.exists()
     local = json.loads((tmp_path / ".drivetrain" / "settings.local.json").read_text())
     assert local["enabledMcpjsonServers"] == ["proj"]

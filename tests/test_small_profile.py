@@ -951,8 +951,8 @@ async def test_a_quoted_output_is_compared_with_what_the_command_prints(tmp_path
     await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": "python3 greet.py"},
                           "tool_response": {"content": "Hello, Ada!"}})
     assert await checks.failures("完成。") == [
-        "The task asks for exactly 'Hello, Ada.', but `python3 greet.py` prints 'Hello, Ada!'. Make it print exactly "
-        "that line, then run it again."]
+        "The task asks for exactly 'Hello, Ada.', but `python3 greet.py` prints 'Hello, Ada!'. Line 1 of greet.py "
+        "prints it: `print(\"Hello, Ada!\")`. Make it print exactly that line, then run it again."]
     (tmp_path / "greet.py").write_text('print("Hello, Ada.")\n')
     assert await checks.failures("完成：greet.py 现在输出 Hello, Ada.") == []
 
