@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-from drivetrain.servers.client import Connection, McpTool, timeouts
 from drivetrain.servers.config import ServerSpec
+
+if TYPE_CHECKING:
+    from drivetrain.servers.client import Connection, McpTool
 
 
 def _stderr(line: str) -> None:
@@ -20,9 +22,12 @@ class McpServers:
     (``MCP_TIMEOUT``), so none delays the first model request longer; ``close`` ends them."""
 
     def __init__(self, specs: list[ServerSpec], cwd: Path, note: Callable[[str], None] = _stderr):
-        start, call = timeouts()
-        self.connections = [Connection(s, cwd, note, start, call) for s in specs]
+        self.connections: list[Connection] = []
         self.cwd = cwd
+        if specs:  # the SDK (about 1 s to import) loads only when there is a server to talk to
+            from drivetrain.servers.client import Connection, timeouts
+            start, call = timeouts()
+            self.connections = [Connection(s, cwd, note, start, call) for s in specs]
 
     async def start(self) -> None:
         await asyncio.gather(*(c.start() for c in self.connections))
@@ -30,6 +35,9 @@ class McpServers:
     def tools(self, policy: Any = None) -> list[McpTool]:
         """Every tool of every started server, less those a deny rule forbids whatever the input (not offered:
         the model need not learn of them). A call to one is still decided by the policy like any call."""
+        if not self.connections:
+            return []
+        from drivetrain.servers.client import McpTool
         out = [McpTool(c, t) for c in self.connections if not c.failed for t in c.tools]
         if policy is None:
             return out
