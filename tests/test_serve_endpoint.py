@@ -180,7 +180,9 @@ def test_anthropic_fields_reach_the_provider_as_sent():
             system=[{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}],
             messages=[{"role": "user", "content": [image, {"type": "text", "text": "What is this?"}]}])
         assert msg.stop_reason == "tool_use" and msg.content[0].input == {"city": "Oslo"}
-        assert any("POST /v1/messages 200" in line and " in=" in line and " out=" in line for line in server.lines)
+        # the access line is written once the response is sent: the client may read it first
+        until(lambda: any("POST /v1/messages 200" in line and " in=" in line and " out=" in line
+                          for line in server.lines))
 
 
 def test_openai_fields_translated_for_the_anthropic_provider():
