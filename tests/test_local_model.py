@@ -78,6 +78,24 @@ async def test_tool_use_through_the_model_protocol(model):
     assert response.usage.input_tokens + response.usage.cache_read_input_tokens == model.last_stats.prompt_tokens
 
 
+async def test_a_tool_call_being_generated_reports_its_rate_while_it_runs(model):
+    """A tool call streams no text, so the interactive screen reads the generation's rate from ``live``."""
+    import asyncio
+
+    task = asyncio.ensure_future(model.respond(request([Message.user("Read the file README.md.")])))
+    seen: list[float] = []
+    while not task.done():
+        live = model.live
+        rate = live.tokens_per_s() if live is not None else None
+        if rate:
+            seen.append(rate)
+        await asyncio.sleep(0.01)
+    response = task.result()
+    assert response.stop_reason == "tool_use" and response.usage.output_tokens > 2
+    assert seen and all(r > 0 for r in seen)
+    assert model.live is None  # idle again: the screen shows no rate between requests
+
+
 async def test_end_turn_text_streams(model):
     pieces: list[str] = []
     req = ModelRequest([Message.user("What is 2 + 2? Reply with just the number.")], max_tokens=16, on_text=pieces.append)

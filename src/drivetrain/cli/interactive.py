@@ -50,7 +50,7 @@ class Streamed:
         return getattr(self.inner, name)  # the context window, the local model's n_ctx …
 
     async def respond(self, request: ModelRequest) -> ModelResponse:
-        self.screen.model_started()
+        self.screen.model_started(self.live_rate)
         tokens, rate = 0, None
         try:
             response = await self.inner.respond(dataclasses.replace(request, on_text=self.screen.model_text))
@@ -59,15 +59,23 @@ class Streamed:
         finally:
             self.screen.model_stopped(tokens, rate)
 
+    def _local(self):
+        """The local model under any wrappers (it measures its own generation), else None."""
+        model = self.inner
+        while model is not None and not hasattr(model, "last_stats"):
+            model = getattr(model, "inner", None)
+        return model
+
     def generation_rate(self) -> float | None:
         """llama.cpp's tokens/s from the first token to the last (the local model's ``last_stats``), if known."""
-        model = self.inner
-        while model is not None:
-            stats = getattr(model, "last_stats", None)
-            if stats is not None:
-                return stats.generation_tokens_per_s or None
-            model = getattr(model, "inner", None)
-        return None
+        stats = getattr(self._local(), "last_stats", None)
+        return stats.generation_tokens_per_s or None if stats is not None else None
+
+    def live_rate(self) -> float | None:
+        """Tokens/s of the local model's generation while it runs (tool calls included, which stream no
+        text), None before its first token or for a remote model."""
+        live = getattr(self._local(), "live", None)
+        return live.tokens_per_s() if live is not None else None
 
 
 class TerminalUI:

@@ -11,6 +11,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 from rich.console import Console, Group
 from rich.live import Live
@@ -91,6 +92,7 @@ class Screen:
         self._running: dict[str, tuple[ToolUseBlock, float]] = {}
         self._spinners: dict[str, Spinner] = {}  # one per line, so each turns from its own start
         self._pieces = 0  # streamed pieces of the reply: a local model streams one a token
+        self._rate: Callable[[], float | None] = lambda: None  # the running generation's tokens/s, if measured
         self._diffs: dict[str, str] = {}  # call id -> its diff, until shown
         self.last_rate: float | None = None  # tokens/s of the last reply
 
@@ -125,8 +127,9 @@ class Screen:
 
     # -- the model's reply, as it comes
 
-    def model_started(self) -> None:
-        self._model_since, self._streamed, self._pieces = time.monotonic(), "", 0
+    def model_started(self, rate: Callable[[], float | None] = lambda: None) -> None:
+        """A request is out: ``rate`` gives the generation's tokens/s so far when the model measures it."""
+        self._model_since, self._streamed, self._pieces, self._rate = time.monotonic(), "", 0, rate
         self._refresh()
 
     def model_text(self, piece: str) -> None:
@@ -230,8 +233,9 @@ class Screen:
         if self._model_since is not None:
             took = now - self._model_since
             label = f"thinking {g.sep} {took:.0f}s"
-            if self._pieces > 4 and took > 0:
-                label += f" {g.sep} {self._pieces / took:.1f} tok/s"
+            rate = self._rate() or (self._pieces / took if self._pieces > 4 and took > 0 else None)
+            if rate:
+                label += f" {g.sep} {rate:.1f} tok/s"
             tail = " ".join(self._streamed.split())[-max(self.console.width - len(label) - 8, 0):]
             rows.append(self._spinner("model", Text(label + (f" {g.sep} {tail}" if tail else ""), style="dim")))
         for call, since in self._running.values():

@@ -51,6 +51,21 @@ class GenerationStats:
         return (self.output_tokens - 1) / self.generation_s if self.output_tokens > 1 and self.generation_s else 0.0
 
 
+class GenerationProgress:
+    """The generation running now, read from another thread by a display (plain attribute writes only)."""
+
+    def __init__(self) -> None:
+        self.first_token_at: float | None = None  # perf_counter at the first token; None while the prompt is read
+        self.tokens = 0
+
+    def tokens_per_s(self) -> float | None:
+        """Tokens/s from the first token until now, as ``GenerationStats`` counts it once the reply is in."""
+        if self.first_token_at is None or self.tokens < 2:
+            return None
+        took = time.perf_counter() - self.first_token_at
+        return (self.tokens - 1) / took if took > 0 else None
+
+
 @functools.cache
 def _llama_class():
     try:
@@ -163,6 +178,7 @@ class LocalModel:
         self.constrained = constrained
         self.max_output_tokens = max_output_tokens
         self.last_stats: GenerationStats | None = None
+        self.live: GenerationProgress | None = None  # the generation running now, if any
         # Keep the KV state of the fixed prompt prefix (the system turn) on disk, so a new process starts
         # generating in a second instead of evaluating ~1k tokens first. The small profile turns it on.
         self.prefix_cache = False
@@ -265,15 +281,18 @@ class LocalModel:
         prompt_eval = 0
         started = time.perf_counter()
         first = started
+        self.live = GenerationProgress()
         gen = llm.generate(prompt, grammar=grammar, reset=True, **sampling)
         try:
             for token in gen:
                 if not tokens:
                     first, prompt_eval = time.perf_counter(), llm.evaluated
+                    self.live.first_token_at = first
                 if cancel.is_set() or _is_end_of_generation(llm, token):
                     stop = "end_turn"
                     break
                 tokens.append(token)
+                self.live.tokens = len(tokens)
                 piece = decoder.decode(llm.detokenize([token]))
                 text += piece
                 hit = next((s for s in stops if s in text[-(len(s) + len(piece)):]), None)
@@ -285,6 +304,7 @@ class LocalModel:
                     break
         finally:
             gen.close()
+            self.live = None
         text += decoder.decode(b"", final=True)
         self.last_stats = GenerationStats(
             prompt_tokens=len(prompt), prompt_eval_tokens=prompt_eval, output_tokens=len(tokens),
