@@ -373,6 +373,20 @@ async def test_checks_rerun_the_tests_the_model_ran_and_flag_unread_rewrites(tmp
                                          "sure they pass."]
 
 
+async def test_an_unquoted_runner_takes_paths_and_options_not_the_prose_after_it(tmp_path):
+    """"The pytest suite fails. Fix …" named the command `pytest suite fails. Fix alerts.py …`, which the model ran."""
+    (tmp_path / "alerts.py").write_text("def is_even(n):\n    return n % 2 == 1\n")
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_alerts.py").write_text("from alerts import is_even\n\n\ndef test_even():\n"
+                                                       "    assert is_even(2)\n")
+    checks = WorkChecks(tmp_path)
+    await checks.on_prompt({"prompt": "The pytest suite fails. Fix alerts.py so that the tests pass; do not change "
+                                      "the tests. Or run pytest tests/test_alerts.py::test_even -q for one."})
+    assert checks._named() == ["pytest", "pytest tests/test_alerts.py::test_even -q"]
+    assert await checks.failures("") == ["The task is about tests, but you have not run them. Run them (`pytest`) "
+                                         "and make sure they pass."]
+
+
 async def test_a_named_command_never_run_is_the_next_call(tmp_path):
     (tmp_path / "calc.py").write_text("def add(a, b):\n    return a - b\n")
     (tmp_path / "test_calc.py").write_text("from calc import add\nassert add(2, 2) == 4\n")

@@ -55,9 +55,10 @@ _HTML_TAGS = {"html", "head", "body", "div", "span", "p", "a", "b", "i", "ul", "
               "tr", "td", "th", "title", "script", "style", "pre", "code", "h1", "h2", "h3", "em", "strong"}
 _NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w.]*\d)")
 # A command the task names: in backticks, or a script run by its interpreter, or a test runner.
+# Unquoted, a runner takes only options and paths: in "The pytest suite fails" the command is `pytest`, not the prose.
 _NAMED_CMD = re.compile(r"`([^`\n]+)`|(?<![A-Za-z0-9_])((?:python3?|bash|sh|node)\s+[A-Za-z0-9_./-]+\.(?:py|sh|js)"
                         r"(?:[ \t]+(?:-{1,2}[A-Za-z0-9_=-]+|-?\d+(?:\.\d+)?|[A-Za-z0-9_./-]+\.[A-Za-z0-9]+))*"
-                        r"|pytest\b[A-Za-z0-9_./: -]*)")
+                        r"|pytest(?:[ \t]+(?:-{1,2}[A-Za-z0-9_=-]+|[A-Za-z0-9_.-]*(?:/|\.py\b|::)[A-Za-z0-9_./:-]*))*(?![\w-]|\.\w))")
 _CITATION = re.compile(rf"(?<![A-Za-z0-9_/.-])((?:[A-Za-z0-9_.-]+/)*[A-Za-z0-9_-]+\.{EXTENSIONS}):(\d+)(?![A-Za-z0-9_])")
 # The format token a task uses for a list of places, in any language ("以 path:line 格式")
 _ASKS_CITATION = re.compile(r"(?<![A-Za-z])(?:path|file(?:name)?):line(?![A-Za-z])", re.I)
