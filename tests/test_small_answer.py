@@ -26,7 +26,8 @@ async def test_a_file_the_answer_says_it_wrote_must_exist(tmp_path):
 
 async def test_a_number_no_command_printed_goes_back_with_the_facts(tmp_path):
     (tmp_path / "calc.py").write_text("def score(n):\n    return n * 6\n")
-    checks = await _run(tmp_path, "What does score(7) return in calc.py?", "python3 -c 'import calc'", "", {})
+    # (no call written out: `score(7)` in the task would first have to be run, effects.named_calls)
+    checks = await _run(tmp_path, "What does score return for 7 in calc.py?", "python3 -c 'import calc'", "", {})
     sent = await checks.run(_Ctx("score(7) returns 42."))
     assert "Your answer reports 42, but no command printed it and no file holds it." in sent.text
     assert sent.answer_only
@@ -93,7 +94,7 @@ async def test_the_aid_switched_off_lets_any_answer_through(tmp_path):
 async def test_a_question_answered_with_nothing_the_run_found(tmp_path):
     """Asked what a function returns, the model ran the module (no output) and answered that it ran."""
     (tmp_path / "notify.py").write_text("def steps(n):\n    return n // 2\n")
-    checks = await _run(tmp_path, "notify.py 里 steps(76) 返回什么？", "python3 notify.py", "", {})
+    checks = await _run(tmp_path, "notify.py 里 steps 对 76 返回什么？", "python3 notify.py", "", {})
     [failure] = await checks.failures("The script executed successfully without any output.")
     assert failure.startswith("The task asks a question, and your answer does not give what the run found.")
     assert failure.endswith("Write the answer in Chinese, the language of the task.")

@@ -4,7 +4,7 @@ compared like a quoted one — read from the workspace and the calls, in any lan
 from dataclasses import dataclass
 
 from drivetrain.small.checks import WorkChecks
-from drivetrain.small.effects import left_behind, shown_not_written
+from drivetrain.small.effects import left_behind, left_behind_fixes, shown_not_written
 
 
 @dataclass
@@ -40,6 +40,25 @@ def test_a_moved_function_left_behind_in_its_old_file():
     assert left_behind(["app.py"], before, copied) == []  # a new file the task does not name: a stray, not a move
 
 
+async def test_the_copy_a_move_left_behind_is_removed_by_the_next_call(tmp_path):
+    app = ('"""The app."""\nimport sys\n\n\n@functools.cache\ndef clamp(x, lo, hi):\n    return max(lo, min(x, hi))\n'
+           '\n\ndef main():\n    print(clamp(2, 0, 3))\n\n\nif __name__ == "__main__":\n    main()\n')
+    (tmp_path / "app.py").write_text(app)
+    checks = WorkChecks(tmp_path)
+    await checks.on_prompt({"prompt": "把 app.py 里的 clamp 函数移到新模块 utils.py，app.py 从那里导入。"})
+    (tmp_path / "utils.py").write_text("def clamp(x, lo, hi):\n    return max(lo, min(x, hi))\n")
+    await checks.on_tool({"tool_name": "Write", "tool_input": {"file_path": "utils.py"}, "tool_response": {}})
+    work, _, fixes = await checks._review("")
+    assert any(w.startswith("clamp is now defined both in utils.py (new) and in app.py") for w in work)
+    assert ("Write", {"file_path": "app.py", "content": (
+        '"""The app."""\nimport sys\nfrom utils import clamp\n\n\ndef main():\n    print(clamp(2, 0, 3))\n\n\n'
+        'if __name__ == "__main__":\n    main()\n')}) in fixes
+    (tmp_path / "app.py").write_text(dict(fixes)["Write"]["content"])
+    assert not any("defined both" in w for w in (await checks._review(""))[0])
+    assert left_behind_fixes(["utils.py"], {"app.py": b"def clamp(:\n"}, {"app.py": b"def clamp(:\n",
+                                                                          "utils.py": b"def clamp():\n  pass\n"}) == []
+
+
 async def test_a_line_set_apart_after_a_colon_is_the_exact_output(tmp_path):
     (tmp_path / "summary.py").write_text('print("debug")\nprint("Total orders:  4")\n')
     checks = WorkChecks(tmp_path)
@@ -52,3 +71,26 @@ async def test_a_line_set_apart_after_a_colon_is_the_exact_output(tmp_path):
     assert await checks.failures("完成：summary.py 输出 Total orders: 4") == []
     await checks.on_prompt({"prompt": "Steps:\n1. Run summary.py\n2. Check it prints a total"})  # a list, not a literal
     assert await checks.failures("summary.py prints Total orders: 4") == []
+
+
+async def test_a_call_the_task_writes_out_is_run_once_and_then_not_asked_again(tmp_path):
+    (tmp_path / "reports.py").write_text("def checksum(text):\n    h = 3\n    for ch in text:\n"
+                                         "        h = (h * 33 + ord(ch)) % 997\n    return h\n")
+    checks = WorkChecks(tmp_path)
+    await checks.on_prompt({"prompt": "reports.py 里调用 checksum('falcon')，返回值是什么？checksum(x) 呢？len('ab') 呢？"})
+    command = "python3 - <<'PY'\nfrom reports import checksum\nprint(repr(checksum('falcon')))\nPY"
+    work, _, fixes = await checks._review("checksum('falcon') 返回 914。")
+    assert work == [f"The task writes out the call checksum('falcon'). Run it to see what it returns:\n"
+                    f"```bash\n{command}\n```"]  # not checksum(x) (no literal), not len (no file defines it)
+    assert ("Bash", {"command": command}) in fixes  # with the force aid, the next call is that one
+    code, output = await checks._run_here(command)
+    assert (code, output.strip()) == (0, "914")
+    # a command of the model's own that made the call (either quote) counts; one that failed does not
+    await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": 'python3 -c "import reports; '
+                                                                          'print(reports.checksum(\\"falcon\\"))"'},
+                          "tool_response": {"content": "NameError", "is_error": True}})
+    assert (await checks._review("914"))[0] == work
+    await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": 'python3 -c "from reports import checksum; '
+                                                                          'print(checksum(\\"falcon\\"))"'},
+                          "tool_response": {"content": "914"}})
+    assert (await checks._review("914"))[0] == []

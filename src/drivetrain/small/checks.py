@@ -28,7 +28,7 @@ from pathlib import Path, PurePath
 
 from drivetrain.small.answer import disagreements, facts
 from drivetrain.small.changes import describe, snapshot
-from drivetrain.small.effects import left_behind, shown_not_written
+from drivetrain.small.effects import left_behind, left_behind_fixes, named_calls, shown_not_written
 from drivetrain.control.hooks import Hooks
 from drivetrain.small.codeact import denied_programs, file_block, to_block
 from drivetrain.small.fragments import TOP_DEF, definitions
@@ -166,13 +166,17 @@ class WorkChecks:
     def _fixes(self, now: dict[str, bytes], changed: dict[str, bytes], answer: str) -> tuple[tuple[str, dict], ...]:
         """The calls the next turn must choose from, when a check knows the fix: writing a missing or empty output
         with what the model's code or answer already holds, or the path:line list its own search found; the command that
-        finishes a rename the run began; and the command the task names, never run after the run changed files. A small model told a fix often
-        does something else; made to choose it, it cannot."""
+        finishes a rename the run began; a call the task writes out, never run; the old file of a move, without the
+        copy it kept and importing it instead; and the command the task names, never run after the run changed files.
+        A small model told a fix often does something else; made to choose it, it cannot."""
         known = {n: self._content(n, answer) for n in self._outputs() if self._unwritten(n, now)}
         must = [("Write", {"file_path": n, "content": c[1]}) for n, c in known.items() if c]
         must += [("Bash", {"command": fix}) for n in self._outputs() if (fix := self._cite_into(n))
                  and (n in known and not known[n] or _not_citations(changed.get(n, b"")))]
         must += [("Bash", {"command": fix}) for _, _, _, fix in self._renames(now, changed)]
+        must += [("Bash", {"command": command}) for _, command in self._unrun_calls(now)]
+        named = [m.group(1) for m in FILE_NAME.finditer(self.prompt)]
+        must += [("Write", {"file_path": old, "content": c}) for old, c in left_behind_fixes(named, self.before, now)]
         return tuple(must + [("Bash", {"command": c}) for c in self._named()  # a test run is always worth making
                              if (changed or _TEST_CMD.search(c)) and not self._ran(c)])
 
@@ -207,6 +211,8 @@ class WorkChecks:
         out += left_behind(named, self.before, now) + (shown_not_written(named, self.before, now, self.calls)
                                                        if not changed else [])
         out += await self._tests(run, changed) + await self._named_commands(run, changed) + await self._exact_output(run)
+        out += [f"The task writes out the call {text}. Run it to see what it returns:\n{_fence(command)}"
+                for text, command in self._unrun_calls(now)]
         out += self._claimed(answer, denied) + _arithmetic(answer)
         answer_only = self._unreported(changed, answer)
         if self.agree and not out and not answer_only:  # once the work holds, the answer must agree with it
@@ -520,6 +526,14 @@ class WorkChecks:
         """The commands the task names: in backticks, or a workspace script run by its interpreter, or a runner."""
         named = dict.fromkeys((m.group(1) or m.group(2)).strip() for m in _NAMED_CMD.finditer(self.prompt))
         return [c for c in named if _looks_runnable(c, self.cwd)]
+
+    def _unrun_calls(self, now: dict[str, bytes]) -> list[tuple[str, str]]:
+        """The calls the task writes out of functions the workspace defines that no command of the run made
+        without failing (what a function returns is known by running it, not by reading it)."""
+        same = lambda text: _normal(text).replace('\\"', '"').replace('"', "'")  # noqa: E731 (any quote: one call)
+        made = [same(c.command) for c in self.calls if c.command and not c.failed]
+        return [(text, command) for text, command in named_calls(self.prompt, now)
+                if not any(same(text) in m for m in made)]
 
     def _ran(self, command: str) -> bool:
         return any(_normal(command) in _normal(c.command) for c in self.calls if c.command)

@@ -3,12 +3,17 @@
 - A command printed a reordered or de-duplicated version of a file the task names (``sort -u f``, ``awk '!seen[$0]++'
   f``), and the file did not change: the result was shown, not written.
 - A function the run put in a new file is still defined in the file it came from: a move left a copy behind.
+- A call the task writes out (``checksum('falcon')``) of a function a workspace file defines was never run: what it
+  returns is known only by running it.
 """
 
 from __future__ import annotations
 
+import ast
+import re
 from typing import Protocol, Sequence
 
+from drivetrain.small.codeact import to_command
 from drivetrain.small.fragments import TOP_DEF
 
 HALF = 0.5  # a printed version of a file keeps at least this share of its distinct lines
@@ -52,7 +57,24 @@ def _transformed(lines: list[str], printed: list[str]) -> bool:
 def left_behind(named: Sequence[str], before: dict[str, bytes], now: dict[str, bytes]) -> list[str]:
     """A function or class the run defined in a new .py file the task names that a file it existed in before still
     defines. (A new file the task does not name is a stray: ``WorkChecks._strays``.)"""
+    return [f"{', '.join(names)} is now defined both in {path} (new) and in {old}. Code lives in one place: remove it "
+            f"from {old} and import it there (`from {module} import {', '.join(names)}`), then run what uses it again."
+            for path, old, names, module in _copies(named, before, now)]
+
+
+def left_behind_fixes(named: Sequence[str], before: dict[str, bytes], now: dict[str, bytes]) -> list[tuple[str, str]]:
+    """(old file, its content with the copies removed and imported from the new module instead), for each copy
+    ``left_behind`` finds whose removal leaves valid Python."""
     out = []
+    for _, old, names, module in _copies(named, before, now):
+        content = without_defs(now[old].decode("utf-8", "replace"), names, f"from {module} import {', '.join(names)}")
+        if content is not None:
+            out.append((old, content))
+    return out
+
+
+def _copies(named: Sequence[str], before: dict[str, bytes], now: dict[str, bytes]):
+    """(new file, old file, the names both define, the new file's module)."""
     for path in sorted(now.keys() - before.keys()):
         if not path.endswith(".py") or path not in named:
             continue
@@ -63,9 +85,67 @@ def left_behind(named: Sequence[str], before: dict[str, bytes], now: dict[str, b
             was = set(TOP_DEF.findall(before[old].decode("utf-8", "replace")))
             still = sorted(moved & was & set(TOP_DEF.findall(now[old].decode("utf-8", "replace"))))
             if still:
-                names = ", ".join(still)
-                module = path.removesuffix(".py").replace("/", ".")
-                out.append(f"{names} is now defined both in {path} (new) and in {old}. Code lives in one place: "
-                           f"remove it from {old} and import it there (`from {module} import {names}`), then run what "
-                           f"uses it again.")
-    return out
+                yield path, old, still, path.removesuffix(".py").replace("/", ".")
+
+
+def without_defs(source: str, names: Sequence[str], import_line: str) -> str | None:
+    """``source`` without its top-level definitions of ``names`` (decorators included), ``import_line`` after its
+    leading imports; None when the source does not parse, or the result would not."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    lines = source.splitlines(keepends=True)
+    drop = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name in names:
+            start = min([node.lineno, *(d.lineno for d in node.decorator_list)]) - 1
+            drop.update(range(start, node.end_lineno))
+    kept = [ln for i, ln in enumerate(lines) if i not in drop]
+    at = 0  # after the docstring and imports the module starts with
+    for i, node in enumerate(tree.body):
+        docstring = i == 0 and isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+        if not (docstring or isinstance(node, (ast.Import, ast.ImportFrom))):
+            break
+        at = node.end_lineno
+    kept.insert(at, import_line + "\n")
+    result = re.sub(r"\n{4,}", "\n\n\n", "".join(kept))
+    try:
+        ast.parse(result)
+    except SyntaxError:
+        return None
+    return result
+
+
+# a call written out in a task, in any language: a name, then parentheses (its arguments are read by ``ast``)
+_CALL = re.compile(r"(?<![\w.])([A-Za-z_]\w*)\(([^()\n]{0,200})\)")
+
+
+def named_calls(prompt: str, files: dict[str, bytes]) -> list[tuple[str, str]]:
+    """(the call as the task writes it, the command that prints what it returns) for each call in the task of a
+    top-level function a .py file of the workspace defines, with literal arguments (``f(3, 'a')``, not ``f(x)``)."""
+    defined: dict[str, str] = {}
+    for path in sorted(files):
+        if path.endswith(".py") and not path.rsplit("/", 1)[-1].startswith("test_"):
+            for name in TOP_DEF.findall(files[path].decode("utf-8", "replace")):
+                defined.setdefault(name, path.removesuffix(".py").replace("/", "."))
+    out = []
+    for m in _CALL.finditer(prompt):
+        name, text = m.group(1), m.group(0)
+        if name not in defined or not _literal_args(m.group(2)):
+            continue
+        out.append((text, to_command("python", f"from {defined[name]} import {name}\nprint(repr({text}))")))
+    return list(dict.fromkeys(out))
+
+
+def _literal_args(args: str) -> bool:
+    try:
+        call = ast.parse(f"f({args})", mode="eval").body
+    except SyntaxError:
+        return False
+    try:
+        for node in [*call.args, *(k.value for k in call.keywords)]:
+            ast.literal_eval(node)
+    except ValueError:
+        return False
+    return True
