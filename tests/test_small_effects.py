@@ -85,7 +85,12 @@ async def test_a_call_the_task_writes_out_is_run_once_and_then_not_asked_again(t
     assert ("Bash", {"command": command}) in fixes  # with the force aid, the next call is that one
     code, output = await checks._run_here(command)
     assert (code, output.strip()) == (0, "914")
-    # a command of the model's own that made the call (either quote) counts; one that failed does not
+    # a command of the model's own that made the call (either quote) and printed counts; one that failed, or that
+    # printed nothing (the value left in a variable), does not
+    await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": "python3 - <<'PY'\nfrom reports import "
+                                                                          "checksum\nr = checksum('falcon')\nPY"},
+                          "tool_response": {"content": "(no output)"}})
+    assert (await checks._review("914"))[0] == work
     await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": 'python3 -c "import reports; '
                                                                           'print(reports.checksum(\\"falcon\\"))"'},
                           "tool_response": {"content": "NameError", "is_error": True}})

@@ -528,10 +528,12 @@ class WorkChecks:
         return [c for c in named if _looks_runnable(c, self.cwd)]
 
     def _unrun_calls(self, now: dict[str, bytes]) -> list[tuple[str, str]]:
-        """The calls the task writes out of functions the workspace defines that no command of the run made
-        without failing (what a function returns is known by running it, not by reading it)."""
+        """The calls the task writes out of functions the workspace defines that no command of the run made and
+        printed something (what a function returns is known by running it, not by reading it; a script that calls
+        it and prints nothing shows nothing)."""
         same = lambda text: _normal(text).replace('\\"', '"').replace('"', "'")  # noqa: E731 (any quote: one call)
-        made = [same(c.command) for c in self.calls if c.command and not c.failed]
+        made = [same(c.command) for c in self.calls
+                if c.command and not c.failed and c.output.strip() and not c.output.startswith("(no output)")]
         return [(text, command) for text, command in named_calls(self.prompt, now)
                 if not any(same(text) in m for m in made)]
 
