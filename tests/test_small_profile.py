@@ -874,6 +874,23 @@ async def test_a_claim_about_a_denied_command_and_an_answer_sent_back_after_the_
     assert (tmp_path / "total.txt").read_text() == "2\n"  # a text block is the whole file (merged, it held "3\n2")
 
 
+async def test_a_forced_whole_file_is_written_whole_so_the_copy_a_move_kept_goes(tmp_path):
+    """A file block is merged into its file def by def, so a block could never remove a def: the block of a forced
+    Write (here the old file of a move, without the copy) is that Write."""
+    (tmp_path / "app.py").write_text("import sys\n\n\ndef clamp(x):\n    return max(0, x)\n\n\nprint(clamp(-2))\n")
+    fixed = "import sys\nfrom utils import clamp\n\n\nprint(clamp(-2))\n"
+    steps = [reply("Move it.\n```python utils.py\ndef clamp(x):\n    return max(0, x)\n```"),
+             reply("DONE: clamp moved to utils.py."),
+             reply(f"Remove it.\n```python app.py\n{fixed}```"),  # the block the grammar leaves (scripted here)
+             reply("DONE: clamp moved to utils.py; app.py imports it from there.")]
+    with ScriptedServer(steps) as server:
+        agent = small_agent(server, tmp_path, record=True)
+        result = await agent.run("把 app.py 的 clamp 移到新模块 utils.py。")
+    assert agent.model.requests[2].must_call == (("Write", {"file_path": "app.py", "content": fixed}),)
+    assert [u.name for u in tool_uses(result)] == ["Write", "Write"]
+    assert (tmp_path / "app.py").read_text() == fixed and result.subtype == "success"
+
+
 def test_the_denied_programs_come_from_the_policys_own_messages():
     from drivetrain.messages import Message, ToolResultBlock
     from drivetrain.control.permissions import Policy
