@@ -63,14 +63,32 @@ async def test_a_line_set_apart_after_a_colon_is_the_exact_output(tmp_path):
     (tmp_path / "summary.py").write_text('print("debug")\nprint("Total orders:  4")\n')
     checks = WorkChecks(tmp_path)
     await checks.on_prompt({"prompt": "让 summary.py 只输出这一行：\nTotal orders: 4"})
-    [failure] = await checks.failures("完成：summary.py")  # never run by the model: the check runs the named script
+    [failure], _, fixes = await checks._review("完成：summary.py")  # never run by the model: the check runs it
     assert failure == ("The task asks for exactly 'Total orders: 4', but `python3 summary.py` prints 'debug\\nTotal "
                        "orders:  4'. Line 2 of summary.py prints it: `print(\"Total orders:  4\")`. Make it print "
-                       "exactly that line, then run it again.")
+                       "exactly that line, then run it again. Changing that line of summary.py does it, or that line "
+                       "and no other print (if the task wants that line alone).")
+    # found by running the script (each print recorded), each version run before it is offered: the next call
+    assert fixes == (("Write", {"file_path": "summary.py", "content": 'print("debug")\nprint("Total orders: 4")\n'}),
+                     ("Write", {"file_path": "summary.py", "content": 'print("Total orders: 4")\n'}))
     (tmp_path / "summary.py").write_text('print("Total orders: 4")\n')
     assert await checks.failures("完成：summary.py 输出 Total orders: 4") == []
     await checks.on_prompt({"prompt": "Steps:\n1. Run summary.py\n2. Check it prints a total"})  # a list, not a literal
     assert await checks.failures("summary.py prints Total orders: 4") == []
+
+
+async def test_an_exact_output_is_repaired_only_where_the_printed_text_stands_in_the_source(tmp_path):
+    from drivetrain.small.exact import repairs
+
+    checks = WorkChecks(tmp_path)
+    src = 'def main():\n    if True:\n        print("x")\n    n = 3\n    print(f"Total:  {n}")\n\n\nmain()\n'
+    assert await repairs(checks._run_here, "s.py", src, "Total: 3") == [
+        src.replace("Total:  ", "Total: "),
+        'def main():\n    if True:\n        pass\n    n = 3\n    print(f"Total: {n}")\n\n\nmain()\n']
+    # the value is computed, not written where it is printed: no line to change, so nothing is offered
+    assert await repairs(checks._run_here, "s.py", 'n = 4\nprint("Total:", n * 2 - 4)\n', "Total: 3") == []
+    assert await repairs(checks._run_here, "s.py", 'print("Total: 3")\n', "Total: 3") == []  # already right
+    assert await repairs(checks._run_here, "s.py", "print(1/0)\n", "Total: 3") == []  # fails: no print to go by
 
 
 async def test_a_call_the_task_writes_out_is_run_once_and_then_not_asked_again(tmp_path):

@@ -984,7 +984,8 @@ async def test_a_quoted_output_is_compared_with_what_the_command_prints(tmp_path
                           "tool_response": {"content": "Hello, Ada!"}})
     assert await checks.failures("完成。") == [
         "The task asks for exactly 'Hello, Ada.', but `python3 greet.py` prints 'Hello, Ada!'. Line 1 of greet.py "
-        "prints it: `print(\"Hello, Ada!\")`. Make it print exactly that line, then run it again."]
+        "prints it: `print(\"Hello, Ada!\")`. Make it print exactly that line, then run it again. Changing that line "
+        "of greet.py does it."]  # (found by running it: small/exact.py)
     (tmp_path / "greet.py").write_text('print("Hello, Ada.")\n')
     assert await checks.failures("完成：greet.py 现在输出 Hello, Ada.") == []
 

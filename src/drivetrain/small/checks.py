@@ -23,12 +23,12 @@ import os
 import re
 import shutil
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable
 from pathlib import Path, PurePath
 
 from drivetrain.small.answer import disagreements, facts
 from drivetrain.small.changes import describe, snapshot
 from drivetrain.small.effects import left_behind, left_behind_fixes, named_calls, shown_not_written
+from drivetrain.small.exact import Runner, repairs
 from drivetrain.control.hooks import Hooks
 from drivetrain.small.codeact import denied_programs, file_block, to_block
 from drivetrain.small.fragments import TOP_DEF, definitions
@@ -71,7 +71,6 @@ _QUOTED = re.compile(r'"([^"\n]{1,200})"|“([^”\n]{1,200})”|「([^」\n]{1,
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _SCRIPT_RUN = re.compile(r"(?:python3?|node|bash|sh)\s+[\w./-]+(?:\s+[\w./=-]+)*")
 _DEFINED = re.compile(r"^[ \t]*(?:async[ \t]+)?(?:def|class)[ \t]+([A-Za-z_]\w*)", re.M)
-Runner = Callable[[str], Awaitable[tuple[int | None, str]]]  # a command -> (exit code or None if not run, output)
 _IDENT = re.compile(r"`([A-Za-z_][\w.]*)`|(?<![A-Za-z0-9_])([A-Za-z_][A-Za-z0-9_]*_[A-Za-z0-9_]*|[a-z]+[A-Z][A-Za-z0-9_]*)(?![A-Za-z0-9_])")
 
 
@@ -101,6 +100,7 @@ class WorkChecks:
     shown: str = ""  # what was shown with the task (the files it names): counts as seen for ``_shown``
 
     _sent: dict[str, int] = field(default_factory=dict)  # send-backs this prompt: "work", "answer"
+    _repaired: list[tuple[str, str]] = field(default_factory=list)  # (script, version printing the quoted line)
 
     name: str = "WorkChecks"  # a node of the loop (nodes.py), entered when the model wants to stop …
     at: NodePoint = "end_turn"
@@ -175,6 +175,7 @@ class WorkChecks:
                  and (n in known and not known[n] or _not_citations(changed.get(n, b"")))]
         must += [("Bash", {"command": fix}) for _, _, _, fix in self._renames(now, changed)]
         must += [("Bash", {"command": command}) for _, command in self._unrun_calls(now)]
+        must += [("Write", {"file_path": script, "content": v}) for script, v in self._repaired]
         named = [m.group(1) for m in FILE_NAME.finditer(self.prompt)]
         must += [("Write", {"file_path": old, "content": c}) for old, c in left_behind_fixes(named, self.before, now)]
         return tuple(must + [("Bash", {"command": c}) for c in self._named()  # a test run is always worth making
@@ -564,6 +565,7 @@ class WorkChecks:
         own after a colon): the command is run again — the one the task names, else the script the model last ran,
         else the script the task names — and an output line like the quoted one but not exactly it goes back with
         both (an extra ``!``, a missing space)."""
+        self._repaired = []
         quoted = [q for m in _QUOTED.finditer(self.prompt) for q in m.groups() if q and q.strip()] + _set_apart(self.prompt)
         quoted = [q for q in dict.fromkeys(quoted) if not _looks_runnable(q, self.cwd) and not FILE_NAME.fullmatch(q)]
         commands = [c for c in self._named() if not _TEST_CMD.search(c) and self._ran(c)] or \
@@ -584,8 +586,19 @@ class WorkChecks:
                     printed = near if len(lines) == 1 else "\n".join(lines[:10])
                     where = _printed_by(command, near, self._last)
                     out.append(f"The task asks for exactly {q!r}, but `{command.strip()}` prints {printed!r}.{where} "
-                               "Make it print exactly that line, then run it again.")
+                               "Make it print exactly that line, then run it again." + await self._repair(run, command, q))
         return out
+
+    async def _repair(self, run: Runner, command: str, quoted: str) -> str:
+        """The script's versions that print ``quoted`` (small/exact.py), kept for ``_fixes``; what they are."""
+        words = command.split()
+        script = words[1] if len(words) == 2 and words[0] in ("python", "python3") else None
+        if script is None or script not in self._last:
+            return ""
+        versions = await repairs(run, script, self._last[script].decode("utf-8", "replace"), quoted)
+        self._repaired += [(script, v) for v in versions]
+        return (f" Changing that line of {script} does it" + (", or that line and no other print (if the task wants "
+                "that line alone)" if len(versions) > 1 else "") + ".") if versions else ""
 
     def _has_tests(self) -> bool:
         return any(re.search(r"(^|/)(test_\w+|\w+_test)\.py$|(^|/)tests?/", p) for p in self.before)
