@@ -665,6 +665,21 @@ async def test_a_rename_must_leave_no_old_name_behind(tmp_path):
     assert await checks.failures("Renamed it in a.py and b.py.") == []
 
 
+async def test_a_rename_of_another_name_than_the_task_names_is_not_finished_for_it(tmp_path):
+    """Asked to rename merge_note, the 1.5B renamed report to the new name; the check then forced the rest of it."""
+    (tmp_path / "notify.py").write_text("def merge_note(x):\n    return x\n\n\ndef report(rows):\n    return rows\n")
+    (tmp_path / "main.py").write_text("from notify import report\nprint(report([1]))\n")
+    checks = WorkChecks(tmp_path)
+    await checks.on_prompt({"prompt": "项目里的 merge_note 统一改名叫 summarize_order，保证 main.py 还能跑。"})
+    (tmp_path / "main.py").write_text("from notify import summarize_order\nprint(report([1]))\n")
+    assert not any(f.startswith("You renamed") for f in await checks.failures("改好了。"))
+    (tmp_path / "main.py").write_text("from notify import report\nprint(report([1]))\n")
+    (tmp_path / "notify.py").write_text("def summarize_order(x):\n    return x\n\n\ndef report(rows):\n    return rows\n")
+    (tmp_path / "main.py").write_text("from notify import report\nprint(report([1]))\nprint(merge_note(2))\n")
+    [failure] = [f for f in await checks.failures("改好了。") if f.startswith("You renamed")]
+    assert failure.startswith("You renamed merge_note to summarize_order, but merge_note still occurs at main.py:3")
+
+
 async def test_the_call_after_a_half_done_rename_must_be_the_sed_that_finishes_it(tmp_path):
     (tmp_path / "a.py").write_text("def compute_ticket():\n    return 1\n")
     (tmp_path / "b.py").write_text("from a import compute_ticket\nprint(compute_ticket())\n")

@@ -386,9 +386,10 @@ class WorkChecks:
     def _renames(self, now: dict[str, bytes], changed: dict[str, bytes]) -> list[tuple[str, str, list[str], str]]:
         """Renames the run began and left half done, read from the run, not the task's words: in a file the run
         changed, a line where one name replaced another that the workspace defined (``def``/``class``) before the
-        run, one of the two named in the task, and the old name still occurs as a word. (old, new, where it is
+        run, one of the two named in the task (the old one, when the task names any name defined before), and the old
+        name still occurs as a word. (old, new, where it is
         left as path:line, the command that replaces it there)"""
-        asked = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", self.prompt))
+        asked = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", FILE_NAME.sub(" ", self.prompt)))  # main.py: not main
         defined = {n for c in self.before.values() for n in _DEFINED.findall(c.decode("utf-8", "replace"))}
         pairs: dict[tuple[str, str], None] = {}
         for path, content in changed.items():
@@ -406,6 +407,8 @@ class WorkChecks:
         for old, new in pairs:
             if old not in defined or not ({old, new} & asked):
                 continue
+            if old not in asked and (asked & defined) - {new}:
+                continue  # the task names the defined name it means, and not this one: not the rename it asks for
             word = re.compile(rf"(?<![A-Za-z0-9_]){re.escape(old)}(?![A-Za-z0-9_])")
             places = [f"{path}:{i}" for path, content in now.items()
                       for i, line in enumerate(content.decode("utf-8", "replace").splitlines(), 1) if word.search(line)]
