@@ -85,6 +85,9 @@ async def test_an_exact_output_is_repaired_only_where_the_printed_text_stands_in
     assert await repairs(checks._run_here, "s.py", src, "Total: 3") == [
         src.replace("Total:  ", "Total: "),
         'def main():\n    if True:\n        pass\n    n = 3\n    print(f"Total: {n}")\n\n\nmain()\n']
+    # text only the separator puts there: the print of several values is made one f-string first
+    assert await repairs(checks._run_here, "s.py", 'n = 4\nprint("Done:", n, "users", "")\n', "Done: 4 users") == [
+        "n = 4\nprint(f'Done: {n} users')\n"]
     # the value is computed, not written where it is printed: no line to change, so nothing is offered
     assert await repairs(checks._run_here, "s.py", 'n = 4\nprint("Total:", n * 2 - 4)\n', "Total: 3") == []
     assert await repairs(checks._run_here, "s.py", 'print("Total: 3")\n', "Total: 3") == []  # already right

@@ -6,7 +6,8 @@ script is run once with ``print`` recorded (which line printed what), the printe
 quoted one, and the difference is made in the source line that printed it, where that text stands in the source
 (a literal, the constant part of an f-string). A second version also removes every other ``print`` the run
 made, for a task that wants that line alone. Each version is run, and kept only if it prints what it promises:
-the quoted line among the others, or the quoted line alone. The model is then made to choose one
+the quoted line among the others, or the quoted line alone (a print of several values is first made the same print
+of one f-string, so text that only the separator puts in the output stands in the line). The model is then made to choose one
 (``WorkChecks._fixes``); which one the task wants, it reads.
 
 Every run goes through the check's runner: in a run, the harness's own Bash call (audited, sandboxed).
@@ -66,7 +67,10 @@ async def repairs(run: Runner, path: str, src: str, quoted: str) -> list[str]:
         return []
     line_no, printed = max(near, key=lambda r: difflib.SequenceMatcher(None, r[1], quoted).ratio())
     lines = src.splitlines(keepends=True)
-    fixed_line = _patched(lines[line_no - 1], printed, quoted)
+    source_line = lines[line_no - 1]
+    fixed_line = _patched(source_line, printed, quoted)
+    if fixed_line is None and (as_one := _one_string(source_line)) is not None:
+        fixed_line = _patched(as_one, printed, quoted)  # print("Done:", n, "users", ""): the space is sep's
     if fixed_line is None:
         return []
     fixed = "".join(lines[:line_no - 1] + [fixed_line] + lines[line_no:])
@@ -102,6 +106,34 @@ def _patched(source_line: str, printed: str, quoted: str) -> str | None:
             if snippet and source_line.count(snippet) == 1:
                 return source_line.replace(snippet, before + new + after)
     return None
+
+
+def _one_string(source_line: str) -> str | None:
+    """A ``print`` of several values as the same ``print`` of one f-string (``print("n =", n)`` →
+    ``print(f'n = {n}')``), so that text which only the separator puts in the output stands in the line."""
+    indent = source_line[:len(source_line) - len(source_line.lstrip())]
+    try:
+        [statement] = ast.parse(source_line.strip()).body
+    except (SyntaxError, ValueError):
+        return None
+    call = statement.value if isinstance(statement, ast.Expr) else None
+    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "print" and call.args
+            and not any(isinstance(a, ast.Starred) for a in call.args)):
+        return None
+    sep = next((k.value for k in call.keywords if k.arg == "sep"), ast.Constant(" "))
+    if not isinstance(sep, ast.Constant) or not isinstance(sep.value, str):
+        return None
+    parts: list[ast.expr] = []
+    for i, arg in enumerate(call.args):
+        if i:
+            parts.append(ast.Constant(sep.value))
+        if isinstance(arg, ast.JoinedStr):
+            parts.extend(arg.values)
+        else:
+            plain = isinstance(arg, ast.Constant) and isinstance(arg.value, str)
+            parts.append(arg if plain else ast.FormattedValue(arg, -1, None))
+    call.args, call.keywords = [ast.JoinedStr(parts)], [k for k in call.keywords if k.arg != "sep"]
+    return indent + ast.unparse(statement) + "\n"
 
 
 def _without_statements(src: str, line_numbers: set[int]) -> str | None:
