@@ -387,8 +387,7 @@ class WorkChecks:
         """Renames the run began and left half done, read from the run, not the task's words: in a file the run
         changed, a line where one name replaced another that the workspace defined (``def``/``class``) before the
         run, one of the two named in the task (the old one, when the task names any name defined before), and the old
-        name still occurs as a word. (old, new, where it is
-        left as path:line, the command that replaces it there)"""
+        name still occurs as a word. (old, new, where it is left as path:line, the command that replaces it there)"""
         asked = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", FILE_NAME.sub(" ", self.prompt)))  # main.py: not main
         defined = {n for c in self.before.values() for n in _DEFINED.findall(c.decode("utf-8", "replace"))}
         pairs: dict[tuple[str, str], None] = {}
