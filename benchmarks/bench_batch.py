@@ -51,7 +51,7 @@ def _serve(runs: int, out: Path, turns: int, delay: float, conn) -> None:
     with ScriptedServer({_prompt(i): _script(i, out, turns, delay) for i in range(runs)}) as server:
         conn.send(server.url)
         conn.recv()  # until the sweep is done
-        conn.send(len(server.requests))
+        conn.send((len(server.requests), time.process_time()))
         server.take_remaining()  # a partial sweep (interrupted benchmark) leaves steps: not a finding here
 
 
@@ -66,7 +66,7 @@ def server_process(runs: int, out: Path, turns: int, delay: float = 0.0) -> Iter
         yield ours.recv(), got
     finally:
         ours.send("done")
-        got["requests"] = ours.recv()
+        got["requests"], got["server_cpu"] = ours.recv()
         proc.join(10)
 
 
@@ -82,7 +82,9 @@ def sweep(url: str, out: Path, runs: int, concurrency: int, first: int = 0) -> t
     todo, tally = pending(tasks, out)
     started, cpu = time.perf_counter(), time.process_time()
     LOOP.run_until_complete(s.run(todo, tally))  # one loop: a client of an earlier sweep closes in its own
-    return time.perf_counter() - started, time.process_time() - cpu
+    wall, cpu = time.perf_counter() - started, time.process_time() - cpu
+    LOOP.run_until_complete(agents.aclose())
+    return wall, cpu
 
 
 def throughput(runs: int, concurrency: int, turns: int) -> None:
@@ -95,7 +97,8 @@ def throughput(runs: int, concurrency: int, turns: int) -> None:
     print(f"{runs} runs × {turns} turns, {concurrency} at a time: "
           f"{wall:.2f} s → {runs / wall:.1f} runs/s, {runs * turns / wall:.1f} turns/s "
           f"({passed} passed, {got['requests']} requests); CPU {cpu:.2f} s, {cpu * 1000 / (runs * turns):.2f} ms a "
-          f"turn → {runs * turns / cpu:.0f} turns per CPU-second; load average {os.getloadavg()[0]:.1f}")
+          f"turn → {runs * turns / cpu:.0f} turns per CPU-second; the server's CPU {got['server_cpu']:.2f} s, "
+          f"{got['server_cpu'] * 1000 / got['requests']:.2f} ms a request; load average {os.getloadavg()[0]:.1f}")
 
 
 def _rss_kib() -> int:
