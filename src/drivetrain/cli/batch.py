@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from drivetrain.agent import Agent
-from drivetrain.batch.run import Scratch, Unsynced
+from drivetrain.batch.run import Held, Scratch
 from drivetrain.batch.sweep import Sweep, local, pending
 from drivetrain.batch.tasks import Task, TaskFileError, load_tasks
 from drivetrain.cli import build
@@ -49,7 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 class FlagAgents:
     """Agents built from the flags as ``drivetrain -p`` builds one, with a task's overrides; one store and one model
-    per (provider, model) shared by the runs of this process. Pickled for Ray with the flags only."""
+    per (provider, model) shared by the runs of this process, each task's records held until it ends (``Held``).
+    Pickled for Ray with the flags only."""
 
     def __init__(self, args: argparse.Namespace):
         self.args = args
@@ -78,8 +79,8 @@ class FlagAgents:
         own = {k: getattr(task, k) for k in ("max_turns", "model", "provider", "max_budget_usd")}
         args = argparse.Namespace(**{**vars(self.args), **{k: v for k, v in own.items() if v is not None}})
         if self._store is None:
-            self._store = Unsynced(open_store())
-        return build.build_agent(args, cwd, session_id, store=self._store,
+            self._store = open_store()
+        return build.build_agent(args, cwd, session_id, store=Held(self._store),
                                  model=self.model(args.provider, args.model), env=task.env)
 
 

@@ -172,7 +172,8 @@ class FileStore:
         written = []
         for kind, fields in given:
             seq += 1
-            record = {"ts": now_ts(), "session_id": session_id, "seq": seq, "kind": kind, "v": VERSION, **fields}
+            record = {"ts": fields.pop("ts", None) or now_ts(), "session_id": session_id, "seq": seq, "kind": kind,
+                      "v": VERSION, **fields}
             text = json.dumps(record, ensure_ascii=False, default=str)
             data = prefix + text.encode("utf-8", "backslashreplace") + b"\n"  # a lone surrogate stays JSON
             _write_all(fd, data)  # unbuffered: each record reaches the OS as it is written
