@@ -51,6 +51,7 @@ class Held:
         return written
 
     def flush(self) -> None:
+        """Append what is held, one append per session, and hold nothing more."""
         held, self._held = self._held, {}
         for session_id, records in held.items():
             if records:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from drivetrain.agent import Agent
 from drivetrain.batch.run import Held, Scratch
-from drivetrain.batch.sweep import Sweep, local, pending
+from drivetrain.batch.sweep import Sweep, Tally, local, pending
 from drivetrain.batch.tasks import Task, TaskFileError, load_tasks
 from drivetrain.cli import build
 from drivetrain.cli.batch_progress import Progress
@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-async def _run(sweep: Sweep, agents: FlagAgents, todo: list[Task], tally) -> int:
+async def _run(sweep: Sweep, agents: FlagAgents, todo: list[Task], tally: Tally) -> int:
     try:
         return await sweep.run(todo, tally)
     finally:

@@ -17,7 +17,7 @@ import importlib.util
 import json
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import anthropic
 
@@ -154,7 +154,7 @@ class AnthropicModel:
             params["extra_body"] = {"temperature": min(request.temperature, 1.0)}
         return params
 
-    async def _stream_once(self, params: dict, on_text) -> ModelResponse:
+    async def _stream_once(self, params: dict, on_text: Callable[[str], None] | None) -> ModelResponse:
         async with self._clients.get().messages.stream(**params) as stream:
             ctype = stream.response.headers.get("content-type", "")
             if "text/event-stream" not in ctype:
@@ -196,7 +196,7 @@ class AnthropicModel:
     def _url_setting(self) -> str:
         return "ANTHROPIC_BASE_URL" if self.base_url_source == "ANTHROPIC_BASE_URL" else "ANTHROPIC_BASE_URL (unset)"
 
-    def _explain(self, e: Exception, read_timeout: float | None) -> ModelError:
+    def _explain(self, e: Exception, read_timeout: float) -> ModelError:
         if isinstance(e, (anthropic.AuthenticationError, anthropic.PermissionDeniedError)):
             return ModelError(
                 f"The API key was rejected ({e.status_code}) by {self.base_url}. It came from "
@@ -209,7 +209,7 @@ class AnthropicModel:
         if isinstance(e, (anthropic.APIConnectionError, httpx.TransportError)):
             timed_out = isinstance(e, (anthropic.APITimeoutError, httpx.TimeoutException))
             return ModelError(unreachable_message(self.messages_url, e, timed_out=timed_out,
-                                                  idle_timeout=read_timeout or 0.0, origin=self._base_url_origin()))
+                                                  idle_timeout=read_timeout, origin=self._base_url_origin()))
         if isinstance(e, anthropic.APIStatusError):
             return ModelError(f"{self.messages_url} answered {e.status_code}: {api_message(e)}")
         return ModelError(f"{self.messages_url}: {e}")

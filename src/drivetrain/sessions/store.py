@@ -140,7 +140,7 @@ def fields_of(session_id: str, given: Mapping[str, Any]) -> tuple[str, dict[str,
     if not isinstance(kind, str) or not kind:
         raise ValueError(f"a record needs a non-empty string 'kind', not {kind!r}")
     fields = {k: v for k, v in given.items() if k != "kind" and not (k == "session_id" and v == session_id)}
-    if clash := set(HEADER[1:]) & fields.keys():
+    if clash := (set(HEADER) - {"ts"}) & fields.keys():
         raise ValueError(f"reserved record field names: {sorted(clash)}")
     if "ts" in fields and not (isinstance(fields["ts"], str) and _TS.fullmatch(fields["ts"])):
         raise ValueError(f"a record's own 'ts' must be UTC with milliseconds, as now_ts() writes it, not "
