@@ -117,6 +117,16 @@ async def test_whole_answers_are_streamed_when_the_text_is_watched_or_may_be_lon
     assert "".join(seen) == "watched"
 
 
+async def test_without_aiohttp_whole_answers_go_through_httpx(monkeypatch, closing):
+    import drivetrain.models.anthropic as provider
+    monkeypatch.setattr(provider, "has_aiohttp", lambda: False)  # `drivetrain[batch]` not installed
+    with ScriptedServer([reply("through httpx")]) as server:
+        model = model_for(server, WHOLE)
+        assert model.aiohttp is False
+        assert (await model.respond(request())).message.text == "through httpx"
+        assert server.requests[0].body.get("stream") is None
+
+
 async def test_a_whole_answer_that_takes_too_long_times_out_with_a_clear_error(closing):
     with ScriptedServer([reply("late", delay=3)]) as server:
         model = model_for(server, WHOLE, answer_timeout=0.5, max_retries=0)
