@@ -3,7 +3,8 @@ from the same flags, the same scheduler, workspaces, session log and results fil
 a process of its own on loopback. Prints figures; asserts nothing.
 
 1. Throughput: ``--runs`` runs (default 1,000) of ``--turns`` turns each (a Write, a Read, then the answer),
-   ``--concurrency`` at a time: runs/s and turns/s.
+   ``--concurrency`` at a time: runs/s and turns/s, and the CPU time of this process per turn and of the server's
+   per request (one event loop is one core: its CPU per turn bounds the turns/s).
 2. Memory per concurrent run: the peak RSS of a process running ``--memory-runs`` runs all at once (every
    run's first answer is delayed 2 s at the server, so all of them are in flight together) against one
    running a single run; the difference divided by the extra runs.
