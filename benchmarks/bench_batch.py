@@ -3,7 +3,8 @@ from the same flags, the same scheduler, workspaces, session log and results fil
 a process of its own on loopback. Prints figures; asserts nothing.
 
 1. Throughput: ``--runs`` runs (default 1,000) of ``--turns`` turns each (a Write, a Read, then the answer),
-   ``--concurrency`` at a time: runs/s and turns/s.
+   ``--concurrency`` at a time: runs/s and turns/s, and the CPU time of this process per turn and of the server's
+   per request (one event loop is one core: its CPU per turn bounds the turns/s).
 2. Memory per concurrent run: the peak RSS of a process running ``--memory-runs`` runs all at once (every
    run's first answer is delayed 2 s at the server, so all of them are in flight together) against one
    running a single run; the difference divided by the extra runs.
@@ -51,7 +52,7 @@ def _serve(runs: int, out: Path, turns: int, delay: float, conn) -> None:
     with ScriptedServer({_prompt(i): _script(i, out, turns, delay) for i in range(runs)}) as server:
         conn.send(server.url)
         conn.recv()  # until the sweep is done
-        conn.send(len(server.requests))
+        conn.send((len(server.requests), time.process_time()))
         server.take_remaining()  # a partial sweep (interrupted benchmark) leaves steps: not a finding here
 
 
@@ -66,7 +67,7 @@ def server_process(runs: int, out: Path, turns: int, delay: float = 0.0) -> Iter
         yield ours.recv(), got
     finally:
         ours.send("done")
-        got["requests"] = ours.recv()
+        got["requests"], got["server_cpu"] = ours.recv()
         proc.join(10)
 
 
@@ -82,7 +83,9 @@ def sweep(url: str, out: Path, runs: int, concurrency: int, first: int = 0) -> t
     todo, tally = pending(tasks, out)
     started, cpu = time.perf_counter(), time.process_time()
     LOOP.run_until_complete(s.run(todo, tally))  # one loop: a client of an earlier sweep closes in its own
-    return time.perf_counter() - started, time.process_time() - cpu
+    wall, cpu = time.perf_counter() - started, time.process_time() - cpu
+    LOOP.run_until_complete(agents.aclose())
+    return wall, cpu
 
 
 def throughput(runs: int, concurrency: int, turns: int) -> None:
@@ -95,7 +98,8 @@ def throughput(runs: int, concurrency: int, turns: int) -> None:
     print(f"{runs} runs × {turns} turns, {concurrency} at a time: "
           f"{wall:.2f} s → {runs / wall:.1f} runs/s, {runs * turns / wall:.1f} turns/s "
           f"({passed} passed, {got['requests']} requests); CPU {cpu:.2f} s, {cpu * 1000 / (runs * turns):.2f} ms a "
-          f"turn → {runs * turns / cpu:.0f} turns per CPU-second; load average {os.getloadavg()[0]:.1f}")
+          f"turn → {runs * turns / cpu:.0f} turns per CPU-second; the server's CPU {got['server_cpu']:.2f} s, "
+          f"{got['server_cpu'] * 1000 / got['requests']:.2f} ms a request; load average {os.getloadavg()[0]:.1f}")
 
 
 def _rss_kib() -> int:

@@ -16,10 +16,34 @@ def request(text="hi"):
     return ModelRequest([Message.user(text)], max_tokens=100)
 
 
-def model_for(server, **kw):
+WHOLE = {"stream": False, "aiohttp": True}  # as a batch sweep asks: whole answers, through aiohttp
+
+
+MADE = []  # models made by a test, their clients closed after it (an aiohttp session left open is warned about)
+
+
+@pytest.fixture
+async def closing():
+    yield
+    while MADE:
+        await MADE.pop().aclose()
+
+
+@pytest.fixture(params=["streamed", "whole"])
+def kind(request, closing):
+    """The same behaviour asked of both ways of getting an answer."""
+    return {} if request.param == "streamed" else WHOLE
+
+
+def model_for(server, kind=None, **kw):
     kw.setdefault("backoff", 0.01)
-    env = {"ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_API_KEY": "sk-test-key"}
-    return AnthropicModel.from_env("claude-sonnet-4-6", env, **kw)
+    return made({"ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_API_KEY": "sk-test-key"}, "claude-sonnet-4-6",
+                **(kind or {}), **kw)
+
+
+def made(env, name=None, **kw):
+    MADE.append(AnthropicModel.from_env(name, env, **kw))
+    return MADE[-1]
 
 
 def free_port():
@@ -69,17 +93,45 @@ def test_missing_credentials_is_a_clear_error():
         AnthropicModel.from_env(None, {})
 
 
-async def test_streamed_tool_use_and_usage_from_final_event():
+async def test_tool_use_and_usage_from_the_final_message(kind):
     steps = [respond([tool_call("Read", {"file_path": "a.py"}, id="toolu_a")], usage={"input_tokens": 17, "output_tokens": 42})]
     with ScriptedServer(steps) as server:
-        seen = []
         req = ModelRequest([Message.user("x")], tools=[{"name": "Read", "input_schema": {"type": "object"}}],
-                           max_tokens=100, on_text=seen.append)
-        r = await model_for(server).respond(req)
+                           max_tokens=100)
+        r = await model_for(server, kind).respond(req)
+    assert server.requests[0].body.get("stream", False) is (kind != WHOLE)
     assert r.stop_reason == "tool_use"
     assert r.content == (ToolUseBlock("toolu_a", "Read", {"file_path": "a.py"}),)
-    # message_start carries output_tokens=1; the final message_delta carries 42
+    # streamed: message_start carries output_tokens=1; the final message_delta carries 42
     assert (r.usage.input_tokens, r.usage.output_tokens) == (17, 42)
+    assert r.id.startswith("msg_scripted") and r.model == "claude-sonnet-4-6"
+
+
+async def test_whole_answers_are_streamed_when_the_text_is_watched_or_may_be_long(closing):
+    with ScriptedServer([reply("watched"), reply("long")]) as server:
+        seen = []
+        model = model_for(server, WHOLE)
+        await model.respond(ModelRequest([Message.user("x")], max_tokens=50, on_text=seen.append))
+        await model.respond(ModelRequest([Message.user("y")], max_tokens=16384))
+        assert [r.body.get("stream") for r in server.requests] == [True, True]
+    assert "".join(seen) == "watched"
+
+
+async def test_without_aiohttp_whole_answers_go_through_httpx(monkeypatch, closing):
+    import drivetrain.models.anthropic as provider
+    monkeypatch.setattr(provider, "has_aiohttp", lambda: False)  # `drivetrain[batch]` not installed
+    with ScriptedServer([reply("through httpx")]) as server:
+        model = model_for(server, WHOLE)
+        assert model.aiohttp is False
+        assert (await model.respond(request())).message.text == "through httpx"
+        assert server.requests[0].body.get("stream") is None
+
+
+async def test_a_whole_answer_that_takes_too_long_times_out_with_a_clear_error(closing):
+    with ScriptedServer([reply("late", delay=3)]) as server:
+        model = model_for(server, WHOLE, answer_timeout=0.5, max_retries=0)
+        with pytest.raises(ModelError, match=r"timed out \(no data for 0.5 s\)"):
+            await model.respond(request())
 
 
 async def test_text_is_streamed_to_on_text():
@@ -89,43 +141,43 @@ async def test_text_is_streamed_to_on_text():
     assert "".join(seen) == "hello there, streaming world" == r.message.text
 
 
-@pytest.mark.parametrize("status, kind", [(529, "overloaded_error"), (429, "rate_limit_error"),
-                                          (500, "api_error"), (408, "timeout_error"), (409, "conflict")])
-async def test_retries_transient_errors(status, kind):
-    with ScriptedServer([http_error(status, kind, "try later"), reply("ok")]) as server:
-        r = await model_for(server).respond(request())
+@pytest.mark.parametrize("status, error", [(529, "overloaded_error"), (429, "rate_limit_error"),
+                                           (500, "api_error"), (408, "timeout_error"), (409, "conflict")])
+async def test_retries_transient_errors(status, error, kind):
+    with ScriptedServer([http_error(status, error, "try later"), reply("ok")]) as server:
+        r = await model_for(server, kind).respond(request())
         assert r.message.text == "ok" and len(server.requests) == 2
 
 
-async def test_retry_after_is_honoured():
+async def test_retry_after_is_honoured(kind):
     steps = [http_error(429, "rate_limit_error", "slow down", {"retry-after": "0.6"}), reply("ok")]
     with ScriptedServer(steps) as server:
         started = time.monotonic()
-        await model_for(server).respond(request())
+        await model_for(server, kind).respond(request())
         assert time.monotonic() - started >= 0.55
 
 
-async def test_gives_up_after_max_retries():
+async def test_gives_up_after_max_retries(kind):
     with ScriptedServer([http_error(529, "overloaded_error", "busy")] * 3) as server:
         with pytest.raises(ModelError, match="529"):
-            await model_for(server, max_retries=2).respond(request())
+            await model_for(server, kind, max_retries=2).respond(request())
         assert len(server.requests) == 3
 
 
-@pytest.mark.parametrize("status, kind", [(400, "invalid_request_error"), (401, "authentication_error"),
-                                          (403, "permission_error"), (404, "not_found_error")])
-async def test_never_retries_client_errors(status, kind):
-    with ScriptedServer([http_error(status, kind, "no")]) as server:
+@pytest.mark.parametrize("status, error", [(400, "invalid_request_error"), (401, "authentication_error"),
+                                           (403, "permission_error"), (404, "not_found_error")])
+async def test_never_retries_client_errors(status, error, kind):
+    with ScriptedServer([http_error(status, error, "no")]) as server:
         with pytest.raises(ModelError):
-            await model_for(server).respond(request())
+            await model_for(server, kind).respond(request())
         assert len(server.requests) == 1
 
 
 @pytest.mark.parametrize("status", [401, 403])
-async def test_rejected_key_names_the_variable_and_url(status):
+async def test_rejected_key_names_the_variable_and_url(status, kind):
     with ScriptedServer([http_error(status, "authentication_error", "invalid x-api-key")]) as server:
         with pytest.raises(ModelError) as e:
-            await model_for(server).respond(request())
+            await model_for(server, kind).respond(request())
     msg = str(e.value)
     assert "rejected" in msg and "ANTHROPIC_API_KEY" in msg and server.url in msg and str(status) in msg
 
@@ -137,33 +189,33 @@ async def test_rejected_token_names_auth_token():
             await model.respond(request())
 
 
-async def test_connection_refused_names_url_and_setting():
+async def test_connection_refused_names_url_and_setting(kind):
     url = f"http://127.0.0.1:{free_port()}"
-    model = AnthropicModel.from_env(None, {"ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": "k"}, max_retries=1, backoff=0.01)
+    model = made({"ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": "k"}, max_retries=1, backoff=0.01, **kind)
     with pytest.raises(ModelError) as e:
         await model.respond(request())
     msg = str(e.value)
     assert f"{url}/v1/messages" in msg and "could not be reached" in msg and "ANTHROPIC_BASE_URL" in msg
 
 
-async def test_unreachable_proxy_is_named(monkeypatch):
+async def test_unreachable_proxy_is_named(monkeypatch, kind):
     proxy = f"http://127.0.0.1:{free_port()}"
     for var in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy", "NO_PROXY", "no_proxy"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("HTTPS_PROXY", proxy)
-    model = AnthropicModel.from_env(None, {"ANTHROPIC_API_KEY": "k"}, max_retries=0)
+    model = made({"ANTHROPIC_API_KEY": "k"}, max_retries=0, **kind)
     with pytest.raises(ModelError) as e:
         await model.respond(request())
     msg = str(e.value)
     assert "https://api.anthropic.com/v1/messages" in msg and proxy in msg and "HTTPS_PROXY" in msg
 
 
-async def test_openai_shaped_answer_is_named():
+async def test_openai_shaped_answer_is_named(kind):
     body = {"id": "chatcmpl-1", "object": "chat.completion",
             "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}]}
     with ScriptedServer([raw_response(200, body)]) as server:
         with pytest.raises(ModelError) as e:
-            await model_for(server).respond(request())
+            await model_for(server, kind).respond(request())
     msg = str(e.value)
     assert "OpenAI" in msg and "choices" in msg and "ANTHROPIC_BASE_URL" in msg and "--provider openai" in msg
 
@@ -187,9 +239,9 @@ async def test_idle_stream_times_out_with_a_clear_error():
         assert time.monotonic() - started < 3
 
 
-async def test_x_should_retry_false_is_honoured():
+async def test_x_should_retry_false_is_honoured(kind):
     steps = [http_error(502, "api_error", "backend gave up", {"x-should-retry": "false"})]
     with ScriptedServer(steps) as server:
         with pytest.raises(ModelError, match="backend gave up"):
-            await model_for(server).respond(request())
+            await model_for(server, kind).respond(request())
         assert len(server.requests) == 1

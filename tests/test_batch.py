@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from drivetrain.batch.results import read_results
+from drivetrain.batch.run import Held
 from drivetrain.sessions.file import FileStore
 from drivetrain.testing import ScriptedServer, reply, respond, tool_call
 
@@ -94,11 +95,37 @@ def test_a_sweep_gives_one_line_per_task_and_passes_by_its_checks(sweep):
     assert not any((out / "workspaces").iterdir())
     per_task = {i: sum(q.conversation == prompt(i) for q in requests) for i in IDS}
     assert set(per_task.values()) == {2}
-    # each run is an ordinary session in the store: its records end with the run's result
+    # each run is an ordinary session in the store, its records held until the task ended and then written whole,
+    # each with the time it was made; the index agrees
     store = FileStore(root / ".drivetrain")
-    for r in results[:3]:
-        assert store.read(r["session_id"])[-1]["kind"] == "result"
+    for r in results:
+        records = store.read(r["session_id"])
+        assert [x["seq"] for x in records] == list(range(1, len(records) + 1))
+        assert records[0]["kind"] == "session" and records[-1]["kind"] == "result"
+        assert {"intent", "outcome", "turn"} <= {x["kind"] for x in records}
+        assert [x["ts"] for x in records] == sorted(x["ts"] for x in records)
+        assert records[-1]["ts"] > records[0]["ts"]  # made over the run's time, not stamped when written
+        info = store.info(r["session_id"])
+        assert (info.status, info.num_turns, info.records) == ("success", 2, len(records))
     assert "[24/24]" in proc.stderr and "runs/min" in proc.stderr  # plain progress lines: stderr is no terminal
+
+
+def test_held_records_reach_the_store_when_the_task_ends_or_anything_reads_it(tmp_path):
+    store = FileStore(tmp_path / "home")
+    held = Held(store)
+    first = held.append("s1", [{"kind": "session", "cwd": "/w"}, {"kind": "prompt", "text": "hi"}])
+    assert [(r["seq"], r["kind"]) for r in first] == [(1, "session"), (2, "prompt")]
+    assert not store.path("s1").exists()  # nothing written yet
+    with pytest.raises(ValueError, match="seq"):
+        held.append("s1", [{"kind": "note", "seq": 7}])  # refused as the store refuses it, when appended
+    held.append("s1", [{"kind": "note"}])
+    assert [r["kind"] for r in held.read("s1")] == ["session", "prompt", "note"]  # a read writes what is held
+    held.append("s1", [{"kind": "result", "subtype": "success"}])
+    held.append("child", [{"kind": "subagent_of", "session": "s1"}])
+    held.flush()
+    records = store.read("s1")
+    assert [r["seq"] for r in records] == [1, 2, 3, 4] and [r["ts"] for r in records[:2]] == [r["ts"] for r in first]
+    assert store.info("s1").status == "success" and store.read("child")[0]["session"] == "s1"
 
 
 def test_the_report_agrees_with_the_result_lines(sweep):
@@ -151,6 +178,8 @@ def test_a_sweep_killed_midway_goes_on_without_rerunning_finished_tasks(tmp_path
         first.close()
     finished = {r["id"] for r in lines(out)}
     assert len(finished) >= 4 and "k5" not in finished  # two at a time: k5 started after four had finished
+    store = FileStore(tmp_path / ".drivetrain")  # a task with a result line has its whole session in the store
+    assert all(store.read(r["session_id"])[-1]["kind"] == "result" for r in lines(out))
     with ScriptedServer({prompt(i): script(i, out) for i in ids}) as second:
         again = batch(second.url, tmp_path, tasks, out, "--concurrency", "2")
         requests = {i: sum(q.conversation == prompt(i) for q in second.requests) for i in ids}

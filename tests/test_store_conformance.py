@@ -136,6 +136,18 @@ def test_any_text_and_big_records_round_trip(store):
     assert store.info("u").first_prompt == text
 
 
+def test_a_record_made_earlier_keeps_its_time(store):
+    store.append("late", [session(), {"kind": "prompt", "text": "x", "ts": "2025-01-02T03:04:05.678Z"}])
+    [written] = store.append("late", [{"kind": "note", "ts": "2025-01-02T03:04:06.000Z"}])
+    records = store.read("late")
+    assert [r["ts"] for r in records][1:] == ["2025-01-02T03:04:05.678Z", "2025-01-02T03:04:06.000Z"]
+    assert written == records[2] and tuple(written)[:5] == HEADER and "ts" not in list(written)[5:]
+    assert store.info("late").updated_at == "2025-01-02T03:04:06.000Z"
+    for bad in ("yesterday", "2025-01-02 03:04:05", "2025-01-02T03:04:05Z", 1735787045.678):
+        with pytest.raises(ValueError, match="ts"):
+            store.append("late", [{"kind": "note", "ts": bad}])
+
+
 def test_records_and_ids_that_are_refused(store):
     for bad in ("", "../escape", "a/b", ".hidden", "x..y"):
         with pytest.raises(ValueError):

@@ -68,7 +68,16 @@ def _in_worker(task: Task, agents: AgentFactory, scratch: Scratch) -> TaskResult
     if _worker_loop is None:
         _worker_loop = asyncio.new_event_loop()
     here = Scratch(scratch_root(scratch.root), scratch.keep)
-    return _worker_loop.run_until_complete(run_task(task, agents, here))
+    return _worker_loop.run_until_complete(_run_closing(task, agents, here))
+
+
+async def _run_closing(task: Task, agents: AgentFactory, scratch: Scratch) -> TaskResult:
+    """The task, then the model clients its agents opened (each task brings agents of its own, unpickled)."""
+    try:
+        return await run_task(task, agents, scratch)
+    finally:
+        if hasattr(agents, "aclose"):
+            await agents.aclose()
 
 
 def shutdown() -> None:

@@ -15,7 +15,7 @@ from drivetrain.batch.tasks import Task
 from drivetrain.batch.workspace import OUTPUT_TAIL, WorkspaceError, prepare, remove, run_shell
 from drivetrain.loop.events import Event
 from drivetrain.loop.result import RunResult
-from drivetrain.sessions.store import SessionStore
+from drivetrain.sessions.store import VERSION, Record, SessionStore, check_session_id, fields_of, now_ts
 
 
 class AgentFactory(Protocol):
@@ -25,18 +25,40 @@ class AgentFactory(Protocol):
     def __call__(self, task: Task, cwd: Path, session_id: str) -> Agent: ...
 
 
-class Unsynced:
-    """A session store whose appends never wait for the disk. A sweep does not resume a task's session (an
-    interrupted task runs again from a fresh workspace), so an fsync at every turn buys it nothing, and one event
-    loop serving many runs would wait for each in turn; every record still reaches the OS as it is written."""
+class Held:
+    """A task's session store: its records held in memory, each stamped with the time it was made, and appended
+    to ``store`` when the task ends (``flush``), one append per session. A sweep never resumes a task's session
+    (an interrupted task runs again from a fresh workspace), so a kill loses nothing it needs, and a finished
+    task's log reaches the store whole, before its result line; meanwhile no record costs a file opened and
+    locked, nor an index update. Anything else asked of the store (a read) writes what is held first.
+
+    Records are held as given: the loop's writers make each one afresh and never change it after."""
 
     def __init__(self, store: SessionStore):
         self.store = store
+        self._held: dict[str, list[dict[str, Any]]] = {}
+        self._seq: dict[str, int] = {}  # records per session so far: its sessions are new
 
-    def append(self, session_id: str, records: Sequence[Mapping[str, Any]], *, sync: bool = False) -> list:
-        return self.store.append(session_id, records)
+    def append(self, session_id: str, records: Sequence[Mapping[str, Any]], *, sync: bool = False) -> list[Record]:
+        held = self._held.setdefault(check_session_id(session_id), [])
+        written = []
+        for given in records:
+            kind, fields = fields_of(session_id, given)
+            ts = fields.pop("ts", None) or now_ts()
+            held.append({"kind": kind, "ts": ts, **fields})
+            self._seq[session_id] = seq = self._seq.get(session_id, 0) + 1
+            written.append({"ts": ts, "session_id": session_id, "seq": seq, "kind": kind, "v": VERSION, **fields})
+        return written
+
+    def flush(self) -> None:
+        """Append what is held, one append per session, and hold nothing more."""
+        held, self._held = self._held, {}
+        for session_id, records in held.items():
+            if records:
+                self.store.append(session_id, records)
 
     def __getattr__(self, name: str) -> Any:
+        self.flush()
         return getattr(self.store, name)
 
 
@@ -81,7 +103,11 @@ async def _attempt(task: Task, agents: AgentFactory, where: Path, watch: Watch |
     agent = agents(task, where, session_id)
     if watch is not None:
         agent.observers.append(watch(agent))
-    run = await agent.start(task.prompt, session_id=session_id).finish()
+    try:
+        run = await agent.start(task.prompt, session_id=session_id).finish()
+    finally:  # interrupted too: the run's last record says so
+        if isinstance(agent.store, Held):
+            agent.store.flush()
     result = _from_run(task.id, run)
     if task.check and result.status != "error":
         code, out = await run_shell(task.check, where, task.env)

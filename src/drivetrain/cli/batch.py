@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 from drivetrain.agent import Agent
-from drivetrain.batch.run import Scratch, Unsynced
-from drivetrain.batch.sweep import Sweep, local, pending
+from drivetrain.batch.run import Held, Scratch
+from drivetrain.batch.sweep import Sweep, Tally, local, pending
 from drivetrain.batch.tasks import Task, TaskFileError, load_tasks
 from drivetrain.cli import build
 from drivetrain.cli.batch_progress import Progress
@@ -49,7 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 class FlagAgents:
     """Agents built from the flags as ``drivetrain -p`` builds one, with a task's overrides; one store and one model
-    per (provider, model) shared by the runs of this process. Pickled for Ray with the flags only."""
+    per (provider, model) shared by the runs of this process, each task's records held until it ends (``Held``).
+    Pickled for Ray with the flags only."""
 
     def __init__(self, args: argparse.Namespace):
         self.args = args
@@ -65,15 +66,21 @@ class FlagAgents:
     def model(self, provider: str | None, name: str | None) -> Model:
         key = (provider, name)
         if key not in self._models:
-            self._models[key] = resolve_model(provider, name)
+            self._models[key] = resolve_model(provider, name, batch=True)
         return self._models[key]
+
+    async def aclose(self) -> None:
+        """Close the models' clients in this event loop (an aiohttp session left open is warned about at exit)."""
+        for model in self._models.values():
+            if hasattr(model, "aclose"):
+                await model.aclose()
 
     def __call__(self, task: Task, cwd: Path, session_id: str) -> Agent:
         own = {k: getattr(task, k) for k in ("max_turns", "model", "provider", "max_budget_usd")}
         args = argparse.Namespace(**{**vars(self.args), **{k: v for k, v in own.items() if v is not None}})
         if self._store is None:
-            self._store = Unsynced(open_store())
-        return build.build_agent(args, cwd, session_id, store=self._store,
+            self._store = open_store()
+        return build.build_agent(args, cwd, session_id, store=Held(self._store),
                                  model=self.model(args.provider, args.model), env=task.env)
 
 
@@ -98,8 +105,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not args.keep_workspaces:
         args.no_checkpoints = True  # a workspace thrown away after its run has nothing to rewind
+    agents = FlagAgents(args)
     try:
-        execute = _executor(args, FlagAgents(args), todo)
+        execute = _executor(args, agents, todo)
     except HarnessError as e:
         print(f"drivetrain batch: {e}", file=sys.stderr)
         return 1
@@ -108,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
                   on_result=progress.finished)
     try:
         with progress.showing(tally, len(todo)):
-            unstarted = asyncio.run(sweep.run(todo, tally))
+            unstarted = asyncio.run(_run(sweep, agents, todo, tally))
     except KeyboardInterrupt:
         print(f"drivetrain batch: interrupted; {tally.done} of {tally.total} tasks have a result. Run the same "
               "command again to go on.", file=sys.stderr)
@@ -127,6 +135,13 @@ def main(argv: list[str] | None = None) -> int:
               "not started. Raise --max-budget-usd and run the same command again to run them.", file=sys.stderr)
         return 1
     return 0
+
+
+async def _run(sweep: Sweep, agents: FlagAgents, todo: list[Task], tally: Tally) -> int:
+    try:
+        return await sweep.run(todo, tally)
+    finally:
+        await agents.aclose()
 
 
 def _executor(args: argparse.Namespace, agents: FlagAgents, tasks: list[Task]):

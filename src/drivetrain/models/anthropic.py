@@ -3,14 +3,21 @@
 Retries are ours (not the SDK's) so that a failure in the middle of a stream is
 retried the same way as one at the start, and every error that ends a run says
 which URL and which setting produced it.
+
+``stream=False`` asks for whole answers (``messages.create``) when nobody watches the text as it comes: the
+same request and answer on the wire, without the SSE events to parse. ``aiohttp=True`` sends the requests
+through the SDK's aiohttp transport (``anthropic[aiohttp]``), which costs less per request than httpx's
+connection pool when many are in flight. A batch sweep turns both on.
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import os
 from dataclasses import dataclass
+from typing import Any, Callable
 
 import anthropic
 
@@ -25,6 +32,9 @@ DEFAULT_BASE_URL = "https://api.anthropic.com"
 DEFAULT_MODEL = "claude-sonnet-4-6"
 RETRYABLE_STATUS = {408, 409, 429, 500, 502, 503, 504, 529}
 RETRYABLE_ERROR_TYPES = {"overloaded_error", "api_error", "rate_limit_error"}
+# The SDK refuses a request without streaming that may take over ten minutes: max_tokens over 21,333, or over
+# 8,192 for some models. A longer answer is streamed whatever ``stream`` says.
+NONSTREAMING_MAX_TOKENS = 8192
 
 
 def normalize_base_url(url: str) -> str:
@@ -51,7 +61,8 @@ class AnthropicModel:
     def __init__(self, name: str = DEFAULT_MODEL, *, base_url: str = DEFAULT_BASE_URL,
                  credentials: Credentials | None = None, base_url_source: str = "the default",
                  max_retries: int = 4, idle_timeout: float = 120.0, connect_timeout: float = 15.0,
-                 backoff: float = 0.5, prompt_caching: bool = True, context_window: int | None = None):
+                 backoff: float = 0.5, prompt_caching: bool = True, context_window: int | None = None,
+                 stream: bool = True, aiohttp: bool = False, answer_timeout: float = 600.0):
         creds = credentials or Credentials()
         if not creds.api_key and not creds.auth_token:
             raise ConfigError("No Anthropic credential: set ANTHROPIC_API_KEY (sent as x-api-key) "
@@ -65,6 +76,10 @@ class AnthropicModel:
         self.max_retries = max_retries
         self.backoff = backoff
         self.idle_timeout = idle_timeout
+        self.stream = stream
+        # A whole answer comes at once, so the idle timeout of a stream cannot apply: this is how long it may take.
+        self.answer_timeout = anthropic.Timeout(connect=connect_timeout, read=answer_timeout, write=60.0, pool=60.0)
+        self.aiohttp = aiohttp and has_aiohttp()  # without the extra installed, httpx: slower, the same requests
         # An API key goes in x-api-key, as Claude Code sends it (this SDK would send it as a bearer
         # token, which some gateways reject); ANTHROPIC_AUTH_TOKEN is the bearer token.
         headers = {"x-api-key": creds.api_key, "Authorization": anthropic.Omit()} if creds.api_key else {}
@@ -73,6 +88,7 @@ class AnthropicModel:
             api_key=creds.api_key, auth_token=creds.auth_token, base_url=self.base_url, max_retries=0,
             default_headers=headers,
             timeout=anthropic.Timeout(connect=connect_timeout, read=idle_timeout, write=60.0, pool=60.0),
+            **({"http_client": anthropic.DefaultAioHttpClient()} if self.aiohttp else {}),
         ))
 
     @classmethod
@@ -98,17 +114,27 @@ class AnthropicModel:
         return f"{self.base_url}/v1/messages"
 
     async def respond(self, request: ModelRequest) -> ModelResponse:
+        params = self._params(request)
+        streamed = self.stream or request.on_text is not None or request.max_tokens > NONSTREAMING_MAX_TOKENS
         attempt = 0
         while True:
             try:
-                return await self._stream_once(request)
+                if streamed:
+                    return await self._stream_once(params, request.on_text)
+                return await self._create_once(params)
             except (anthropic.APIError, httpx.TransportError) as e:
                 if attempt >= self.max_retries or not _retryable(e):
-                    raise self._explain(e) from e
+                    raise self._explain(e, self.idle_timeout if streamed else self.answer_timeout.read) from e
                 await asyncio.sleep(retry_delay(e, attempt, self.backoff))
                 attempt += 1
 
-    async def _stream_once(self, request: ModelRequest) -> ModelResponse:
+    async def aclose(self) -> None:
+        """Close this event loop's client (its connections); the next request opens another."""
+        client = self._clients.take()
+        if client is not None:
+            await client.close()
+
+    def _params(self, request: ModelRequest) -> dict:
         params: dict = {
             "model": self.name,
             "max_tokens": request.max_tokens,
@@ -126,41 +152,51 @@ class AnthropicModel:
             params = with_cache_breakpoints(params, request.messages)
         if request.temperature is not None:  # this SDK's stream() no longer takes it as an argument
             params["extra_body"] = {"temperature": min(request.temperature, 1.0)}
+        return params
+
+    async def _stream_once(self, params: dict, on_text: Callable[[str], None] | None) -> ModelResponse:
         async with self._clients.get().messages.stream(**params) as stream:
-            await self._check_shape(stream.response)
+            ctype = stream.response.headers.get("content-type", "")
+            if "text/event-stream" not in ctype:
+                raise self._not_messages(ctype, await stream.response.aread())
             async for event in stream:
-                if request.on_text and event.type == "content_block_delta" and event.delta.type == "text_delta":
-                    request.on_text(event.delta.text)
+                if on_text and event.type == "content_block_delta" and event.delta.type == "text_delta":
+                    on_text(event.delta.text)
             final = await stream.get_final_message()
         # The SDK folds message_delta's cumulative usage into the final message:
         # usage comes from the last event, not from message_start.
-        u = final.usage
-        usage = Usage(u.input_tokens or 0, u.output_tokens or 0,
-                      getattr(u, "cache_creation_input_tokens", 0) or 0, getattr(u, "cache_read_input_tokens", 0) or 0)
-        content = tuple(block_from_wire(b.to_dict()) for b in final.content)
-        return ModelResponse(content, final.stop_reason or "end_turn", usage, final.model, final.id)
+        return _from_wire(final.to_dict())
 
-    async def _check_shape(self, response) -> None:
-        ctype = response.headers.get("content-type", "")
-        if "text/event-stream" in ctype:
-            return
-        body = (await response.aread()).decode("utf-8", "replace")
+    async def _create_once(self, params: dict) -> ModelResponse:
+        raw = await self._clients.get().messages.with_raw_response.create(**params, timeout=self.answer_timeout)
+        # The answer read as the JSON it is: the SDK's parse() would build its models, only for us to take them apart.
+        body = await raw.read()
         try:
-            data = json.loads(body)
+            message = json.loads(body)
+        except ValueError:
+            message = None
+        if not (isinstance(message, dict) and isinstance(message.get("content"), list)):
+            raise self._not_messages(raw.headers.get("content-type", ""), body)
+        return _from_wire(message)
+
+    def _not_messages(self, ctype: str, body: bytes) -> ModelError:
+        text = body.decode("utf-8", "replace")
+        try:
+            data = json.loads(text)
         except ValueError:
             data = None
         if isinstance(data, dict) and "choices" in data:
-            raise ModelError(
+            return ModelError(
                 f"{self.messages_url} answered in the OpenAI chat-completions shape (`choices`), not as an "
                 f"Anthropic Messages endpoint. Point {self._url_setting()} at an Anthropic-compatible server, "
                 "or use the OpenAI-compatible provider (--provider openai with OPENAI_BASE_URL).")
-        raise ModelError(f"{self.messages_url} did not answer as an Anthropic Messages endpoint "
-                         f"(content-type {ctype or 'none'}): {body[:200]!r}. Check {self._url_setting()}.")
+        return ModelError(f"{self.messages_url} did not answer as an Anthropic Messages endpoint "
+                          f"(content-type {ctype or 'none'}): {text[:200]!r}. Check {self._url_setting()}.")
 
     def _url_setting(self) -> str:
         return "ANTHROPIC_BASE_URL" if self.base_url_source == "ANTHROPIC_BASE_URL" else "ANTHROPIC_BASE_URL (unset)"
 
-    def _explain(self, e: Exception) -> ModelError:
+    def _explain(self, e: Exception, read_timeout: float) -> ModelError:
         if isinstance(e, (anthropic.AuthenticationError, anthropic.PermissionDeniedError)):
             return ModelError(
                 f"The API key was rejected ({e.status_code}) by {self.base_url}. It came from "
@@ -173,7 +209,7 @@ class AnthropicModel:
         if isinstance(e, (anthropic.APIConnectionError, httpx.TransportError)):
             timed_out = isinstance(e, (anthropic.APITimeoutError, httpx.TimeoutException))
             return ModelError(unreachable_message(self.messages_url, e, timed_out=timed_out,
-                                                  idle_timeout=self.idle_timeout, origin=self._base_url_origin()))
+                                                  idle_timeout=read_timeout, origin=self._base_url_origin()))
         if isinstance(e, anthropic.APIStatusError):
             return ModelError(f"{self.messages_url} answered {e.status_code}: {api_message(e)}")
         return ModelError(f"{self.messages_url}: {e}")
@@ -182,6 +218,20 @@ class AnthropicModel:
         if self.base_url_source == "ANTHROPIC_BASE_URL":
             return "ANTHROPIC_BASE_URL"
         return f"the default ({DEFAULT_BASE_URL}; set ANTHROPIC_BASE_URL to change it)"
+
+
+def has_aiohttp() -> bool:
+    """The SDK's aiohttp transport can be used (``anthropic[aiohttp]``: aiohttp, and an SDK that has it)."""
+    return hasattr(anthropic, "DefaultAioHttpClient") and importlib.util.find_spec("aiohttp") is not None
+
+
+def _from_wire(message: dict[str, Any]) -> ModelResponse:
+    u = message.get("usage") or {}
+    usage = Usage(u.get("input_tokens") or 0, u.get("output_tokens") or 0,
+                  u.get("cache_creation_input_tokens") or 0, u.get("cache_read_input_tokens") or 0)
+    content = tuple(block_from_wire(b) for b in message["content"])
+    return ModelResponse(content, message.get("stop_reason") or "end_turn", usage, message.get("model") or "",
+                         message.get("id") or "")
 
 
 def _retryable(e: Exception) -> bool:

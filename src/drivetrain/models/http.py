@@ -45,6 +45,10 @@ class PerLoop(Generic[T]):
             made = self._by_loop[loop] = self._make()
         return made
 
+    def take(self) -> T | None:
+        """This loop's object, no longer kept (None if it made none)."""
+        return self._by_loop.pop(asyncio.get_running_loop(), None)
+
 
 def retry_after(headers) -> float | None:
     """Seconds the server asked us to wait (``retry-after-ms``, ``retry-after`` seconds or HTTP date)."""

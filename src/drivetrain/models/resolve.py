@@ -19,12 +19,14 @@ def detect_provider(env: dict[str, str]) -> str:
 
 
 def resolve_model(provider: str | None = None, model: str | None = None,
-                  env: dict[str, str] | None = None) -> Model:
+                  env: dict[str, str] | None = None, *, batch: bool = False) -> Model:
+    """``batch``: for a sweep's many runs at once, whose text nobody watches as it comes (Anthropic: whole answers
+    through the aiohttp transport; the other providers as always)."""
     env = dict(os.environ) if env is None else env
     provider = provider or detect_provider(env)
     if provider == "anthropic":
         from drivetrain.models.anthropic import AnthropicModel
-        return AnthropicModel.from_env(model, env)
+        return AnthropicModel.from_env(model, env, **({"stream": False, "aiohttp": True} if batch else {}))
     if provider == "openai":
         try:
             from drivetrain.models.openai import OpenAIModel

@@ -2,7 +2,7 @@
 SQLite at ``<home>/sessions.sqlite3`` (home: ``$DRIVETRAIN_HOME``).
 
 A log is written with O_APPEND under an exclusive ``flock``: any number of writers (threads,
-processes) share one sequence, each record is one ``write`` of one line, and a line is never
+processes) share one sequence, each append is one ``write`` of a line per record, and a line is never
 rewritten. A crash mid-write leaves a torn last line; the next append starts on a line of its own,
 and readers skip the torn one with a warning. The index is updated under the same lock, so it sees
 each session's records in the log's order; when it is missing, corrupt or of another schema version,
@@ -169,15 +169,17 @@ class FileStore:
         seq = seen[2] if seen and seen[:2] == (stat.st_ino, size) else _last_seq(fd, size)
         # a torn line (a crash mid-write) is closed, so our first record starts on a line of its own
         prefix = b"\n" if size and os.pread(fd, 1, size - 1) != b"\n" else b""
-        written = []
+        written, lines = [], [prefix]
         for kind, fields in given:
             seq += 1
-            record = {"ts": now_ts(), "session_id": session_id, "seq": seq, "kind": kind, "v": VERSION, **fields}
+            record = {"ts": fields.pop("ts", None) or now_ts(), "session_id": session_id, "seq": seq, "kind": kind,
+                      "v": VERSION, **fields}
             text = json.dumps(record, ensure_ascii=False, default=str)
-            data = prefix + text.encode("utf-8", "backslashreplace") + b"\n"  # a lone surrogate stays JSON
-            _write_all(fd, data)  # unbuffered: each record reaches the OS as it is written
-            size, prefix = size + len(data), b""
+            lines.append(text.encode("utf-8", "backslashreplace") + b"\n")  # a lone surrogate stays JSON
             written.append(json.loads(text))
+        data = b"".join(lines)
+        _write_all(fd, data)  # one write, unbuffered: the records reach the OS as they are appended
+        size += len(data)
         if sync:
             os.fsync(fd)
             if stat.st_size == 0:  # a new file: its name must be durable too

@@ -70,7 +70,8 @@ class PostgresStore:
                 written, rows = [], []
                 for kind, fields in given:
                     seq += 1
-                    now = datetime.now(timezone.utc)
+                    given_ts = fields.pop("ts", None)
+                    now = datetime.fromisoformat(given_ts) if given_ts else datetime.now(timezone.utc)
                     now = now.replace(microsecond=now.microsecond // 1000 * 1000)  # ts has milliseconds
                     kind, body = _storable(kind), _storable(json.loads(json.dumps(fields, default=str)))
                     written.append({"ts": iso(now), "session_id": session_id, "seq": seq, "kind": kind, "v": VERSION,

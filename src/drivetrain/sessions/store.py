@@ -127,16 +127,24 @@ def iso(t: float | datetime) -> str:
     return t.astimezone(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def fields_of(session_id: str, given: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
-    """The kind and the fields of a record to append; the header is the store's to write.
+_TS = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
 
-    A ``session_id`` field equal to the session's own (a RunResult carries one) is dropped."""
+
+def fields_of(session_id: str, given: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The kind and the fields of a record to append; the rest of the header is the store's to write.
+
+    A ``session_id`` field equal to the session's own (a RunResult carries one) is dropped. A ``ts`` (as
+    ``now_ts()`` writes it) is the time of a record appended later than it was made (a batch task's, held until
+    the task ends); the store keeps it in the record's header."""
     kind = given.get("kind")
     if not isinstance(kind, str) or not kind:
         raise ValueError(f"a record needs a non-empty string 'kind', not {kind!r}")
     fields = {k: v for k, v in given.items() if k != "kind" and not (k == "session_id" and v == session_id)}
-    if clash := set(HEADER) & fields.keys():
+    if clash := (set(HEADER) - {"ts"}) & fields.keys():
         raise ValueError(f"reserved record field names: {sorted(clash)}")
+    if "ts" in fields and not (isinstance(fields["ts"], str) and _TS.fullmatch(fields["ts"])):
+        raise ValueError(f"a record's own 'ts' must be UTC with milliseconds, as now_ts() writes it, not "
+                         f"{fields['ts']!r}")
     return kind, fields
 
 
