@@ -906,6 +906,25 @@ async def test_a_forced_whole_file_is_written_whole_so_the_copy_a_move_kept_goes
     assert (tmp_path / "app.py").read_text() == fixed and result.subtype == "success"
 
 
+async def test_either_of_two_forced_versions_of_one_file_is_written_whole(tmp_path):
+    """An exact output's repairs are two Writes of one script: either block the model picks is that Write."""
+    from drivetrain.messages import Message
+    from drivetrain.models.base import ModelRequest
+    from drivetrain.tools.base import tool_spec
+
+    (tmp_path / "s.py").write_text('print("debug")\nprint("Total:  4")\n')
+    fixed, alone = 'print("debug")\nprint("Total: 4")\n', 'print("Total: 4")\n'
+    must = (("Write", {"file_path": "s.py", "content": fixed}), ("Write", {"file_path": "s.py", "content": alone}))
+    tools = [tool_spec(t) for t in builtin_tools() if t.name in ("Bash", "Edit", "Write")]
+    for content in (fixed, alone):
+        with ScriptedServer([reply(f"Fix it.\n```python s.py\n{content}```")]) as server:
+            model = CodeActionModel(anthropic(server), tmp_path)
+            response = await model.respond(ModelRequest([Message.user("x")], tools=tools, tool_choice="any",
+                                                         must_call=must))
+        [call] = response.message.tool_uses
+        assert (call.name, call.input) == ("Write", {"file_path": "s.py", "content": content})
+
+
 def test_the_denied_programs_come_from_the_policys_own_messages():
     from drivetrain.messages import Message, ToolResultBlock
     from drivetrain.control.permissions import Policy

@@ -187,8 +187,8 @@ class CodeActionModel:
         # a file to write (the model chooses the content), or the exact block of a call the check knows
         writes = [inp for name, inp in must if name in ("Edit", "Write") and files and "file_path" in inp]
         targets = [str(inp["file_path"]) for inp in writes if "content" not in inp]
-        forced = {str(inp["file_path"]): str(inp["content"]) for inp in writes if "content" in inp}
-        exact = [file_block(path, content) for path, content in forced.items()]
+        forced = [(str(inp["file_path"]), str(inp["content"])) for inp in writes if "content" in inp]  # a file may
+        exact = [file_block(path, content) for path, content in forced]  # have two: an exact output's repairs
         exact += [run_block(str(inp["command"])) for name, inp in must if name == "Bash" and "command" in inp]
         rules = grammar(choice, forbidden, denied_programs(request.messages), echoes(request.messages), files,
                         targets, exact)
@@ -211,7 +211,7 @@ class CodeActionModel:
             lang = "bash"  # "python3 report.py" in a python block: a command, not python
         if path and (writes := _WRITES_ITSELF.match(code)) and writes.group(1) == path:
             lang, path = "bash", None  # a command writing the very file the block names: the command is meant
-        if path in forced and forced[path].rstrip("\n") == code.rstrip("\n"):
+        if (path, code.rstrip("\n")) in {(p, c.rstrip("\n")) for p, c in forced}:
             name, call_input = "Write", {"file_path": path, "content": code.rstrip("\n") + "\n"}  # merged, no def could go
         elif path and files and lang in _PLAIN:  # plain text is the file's content, not a fragment to merge: a
             name, call_input = "Write", {"file_path": path, "content": code + "\n"}  # value written again was appended
