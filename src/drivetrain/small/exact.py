@@ -20,6 +20,8 @@ import difflib
 import json
 from typing import Awaitable, Callable
 
+from drivetrain.small.codeact import to_command
+
 Runner = Callable[[str], Awaitable[tuple[int | None, str]]]  # a command -> (exit code or None if not run, output)
 MARK = "@@drivetrain-prints@@"
 NEAR = 0.6  # how alike the printed and the quoted line must be for the one to be the other gone wrong
@@ -42,20 +44,16 @@ finally:
 """
 
 
-def _python(code: str) -> str:
-    return f"python3 - <<'PY'\n{code}\nPY"
-
-
 def _run_source(path: str, src: str) -> str:
     """The command that runs ``src`` as the script at ``path`` (without writing it anywhere)."""
-    return _python(f"import sys\nsys.argv = [{path!r}]\nexec(compile({src!r}, {path!r}, 'exec'), "
+    return to_command("python", f"import sys\nsys.argv = [{path!r}]\nexec(compile({src!r}, {path!r}, 'exec'), "
                    f"{{'__name__': '__main__', '__file__': {path!r}}})")
 
 
 async def repairs(run: Runner, path: str, src: str, quoted: str) -> list[str]:
     """Versions of the script ``path`` (source ``src``) that print ``quoted`` exactly: the near line fixed, then
     also with the other prints gone. Empty when no print of it is near ``quoted``, or no version checks out."""
-    code, output = await run(_python(_TRACE.format(path=path, src=src, mark=MARK)))
+    code, output = await run(to_command("python", _TRACE.format(path=path, src=src, mark=MARK)))
     if code is None or MARK not in output:
         return []
     try:
