@@ -295,6 +295,9 @@ def main(argv: list[str] | None = None) -> int:
     here = str(Path(sys.executable).parent)
     if os.environ.get("PATH", "").split(os.pathsep)[0] != here:
         os.environ["PATH"] = here + os.pathsep + os.environ.get("PATH", "")
+    # ...so a model's `pip install x` would change the interpreter every later run (and the checker) uses:
+    # the runs' pip finds no package (a run that needs one fails as it would offline)
+    os.environ["PIP_NO_INDEX"] = "1"
     head, digest = code_state()
     print(f"tasks: {', '.join(names)}"
           + (f"\n(no wording in the selection: {', '.join(left_out)})" if left_out else "")
