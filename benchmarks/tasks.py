@@ -43,16 +43,19 @@ Split = Literal["tune", "heldout"]
 
 # (kind, wording) pairs moved from heldout to tune, each with why; never moved back. A held-out failure that
 # leads to a change of the harness's code moves its wording here first (docs/benchmarks.md, "The split").
-MOVED_TO_TUNE: dict[tuple[str, str], str] = {}
+MOVED_TO_TUNE: dict[tuple[str, str], str] = {
+    ("exact-output", "zh-1"): "its held-out near miss (two differences, a computed value between them) led to "
+                              "patching each difference where it stands (small/exact.py); zh-3 is held out instead",
+}
 
 
 def split_of(kind: str, wording: str) -> Split:
-    """``en-1`` (the wording the small profile was tuned on) and ``zh-2`` are tune, ``zh-1`` is held out, and of
-    ``en-2``/``en-3`` one goes each way, chosen by a hash of the kind's name, so that no one style of English is
+    """``en-1`` (the wording the small profile was tuned on) and ``zh-2`` are tune, ``zh-1`` and ``zh-3`` are held
+    out, and of ``en-2``/``en-3`` one goes each way, chosen by a hash of the kind's name, so that no one style of English is
     held out everywhere. Pure of everything but the two names: adding a kind or a wording moves nothing else."""
     if (kind, wording) in MOVED_TO_TUNE or wording in ("en-1", "zh-2"):
         return "tune"
-    if wording == "zh-1":
+    if wording in ("zh-1", "zh-3"):  # zh-3: a Chinese wording written to be held out when a zh-1 moved to tune
         return "heldout"
     en2_held = hashlib.sha256(kind.encode()).digest()[0] % 2 == 0
     return "heldout" if (wording == "en-2") == en2_held else "tune"

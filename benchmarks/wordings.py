@@ -168,6 +168,9 @@ WORDINGS: dict[str, tuple[W, ...]] = {
                   "3. No extra text, punctuation or spaces."),
         W("zh-1", "修改 {script}，让 python3 {script} 只输出下面这一行，一个字符都不能差：\n{line}"),
         W("zh-2", "{script} 的输出格式不对。我需要它运行后只打印一行，内容必须和 `{line}` 完全一致。"),
+        # written when zh-1 moved to tune (docs/benchmarks.md, "Moved to tune"): held out in its place
+        W("zh-3", "下游程序会解析 {script} 的输出，可现在格式对不上。请改一下这个脚本，运行后应当只输出：\n\n{line}\n\n"
+                  "多一个空格或者标点都不行。"),
     ),
     "pytest-fix": (
         W("en-1", "The pytest suite fails. Fix {module}.py so that the tests pass; do not change the tests."),

@@ -88,6 +88,9 @@ async def test_an_exact_output_is_repaired_only_where_the_printed_text_stands_in
     # text only the separator puts there: the print of several values is made one f-string first
     assert await repairs(checks._run_here, "s.py", 'n = 4\nprint("Done:", n, "users", "")\n', "Done: 4 users") == [
         "n = 4\nprint(f'Done: {n} users')\n"]
+    # two differences with a computed value between them: each is made where it stands
+    assert await repairs(checks._run_here, "s.py", 'n = 5\nprint(f"[OK] {n} users loaded.")\n',
+                         "[ok] 5 users loaded") == ['n = 5\nprint(f"[ok] {n} users loaded")\n']
     # the value is computed, not written where it is printed: no line to change, so nothing is offered
     assert await repairs(checks._run_here, "s.py", 'n = 4\nprint("Total:", n * 2 - 4)\n', "Total: 3") == []
     assert await repairs(checks._run_here, "s.py", 'print("Total: 3")\n', "Total: 3") == []  # already right

@@ -86,23 +86,44 @@ async def repairs(run: Runner, path: str, src: str, quoted: str) -> list[str]:
 
 def _patched(source_line: str, printed: str, quoted: str) -> str | None:
     """``source_line`` with the difference between ``printed`` and ``quoted`` made where that text stands in it:
-    the changed middle, widened by the text around it until it occurs in the line exactly once."""
+    the changed middle as one piece, else each changed piece alone (``[OK] {n} users.`` → ``[ok] {n} users``, where
+    the value between them is computed), each widened by the text around it until it occurs in the line once."""
     p = 0
     while p < min(len(printed), len(quoted)) and printed[p] == quoted[p]:
         p += 1
     s = 0
     while s < min(len(printed), len(quoted)) - p and printed[-1 - s] == quoted[-1 - s]:
         s += 1
-    old, new = printed[p:len(printed) - s], quoted[p:len(quoted) - s]
+    whole = _patch_piece(source_line, printed, p, len(printed) - s, quoted[p:len(quoted) - s], 0, len(printed))
+    if whole is not None:
+        return whole
+    pieces = [op for op in difflib.SequenceMatcher(None, printed, quoted, autojunk=False).get_opcodes()
+              if op[0] != "equal"]
+    if len(pieces) < 2:
+        return None
+    line = source_line
+    for k in range(len(pieces) - 1, -1, -1):  # right to left: the text left of a piece is still as printed
+        _, i1, i2, j1, j2 = pieces[k]
+        lo = pieces[k - 1][2] if k else 0  # its context stops at the pieces beside it
+        hi = pieces[k + 1][1] if k + 1 < len(pieces) else len(printed)
+        line = _patch_piece(line, printed, i1, i2, quoted[j1:j2], lo, hi)
+        if line is None:
+            return None
+    return line
+
+
+def _patch_piece(line: str, printed: str, i1: int, i2: int, new: str, lo: int, hi: int) -> str | None:
+    """``line`` with ``printed[i1:i2]`` made ``new``, found with as little of the text around it (within
+    ``printed[lo:hi]``) as makes it occur in the line exactly once."""
     for total in range(_MAX_CONTEXT):
-        for left in range(min(total, p) + 1):
+        for left in range(min(total, i1 - lo) + 1):
             right = total - left
-            if right > s:
+            if right > hi - i2:
                 continue
-            before, after = printed[p - left:p], printed[len(printed) - s:len(printed) - s + right]
-            snippet = before + old + after
-            if snippet and source_line.count(snippet) == 1:
-                return source_line.replace(snippet, before + new + after)
+            before, after = printed[i1 - left:i1], printed[i2:i2 + right]
+            snippet = before + printed[i1:i2] + after
+            if snippet and line.count(snippet) == 1:
+                return line.replace(snippet, before + new + after)
     return None
 
 
