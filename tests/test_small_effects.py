@@ -123,3 +123,43 @@ async def test_a_call_the_task_writes_out_is_run_once_and_then_not_asked_again(t
                                                                           'print(checksum(\\"falcon\\"))"'},
                           "tool_response": {"content": "914"}})
     assert (await checks._review("914"))[0] == []
+
+
+def test_an_import_the_run_wrote_that_cannot_work():
+    from drivetrain.small.effects import dangling_imports
+
+    before = {"storage.py": b"def report(x):\n    return sum(x)\n", "ledger.py": b"def too_big(x, n):\n    return x > n\n",
+              "main.py": b"import requests\nfrom storage import report\nfrom ledger import too_big\n\nprint(report([1]))\n"}
+    broken = dict(before, **{"main.py": b"import requests\nfrom report import compute\nfrom too_big import too_big\n"
+                                        b"from storage import reportx\n\nprint(compute([1]))\n"})
+    found = dangling_imports(before, broken)
+    assert [t.split(",")[0] for t, _ in found] == ["main.py line 2 imports compute from report",
+                                                    "main.py line 3 imports too_big from too_big",
+                                                    "main.py line 4 imports reportx from storage"]
+    assert "(before your change that line was `from storage import report`)" in found[0][0]
+    assert "too_big is defined in ledger.py" in found[1][0] and "No file here defines reportx" in found[2][0]
+    assert [m for _, m in found] == ["report", "too_big", ""]  # a module is looked for in the workspace's python3
+    # what works is not said: imports kept from before (requests), Python's own, a module the run created,
+    # a name the workspace's module defines, an installed module (pytest)
+    fine = dict(before, **{"util.py": b"def helper():\n    pass\n",
+                           "main.py": b"import requests\nimport json, pytest\nfrom util import helper\n"
+                                      b"from storage import report\nfrom ledger import too_big as big\n"})
+    assert dangling_imports(before, fine) == []
+
+
+async def test_a_missing_module_is_looked_for_with_the_workspaces_python_first(tmp_path):
+    (tmp_path / "main.py").write_text("from storage import report\n")
+    (tmp_path / "storage.py").write_text("def report():\n    pass\n")
+    checks = WorkChecks(tmp_path)
+    await checks.on_prompt({"prompt": "Rename report to summary; main.py must still run."})
+    (tmp_path / "main.py").write_text("from summary import report\nfrom storage import report\nimport math\n")
+    assert [f.split(",")[0] for f in await checks.failures("Renamed.")] == [
+        "main.py line 1 imports report from summary"]
+    ran = []
+
+    async def found_anyway(command: str) -> tuple[int | None, str]:  # the workspace's python3 has the module
+        ran.append(command)
+        return 0, "False\n"
+
+    assert not any("summary" in f for f in await checks.failures("Renamed.", run=found_anyway))
+    assert any("find_spec(\"summary\")" in c for c in ran)

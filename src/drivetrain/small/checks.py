@@ -27,7 +27,7 @@ from pathlib import Path, PurePath
 
 from drivetrain.small.answer import disagreements, facts
 from drivetrain.small.changes import describe, snapshot
-from drivetrain.small.effects import left_behind, left_behind_fixes, named_calls, shown_not_written
+from drivetrain.small.effects import dangling_imports, left_behind, left_behind_fixes, named_calls, shown_not_written
 from drivetrain.small.exact import Runner, repairs
 from drivetrain.control.hooks import Hooks
 from drivetrain.small.codeact import denied_programs, file_block, to_block
@@ -211,6 +211,7 @@ class WorkChecks:
         named = [m.group(1) for m in FILE_NAME.finditer(self.prompt)]
         out += left_behind(named, self.before, now) + (shown_not_written(named, self.before, now, self.calls)
                                                        if not changed else [])
+        out += await self._dangling(run, now)
         out += await self._tests(run, changed) + await self._named_commands(run, changed) + await self._exact_output(run)
         out += [f"The task writes out the call {text}. Run it to see what it returns:\n{_fence(command)}"
                 for text, command in self._unrun_calls(now)]
@@ -601,6 +602,19 @@ class WorkChecks:
         self._repaired += [(script, v) for v in versions]
         return (f" Changing that line of {script} does it" + (", or that line and no other print (if the task wants "
                 "that line alone)" if len(versions) > 1 else "") + ".") if versions else ""
+
+    async def _dangling(self, run: Runner, now: dict[str, bytes]) -> list[str]:
+        """Imports the run wrote that cannot work (effects.py); a module this interpreter lacks is looked for with
+        the workspace's ``python3`` before it is called missing."""
+        out = []
+        for text, module in dangling_imports(self.before, now):
+            if module:
+                code, printed = await run(f"python3 -c 'import importlib.util as u; "
+                                          f"print(u.find_spec(\"{module.split('.')[0]}\") is None)'")
+                if code != 0 or printed.strip() != "True":
+                    continue  # it is there (or cannot tell): not said
+            out.append(text)
+        return out
 
     def _has_tests(self) -> bool:
         return any(re.search(r"(^|/)(test_\w+|\w+_test)\.py$|(^|/)tests?/", p) for p in self.before)

@@ -5,12 +5,17 @@
 - A function the run put in a new file is still defined in the file it came from: a move left a copy behind.
 - A call the task writes out (``checksum('falcon')``) of a function a workspace file defines was never run: what it
   returns is known only by running it.
+- An import the run wrote names a module that is nowhere (no file of the workspace, not Python's own, not
+  installed), or a name its workspace module does not define: the program no longer starts.
 """
 
 from __future__ import annotations
 
 import ast
+import difflib
+import importlib.util
 import re
+import sys
 from typing import Protocol, Sequence
 
 from drivetrain.small.codeact import to_command
@@ -149,3 +154,103 @@ def _literal_args(args: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def dangling_imports(before: dict[str, bytes], now: dict[str, bytes]) -> list[tuple[str, str]]:
+    """Top-level imports the run added to a .py file that cannot work: a module neither in the workspace, nor
+    Python's own, nor installed here, nor imported anywhere before the run; or a name the workspace's module does
+    not define. Each with the line it replaced, when it replaced one: (what is wrong, the module to look for with
+    the workspace's own ``python3`` first — "" when the workspace's files alone show it)."""
+    out = []
+    for path, content in now.items():
+        if not path.endswith(".py") or before.get(path) == content:
+            continue
+        old = _imports(before.get(path, b""))
+        known = {m for c in before.values() for m, _, _ in _imports(c).values()}
+        for key, (module, names, line) in _imports(content).items():
+            if key in old:
+                continue
+            where = f"{path} line {line} imports {', '.join(names) + ' from ' if names else ''}{module}"
+            source = _module_file(module, now)
+            was = _replaced(before.get(path, b""), content, line)
+            was = f" (before your change that line was `{was}`)" if was else ""
+            if source is None and module.split(".")[0] not in known and not _installed(module):
+                out.append((f"{where}, but there is no {module.replace('.', '/')}.py here, and no installed "
+                            f"module {module}{was}.{_defined_where(names, now)}", module))
+            elif source is not None and (missing := [n for n in names if n != "*"
+                                                     and n not in _top_names(now[source])]):
+                out.append((f"{where}, but {source} does not define {', '.join(missing)}{was}."
+                            f"{_defined_where(missing, now)}", ""))
+    return out
+
+
+def _defined_where(names: Sequence[str], files: dict[str, bytes]) -> str:
+    """Where each name is defined in the workspace (a def, a class), or that no file defines it."""
+    said = []
+    for name in names:
+        where = [p for p, c in files.items()
+                 if p.endswith(".py") and name in TOP_DEF.findall(c.decode("utf-8", "replace"))]
+        said.append(f" {name} is defined in {', '.join(where)}." if where else f" No file here defines {name}.")
+    return "".join(said)
+
+
+def _imports(content: bytes) -> dict[tuple[str, tuple[str, ...]], tuple[str, tuple[str, ...], int]]:
+    """The top-level absolute imports of a .py file: (module, names) -> (module, names, line)."""
+    try:
+        tree = ast.parse(content)
+    except (SyntaxError, ValueError):
+        return {}
+    out = {}
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names = tuple(a.name for a in node.names)
+            out[(node.module, names)] = (node.module, names, node.lineno)
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                out[(a.name, ())] = (a.name, (), node.lineno)
+    return out
+
+
+def _module_file(module: str, files: dict[str, bytes]) -> str | None:
+    base = module.replace(".", "/")
+    return next((p for p in (f"{base}.py", f"{base}/__init__.py") if p in files), None)
+
+
+def _installed(module: str) -> bool:
+    top = module.split(".")[0]
+    if top in sys.stdlib_module_names:
+        return True
+    try:
+        return importlib.util.find_spec(top) is not None
+    except (ImportError, ValueError):
+        return True  # cannot tell: not flagged
+
+
+def _top_names(content: bytes) -> set[str]:
+    """What a module defines at its top level: defs, classes, assignments, imports (a name may be re-exported)."""
+    try:
+        tree = ast.parse(content)
+    except (SyntaxError, ValueError):
+        return {"*"}  # cannot tell: every name counts as defined
+    names = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                names |= {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        elif isinstance(node, (ast.If, ast.Try)):
+            return {"*"}  # names defined under a condition: not read, so not judged
+    return names
+
+
+def _replaced(old: bytes, new: bytes, line: int) -> str:
+    """The line of ``old`` that line ``line`` of ``new`` took the place of, when a change replaced lines there."""
+    old_lines = old.decode("utf-8", "replace").splitlines()
+    new_lines = new.decode("utf-8", "replace").splitlines()
+    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, old_lines, new_lines, autojunk=False).get_opcodes():
+        if op == "replace" and j1 < line <= j2:
+            return old_lines[min(i1 + line - 1 - j1, i2 - 1)].strip()
+    return ""
