@@ -472,20 +472,24 @@ class WorkChecks:
         return out
 
     async def _tests(self, run: Runner, changed: dict[str, bytes]) -> list[str]:
-        """Once the run has changed files, the tests the model ran pass when run again; tests the task names (a test
-        file or runner: ASCII in any language) were run at all. A file of test functions run by a bare interpreter ran no test."""
+        """Once the run has changed files, or when their last run failed, the tests the model ran pass when run
+        again; tests the task names (a test file or runner: ASCII in any language) were run at all. A file of test functions run by a bare interpreter ran no test."""
         ran = [c for c in self.calls if c.command and self._runs_tests(c.command)]
         if not ran:
             if _TEST_CMD.search(self.prompt) and self._has_tests():
                 named = next((f" (`{c}`)" for c in self._named() if _TEST_CMD.search(c)), "")
                 return [f"The task is about tests, but you have not run them. Run them{named} and make sure they pass."]
             return []
-        if not changed:  # a run that changed nothing may have been asked whether they pass
-            return []
         command = _the_part(ran[-1].command, _TEST_CMD)
+        if not changed and not ran[-1].failed:
+            return []
         code, output = await run(command)
         if code is None or code == 0:  # did not run (denied, say): nothing is known
             return []
+        if not changed:  # a run that changed nothing may have been asked only why they fail
+            return [f"The test command `{command}` still fails (exit code {code}), and this run changed no file:\n"
+                    f"{output[-1500:]}\nIf the task is to make the tests pass, change the code they test (not the "
+                    "tests) and run them again. If it only asks about them, answer that they fail, and why."]
         return [f"The test command `{command}` fails now (exit code {code}):\n{output[-1500:]}"]
 
     def _runs_tests(self, command: str) -> bool:
