@@ -161,6 +161,17 @@ async def test_a_file_block_that_changes_nothing_says_so_in_words_about_the_bloc
                                                  "Write the lines as they must be.")
 
 
+async def test_a_second_block_the_file_already_holds_ends_the_turn_with_it(tmp_path):
+    """Its file shown again ("DONE, the file is as follows:"), ten turns of blocks that changed nothing; the second
+    one is the model's answer, so the end-of-turn checks can say what is wrong."""
+    (tmp_path / "a.ini").write_text("[a]\nx = 1\n")
+    steps = [reply("Done:\n```ini a.ini\n[a]\nx = 1\n```"), reply("Done, the file is:\n```ini a.ini\nx = 1\n```")]
+    with ScriptedServer(steps) as server:
+        result = await small_agent(server, tmp_path, profile=SMALL.without("checks")).run("Set x in a.ini.")
+    assert result.subtype == "success" and [u.name for u in tool_uses(result)] == ["Edit"]  # the first: an Edit
+    assert result.result == "Done, the file is:\n```ini a.ini\nx = 1\n```"
+
+
 def test_blocks_and_commands_convert_both_ways():
     for lang, code in [("bash", "ls -la\necho hi"), ("python", "import os\nprint(os.getcwd())")]:
         assert to_block(to_command(lang, code)) == (lang, code)
@@ -1121,3 +1132,17 @@ def test_an_answer_that_repeats_itself_is_cut():
     assert (text, block) == ("The total is 18 (checked: `wc -l *.py`).", None)
     assert parse_reply("DONE: 总数是 18。已写入 total.txt。总数是 18。")[0] == "总数是 18。已写入 total.txt。"
     assert parse_reply("DONE: Yes. Yes.")[0] == "Yes. Yes."  # too short to be a loop
+
+
+async def test_a_config_file_that_no_longer_parses_is_said_at_once_and_at_the_end(tmp_path):
+    """The 1.5B wrote the new host line and kept the old one: configparser refuses the file (a duplicate option)."""
+    (tmp_path / "settings.ini").write_text("[server]\nport = 8000\nhost = localhost\n")
+    checks = WorkChecks(tmp_path)
+    await checks.on_prompt({"prompt": "settings.ini: host → db.internal"})
+    (tmp_path / "settings.ini").write_text("[server]\nport = 8000\nhost = db.internal\nhost = localhost\n")
+    note = await checks.on_tool({"tool_name": "Write", "tool_input": {"file_path": "settings.ini"},
+                                 "tool_response": {"content": "Overwrote settings.ini"}})
+    said = "settings.ini no longer parses: While reading from 'settings.ini' [line 4]: option 'host' in section " \
+           "'server' already exists"
+    assert said in note["hookSpecificOutput"]["additionalContext"]
+    assert any(f.startswith(said.replace("parses:", "parses after your change:")) for f in await checks.failures("Done."))

@@ -140,6 +140,8 @@ class WorkChecks:
         self.calls.append(_Call(f"{tool_input}\n{output}", command, bool(response.get("is_error")),
                                 output if command else ""))
         note = describe(last, now, command) if self.report_changes else ""
+        note += "".join(f"\n{p} no longer parses: {error}." for p, c in now.items() if last.get(p) != c
+                        and (error := _parse_error(p, c)) and not (p in last and _parse_error(p, last[p])))
         hint = (_header_hint(command, output, now) or _indent_hint(output, self.cwd)) if response.get("is_error") \
             else _no_tests_run(command, now)
         note = "\n\n".join(n for n in (note, hint) if n)

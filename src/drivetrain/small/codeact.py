@@ -109,7 +109,7 @@ _NOTES = ("Changed ", "Created ", "Deleted ", "No file changed")  # what changes
 
 def render_result(r: ToolResultBlock, tool: str = "Bash") -> str:
     text = r.text
-    if r.is_error and tool == "Edit" and text.startswith("old_string and new_string are identical"):
+    if r.is_error and tool == "Edit" and text.startswith(_HELD):
         # the Edit tool's words are about its fields, which a file block does not show
         return "Error:\nThe file already holds exactly this block: nothing changed. Write the lines as they must be."
     if r.is_error:
@@ -217,10 +217,23 @@ class CodeActionModel:
             name, call_input = "Write", {"file_path": path, "content": code + "\n"}  # value written again was appended
         elif path and files:
             name, call_input = to_call(path, code, self.cwd)
+            if name == "Edit" and call_input["old_string"] == call_input["new_string"] and _held_before(request):
+                # a second block the file already holds: it shows the file (what it thinks is done), so the turn
+                # ends with it, and the end-of-turn checks say what is wrong, instead of a loop of blocks
+                return replace(response, content=(TextBlock(raw.strip()),), stop_reason="end_turn")
         else:
             name, call_input = "Bash", {"command": to_command(lang, code)}
         call = ToolUseBlock(f"toolu_{uuid.uuid4().hex[:24]}", name, call_input)
         return replace(response, content=((TextBlock(text),) if text else ()) + (call,), stop_reason="tool_use")
+
+
+_HELD = "old_string and new_string are identical"  # the Edit tool's error for a block that changes nothing
+
+
+def _held_before(request: ModelRequest) -> bool:
+    """Did an earlier block of this task change nothing, because its file already held it?"""
+    return any(isinstance(b, ToolResultBlock) and b.is_error and b.text.startswith(_HELD)
+               for m in request.messages for b in m.content)
 
 
 def _shell_in_python(code: str) -> bool:

@@ -4,6 +4,7 @@ of text, shared by ``small/checks.py``."""
 
 from __future__ import annotations
 
+import configparser
 import difflib
 import json
 import os
@@ -110,7 +111,7 @@ def _not_citations(content: bytes) -> str:
 
 
 def _parse_error(path: str, content: bytes) -> str:
-    """Why a .py/.json/.toml file does not parse ("" when it does, or is of another kind)."""
+    """Why a .py/.json/.toml/.ini/.cfg file does not parse ("" when it does, or is of another kind)."""
     try:
         text = content.decode("utf-8")
         if path.endswith(".py"):
@@ -119,6 +120,10 @@ def _parse_error(path: str, content: bytes) -> str:
             json.loads(text)
         elif path.endswith(".toml"):
             tomllib.loads(text)
+        elif path.endswith((".ini", ".cfg")):
+            configparser.ConfigParser(interpolation=None).read_string(text, path)
+    except configparser.Error as e:
+        return " ".join(e.message.split()) if hasattr(e, "message") else str(e)
     except SyntaxError as e:
         return f"{e.msg} at line {e.lineno}"
     except json.JSONDecodeError as e:
