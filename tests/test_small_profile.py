@@ -486,6 +486,9 @@ async def test_a_claimed_output_is_what_the_command_printed(tmp_path):
     await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": "python3 -c 'from f import f; print(f(5))'"},
                           "tool_response": {"content": "8"}})
     assert await checks.failures("f(5) 返回 8（`python3 -c 'from f import f; print(f(5))'` 打印 8）。") == []
+    await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": "du -sh ."}, "tool_response": {"content": "56K\t."}})
+    assert await checks.failures("f(5) 返回 8；`du -sh .` 显示 56K。") == []  # a number with its unit is the number
+    assert (await checks.failures("f(5) 返回 8；`du -sh .` 显示 5。"))[0].startswith("Your answer says `du -sh .` gave 5")
 
 
 async def test_a_sum_in_the_answer_is_right_and_adds_no_total_to_its_parts(tmp_path):

@@ -144,8 +144,8 @@ def _rewritten(old: bytes | None, new: bytes) -> bool:
 
 
 def _shows(value: str, output: str) -> bool:
-    """Does the output hold this number (as a number, not inside another)?"""
-    return re.search(rf"(?<![\w.]){re.escape(value)}(?![\w]|\.\d)", output) is not None
+    """Does the output hold this number (as a number, not inside another; a unit may follow it: 56K, 3ms)?"""
+    return re.search(rf"(?<![\w.]){re.escape(value)}(?![\d_]|\.\d)", output) is not None
 
 
 def _bare_test_file(command: str, files: dict[str, bytes]) -> str:
