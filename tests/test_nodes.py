@@ -54,6 +54,26 @@ async def test_verify_runs_at_most_its_limit_then_lets_the_run_end(tmp_path):
     assert result.subtype == "success" and result.result == "Still done." and result.num_turns == 3
 
 
+async def test_a_send_back_for_the_answer_alone_asks_for_it_without_tools(tmp_path):
+    """A 1.5B asked only to say what it did answered with a call that appended the file it had fixed to itself."""
+    from drivetrain.loop.nodes import SendBack
+
+    class AnswerAgain:
+        name, at, limit = "AnswerAgain", "end_turn", 1
+
+        async def run(self, ctx):
+            return SendBack("Say which file you created.", answer_only=True)
+
+    def no_tools(body):
+        assert body["tool_choice"] == {"type": "none"} and last_text(body) == "Say which file you created."
+
+    steps = [respond([tool_call("touch", {"name": "a.txt"})]), reply("Done."),
+             reply("I created a.txt.", expect=no_tools)]
+    with ScriptedServer(steps) as server:
+        result = await agent_for(server, tmp_path, nodes=[AnswerAgain()]).run("make a.txt")
+    assert result.subtype == "success" and result.result == "I created a.txt." and not lint(result.history)
+
+
 async def test_plan_asks_for_a_plan_without_tools_then_the_model_acts_on_it(tmp_path):
     def plan_request(body):
         assert body["tool_choice"] == {"type": "none"} and "numbered plan" in last_text(body)

@@ -859,7 +859,7 @@ async def test_an_answer_that_only_lacks_the_value_is_asked_for_again_without_fo
         agent = small_agent(server, tmp_path, record=True)
         result = await agent.run("Count the lines of a.py, write the total to total.txt and tell me")
     assert "Your answer does not give the value you wrote to total.txt (2)" in texts(server.requests[2].body)[-1]
-    assert [r.tool_choice for r in agent.model.requests] == ["any", None, None]
+    assert [r.tool_choice for r in agent.model.requests] == ["any", None, "none"]  # the answer alone: without tools
     assert result.result == "The total is 2, in total.txt."
 
 
@@ -915,7 +915,7 @@ async def test_a_claim_about_a_denied_command_and_an_answer_sent_back_after_the_
     assert "You wrote 3 to total.txt, but your answer says 2" in sent[1]
     assert "Your answer does not give the value you wrote to total.txt (2). Answer again, with the value.\n\nWhat this run " \
         "did (as the harness saw it):\n- created total.txt, which now holds: '2'" in sent[2]
-    assert [r.tool_choice for r in agent.model.requests][3:8:2] == ["any", "any", None]  # the last: answer only
+    assert [r.tool_choice for r in agent.model.requests][3:8:2] == ["any", "any", "none"]  # the last: answer only, no tools
     assert (result.subtype, result.result) == ("success", "a.py has 2 lines; total.txt holds 2.")
     assert (tmp_path / "total.txt").read_text() == "2\n"  # a text block is the whole file (merged, it held "3\n2")
 

@@ -48,7 +48,7 @@ class SendBack:
     """A node's answer at ``end_turn``: the model may not stop yet; ``text`` says why, and it goes back to work."""
 
     text: str
-    answer_only: bool = False  # only the answer must change: the model need not act before answering again
+    answer_only: bool = False  # only the answer must change: it is asked for without tools
     must_call: tuple[tuple[str, dict], ...] = ()  # the next call must be one of these; see ModelRequest
 
 

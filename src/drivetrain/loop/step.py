@@ -343,7 +343,9 @@ async def run_node(s: RunNode, w: Draft) -> CallModel | RunNode | Done:
     result = await node.run(NodeContext(w))
     if isinstance(result, SendBack) and isinstance(s.then, Done):
         w.append(Message.user(result.text))
-        act = w.deps.agent.profile.act and not result.answer_only  # there is work to do: act before answering
+        if result.answer_only:  # the work holds: only the answer is written again, and no call can undo the work
+            return CallModel(tool_choice="none")
+        act = w.deps.agent.profile.act  # there is work to do: act before answering
         return CallModel(tool_choice="any" if act else None, must_call=result.must_call if act else ())
     if isinstance(result, (Note, SendBack)):  # a send-back before the first request is a note
         w.ask(result.text)
