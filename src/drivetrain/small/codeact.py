@@ -104,6 +104,7 @@ def render_assistant(msg: Message) -> str:
     return "\n".join(parts)
 
 
+_HELD = "old_string and new_string are identical"  # the Edit tool's error for a block that changes nothing
 _NOTES = ("Changed ", "Created ", "Deleted ", "No file changed")  # what changes.py says a call changed
 
 
@@ -225,9 +226,6 @@ class CodeActionModel:
             name, call_input = "Bash", {"command": to_command(lang, code)}
         call = ToolUseBlock(f"toolu_{uuid.uuid4().hex[:24]}", name, call_input)
         return replace(response, content=((TextBlock(text),) if text else ()) + (call,), stop_reason="tool_use")
-
-
-_HELD = "old_string and new_string are identical"  # the Edit tool's error for a block that changes nothing
 
 
 def _held_before(request: ModelRequest) -> bool:
