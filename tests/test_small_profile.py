@@ -384,6 +384,19 @@ async def test_checks_rerun_the_tests_the_model_ran_and_flag_unread_rewrites(tmp
                                          "sure they pass."]
 
 
+async def test_showing_a_test_file_is_not_running_the_tests(tmp_path):
+    (tmp_path / "pricing.py").write_text("def to_f(c):\n    return c * 9 / 5 - 32\n")
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_pricing.py").write_text("from pricing import to_f\n\n\ndef test_f():\n"
+                                                        "    assert to_f(0) == 32\n")
+    checks = WorkChecks(tmp_path)
+    await checks.on_prompt({"prompt": "pytest reports failures in tests/test_pricing.py. Fix pricing.py?"})
+    await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": "cat -n tests/test_pricing.py"},
+                          "tool_response": {"content": "1\tfrom pricing import to_f"}})
+    assert "The task is about tests, but you have not run them. Run them (`pytest`) and make sure they pass." in \
+        await checks.failures("Nothing to change.")
+
+
 async def test_tests_whose_last_run_failed_go_back_when_the_run_changed_nothing(tmp_path):
     """Asked (in Chinese) to fix accounts.py, the 1.5B ran the failing test, changed nothing, and answered that the
     tests passed: with nothing changed, the failing run was not looked at again."""

@@ -519,10 +519,12 @@ class WorkChecks:
 
     def _runs_tests(self, command: str) -> bool:
         """A test runner, or an interpreter running a test file that runs its own tests (one of bare pytest-style
-        functions runs none)."""
+        functions runs none); a command that only shows a test file runs nothing."""
         if _TEST_RUNNER.search(command):
             return True
-        return bool(_TEST_CMD.search(command)) and not _bare_test_file(command, self._last)
+        run_by = any(_program(part).split()[0] in _INTERPRETERS and _TEST_CMD.search(part)
+                     for part in re.split(r"&&|\|\|?|;|\n", command) if part.strip())
+        return run_by and not _bare_test_file(command, self._last)  # `cat -n tests/test_x.py` ran no test
 
     def _claimed(self, answer: str, denied: frozenset[str]) -> list[str]:
         """A command the answer quotes (its check of the result, in any language) is one the model ran, and a
