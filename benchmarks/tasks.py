@@ -46,6 +46,9 @@ Split = Literal["tune", "heldout"]
 MOVED_TO_TUNE: dict[tuple[str, str], str] = {
     ("exact-output", "zh-1"): "its held-out near miss (two differences, a computed value between them) led to "
                               "patching each difference where it stands (small/exact.py); zh-3 is held out instead",
+    ("run-question", "zh-1"): "its held-out run never ended its turn (failing calls until the turn cap), which led to "
+                              "offering the checks' fixes when calls keep failing (WhenFailing); zh-3 is held out instead",
+    ("pytest-fix", "zh-1"): "as run-question zh-1: a held-out run looping on failing calls; zh-3 is held out instead",
 }
 
 

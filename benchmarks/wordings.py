@@ -179,6 +179,7 @@ WORDINGS: dict[str, tuple[W, ...]] = {
         W("en-3", "1. Run the tests with pytest.\n2. Find out why {test} fails.\n3. Fix {module}.py (leave the tests "
                   "as they are).\n4. Run pytest again and make sure everything passes."),
         W("zh-1", "用 pytest 跑测试有用例失败。测试本身没问题，请修改 {module}.py 让所有测试通过，不要改测试文件。"),
+        W("zh-3", "CI 挂了：pytest 报 {test} 里有测试没过。测试是对的，问题出在 {module}.py，麻烦修一下让 pytest 重新通过。"),
     ),
     "dedupe-order": (
         W("en-1", "Remove the duplicate lines from {file}, keeping the first occurrence of each line in its original "
@@ -205,6 +206,7 @@ WORDINGS: dict[str, tuple[W, ...]] = {
         W("en-3", "Question about {module}.py:\n- call: {call}\n- what is the return value?\n"
                   "Do not change the module."),
         W("zh-1", "{module}.py 里调用 {call}，返回值是什么？"),
+        W("zh-3", "帮我看看 {module}.py 里的 {call} 会返回什么。"),  # held out in place of zh-1 (moved to tune)
     ),
     "readonly-question": (
         W("en-1", {"functions": "How many functions are defined in {module}.py? Do not modify any file.",
