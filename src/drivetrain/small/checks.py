@@ -498,7 +498,8 @@ class WorkChecks:
 
     async def _tests(self, run: Runner, changed: dict[str, bytes]) -> list[str]:
         """Once the run has changed files, or when their last run failed, the tests the model ran pass when run
-        again; tests the task names (a test file or runner: ASCII in any language) were run at all. A file of test functions run by a bare interpreter ran no test."""
+        again; tests the task names (a test file or runner: ASCII in any language) were run at all. A file of test
+        functions run by a bare interpreter ran no test."""
         ran = [c for c in self.calls if c.command and self._runs_tests(c.command)]
         if not ran:
             if _TEST_CMD.search(self.prompt) and self._has_tests():
