@@ -1186,3 +1186,17 @@ async def test_calls_that_keep_failing_get_the_fix_a_check_knows_before_the_turn
         "'Total notes: 2'" in told
     assert result.subtype == "success" and (tmp_path / "summary.py").read_text() == alone
     assert result.result == "summary.py now prints only `Total notes: 2`."
+
+
+def test_a_file_of_the_folder_named_in_the_task_is_shown_whatever_it_ends_in(tmp_path):
+    """"In app.env, change TIMEOUT to 95": .env is no known extension, so the 1.5B never saw the file, and typed
+    `vi(app.env)` until the turn cap."""
+    from drivetrain.small.prompts import task_context
+
+    (tmp_path / "app.env").write_text("HOST=x\nTIMEOUT=30\n")
+    (tmp_path / "Makefile").write_text("all:\n\techo hi\n")
+    (tmp_path / "notes.txt").write_text("n\n")
+    shown = task_context(tmp_path, "把 app.env 里的 TIMEOUT 改成 95，别动其他设置；Makefile 不用管。")
+    assert "$ cat -n app.env\n     1\tHOST=x\n     2\tTIMEOUT=30" in shown and "$ cat -n Makefile" in shown
+    assert shown.index("app.env\n") < shown.index("cat -n Makefile") and "cat -n notes.txt" not in shown
+    assert "cat -n app.env" not in task_context(tmp_path, "Change myapp.env.bak and app.envelope")  # not its name

@@ -20,7 +20,7 @@ def named_files(cwd: Path, prompt: str, readable: Callable[[str], bool] = lambda
     answer for a Read) lets through, numbered as ``cat -n`` numbers them: what an @-mention attaches. A small
     model otherwise spends its first turn on ``ls`` and then guesses at what it has not seen."""
     out = []
-    for name in dict.fromkeys(m.group(1) for m in FILE_NAME.finditer(prompt)):
+    for name in _names_in(cwd, prompt):
         path = cwd / name
         if not readable(name):
             continue
@@ -44,6 +44,21 @@ def named_files(cwd: Path, prompt: str, readable: Callable[[str], bool] = lambda
         if len(out) == files:
             break
     return "\n\n".join(out)
+
+
+def _names_in(cwd: Path, prompt: str) -> list[str]:
+    """The file names in the task, in the order it names them: those with a known extension, and the names of the
+    folder's own files whatever they end in (``app.env``, ``Makefile``), standing as a word in any language."""
+    found = {m.start(1): m.group(1) for m in FILE_NAME.finditer(prompt)}
+    try:
+        own = [p.name for p in cwd.iterdir() if p.is_file()]
+    except OSError:
+        own = []
+    for name in own:
+        m = re.search(rf"(?<![A-Za-z0-9_/.-]){re.escape(name)}(?![A-Za-z0-9_])", prompt)
+        if m and m.start() not in found:
+            found[m.start()] = name
+    return list(dict.fromkeys(found[k] for k in sorted(found)))
 
 
 def task_context(cwd: Path, prompt: str, show: bool = True, readable: Callable[[str], bool] = lambda _: True) -> str:
