@@ -46,16 +46,17 @@ Split = Literal["tune", "heldout"]
 MOVED_TO_TUNE: dict[tuple[str, str], str] = {
     ("exact-output", "zh-1"): "its held-out near miss (two differences, a computed value between them) led to "
                               "patching each difference where it stands (small/exact.py); zh-3 is held out instead",
-    ("run-question", "zh-1"): "its held-out run never ended its turn (failing calls until the turn cap), which led to "
-                              "offering the checks' fixes when calls keep failing (WhenFailing); zh-3 is held out instead",
+    ("run-question", "zh-1"): "its held-out run never ended its turn (failing calls until the turn cap), which led "
+                              "to offering the checks' fixes when calls keep failing (WhenFailing); zh-3 is held out "
+                              "instead",
     ("pytest-fix", "zh-1"): "as run-question zh-1: a held-out run looping on failing calls; zh-3 is held out instead",
 }
 
 
 def split_of(kind: str, wording: str) -> Split:
     """``en-1`` (the wording the small profile was tuned on) and ``zh-2`` are tune, ``zh-1`` and ``zh-3`` are held
-    out, and of ``en-2``/``en-3`` one goes each way, chosen by a hash of the kind's name, so that no one style of English is
-    held out everywhere. Pure of everything but the two names: adding a kind or a wording moves nothing else."""
+    out, and of ``en-2``/``en-3`` one goes each way, chosen by a hash of the kind's name, so that no one style of
+    English is held out everywhere. Pure of everything but the two names: adding a kind or a wording moves nothing else."""
     if (kind, wording) in MOVED_TO_TUNE or wording in ("en-1", "zh-2"):
         return "tune"
     if wording in ("zh-1", "zh-3"):  # zh-3: a Chinese wording written to be held out when a zh-1 moved to tune

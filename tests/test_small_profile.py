@@ -1200,3 +1200,20 @@ def test_a_file_of_the_folder_named_in_the_task_is_shown_whatever_it_ends_in(tmp
     assert "$ cat -n app.env\n     1\tHOST=x\n     2\tTIMEOUT=30" in shown and "$ cat -n Makefile" in shown
     assert shown.index("app.env\n") < shown.index("cat -n Makefile") and "cat -n notes.txt" not in shown
     assert "cat -n app.env" not in task_context(tmp_path, "Change myapp.env.bak and app.envelope")  # not its name
+
+
+async def test_a_change_the_run_meant_that_changed_nothing_goes_back(tmp_path):
+    """Asked to fix page_count, the 1.5B wrote the function as it was (an Edit with nothing to change), looked at the
+    file, and answered the Edit's own words: "The file already holds exactly this block: nothing changed"."""
+    (tmp_path / "payments.py").write_text("def page_count(total, per_page):\n    return total // per_page + 1\n")
+    checks = WorkChecks(tmp_path)
+    await checks.on_prompt({"prompt": "Bug: page_count (payments.py) is off by one. Please fix the function."})
+    await checks.on_tool({"tool_name": "Edit", "tool_input": {"file_path": "payments.py", "old_string": "x",
+                                                               "new_string": "x"},
+                          "tool_response": {"content": "old_string and new_string are identical, so there is nothing "
+                                                       "to change.", "is_error": True}})
+    assert await checks.failures("The file already holds exactly this block: nothing changed.") == [
+        "Your change to payments.py wrote what it already held, and this run changed no file. If the task asks for a "
+        "change, write the lines of payments.py as they must be (not as they are now)."]
+    (tmp_path / "payments.py").write_text("def page_count(total, per_page):\n    return -(-total // per_page)\n")
+    assert not any("already held" in f for f in await checks.failures("Fixed page_count in payments.py."))

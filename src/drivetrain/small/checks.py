@@ -30,7 +30,7 @@ from drivetrain.small.changes import describe, snapshot
 from drivetrain.small.effects import dangling_imports, left_behind, left_behind_fixes, named_calls, shown_not_written
 from drivetrain.small.exact import Runner, repairs
 from drivetrain.control.hooks import Hooks
-from drivetrain.small.codeact import denied_programs, file_block, to_block
+from drivetrain.small.codeact import HELD_ALREADY, denied_programs, file_block, to_block
 from drivetrain.small.fragments import TOP_DEF, definitions
 from drivetrain.loop.nodes import NodeContext, NodeResult, Proceed, SendBack
 from drivetrain.loop.state import NodePoint
@@ -80,6 +80,7 @@ class _Call:
     command: str = ""
     failed: bool = False
     output: str = ""  # a Bash call's output
+    unchanged: str = ""  # the file an Edit would have changed, had the file not already held the new text
 
 
 @dataclass
@@ -150,8 +151,9 @@ class WorkChecks:
                     self.unread.append(path)
         last, self._last = self._last, now
         output = str(response.get("content", ""))
+        held = payload.get("tool_name") == "Edit" and response.get("is_error") and output.startswith(HELD_ALREADY)
         self.calls.append(_Call(f"{tool_input}\n{output}", command, bool(response.get("is_error")),
-                                output if command else ""))
+                                output if command else "", str(tool_input.get("file_path", "")) if held else ""))
         note = describe(last, now, command) if self.report_changes else ""
         note += "".join(f"\n{p} no longer parses: {error}." for p, c in now.items() if last.get(p) != c
                         and (error := _parse_error(p, c)) and not (p in last and _parse_error(p, last[p])))
@@ -241,6 +243,10 @@ class WorkChecks:
         out += [f"The task writes out the call {text}. Run it to see what it returns:\n{_fence(command)}"
                 for text, command in self._unrun_calls(now)]
         out += self._claimed(answer, denied) + _arithmetic(answer)
+        if not changed:  # the run's own calls meant a change, and none was made
+            out += [f"Your change to {p} wrote what it already held, and this run changed no file. If the task asks "
+                    f"for a change, write the lines of {p} as they must be (not as they are now)."
+                    for p in dict.fromkeys(c.unchanged for c in self.calls if c.unchanged)]
         answer_only = self._unreported(changed, answer)
         if self.agree and not out and not answer_only:  # once the work holds, the answer must agree with it
             answer_only = disagreements(self.prompt, answer, self._corpus(now), bool(changed), now)

@@ -104,13 +104,14 @@ def render_assistant(msg: Message) -> str:
     return "\n".join(parts)
 
 
-_HELD = "old_string and new_string are identical"  # the Edit tool's error for a block that changes nothing
+# the Edit tool's error for a block that changes nothing (its file already holds it)
+HELD_ALREADY = "old_string and new_string are identical"
 _NOTES = ("Changed ", "Created ", "Deleted ", "No file changed")  # what changes.py says a call changed
 
 
 def render_result(r: ToolResultBlock, tool: str = "Bash") -> str:
     text = r.text
-    if r.is_error and tool == "Edit" and text.startswith(_HELD):
+    if r.is_error and tool == "Edit" and text.startswith(HELD_ALREADY):
         # the Edit tool's words are about its fields, which a file block does not show
         return "Error:\nThe file already holds exactly this block: nothing changed. Write the lines as they must be."
     if r.is_error:
@@ -230,7 +231,7 @@ class CodeActionModel:
 
 def _held_before(request: ModelRequest) -> bool:
     """Did an earlier block of this task change nothing, because its file already held it?"""
-    return any(isinstance(b, ToolResultBlock) and b.is_error and b.text.startswith(_HELD)
+    return any(isinstance(b, ToolResultBlock) and b.is_error and b.text.startswith(HELD_ALREADY)
                for m in request.messages for b in m.content)
 
 
