@@ -1217,3 +1217,17 @@ async def test_a_change_the_run_meant_that_changed_nothing_goes_back(tmp_path):
         "change, write the lines of payments.py as they must be (not as they are now)."]
     (tmp_path / "payments.py").write_text("def page_count(total, per_page):\n    return -(-total // per_page)\n")
     assert not any("already held" in f for f in await checks.failures("Fixed page_count in payments.py."))
+
+
+async def test_a_path_written_to_a_file_names_a_file_that_exists(tmp_path):
+    (tmp_path / "storage.txt").write_text("x" * 700)
+    checks = WorkChecks(tmp_path)
+    await checks.on_prompt({"prompt": "Which file is the largest? Write its path to result.txt and tell me."})
+    (tmp_path / "result.txt").write_text("/storage.txt\n")
+    await checks.on_tool({"tool_name": "Write", "tool_input": {"file_path": "result.txt"},
+                          "tool_response": {"content": "Created result.txt"}})
+    assert "result.txt holds '/storage.txt', but there is no such file (the folder has storage.txt: a path from the " \
+           "folder has no leading /). Write the path of a file that exists." in await checks.failures("storage.txt")
+    for fine in ("storage.txt", "./storage.txt", "42", "3/4", "https://example.com/a.txt", "2026/12/02", "a.py:3"):
+        (tmp_path / "result.txt").write_text(fine + "\n")
+        assert not any("no such file" in f for f in await checks.failures(f"It is {fine}.")), fine

@@ -229,7 +229,7 @@ class WorkChecks:
         now = await asyncio.to_thread(snapshot, self.cwd, self._known)
         changed = {p: c for p, c in now.items() if self.before.get(p) != c}
         out = self._missing_outputs(now, answer) + self._placeholders(changed) + self._mismatch(changed, answer)
-        out += self._citation_lists(changed)
+        out += self._citation_lists(changed) + self._missing_paths(changed)
         unread, self.unread = [p for p in self.unread if p in changed], []  # said once per file
         out += [f"You rewrote {p} without looking at its content first, so what you wrote may be invented. "
                 f"Show it (cat -n {p}), check your change against what was there, and fix it if needed."
@@ -358,6 +358,22 @@ class WorkChecks:
                     out.append(f"{path} contains the placeholder {m.group(0)!r} instead of a real value. Compute the "
                                "value with a command and write it.")
                 break
+        return out
+
+    def _missing_paths(self, changed: dict[str, bytes]) -> list[str]:
+        """A file the run wrote that holds just a path (one line, with a ``/`` or a file name's extension) names a
+        file that exists: in the folder, or, if absolute, on the machine."""
+        out = []
+        for path, content in changed.items():
+            value = content.decode("utf-8", "replace").strip()
+            if not (re.fullmatch(r"[\w./-]{1,200}", value) and re.search(r"[A-Za-z]", value)
+                    and (FILE_NAME.fullmatch(PurePath(value).name) or "/" in value)):
+                continue  # not a path: a value, a URL, a list, a date
+            if not ((self.cwd / value).exists() if not value.startswith("/") else Path(value).exists()):
+                near = [p for p in self._last if PurePath(p).name == PurePath(value).name]
+                out.append(f"{path} holds {value!r}, but there is no such file"
+                           + (f" (the folder has {', '.join(near[:3])}: a path from the folder has no leading /)"
+                              if near else "") + ". Write the path of a file that exists.")
         return out
 
     @staticmethod
