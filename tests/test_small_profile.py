@@ -1231,3 +1231,24 @@ async def test_a_path_written_to_a_file_names_a_file_that_exists(tmp_path):
     for fine in ("storage.txt", "./storage.txt", "42", "3/4", "https://example.com/a.txt", "2026/12/02", "a.py:3"):
         (tmp_path / "result.txt").write_text(fine + "\n")
         assert not any("no such file" in f for f in await checks.failures(f"It is {fine}.")), fine
+
+
+async def test_a_number_the_model_typed_into_a_file_is_one_the_run_computed(tmp_path):
+    """grep -n printed six ERROR lines; the 1.5B wrote 4 (and its answer, quoting the lines, held 24 numbers)."""
+    (tmp_path / "server.log").write_text("".join(f"2024-05-1{i} ERROR x\n2024-05-1{i} INFO y\n" for i in range(6)))
+    checks = WorkChecks(tmp_path)
+    await checks.on_prompt({"prompt": "How many ERROR lines are in server.log? Write the count to errors.txt."})
+    grep = "".join(f"{2 * i + 1}:2024-05-1{i} ERROR x\n" for i in range(6))  # lines 1, 3, …: the count is 6
+    await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": "grep -n ERROR server.log"},
+                          "tool_response": {"content": grep}})
+    (tmp_path / "errors.txt").write_text("4\n")
+    await checks.on_tool({"tool_name": "Write", "tool_input": {"file_path": "errors.txt", "content": "4\n"},
+                          "tool_response": {"content": "Created errors.txt"}})
+    failures = await checks.failures("Four ERROR lines (checked: `grep -n ERROR server.log` prints " + grep + ")")
+    assert failures == ["You wrote 4 to errors.txt, but no command of this run printed 4, or 4 lines (`grep -n ERROR "
+                        "server.log` printed 6 lines). Compute it with a command that prints the number, then write "
+                        "that."]  # and not "your answer says 01, 02, …, 2024": it quotes output
+    (tmp_path / "errors.txt").write_text("6\n")
+    await checks.on_tool({"tool_name": "Write", "tool_input": {"file_path": "errors.txt", "content": "6\n"},
+                          "tool_response": {"content": "Overwrote errors.txt"}})
+    assert await checks.failures("There are 6 ERROR lines; errors.txt holds 6.") == []

@@ -83,6 +83,10 @@ class _Call:
     unchanged: str = ""  # the file an Edit would have changed, had the file not already held the new text
 
 
+def _line_count(output: str) -> int:
+    return len([ln for ln in output.splitlines() if ln.strip()])
+
+
 @dataclass
 class WhenFailing:
     """The node at ``"failing"``: the checks' known fixes, offered when the model's calls keep failing."""
@@ -114,6 +118,7 @@ class WorkChecks:
     shown: str = ""  # what was shown with the task (the files it names): counts as seen for ``_shown``
 
     _sent: dict[str, int] = field(default_factory=dict)  # send-backs this prompt: "work", "answer"
+    _writers: dict[str, str] = field(default_factory=dict)  # file -> the input of the call that last changed it
     _repaired: list[tuple[str, str]] = field(default_factory=list)  # (script, version printing the quoted line)
 
     name: str = "WorkChecks"  # a node of the loop (nodes.py), entered when the model wants to stop …
@@ -135,6 +140,7 @@ class WorkChecks:
     async def on_prompt(self, payload: dict) -> None:
         """A new prompt is a new task: what the checks saw of the last one is left behind."""
         self.prompt, self._sent, self.calls, self.unread = payload.get("prompt", ""), {}, [], []
+        self._writers = {}
         self.before = await asyncio.to_thread(snapshot, self.cwd, self._known)
         self._last = dict(self.before)
 
@@ -150,6 +156,7 @@ class WorkChecks:
                 if path not in self.unread:
                     self.unread.append(path)
         last, self._last = self._last, now
+        self._writers.update({p: str(tool_input) for p, c in now.items() if last.get(p) != c})
         output = str(response.get("content", ""))
         held = payload.get("tool_name") == "Edit" and response.get("is_error") and output.startswith(HELD_ALREADY)
         self.calls.append(_Call(f"{tool_input}\n{output}", command, bool(response.get("is_error")),
@@ -229,7 +236,7 @@ class WorkChecks:
         now = await asyncio.to_thread(snapshot, self.cwd, self._known)
         changed = {p: c for p, c in now.items() if self.before.get(p) != c}
         out = self._missing_outputs(now, answer) + self._placeholders(changed) + self._mismatch(changed, answer)
-        out += self._citation_lists(changed) + self._missing_paths(changed)
+        out += self._citation_lists(changed) + self._missing_paths(changed) + self._uncomputed(changed)
         unread, self.unread = [p for p in self.unread if p in changed], []  # said once per file
         out += [f"You rewrote {p} without looking at its content first, so what you wrote may be invented. "
                 f"Show it (cat -n {p}), check your change against what was there, and fix it if needed."
@@ -337,9 +344,21 @@ class WorkChecks:
     def _computed(self, value: str) -> bool:
         """A command the model ran printed the value, or as many lines (the files ``find`` listed): its answer's
         number is a result, not a guess."""
-        return any(re.search(rf"(?<![\w.]){re.escape(value)}(?![\w]|\.\d)", c.output)
-                   or value == str(len([ln for ln in c.output.splitlines() if ln.strip()]))
+        return any(_shows(value, c.output) or value == str(_line_count(c.output))
                    for c in self.calls if c.command and not c.failed)
+
+    def _uncomputed(self, changed: dict[str, bytes]) -> list[str]:
+        """A number the run wrote alone in a file is one a command printed, or the count of the lines one printed,
+        or one the task gives: else it was made up (asked how many ERROR lines, the 1.5B saw six and wrote 4)."""
+        out = []
+        for path, value in self._written_values(changed).items():
+            if not _shows(value, self._writers.get(path, "")) or self._computed(value) or _shows(value, self.prompt):
+                continue  # a command wrote it (wc -l < a.py > total.txt), or a command printed it
+            last = next((c for c in reversed(self.calls) if c.command and not c.failed and c.output.strip()), None)
+            seen = f" (`{last.command.strip()}` printed {_line_count(last.output)} lines)" if last else ""
+            out.append(f"You wrote {value} to {path}, but no command of this run printed {value}, or {value} "
+                       f"lines{seen}. Compute it with a command that prints the number, then write that.")
+        return out
 
     def _placeholders(self, changed: dict[str, bytes]) -> list[str]:
         out = []
@@ -384,6 +403,8 @@ class WorkChecks:
 
     def _mismatch(self, changed: dict[str, bytes], answer: str) -> list[str]:
         said = set(_NUMBER.findall(answer))
+        if len(said) > 3:
+            return []  # an answer quoting output (dates, line numbers): which number is its result is not known
         return [f"You wrote {value} to {path}, but your answer says {', '.join(sorted(said))}. Find out which is "
                 "right (recompute it), fix the file or the answer, then answer again."
                 for path, value in self._written_values(changed).items() if said and value not in said]
