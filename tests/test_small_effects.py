@@ -163,3 +163,12 @@ async def test_a_missing_module_is_looked_for_with_the_workspaces_python_first(t
 
     assert not any("summary" in f for f in await checks.failures("Renamed.", run=found_anyway))
     assert any("find_spec(\"summary\")" in c for c in ran)
+
+
+async def test_a_script_the_task_names_twice_is_checked_once(tmp_path):
+    (tmp_path / "r.py").write_text('n = 4\nprint("debug")\nprint(f"[OK] {n} reports loaded.")\n')
+    checks = WorkChecks(tmp_path)
+    await checks.on_prompt({"prompt": "修改 r.py，让 python3 r.py 只输出下面这一行，一个字符都不能差：\n[ok] 4 reports loaded"})
+    [failure] = await checks.failures("")
+    assert failure.startswith("The task asks for exactly '[ok] 4 reports loaded', but `python3 r.py` prints")
+    assert len(checks._repaired) == 2  # the line fixed (both differences), and that line alone

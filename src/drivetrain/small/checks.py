@@ -651,7 +651,7 @@ class WorkChecks:
             [f"python3 {n}" for m in FILE_NAME.finditer(self.prompt) if (n := m.group(1)).endswith(".py")
              and b"print(" in self.before.get(n, b"")]
         out = []
-        for command in commands[:2] if quoted else ():
+        for command in list(dict.fromkeys(commands))[:2] if quoted else ():  # a script the task names twice: once
             code, output = await run(command.strip())
             if code is None:
                 continue
