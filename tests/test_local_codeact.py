@@ -90,6 +90,18 @@ def test_the_grammar_allows_one_block_or_the_answer_and_never_a_forbidden_block(
     assert not accepts(llm, grammar("any"), "DONE: Created it.\n```bash\ncat -n t.txt\n```")
     assert accepts(llm, grammar("any"), "DONUT count.\n```bash\nls\n```")
     assert accepts(llm, grammar("any"), "Done with reading; now write.\n```bash\nls\n```")
+    # nor a line the harness just said, nor is the answer (the 1.5B took the harness's words for its own, each turn)
+    said = ["The file already holds exactly this block: nothing changed. Write the lines as they must be."]
+    echo = grammar("auto", heard=said)
+    assert not accepts(llm, echo, "The file already holds exactly this block: nothing changed.\n```bash\nls\n```")
+    assert not accepts(llm, echo, "DONE: The file already holds exactly this block: nothing changed.")
+    assert accepts(llm, echo, "The file\n```bash\nls\n```")  # a line shorter than the start (16 characters)
+    assert accepts(llm, echo, "The file has it already; write the fix.\n```bash\nls\n```")
+    assert accepts(llm, echo, "The file.\n```bash\nls\n```") and accepts(llm, echo, "DONE: The file is fixed.")
+    assert accepts(llm, echo, "x" * 200 + "\n```bash\nls\n```")
+    assert not accepts(llm, echo, "x" * 201 + "\n```bash\nls\n```")
+    odd = grammar("auto", heard=['^^^ "a\\b" [x-y] \x7f\tline', "- Error: `not allowed`"])  # escaped, or left out
+    assert not accepts(llm, odd, 'DONE: ^^^ "a\\b" [x-y] \x7f\tline') and accepts(llm, odd, "DONE: ^^ fine")
 
 
 def test_with_edit_tools_a_block_may_name_a_file_to_change(model):

@@ -1252,3 +1252,17 @@ async def test_a_number_the_model_typed_into_a_file_is_one_the_run_computed(tmp_
     await checks.on_tool({"tool_name": "Write", "tool_input": {"file_path": "errors.txt", "content": "6\n"},
                           "tool_response": {"content": "Overwrote errors.txt"}})
     assert await checks.failures("There are 6 ERROR lines; errors.txt holds 6.") == []
+
+
+def test_what_the_harness_just_said_is_where_a_plan_or_answer_must_not_start():
+    from drivetrain.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
+    from drivetrain.small.codeact import said
+
+    task = Message.user("Fix page_count in payments.py so that the tests pass, please.")
+    assert said([task]) == []  # the task itself: a plan may restate it
+    call = Message("assistant", (ToolUseBlock("t1", "Edit", {"file_path": "p.py", "old_string": "x", "new_string": "x"}),))
+    result = Message("user", (ToolResultBlock("t1", "old_string and new_string are identical, so there is nothing to "
+                                                    "change.", True),
+                              TextBlock("Fix page_count in payments.py so that the tests pass, please.")))
+    assert said([task, call, result]) == ["The file already holds exactly this block: nothing changed. Write the "
+                                          "lines as they must be."]  # as the model reads it; the task's line is not

@@ -57,6 +57,10 @@ BLANK_ENDS = [" \n", "\t\n"]
 # The plan line before a block is one short line: unbounded, a model can ramble in it until max_tokens and never
 # reach the block the turn must hold.
 THOUGHT_CHARS = 200
+# The plan line and the answer never start as a line the harness just said does (its first ECHO_CHARS characters):
+# the 1.5B took "The file already holds exactly this block: nothing changed." or "The test command still fails …"
+# for its own plan, turn after turn, and gave it as its answer.
+ECHO_CHARS = 16
 
 
 def to_command(lang: str, code: str) -> str:
@@ -193,7 +197,7 @@ class CodeActionModel:
         exact = [file_block(path, content) for path, content in forced]  # have two: an exact output's repairs
         exact += [run_block(str(inp["command"])) for name, inp in must if name == "Bash" and "command" in inp]
         rules = grammar(choice, forbidden, denied_programs(request.messages), echoes(request.messages), files,
-                        targets, exact)
+                        targets, exact, said(request.messages))
         inner = replace(request, messages=to_text_history(request.messages), tools=[], tool_choice=None,
                         forbidden_calls=(), grammar=rules, stop_sequences=[*request.stop_sequences, *STOPS])
         response = await self.inner.respond(inner)
@@ -283,9 +287,21 @@ def echoes(messages: list[Message], lines: int = 6, shortest: int = 12) -> list[
     return list(out)
 
 
+def said(messages: list[Message], lines: int = 12) -> list[str]:
+    """The lines of the last user message as the model reads it (results rendered, the harness's notes), long
+    enough to be a sentence, and not the task's own (a plan may restate the task): where the plan line and the
+    answer must not start."""
+    if len(messages) < 2 or messages[-1].role != "user":
+        return []
+    text = render_user(messages[-1], {u.id: u.name for m in messages if m.role == "assistant" for u in m.tool_uses})
+    task = {ln.strip() for ln in render_user(messages[0]).splitlines()}
+    out = [ln.strip() for ln in text.splitlines() if len(ln.strip()) >= ECHO_CHARS and ln.strip() not in task]
+    return list(dict.fromkeys(out))[:lines]
+
+
 def grammar(choice: str, forbidden: list[tuple[str, str]] = (), denied: list[str] = (),
             echoed: list[str] = (), files: bool = False, targets: list[str] = (),
-            exact: list[str] = ()) -> str:
+            exact: list[str] = (), heard: list[str] = ()) -> str:
     """GBNF for one reply: ``auto`` a block or the answer, ``any`` a block, ``none`` the answer. With
     ``files``, a block may also name a file after its language (a change to it, any text). A check's fix
     narrows that: with ``targets`` (files it found missing) or ``exact`` (whole blocks it knows) the block
@@ -305,11 +321,15 @@ def grammar(choice: str, forbidden: list[tuple[str, str]] = (), denied: list[str
         blocks = ['"```" [a-z] [a-z0-9]* " " ( ' + " | ".join(_lit(t) for t in dict.fromkeys(targets))
                   + ' ) "\\n" file-body'] * bool(targets)
         blocks += [_lit(block) for block in dict.fromkeys(exact)]
-    rules = [
-        'done ::= "DONE: " [^ \\t\\n\\x00-\\x08\\x0B-\\x1F] [^\\x00-\\x08\\x0B-\\x1F]*',
-        # never "DONE:" (the answer's mark), or a plan line would read as an answer
-        'thought ::= ( [^`\\n \\t#D] | "D" [^`\\nO] | "DO" [^`\\nN] | "DON" [^`\\nE] | "DONE" [^`\\n:] )'
-        f' [^`\\n]{{0,{THOUGHT_CHARS - 1}}} "\\n"',
+    starts = [h[:ECHO_CHARS] for h in heard if len(h) >= ECHO_CHARS]
+    control = "\\x00-\\x08\\x0B-\\x1F"
+    # the answer: any text, never starting as a line just said does
+    rules = _start_rules("answer", starts, " \t\n", lambda depth: f"[^{control}]*", "", control)
+    # the plan line: one line, never "DONE:" (the answer's mark: it would read as an answer), nor a line just said
+    rules += _start_rules("thought", ["DONE:", *starts], " \t#",
+                          lambda depth: f'[^`\\n]{{0,{max(THOUGHT_CHARS - depth, 0)}}} "\\n"', '"\\n"', "`\\n")
+    rules += [
+        'done ::= "DONE: " answer',
         f'act ::= thought? ( {" | ".join(blocks)} )',
         # a file name has an extension (``text 18`` is not a file) and is bounded (no name until max_tokens)
         'file-name ::= [A-Za-z0-9_/] [A-Za-z0-9_./-]{0,100} "." [A-Za-z0-9]{1,10}',
@@ -349,6 +369,26 @@ class _Words:
         for c in text:
             state = self.step(state, c)
         return state
+
+
+def _start_rules(name: str, starts: list[str], first: str, rest, end: str, never: str) -> list[str]:
+    """Text that does not start with any of ``starts``: a trie over them, left as soon as the text differs, then
+    ``rest(depth)``. ``first``: characters it never starts with; ``end``: what may close it on the trie (a text that
+    is a proper prefix of a start); ``never``: what it never holds, as a class's GBNF (``\\x00-\\x08``)."""
+    starts = [t for t in dict.fromkeys(starts) if t and not any(c in t for c in "`\n\r")]
+    starts = [t for t in starts if not any(u != t and t.startswith(u) for u in starts)]
+    prefixes = sorted({t[:i] for t in starts for i in range(len(t))} | {""})
+    node = {p: f"{name}-{i}" if p else name for i, p in enumerate(prefixes)}
+    rules = []
+    for p in prefixes:
+        children = sorted({t[len(p)] for t in starts if t.startswith(p)})
+        alts = [f"{_lit(c)} {node[p + c]}" for c in children if p + c in node]  # a whole start: not allowed
+        banned = "".join(children) + (first if not p else "")
+        alts.append(f"[^{never}{_cls(banned)}] {rest(len(p) + 1)}")
+        if p and end:
+            alts.append(end)
+        rules.append(f"{node[p]} ::= " + " | ".join(alts))
+    return rules
 
 
 def _body_rules(name: str, forbidden: list[str], words: list[str] = ()) -> list[str]:
