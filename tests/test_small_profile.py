@@ -716,7 +716,9 @@ async def test_a_rename_of_another_name_than_the_task_names_is_not_finished_for_
     checks = WorkChecks(tmp_path)
     await checks.on_prompt({"prompt": "项目里的 merge_note 统一改名叫 summarize_order，保证 main.py 还能跑。"})
     (tmp_path / "main.py").write_text("from notify import summarize_order\nprint(report([1]))\n")
-    assert not any(f.startswith("You renamed") for f in await checks.failures("改好了。"))
+    failures = await checks.failures("改好了。")
+    assert not any("still occurs" in f for f in failures)  # not finished for it, but said to be the wrong one:
+    assert any(f.startswith("You renamed report to summarize_order, but the task does not name it") for f in failures)
     (tmp_path / "main.py").write_text("from notify import report\nprint(report([1]))\n")
     (tmp_path / "notify.py").write_text("def summarize_order(x):\n    return x\n\n\ndef report(rows):\n    return rows\n")
     (tmp_path / "main.py").write_text("from notify import report\nprint(report([1]))\nprint(merge_note(2))\n")
@@ -1266,3 +1268,21 @@ def test_what_the_harness_just_said_is_where_a_plan_or_answer_must_not_start():
                               TextBlock("Fix page_count in payments.py so that the tests pass, please.")))
     assert said([task, call, result]) == ["The file already holds exactly this block: nothing changed. Write the "
                                           "lines as they must be."]  # as the model reads it; the task's line is not
+
+
+async def test_a_rename_of_another_function_than_the_one_the_task_names_goes_back(tmp_path):
+    """Asked (in Chinese) to rename filter_cart, the 1.5B renamed report and too_big to the new name."""
+    (tmp_path / "orders.py").write_text("def report(rows):\n    return sum(rows)\n\n\ndef filter_cart(rows):\n"
+                                        "    return rows\n")
+    (tmp_path / "main.py").write_text("from orders import report\n\nprint(report([5, 3]))\n")
+    checks = WorkChecks(tmp_path)
+    await checks.on_prompt({"prompt": "项目里的 filter_cart 统一改名叫 summarize_message，保证 main.py 还能跑。"})
+    for name in ("orders.py", "main.py"):
+        (tmp_path / name).write_text((tmp_path / name).read_text().replace("report", "summarize_message"))
+    failures = await checks.failures("Renamed to summarize_message in orders.py and main.py.")
+    assert "You renamed report to summarize_message, but the task does not name it: it names filter_cart, which is " \
+           "still there. Put report back as it was, and make the change the task asks for to filter_cart." in failures
+    for name in ("orders.py", "main.py"):  # done right: nothing of the kind
+        (tmp_path / name).write_text((tmp_path / name).read_text().replace("summarize_message", "report")
+                                     .replace("filter_cart", "summarize_message"))
+    assert not any("does not name" in f for f in await checks.failures("Renamed filter_cart in orders.py."))

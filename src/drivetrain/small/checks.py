@@ -241,7 +241,8 @@ class WorkChecks:
         out += [f"You rewrote {p} without looking at its content first, so what you wrote may be invented. "
                 f"Show it (cat -n {p}), check your change against what was there, and fix it if needed."
                 for p in unread]
-        out += self._broken(changed) + self._renamed(now, changed) + self._citations(now, answer) + self._strays(now)
+        out += self._broken(changed) + self._renamed(now, changed) + self._misnamed(now, changed)
+        out += self._citations(now, answer) + self._strays(now)
         named = [m.group(1) for m in FILE_NAME.finditer(self.prompt)]
         out += left_behind(named, self.before, now) + (shown_not_written(named, self.before, now, self.calls)
                                                        if not changed else [])
@@ -457,6 +458,24 @@ class WorkChecks:
         changed, a line where one name replaced another that the workspace defined (``def``/``class``) before the
         run, one of the two named in the task (the old one, when the task names any name defined before), and the old
         name still occurs as a word. (old, new, where it is left as path:line, the command that replaces it there)"""
+        asked, defined, pairs = self._swaps(changed)
+        out = []
+        for old, new in pairs:
+            if old not in defined or not ({old, new} & asked):
+                continue
+            if old not in asked and (asked & defined) - {new}:
+                continue  # the task names the defined name it means, and not this one: not the rename it asks for
+            word = re.compile(rf"(?<![A-Za-z0-9_]){re.escape(old)}(?![A-Za-z0-9_])")
+            places = [f"{path}:{i}" for path, content in now.items()
+                      for i, line in enumerate(content.decode("utf-8", "replace").splitlines(), 1) if word.search(line)]
+            if places:
+                files = " ".join(dict.fromkeys(p.rsplit(":", 1)[0] for p in places))
+                out.append((old, new, places, f"perl -pi -e 's/\\b{old}\\b/{new}/g' {files}"))
+        return out
+
+    def _swaps(self, changed: dict[str, bytes]) -> tuple[set[str], set[str], dict[tuple[str, str], None]]:
+        """(the names in the task, the names the workspace defined before the run, the (old, new) name swaps of the
+        run's changed lines: a line where one name replaced another)."""
         asked = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", FILE_NAME.sub(" ", self.prompt)))  # main.py: not main
         defined = {n for c in self.before.values() for n in _DEFINED.findall(c.decode("utf-8", "replace"))}
         pairs: dict[tuple[str, str], None] = {}
@@ -471,18 +490,23 @@ class WorkChecks:
                     swaps = {(x, y) for x, y in zip(ta, tb) if x != y} if len(ta) == len(tb) else set()
                     if len(swaps) == 1:
                         pairs[swaps.pop()] = None
+        return asked, defined, pairs
+
+    def _misnamed(self, now: dict[str, bytes], changed: dict[str, bytes]) -> list[str]:
+        """The run gave a name the task names to a defined name the task does not name, while the defined name the
+        task names is still there: it renamed another function than the one the task means."""
+        asked, defined, pairs = self._swaps(changed)
+        meant = sorted((asked & defined) - {new for _, new in pairs})
         out = []
-        for old, new in pairs:
-            if old not in defined or not ({old, new} & asked):
-                continue
-            if old not in asked and (asked & defined) - {new}:
-                continue  # the task names the defined name it means, and not this one: not the rename it asks for
-            word = re.compile(rf"(?<![A-Za-z0-9_]){re.escape(old)}(?![A-Za-z0-9_])")
-            places = [f"{path}:{i}" for path, content in now.items()
-                      for i, line in enumerate(content.decode("utf-8", "replace").splitlines(), 1) if word.search(line)]
-            if places:
-                files = " ".join(dict.fromkeys(p.rsplit(":", 1)[0] for p in places))
-                out.append((old, new, places, f"perl -pi -e 's/\\b{old}\\b/{new}/g' {files}"))
+        for new in dict.fromkeys(new for old, new in pairs if new in asked and old in defined and old not in asked):
+            olds = [old for old, n in pairs if n == new and old in defined and old not in asked]
+            left = [m for m in meant
+                    if any(re.search(rf"(?<!\w){re.escape(m)}(?!\w)", c.decode("utf-8", "replace")) for c in now.values())]
+            if left:
+                out.append(f"You renamed {' and '.join(olds)} to {new}, but the task does not name "
+                           f"{'them' if len(olds) > 1 else 'it'}: it names {', '.join(left)}, which is still there. "
+                           f"Put {' and '.join(olds)} back as {'they were' if len(olds) > 1 else 'it was'}, and make "
+                           f"the change the task asks for to {', '.join(left)}.")
         return out
 
     def _broken(self, changed: dict[str, bytes]) -> list[str]:
