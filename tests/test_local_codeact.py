@@ -72,6 +72,9 @@ def test_the_grammar_allows_one_block_or_the_answer_and_never_a_forbidden_block(
     assert accepts(llm, edit, "```python a.py\ndef f(x):\n    return x + 1\n```")
     assert accepts(llm, edit, "```python a.py\ndef f(x):\n\n    return x + 1\n```")  # blank lines are fine
     assert accepts(llm, auto, "```bash\necho first\nls -la\n```")
+    # nor the refused one-line call with a comment after it (the 1.5B grew one a word a turn)
+    assert not accepts(llm, auto, "```bash\nls -la  # list the files\n```")
+    assert not accepts(llm, auto, "```python\nprint(1) # again\n```") and accepts(llm, auto, "```bash\nls -lah\n```")
     assert not accepts(llm, auto, "I think there are 3 files.")  # prose is neither
     assert not accepts(llm, auto, "```bash\nls\n```\n```bash\npwd\n```")  # one block per reply
     assert not accepts(llm, grammar("any"), "DONE: nothing to do")

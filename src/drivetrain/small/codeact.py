@@ -339,6 +339,10 @@ def grammar(choice: str, forbidden: list[tuple[str, str]] = (), denied: list[str
     words = [d + end for d in denied for end in _ENDS] + list(EDITORS)
     for lang in ("bash", "python") if python else ("bash",):
         bodies = [code + "\n" for kind, code in forbidden if kind == lang]
+        # a one-line call made again with a comment after it is the same call: the 1.5B made `touch deploy.json
+        # # Create the file …` with a comment a word longer each turn, until the turn cap
+        bodies += [code + end for kind, code in forbidden if kind == lang and "\n" not in code
+                   for end in (" #", "  #", "\t#")]
         rules += _body_rules(f"{lang}-body", bodies + list(echoed) + list(NEVER_STARTS) * (lang == "bash"),
                              (words if lang == "bash" else []) + BLANK_ENDS)
     root = {"auto": "act | done", "any": "act", "none": "done"}[choice]
