@@ -130,15 +130,15 @@ def test_an_import_the_run_wrote_that_cannot_work():
 
     before = {"storage.py": b"def report(x):\n    return sum(x)\n", "ledger.py": b"def too_big(x, n):\n    return x > n\n",
               "main.py": b"import requests\nfrom storage import report\nfrom ledger import too_big\n\nprint(report([1]))\n"}
-    broken = dict(before, **{"main.py": b"import requests\nfrom report import compute\nfrom too_big import too_big\n"
+    broken = dict(before, **{"main.py": b"import requests\nfrom ticket_reports import compute\nfrom too_big import too_big\n"
                                         b"from storage import reportx\n\nprint(compute([1]))\n"})
     found = dangling_imports(before, broken)
-    assert [t.split(",")[0] for t, _ in found] == ["main.py line 2 imports compute from report",
+    assert [t.split(",")[0] for t, _ in found] == ["main.py line 2 imports compute from ticket_reports",
                                                     "main.py line 3 imports too_big from too_big",
                                                     "main.py line 4 imports reportx from storage"]
     assert "(before your change that line was `from storage import report`)" in found[0][0]
     assert "too_big is defined in ledger.py" in found[1][0] and "No file here defines reportx" in found[2][0]
-    assert [m for _, m in found] == ["report", "too_big", ""]  # a module is looked for in the workspace's python3
+    assert [m for _, m in found] == ["ticket_reports", "too_big", ""]  # looked for in the workspace's python3
     # what works is not said: imports kept from before (requests), Python's own, a module the run created,
     # a name the workspace's module defines, an installed module (pytest)
     fine = dict(before, **{"util.py": b"def helper():\n    pass\n",
