@@ -36,7 +36,7 @@ def test_the_library_agent_with_the_small_profile_is_the_cli_agent(tmp_path, mon
     lib = Agent(model=AnthropicModel.from_env(env=ENV), tools=builtin_tools(), cwd=tmp_path, profile=SMALL)
     assert shape(lib, tmp_path) == shape(cli, tmp_path)
     assert shape(lib, tmp_path)[0] == "CodeActionModel" and sorted(shape(lib, tmp_path)[1]) == ["Bash", "Edit", "Write"]
-    assert shape(lib, tmp_path)[3] == ["WorkChecks", "WhenFailing"]
+    assert shape(lib, tmp_path)[3] == ["WorkChecks"]
 
 
 def test_equipping_leaves_the_agent_as_it_was_and_each_run_gets_its_own_checks(tmp_path):

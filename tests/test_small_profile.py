@@ -1166,30 +1166,6 @@ async def test_a_config_file_that_no_longer_parses_is_said_at_once_and_at_the_en
     assert any(f.startswith(said.replace("parses:", "parses after your change:")) for f in await checks.failures("Done."))
 
 
-async def test_calls_that_keep_failing_get_the_fix_a_check_knows_before_the_turn_ends(tmp_path):
-    """Asked for one exact line, the 1.5B sent the line itself as Python ten times (a SyntaxError each time) and never
-    ended its turn, so the exact-output repair, made when it stops, never ran."""
-    src = ('NOTES = ["a", "", "b"]\nn = sum(1 for x in NOTES if x)\nprint("debug:", NOTES)\n'
-           'print(f"Total notes:  {n}")\n')
-    (tmp_path / "summary.py").write_text(src)
-    alone = 'NOTES = ["a", "", "b"]\nn = sum(1 for x in NOTES if x)\nprint(f"Total notes: {n}")\n'
-    steps = [reply(f"Run it.\n```python\nTotal notes: 2{end}\n```") for end in ("", ".", "!")]
-    steps += [reply(f"Fix.\n```python summary.py\n{alone}```"), reply("Check.\n```bash\npython3 summary.py\n```"),
-              reply("DONE: summary.py now prints only `Total notes: 2`.")]
-    with ScriptedServer(steps) as server:
-        agent = small_agent(server, tmp_path, record=True)
-        result = await agent.run("Make python3 summary.py print exactly this line and nothing else:\nTotal notes: 2")
-    musts = [r.must_call for r in agent.model.requests]
-    assert musts[:3] == [(), (), ()] and musts[4:] == [(), ()]
-    assert ("Write", {"file_path": "summary.py", "content": alone}) in musts[3]  # the line alone, as the task wants
-    told = texts(server.requests[3].body)[-1]
-    assert told.startswith("Error:\nstderr:") and "SyntaxError" in told  # the third failure, then what is left:
-    assert "\n\nYour last calls all failed. What is left, and the call that does it:\n- The task asks for exactly " \
-        "'Total notes: 2'" in told
-    assert result.subtype == "success" and (tmp_path / "summary.py").read_text() == alone
-    assert result.result == "summary.py now prints only `Total notes: 2`."
-
-
 def test_a_file_of_the_folder_named_in_the_task_is_shown_whatever_it_ends_in(tmp_path):
     """"In app.env, change TIMEOUT to 95": .env is no known extension, so the 1.5B never saw the file, and typed
     `vi(app.env)` until the turn cap."""

@@ -1,15 +1,13 @@
 """Nodes a user adds to the loop without forking it: each is entered at a fixed point and picks the next edge.
 
-A node is entered ``at`` one of three points:
+A node is entered ``at`` one of two points:
 - ``"start"``: after a prompt is submitted, before the first model request for it;
 - ``"end_turn"``: when the model has answered and would end the run (after the Stop hooks let it), and when a
-  model stuck repeating refused calls has given the answer it was asked for (a node may send it back to work);
-- ``"failing"``: when every call of ``FAILING_TURNS`` tool turns in a row failed (a model in a rut that never
-  ends its turn never reaches ``"end_turn"``).
+  model stuck repeating refused calls has given the answer it was asked for (a node may send it back to work).
 It returns ``Proceed`` (go on as the loop would), ``Note(text)`` (add the text for the model, then go on) or
-``SendBack(text)`` (the model goes back to work with the text: from ``"end_turn"``; at ``"failing"``, a send-back
-with ``must_call`` makes the next call one of those, and one without is a note). A node runs at most ``limit``
-times a run; after that it is passed over. Nodes at one point run in the order given.
+``SendBack(text)`` (the model goes back to work with the text: only from ``"end_turn"``; one for the answer alone,
+``answer_only``, asks for it without tools). A node runs at most ``limit`` times a run; after that it is passed
+over. Nodes at one point run in the order given.
 
 In the loop a node is the state ``RunNode(name, then)``; the run's path records ``RunNode:<name>``.
 

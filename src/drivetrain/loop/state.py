@@ -16,9 +16,7 @@ from drivetrain.models.base import ModelResponse
 
 # ---------------------------------------------------------------- the loop's states
 
-# where an added node is entered: after the prompt, when the model stops, or when every call of several turns in a
-# row failed (``FAILING_TURNS``)
-NodePoint = Literal["start", "end_turn", "failing"]
+NodePoint = Literal["start", "end_turn"]  # where an added node is entered: after the prompt, or when the model stops
 POINTS: tuple[str, ...] = get_args(NodePoint)
 # How a run ended (the CLI's result ``subtype``); the error_max_* of a budget come from ``loop/budget.py``.
 Subtype = Literal["success", "awaiting_approval", "interrupted", "prompt_blocked", "stopped_by_hook",
@@ -105,7 +103,6 @@ class RunState:
     stop_refusals: int = 0  # Stop-hook refusals in a row
     nudges: int = 0  # replies that described calls instead of making them, sent back
     stuck_turns: int = 0  # turns in a row whose calls included a refused repeat
-    failing_turns: int = 0  # tool turns in a row in which every call failed
     seen_calls: dict[str, tuple] = field(default_factory=dict)  # call -> (first turn, digest, times, result head)
     tool_calls: int = 0  # calls the model asked for
     turn_marks: tuple = ()  # the last few tool turns: (one digest of its calls and results, its call keys)
@@ -140,7 +137,6 @@ class RunState:
             "state": state_to_json(self.state), "num_turns": self.num_turns, "prompts": self.prompts, "usage": self.usage.to_wire(),
             "trajectory": list(self.trajectory), "path": list(self.path), "continuations": self.continuations,
             "stop_refusals": self.stop_refusals, "nudges": self.nudges, "stuck_turns": self.stuck_turns,
-            "failing_turns": self.failing_turns,
             "seen_calls": {k: list(v) for k, v in self.seen_calls.items()}, "hook_stop": self.hook_stop,
             "tool_calls": self.tool_calls, "turn_marks": [[m, list(k)] for m, k in self.turn_marks], "blocked": dict(self.blocked),
             "error_streak": list(self.error_streak), "warned": list(self.warned),
@@ -163,7 +159,7 @@ class RunState:
             num_turns=data["num_turns"], prompts=data.get("prompts", 0), usage=Usage(**data["usage"]), trajectory=tuple(data["trajectory"]),
             path=tuple(data.get("path", ())), continuations=data.get("continuations", 0),
             stop_refusals=data.get("stop_refusals", 0), nudges=data.get("nudges", 0),
-            stuck_turns=data.get("stuck_turns", 0), failing_turns=data.get("failing_turns", 0),
+            stuck_turns=data.get("stuck_turns", 0),
             seen_calls={k: tuple(v) for k, v in data.get("seen_calls", {}).items()},
             hook_stop=data.get("hook_stop"), tool_calls=data.get("tool_calls", 0),
             turn_marks=tuple((m, tuple(k)) for m, k in data.get("turn_marks", ())), blocked=dict(data.get("blocked", {})),

@@ -33,7 +33,6 @@ from drivetrain.tools.base import tool_spec
 
 MAX_NUDGES = 2  # replies that only describe calls, sent back with a request to act
 STUCK_LIMIT = 2  # turns in a row with a refused repeat before the run asks for the answer (or ends)
-FAILING_TURNS = 3  # tool turns in a row in which every call failed, before the nodes at "failing" are entered
 MAX_COMPACT_FAILURES = 2  # failed compactions in a row before the run stops trying
 NUDGE = ("Nothing was run: your reply described tool calls in text instead of making them. "
          "Make the next call now.")
@@ -232,7 +231,7 @@ async def stop_gate(done: Done, w: Draft) -> CallModel | RunNode | Done:
     return CallModel()
 
 
-async def run_tools(s: RunTools, w: Draft) -> AwaitApproval | CallModel | RunNode | Done:
+async def run_tools(s: RunTools, w: Draft) -> AwaitApproval | CallModel | Done:
     stuck_before = w.stuck_turns
     running = False
     finished: dict[str, tuple[ToolResultBlock, float, dict | None]] = {}
@@ -287,10 +286,6 @@ async def run_tools(s: RunTools, w: Draft) -> AwaitApproval | CallModel | RunNod
             return CallModel(final="stuck")
         return Done("error_loop_detected", "tool_use", note="Stopped: the model kept repeating itself "
                     "(the same refused call, or the same error) after being told.")
-    w.failing_turns = w.failing_turns + 1 if all(r.is_error for r in results) else 0
-    if w.failing_turns >= FAILING_TURNS:
-        w.failing_turns = 0  # counted afresh: a node that steers gets a few turns to show
-        return enter_node(w, "failing", CallModel())
     return CallModel()
 
 
@@ -346,9 +341,6 @@ async def run_node(s: RunNode, w: Draft) -> CallModel | RunNode | Done:
     node = next(n for n in w.deps.agent.nodes if n.name == s.name)
     w.node_visits[s.name] = w.node_visits.get(s.name, 0) + 1
     result = await node.run(NodeContext(w))
-    if isinstance(result, SendBack) and isinstance(s.then, CallModel) and result.must_call:
-        w.ask(result.text)  # failing calls: the next call must be one the node knows fixes what is left
-        return CallModel(tool_choice="any", must_call=result.must_call)
     if isinstance(result, SendBack) and isinstance(s.then, Done):
         w.append(Message.user(result.text))
         if result.answer_only:  # the work holds: only the answer is written again, and no call can undo the work

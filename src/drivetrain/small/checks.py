@@ -88,19 +88,6 @@ def _line_count(output: str) -> int:
 
 
 @dataclass
-class WhenFailing:
-    """The node at ``"failing"``: the checks' known fixes, offered when the model's calls keep failing."""
-
-    checks: WorkChecks
-    name: str = "WhenFailing"
-    at: NodePoint = "failing"
-    limit: int = 2  # times a run
-
-    async def run(self, ctx: NodeContext) -> NodeResult:
-        return await self.checks.when_failing(ctx)
-
-
-@dataclass
 class WorkChecks:
     cwd: Path
     work_limit: int = 2  # sent back to work at most this many times a run (after that, the stop is let through) …
@@ -186,16 +173,6 @@ class WorkChecks:
         if kind == "answer" and self.agree and (done := facts(self.before, self._last, self.calls)):
             text += "\n\n" + done  # the answer is written again with what the run did in front of it
         return SendBack(text, answer_only=kind == "answer", must_call=fixes if kind == "work" and self.force else ())
-
-    async def when_failing(self, ctx: NodeContext) -> NodeResult:
-        """Every call of several turns in a row failed: a model in that rut seldom ends its turn, so the checks that
-        wait for it never run. The fixes a check knows are made the next call's choices now, with what they fix."""
-        work, _, fixes = await self._review("", frozenset(denied_programs(ctx.history)), getattr(ctx, "run", None))
-        if not fixes:
-            return Proceed()
-        text = "Your last calls all failed. What is left, and the call that does it:\n" + \
-            "\n".join(f"- {f}" for f in work)
-        return SendBack(text, must_call=fixes)
 
     def _fixes(self, now: dict[str, bytes], changed: dict[str, bytes], answer: str) -> tuple[tuple[str, dict], ...]:
         """The calls the next turn must choose from, when a check knows the fix: writing a missing or empty output

@@ -24,7 +24,7 @@ from drivetrain.loop.nodes import Node
 from drivetrain.loop.profile import AIDS, FULL, Profile
 from drivetrain.models.base import Model
 from drivetrain.models.local import LocalModel
-from drivetrain.small.checks import WhenFailing, WorkChecks
+from drivetrain.small.checks import WorkChecks
 from drivetrain.small.codeact import CodeActionModel
 from drivetrain.small.prompts import small_system_prompt, task_context
 from drivetrain.tools.base import Tool
@@ -130,6 +130,4 @@ def equip(profile: Profile, model: Model, tools: list[Tool], hooks: Hooks, cwd: 
     if checks:
         checks.install(hooks)
         nodes = [checks] if profile.checks else []
-        if profile.checks and profile.force:  # failing calls: the fixes the checks know, before the turn ends
-            nodes.append(WhenFailing(checks))
     return model, tools, system if system is not None else small_system_prompt(profile.codeact, profile.example), nodes
