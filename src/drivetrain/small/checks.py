@@ -474,11 +474,11 @@ class WorkChecks:
         task names is still there: it renamed another function than the one the task means."""
         asked, defined, pairs = self._swaps(changed)
         meant = sorted((asked & defined) - {new for _, new in pairs})
+        text = "\n".join(c.decode("utf-8", "replace") for c in now.values())
+        left = [m for m in meant if re.search(rf"(?<!\w){re.escape(m)}(?!\w)", text)]
         out = []
         for new in dict.fromkeys(new for old, new in pairs if new in asked and old in defined and old not in asked):
             olds = [old for old, n in pairs if n == new and old in defined and old not in asked]
-            left = [m for m in meant
-                    if any(re.search(rf"(?<!\w){re.escape(m)}(?!\w)", c.decode("utf-8", "replace")) for c in now.values())]
             if left:
                 out.append(f"You renamed {' and '.join(olds)} to {new}, but the task does not name "
                            f"{'them' if len(olds) > 1 else 'it'}: it names {', '.join(left)}, which is still there. "
