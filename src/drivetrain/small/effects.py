@@ -162,24 +162,28 @@ def dangling_imports(before: dict[str, bytes], now: dict[str, bytes]) -> list[tu
     not define. Each with the line it replaced, when it replaced one: (what is wrong, the module to look for with
     the workspace's own ``python3`` first — "" when the workspace's files alone show it)."""
     out = []
+    known = None  # the modules imported anywhere before the run: read once, when an import needs it
     for path, content in now.items():
         if not path.endswith(".py") or before.get(path) == content:
             continue
         old = _imports(before.get(path, b""))
-        known = {m for c in before.values() for m, _, _ in _imports(c).values()}
         for key, (module, names, line) in _imports(content).items():
             if key in old:
                 continue
             where = f"{path} line {line} imports {', '.join(names) + ' from ' if names else ''}{module}"
             source = _module_file(module, now)
-            was = _replaced(before.get(path, b""), content, line)
-            was = f" (before your change that line was `{was}`)" if was else ""
-            if source is None and module.split(".")[0] not in known and not _installed(module):
-                out.append((f"{where}, but there is no {module.replace('.', '/')}.py here, and no installed "
-                            f"module {module}{was}.{_defined_where(names, now)}", module))
-            elif source is not None and (missing := [n for n in names if n != "*"
-                                                     and n not in _top_names(now[source])]):
-                out.append((f"{where}, but {source} does not define {', '.join(missing)}{was}."
+            if source is None:
+                if known is None:
+                    known = {m for c in before.values() for m, _, _ in _imports(c).values()}
+                if module.split(".")[0] not in known and not _installed(module):
+                    out.append((f"{where}, but there is no {module.replace('.', '/')}.py here, and no installed "
+                                f"module {module}{_replaced(before.get(path, b''), content, line)}."
+                                f"{_defined_where(names, now)}", module))
+                continue
+            defined = _top_names(now[source])
+            if missing := [n for n in names if n != "*" and n not in defined]:
+                out.append((f"{where}, but {source} does not define {', '.join(missing)}"
+                            f"{_replaced(before.get(path, b''), content, line)}."
                             f"{_defined_where(missing, now)}", ""))
     return out
 
@@ -247,10 +251,11 @@ def _top_names(content: bytes) -> set[str]:
 
 
 def _replaced(old: bytes, new: bytes, line: int) -> str:
-    """The line of ``old`` that line ``line`` of ``new`` took the place of, when a change replaced lines there."""
+    """What a message about line ``line`` of ``new`` adds: the line of ``old`` it took the place of, when a change
+    replaced lines there (``" (before your change that line was `…`)"``), else nothing."""
     old_lines = old.decode("utf-8", "replace").splitlines()
     new_lines = new.decode("utf-8", "replace").splitlines()
     for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, old_lines, new_lines, autojunk=False).get_opcodes():
         if op == "replace" and j1 < line <= j2:
-            return old_lines[min(i1 + line - 1 - j1, i2 - 1)].strip()
+            return f" (before your change that line was `{old_lines[min(i1 + line - 1 - j1, i2 - 1)].strip()}`)"
     return ""

@@ -4,11 +4,12 @@ A small model told "line 12 prints 'Total orders:  4', the task wants 'Total ord
 fixed it and changes nothing. The harness can find the change itself, from the script and its run alone: the
 script is run once with ``print`` recorded (which line printed what), the printed line is compared with the
 quoted one, and the difference is made in the source line that printed it, where that text stands in the source
-(a literal, the constant part of an f-string). A second version also removes every other ``print`` the run
-made, for a task that wants that line alone. Each version is run, and kept only if it prints what it promises:
-the quoted line among the others, or the quoted line alone (a print of several values is first made the same print
-of one f-string, so text that only the separator puts in the output stands in the line). The model is then made to choose one
-(``WorkChecks._fixes``); which one the task wants, it reads.
+(a literal, the constant part of an f-string): the changed middle as one piece, else each changed piece where it
+stands. A second version also removes every other ``print`` the run made, for a task that wants that line alone.
+Each version is run, and kept only if it prints what it promises: the quoted line among the others, or the quoted
+line alone (a print of several values is first made the same print of one f-string, so text that only the
+separator puts in the output stands in the line). The model is then made to choose one (``WorkChecks._fixes``);
+which one the task wants, it reads.
 
 Every run goes through the check's runner: in a run, the harness's own Bash call (audited, sandboxed).
 """
@@ -47,7 +48,7 @@ finally:
 def _run_source(path: str, src: str) -> str:
     """The command that runs ``src`` as the script at ``path`` (without writing it anywhere)."""
     return to_command("python", f"import sys\nsys.argv = [{path!r}]\nexec(compile({src!r}, {path!r}, 'exec'), "
-                   f"{{'__name__': '__main__', '__file__': {path!r}}})")
+                                f"{{'__name__': '__main__', '__file__': {path!r}}})")
 
 
 async def repairs(run: Runner, path: str, src: str, quoted: str) -> list[str]:
