@@ -145,6 +145,10 @@ def test_an_import_the_run_wrote_that_cannot_work():
                            "main.py": b"import requests\nimport json, pytest\nfrom util import helper\n"
                                       b"from storage import report\nfrom ledger import too_big as big\n"})
     assert dangling_imports(before, fine) == []
+    # a module whose names are not all read (one under `if __name__ == "__main__":`) is not judged
+    guarded = {"storage.py": b"def report(x):\n    return x\n\n\nif __name__ == '__main__':\n    print(report(1))\n"}
+    assert dangling_imports(dict(before, **guarded), dict(fine, **guarded, **{"main.py": fine["main.py"] +
+                                                                            b"from storage import summary\n"})) == []
 
 
 async def test_a_missing_module_is_looked_for_with_the_workspaces_python_first(tmp_path):

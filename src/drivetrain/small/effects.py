@@ -181,7 +181,7 @@ def dangling_imports(before: dict[str, bytes], now: dict[str, bytes]) -> list[tu
                                 f"{_defined_where(names, now)}", module))
                 continue
             defined = _top_names(now[source])
-            if missing := [n for n in names if n != "*" and n not in defined]:
+            if "*" not in defined and (missing := [n for n in names if n != "*" and n not in defined]):
                 out.append((f"{where}, but {source} does not define {', '.join(missing)}"
                             f"{_replaced(before.get(path, b''), content, line)}."
                             f"{_defined_where(missing, now)}", ""))
