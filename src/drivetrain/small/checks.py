@@ -83,6 +83,17 @@ class _Call:
     unchanged: str = ""  # the file an Edit would have changed, had the file not already held the new text
 
 
+# (the names in the task, the names defined before the run, the run's (old, new) name swaps): WorkChecks._swaps
+Swaps = tuple[set[str], set[str], dict[tuple[str, str], None]]
+
+
+def _renamed(renames: list[tuple[str, str, list[str], str]]) -> list[str]:
+    """A rename the run began is finished: the old name is gone from the workspace's text files."""
+    return [f"You renamed {old} to {new}, but {old} still occurs at {', '.join(places[:8])}"
+            f"{' …' * (len(places) > 8)}. This changes every one of them:\n{_fence(fix)}\nThen check again."
+            for old, new, places, fix in renames]
+
+
 def _line_count(output: str) -> int:
     return len([ln for ln in output.splitlines() if ln.strip()])
 
@@ -174,7 +185,8 @@ class WorkChecks:
             text += "\n\n" + done  # the answer is written again with what the run did in front of it
         return SendBack(text, answer_only=kind == "answer", must_call=fixes if kind == "work" and self.force else ())
 
-    def _fixes(self, now: dict[str, bytes], changed: dict[str, bytes], answer: str) -> tuple[tuple[str, dict], ...]:
+    def _fixes(self, now: dict[str, bytes], changed: dict[str, bytes], answer: str,
+               renames: list[tuple[str, str, list[str], str]]) -> tuple[tuple[str, dict], ...]:
         """The calls the next turn must choose from, when a check knows the fix: writing a missing or empty output
         with what the model's code or answer already holds, or the path:line list its own search found; the command that
         finishes a rename the run began; a call the task writes out, never run; the old file of a move, without the
@@ -184,7 +196,7 @@ class WorkChecks:
         must = [("Write", {"file_path": n, "content": c[1]}) for n, c in known.items() if c]
         must += [("Bash", {"command": fix}) for n in self._outputs() if (fix := self._cite_into(n))
                  and (n in known and not known[n] or _not_citations(changed.get(n, b"")))]
-        must += [("Bash", {"command": fix}) for _, _, _, fix in self._renames(now, changed)]
+        must += [("Bash", {"command": fix}) for _, _, _, fix in renames]
         must += [("Bash", {"command": command}) for _, command in self._unrun_calls(now)]
         must += [("Write", {"file_path": script, "content": v}) for script, v in self._repaired]
         named = [m.group(1) for m in FILE_NAME.finditer(self.prompt)]
@@ -218,7 +230,9 @@ class WorkChecks:
         out += [f"You rewrote {p} without looking at its content first, so what you wrote may be invented. "
                 f"Show it (cat -n {p}), check your change against what was there, and fix it if needed."
                 for p in unread]
-        out += self._broken(changed) + self._renamed(now, changed) + self._misnamed(now, changed)
+        swaps = self._swaps(changed)  # one reading of the run's renames, for three checks and the fixes
+        renames = self._renames(now, swaps)
+        out += self._broken(changed) + _renamed(renames) + self._misnamed(now, swaps)
         out += self._citations(now, answer) + self._strays(now)
         named = [m.group(1) for m in FILE_NAME.finditer(self.prompt)]
         out += left_behind(named, self.before, now) + (shown_not_written(named, self.before, now, self.calls)
@@ -235,7 +249,7 @@ class WorkChecks:
         answer_only = self._unreported(changed, answer)
         if self.agree and not out and not answer_only:  # once the work holds, the answer must agree with it
             answer_only = disagreements(self.prompt, answer, self._corpus(now), bool(changed), now)
-        return out, answer_only, self._fixes(now, changed, answer)
+        return out, answer_only, self._fixes(now, changed, answer, renames)
 
     def _corpus(self, now: dict[str, bytes]) -> str:
         """Everything the run saw: the task, what was shown with it, each call and its result, the files as they are."""
@@ -424,18 +438,12 @@ class WorkChecks:
                 return c
         return ""
 
-    def _renamed(self, now: dict[str, bytes], changed: dict[str, bytes]) -> list[str]:
-        """A rename the run began is finished: the old name is gone from the workspace's text files."""
-        return [f"You renamed {old} to {new}, but {old} still occurs at {', '.join(places[:8])}"
-                f"{' …' * (len(places) > 8)}. This changes every one of them:\n{_fence(fix)}\nThen check again."
-                for old, new, places, fix in self._renames(now, changed)]
-
-    def _renames(self, now: dict[str, bytes], changed: dict[str, bytes]) -> list[tuple[str, str, list[str], str]]:
+    def _renames(self, now: dict[str, bytes], swaps: Swaps) -> list[tuple[str, str, list[str], str]]:
         """Renames the run began and left half done, read from the run, not the task's words: in a file the run
         changed, a line where one name replaced another that the workspace defined (``def``/``class``) before the
         run, one of the two named in the task (the old one, when the task names any name defined before), and the old
         name still occurs as a word. (old, new, where it is left as path:line, the command that replaces it there)"""
-        asked, defined, pairs = self._swaps(changed)
+        asked, defined, pairs = swaps
         out = []
         for old, new in pairs:
             if old not in defined or not ({old, new} & asked):
@@ -450,7 +458,7 @@ class WorkChecks:
                 out.append((old, new, places, f"perl -pi -e 's/\\b{old}\\b/{new}/g' {files}"))
         return out
 
-    def _swaps(self, changed: dict[str, bytes]) -> tuple[set[str], set[str], dict[tuple[str, str], None]]:
+    def _swaps(self, changed: dict[str, bytes]) -> Swaps:
         """(the names in the task, the names the workspace defined before the run, the (old, new) name swaps of the
         run's changed lines: a line where one name replaced another)."""
         asked = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", FILE_NAME.sub(" ", self.prompt)))  # main.py: not main
@@ -469,10 +477,10 @@ class WorkChecks:
                         pairs[swaps.pop()] = None
         return asked, defined, pairs
 
-    def _misnamed(self, now: dict[str, bytes], changed: dict[str, bytes]) -> list[str]:
+    def _misnamed(self, now: dict[str, bytes], swaps: Swaps) -> list[str]:
         """The run gave a name the task names to a defined name the task does not name, while the defined name the
         task names is still there: it renamed another function than the one the task means."""
-        asked, defined, pairs = self._swaps(changed)
+        asked, defined, pairs = swaps
         meant = sorted((asked & defined) - {new for _, new in pairs})
         text = "\n".join(c.decode("utf-8", "replace") for c in now.values())
         left = [m for m in meant if re.search(rf"(?<!\w){re.escape(m)}(?!\w)", text)]
