@@ -176,3 +176,23 @@ async def test_a_script_the_task_names_twice_is_checked_once(tmp_path):
     [failure] = await checks.failures("")
     assert failure.startswith("The task asks for exactly '[ok] 4 reports loaded', but `python3 r.py` prints")
     assert len(checks._repaired) == 2  # the line fixed (both differences), and that line alone
+
+
+async def test_a_script_the_task_names_is_not_run_unasked_for_a_quoted_name(tmp_path):
+    """A rename's names in quotes are no output to compare: the script is not run when the model never ran it (it
+    was, at the end of every such run); a quoted line of output still has it run."""
+    (tmp_path / "app.py").write_text('def load():\n    return 1\n\nprint("loaded", load())\n')
+    ran = []
+
+    async def record(command: str) -> tuple[int | None, str]:
+        ran.append(command)
+        return 0, "loaded 1\n"
+
+    checks = WorkChecks(tmp_path)
+    for prompt in ("Rename `load` to `fetch` in app.py.", "把 app.py 里的函数 'load' 改名为 'fetch'，端口设为 `8080`。"):
+        await checks.on_prompt({"prompt": prompt})
+        await checks.failures("Renamed load to fetch in app.py.", run=record)
+    assert not any("app.py" in c for c in ran)
+    await checks.on_prompt({"prompt": "Make app.py print exactly `loaded: 1`."})
+    [failure] = await checks.failures("Done: app.py", run=record)
+    assert failure.startswith("The task asks for exactly 'loaded: 1', but `python3 app.py` prints 'loaded 1'.")

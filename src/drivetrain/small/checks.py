@@ -69,6 +69,7 @@ _QUOTED_CMD = re.compile(r"`([^`\n]{2,200})`")
 _QUOTED = re.compile(r'"([^"\n]{1,200})"|“([^”\n]{1,200})”|「([^」\n]{1,200})」|『([^』\n]{1,200})』|'
                      r"(?<![A-Za-z0-9])'([^'\n]{1,200})'(?![A-Za-z0-9])|`([^`\n]{1,200})`")
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_TOKEN = re.compile(r"[A-Za-z0-9_.:/-]+")  # one name, number or path: no line of output by itself
 _SCRIPT_RUN = re.compile(r"(?:python3?|node|bash|sh)\s+[\w./-]+(?:\s+[\w./=-]+)*")
 _DEFINED = re.compile(r"^[ \t]*(?:async[ \t]+)?(?:def|class)[ \t]+([A-Za-z_]\w*)", re.M)
 _IDENT = re.compile(r"`([A-Za-z_][\w.]*)`|(?<![A-Za-z0-9_])([A-Za-z_][A-Za-z0-9_]*_[A-Za-z0-9_]*|[a-z]+[A-Z][A-Za-z0-9_]*)(?![A-Za-z0-9_])")
@@ -655,10 +656,12 @@ class WorkChecks:
         self._repaired = []
         quoted = [q for m in _QUOTED.finditer(self.prompt) for q in m.groups() if q and q.strip()] + _set_apart(self.prompt)
         quoted = [q for q in dict.fromkeys(quoted) if not _looks_runnable(q, self.cwd) and not FILE_NAME.fullmatch(q)]
+        # The script the task names is run unasked only for a literal that reads as a line of output: a name or
+        # a number in quotes (`load`, `8080`) is what a rename or a setting names, not what a script must print.
         commands = [c for c in self._named() if not _TEST_CMD.search(c) and self._ran(c)] or \
             [c.command for c in self.calls[-1:] if _SCRIPT_RUN.fullmatch(c.command.strip())] or \
             [f"python3 {n}" for m in FILE_NAME.finditer(self.prompt) if (n := m.group(1)).endswith(".py")
-             and b"print(" in self.before.get(n, b"")]
+             and b"print(" in self.before.get(n, b"") and any(not _TOKEN.fullmatch(q) for q in quoted)]
         out = []
         for command in list(dict.fromkeys(commands))[:2] if quoted else ():  # a script the task names twice: once
             code, output = await run(command.strip())
