@@ -658,10 +658,11 @@ class WorkChecks:
         quoted = [q for q in dict.fromkeys(quoted) if not _looks_runnable(q, self.cwd) and not FILE_NAME.fullmatch(q)]
         # The script the task names is run unasked only for a literal that reads as a line of output: a name or
         # a number in quotes (`load`, `8080`) is what a rename or a setting names, not what a script must print.
+        output_like = any(not _TOKEN.fullmatch(q) for q in quoted)
         commands = [c for c in self._named() if not _TEST_CMD.search(c) and self._ran(c)] or \
             [c.command for c in self.calls[-1:] if _SCRIPT_RUN.fullmatch(c.command.strip())] or \
             [f"python3 {n}" for m in FILE_NAME.finditer(self.prompt) if (n := m.group(1)).endswith(".py")
-             and b"print(" in self.before.get(n, b"") and any(not _TOKEN.fullmatch(q) for q in quoted)]
+             and b"print(" in self.before.get(n, b"") and output_like]
         out = []
         for command in list(dict.fromkeys(commands))[:2] if quoted else ():  # a script the task names twice: once
             code, output = await run(command.strip())
