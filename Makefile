@@ -2,6 +2,11 @@
 PY ?= python3
 VENV ?= .venv
 PIP = $(VENV)/bin/pip install --disable-pip-version-check -q
+# llama.cpp built for the CPU it compiles on (-march=native) takes in its AMX kernels where the CPU has AMX, and those
+# crash (SIGSEGV in ggml_backend_amx_mul_mat) on machines whose kernel does not grant AMX, as in some VMs: build for
+# AVX2 instead. Set CMAKE_ARGS to build otherwise. pip caches the wheel without regard to CMAKE_ARGS: after changing
+# them, reinstall with --no-cache-dir.
+export CMAKE_ARGS ?= -DGGML_NATIVE=OFF
 
 .PHONY: demo test
 
