@@ -53,28 +53,20 @@ def accepts(llm, gbnf: str, text: str) -> bool:
         lc.llama_sampler_free(sampler)
 
 
-def test_the_grammar_allows_one_block_or_the_answer_and_never_a_forbidden_block(model):
+def test_the_grammar_allows_one_block_or_the_answer(model):
     llm = model._llm
-    auto = grammar("auto", [("bash", "ls -la"), ("python", "print(1)")])
+    auto = grammar("auto")
     assert accepts(llm, auto, "List the files.\n```bash\nls -l\n```")
-    assert accepts(llm, auto, "```bash\nls -la *.py\n```")  # longer than a forbidden body: fine
+    assert accepts(llm, auto, "```bash\nls -la *.py\n```")
     assert accepts(llm, auto, "```python\nprint(2)\n```")
     assert accepts(llm, auto, "DONE: there are 3 files")
-    assert not accepts(llm, auto, "List the files.\n```bash\nls -la\n```")  # the refused call, exactly
-    assert not accepts(llm, auto, "```python\nprint(1)\n```")
-    assert not accepts(llm, auto, "```bash\nls -la\necho more\n```")  # nor the refused call with lines added
-    assert not accepts(llm, auto, "```bash\nls -la\r\n```")  # nor with a carriage return (the 1.5B tried it)
-    assert not accepts(llm, auto, "```bash\nls -la \n```")  # nor with blanks at a line's end, read as the same call
-    assert not accepts(llm, auto, "```python\nprint(1)\t\n```")  # (a refused Edit came back five times so)
+    assert not accepts(llm, auto, "```bash\nls -la\r\n```")  # no carriage return (the 1.5B tried it)
+    assert not accepts(llm, auto, "```bash\nls -la \n```")  # nor blanks at a line's end: dropped when read,
+    assert not accepts(llm, auto, "```python\nprint(1)\t\n```")  # a refused block came back with them five times
     body = "def f(x):\n    return x"
-    edit = grammar("auto", [("file", body)], files=True)
-    assert not accepts(llm, edit, f"```python a.py\n{body} \n```") and not accepts(llm, edit, f"```python a.py\n{body}\n```")
-    assert accepts(llm, edit, "```python a.py\ndef f(x):\n    return x + 1\n```")
+    edit = grammar("auto", files=True)
+    assert not accepts(llm, edit, f"```python a.py\n{body} \n```") and accepts(llm, edit, f"```python a.py\n{body}\n```")
     assert accepts(llm, edit, "```python a.py\ndef f(x):\n\n    return x + 1\n```")  # blank lines are fine
-    assert accepts(llm, auto, "```bash\necho first\nls -la\n```")
-    # nor the refused one-line call with a comment after it (the 1.5B grew one a word a turn)
-    assert not accepts(llm, auto, "```bash\nls -la  # list the files\n```")
-    assert not accepts(llm, auto, "```python\nprint(1) # again\n```") and accepts(llm, auto, "```bash\nls -lah\n```")
     assert not accepts(llm, auto, "I think there are 3 files.")  # prose is neither
     assert not accepts(llm, auto, "```bash\nls\n```\n```bash\npwd\n```")  # one block per reply
     assert not accepts(llm, grammar("any"), "DONE: nothing to do")
@@ -131,13 +123,11 @@ def test_with_edit_tools_a_block_may_name_a_file_to_change(model):
     assert not accepts(llm, fix, "```bash\nsed -i 's/\\bold\\b/new/g' a.py\n```")
     known = grammar("any", files=True, exact=[sed, "```text total.txt\n18\n```"])  # the content known too
     assert accepts(llm, known, "```text total.txt\n18\n```") and not accepts(llm, known, "```text total.txt\n0\n```")
-    refused = grammar("any", [("file", "x = 1")], files=True)  # a refused file block, whatever file it names
-    assert not accepts(llm, refused, "```python a.py\nx = 1\n```") and accepts(llm, refused, "```python a.py\nx = 2\n```")
 
 
 def test_a_denied_program_cannot_be_written_as_a_command_word(model):
     llm = model._llm
-    g = grammar("any", [("bash", "wc -l *.py")], denied=["wc"])
+    g = grammar("any", denied=["wc"])
     for text in ("find . -name '*.py' -exec wc -l {} +", "cat *.py | wc -l", "cat *.py | wc", "wc;ls", "sudo wc -l a"):
         assert not accepts(llm, g, f"```bash\n{text}\n```"), text
     for text in ("awk 'END {print NR}' *.py", "echo wcx", "grep -c '' *.py"):
@@ -194,7 +184,7 @@ def test_under_the_grammar_a_control_token_is_never_sampled(model):
             scores[start] = scores.max() + 50.0
         return scores
 
-    gbnf = grammar("any", [("bash", "ls -la")])
+    gbnf = grammar("any", echoed=["total 12 files listed"])
     prompt = llm.tokenize(b"<|im_start|>user\nList the files.<|im_end|>\n<|im_start|>assistant\n", special=True)
     out = []
     for token in llm.generate(prompt, grammar=compile_grammar(llm, gbnf), reset=True, temp=0.0,

@@ -193,12 +193,12 @@ def test_blocks_and_commands_convert_both_ways():
     assert render_result(ToolResultBlock("t1", note)) == "(no output, exit code 0)\n\nCreated t.txt (1 line):\n   1| 2"
 
 
-def test_the_grammar_leaves_out_only_the_forbidden_bodies():
-    g = grammar("auto", [("bash", "ls -la"), ("bash", "ls")])
+def test_the_grammar_leaves_out_only_the_echoed_starts():
+    g = grammar("auto", echoed=["total 12 files listed"])
     assert "root ::= act | done" in g
     assert grammar("any").startswith("root ::= act\n") and grammar("none").startswith("root ::= done\n")
-    # the trie: after "ls" + newline the body may not close, but may go on
-    assert re.search(r'bash-body ::= .*"l" bash-body-\d', g)
+    # the trie over the starts a body may not have: "sudo", "vi ", "apt …", and the echoed line
+    assert re.search(r'bash-body ::= .*"t" bash-body-\d', g) and not re.search(r'python-body ::= .*"s" python-body-\d', g)
     with pytest.raises(ValueError):
         SMALL.without("nonsense")
 
@@ -229,14 +229,13 @@ async def test_the_full_profile_sends_no_tool_choice_and_ends_on_narration(tmp_p
 # ---------------------------------------------------------------- loops broken
 
 
-async def test_a_repeated_call_is_forbidden_collapsed_and_ends_in_an_answer(tmp_path):
+async def test_a_repeated_call_is_collapsed_refused_and_ends_in_an_answer(tmp_path):
     same = "Show it.\n```bash\necho same\n```"
     steps = [reply(same)] * 5 + [reply("DONE: it prints same")]
     with ScriptedServer(steps) as server:
         agent = small_agent(server, tmp_path, profile=SMALL.without("checks"), record=True)
         result = await agent.run("what does echo print?")
     reqs = agent.model.requests  # the loop's requests, before the code-block translation
-    assert reqs[1].forbidden_calls == () and reqs[2].forbidden_calls == (("Bash", {"command": "echo same"}),)
     # two copies of the same round in the history, one in what the model sees
     seen = texts(server.requests[2].body)
     assert sum(t == same for t in seen) == 1 and seen[-1] == "Output:\nsame" and len(seen) == 3

@@ -94,17 +94,6 @@ def repeat_key(name: str, tool_input: dict) -> str:
     return f"{name}\0{json.dumps(tool_input, sort_keys=True, default=str)}"
 
 
-def forbidden(seen_calls: dict[str, tuple]) -> tuple[tuple[str, dict], ...]:
-    """Calls made twice or more with the same result each time: the model may not make them again
-    (a provider that decodes under a grammar leaves them out of it)."""
-    out = []
-    for key, seen in seen_calls.items():
-        if seen[2] >= 2:
-            name, _, raw = key.partition("\0")
-            out.append((name, json.loads(raw)))
-    return tuple(out)
-
-
 def _refuse_repeat(w: Draft, call: ToolUseBlock, tool_input: dict) -> ToolResultBlock | None:
     """A call already made ``repeat_limit`` times, each with the same result, is a loop: answer without running
     it, with what it got before. So is the next step of a cycle (``guard.py``)."""

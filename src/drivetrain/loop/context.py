@@ -229,8 +229,8 @@ def collapse_repeats(history: list[Message]) -> list[Message]:
     skip = {j for i, key in keys.items() if last[key] != i for j in (i, i + 1)}
     if not skip:
         return history
-    # No note on the copy that stays: a small model copied such a note into its next command. The grammar
-    # already keeps it from sampling the same call again (``forbidden_calls``).
+    # No note on the copy that stays: a small model copied such a note into its next command. A copy of the
+    # call past ``repeat_limit`` with the same result is refused by the loop (``calls._refuse_repeat``).
     return [msg for i, msg in enumerate(history) if i not in skip]
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import TypeVar
 
-AIDS = ("codeact", "example", "act", "exclude", "collapse", "context", "final", "checks", "changes", "prefixcache",
+AIDS = ("codeact", "example", "act", "collapse", "context", "final", "checks", "changes", "prefixcache",
         "show", "force", "answer")
 
 A = TypeVar("A")
@@ -25,7 +25,6 @@ class Profile:
     codeact: bool = False  # answer in fenced bash/python blocks instead of JSON tool calls
     example: bool = False  # a short system prompt with one worked example
     act: bool = False  # the first turn must call a tool; prose that describes calls is sent back
-    exclude: bool = False  # a call repeated with the same result cannot be sampled again (grammar)
     collapse: bool = False  # earlier copies of a repeated call and its result leave the context
     context: bool = False  # long outputs shown head and tail; old outputs shortened when context fills
     final: bool = False  # at the turn cap or when stuck, one last request without tools, for the answer

@@ -152,7 +152,6 @@ async def call_model(s: CallModel, w: Draft) -> RunTools | Recover | CallModel |
             compaction.estimate_tokens(view, a.system) >= a.compact_at * context_window(a):
         return Compact("auto")  # what would be sent (old outputs already cleared) still nears the window
     request = ModelRequest(view, a.system, [tool_spec(t) for t in a.tools], max_tokens, tool_choice=choice,
-                           forbidden_calls=calls.forbidden(w.seen_calls) if p.exclude else (),
                            must_call=() if s.final else s.must_call)
     try:
         response = await w.deps.model.respond(request)

@@ -24,9 +24,6 @@ class ModelRequest:
     temperature: float | None = None  # None: the provider's default
     # "auto" (None): text or calls; "any": the reply must call a tool; "none": it must not.
     tool_choice: str | None = None
-    # Calls (tool name, input) the model must not make this turn: refused repeats. Providers that decode
-    # under a grammar (local) leave them out of it; the others ignore this (the loop refuses them anyway).
-    forbidden_calls: tuple[tuple[str, dict], ...] = ()
     # Calls the reply must make one of (a check's fix): a Write or Edit names the file and leaves its content
     # to the model; a Bash call is the exact command. A provider that decodes under a grammar may allow only
     # these; the others ignore it.

@@ -10,8 +10,7 @@ greet.py) is a change to that file instead: an ``Edit`` (or ``Write``) call, see
 
 Where the inner model can decode under a grammar (the local model), the reply is constrained to that
 shape: an optional one-line plan, then one block, or the answer. ``tool_choice`` "any" leaves only a
-block, "none" only the answer, and every call in ``forbidden_calls`` (a refused repeat) is left out of
-the grammar, so that exact command cannot be sampled again.
+block, "none" only the answer.
 """
 
 from __future__ import annotations
@@ -185,9 +184,6 @@ class CodeActionModel:
         choice = request.tool_choice or "auto"
         if not any(t["name"] == "Bash" for t in request.tools):
             choice = "none"
-        forbidden = [to_block(str(inp.get("command", ""))) if name == "Bash" else
-                     ("file", written(inp).rstrip("\n"))
-                     for name, inp in request.forbidden_calls if name in ("Bash", "Edit", "Write")]
         files = {"Edit", "Write"} <= {t["name"] for t in request.tools}
         must = request.must_call if choice == "any" else ()
         # a file to write (the model chooses the content), or the exact block of a call the check knows
@@ -196,10 +192,9 @@ class CodeActionModel:
         forced = [(str(inp["file_path"]), str(inp["content"])) for inp in writes if "content" in inp]  # a file may
         exact = [file_block(path, content) for path, content in forced]  # have two: an exact output's repairs
         exact += [run_block(str(inp["command"])) for name, inp in must if name == "Bash" and "command" in inp]
-        rules = grammar(choice, forbidden, denied_programs(request.messages), echoes(request.messages), files,
-                        targets, exact, said(request.messages))
-        inner = replace(request, messages=to_text_history(request.messages), tools=[], tool_choice=None,
-                        forbidden_calls=(), grammar=rules, stop_sequences=[*request.stop_sequences, *STOPS])
+        rules = grammar(choice, denied_programs(request.messages), echoes(request.messages), files, targets, exact,
+                        said(request.messages))
+        inner = replace(request, messages=to_text_history(request.messages), tools=[], tool_choice=None, grammar=rules, stop_sequences=[*request.stop_sequences, *STOPS])
         response = await self.inner.respond(inner)
         raw = "".join(b.text for b in response.content if isinstance(b, TextBlock))
         text, block = parse_reply(raw)
@@ -299,17 +294,16 @@ def said(messages: list[Message], lines: int = 12) -> list[str]:
     return list(dict.fromkeys(out))[:lines]
 
 
-def grammar(choice: str, forbidden: list[tuple[str, str]] = (), denied: list[str] = (),
-            echoed: list[str] = (), files: bool = False, targets: list[str] = (),
-            exact: list[str] = (), heard: list[str] = ()) -> str:
+def grammar(choice: str, denied: list[str] = (), echoed: list[str] = (), files: bool = False,
+            targets: list[str] = (), exact: list[str] = (), heard: list[str] = ()) -> str:
     """GBNF for one reply: ``auto`` a block or the answer, ``any`` a block, ``none`` the answer. With
     ``files``, a block may also name a file after its language (a change to it, any text). A check's fix
     narrows that: with ``targets`` (files it found missing) or ``exact`` (whole blocks it knows) the block
     must name one of those files (the model chooses the content) or be one of those blocks.
 
     A block's body is any text without backticks, carriage returns or blanks at a line's end (``BLANK_ENDS``)
-    that ends in a newline, except the bodies in ``forbidden`` (per language), bodies starting with a line of
-    the output just shown (``echoed``), and bash bodies starting with ``NEVER_STARTS``: a trie over those
+    that ends in a newline, except bodies starting with a line of the output just shown (``echoed``) and bash
+    bodies starting with ``NEVER_STARTS``: a trie over those
     strings, left as soon as the body differs. A bash body also never contains a ``denied`` program as a command
     word (``wc`` followed by a space, ``;``, ``|`` …), nor ``EDITORS`` at all: an automaton over those words runs
     alongside. A denied ``python3`` leaves out python blocks, which run as python3.
@@ -334,16 +328,11 @@ def grammar(choice: str, forbidden: list[tuple[str, str]] = (), denied: list[str
         # a file name has an extension (``text 18`` is not a file) and is bounded (no name until max_tokens)
         'file-name ::= [A-Za-z0-9_/] [A-Za-z0-9_./-]{0,100} "." [A-Za-z0-9]{1,10}',
     ]
-    if files:  # a refused file block is left out whatever file it names
-        rules += _body_rules("file-body", [code + "\n" for kind, code in forbidden if kind == "file"], BLANK_ENDS)
+    if files:
+        rules += _body_rules("file-body", [], BLANK_ENDS)
     words = [d + end for d in denied for end in _ENDS] + list(EDITORS)
     for lang in ("bash", "python") if python else ("bash",):
-        bodies = [code + "\n" for kind, code in forbidden if kind == lang]
-        # a one-line call made again with a comment after it is the same call: the 1.5B made `touch deploy.json
-        # # Create the file …` with a comment a word longer each turn, until the turn cap
-        bodies += [code + end for kind, code in forbidden if kind == lang and "\n" not in code
-                   for end in (" #", "  #", "\t#")]
-        rules += _body_rules(f"{lang}-body", bodies + list(echoed) + list(NEVER_STARTS) * (lang == "bash"),
+        rules += _body_rules(f"{lang}-body", list(echoed) + list(NEVER_STARTS) * (lang == "bash"),
                              (words if lang == "bash" else []) + BLANK_ENDS)
     root = {"auto": "act | done", "any": "act", "none": "done"}[choice]
     return f"root ::= {root}\n" + "\n".join(rules) + "\n"
@@ -396,9 +385,8 @@ def _start_rules(name: str, starts: list[str], first: str, rest, end: str, never
 
 
 def _body_rules(name: str, forbidden: list[str], words: list[str] = ()) -> list[str]:
-    """A body that does not start with any forbidden body (each a whole number of lines: the refused
-    command is left out, and so is the refused command with more lines added after it) and never contains
-    a banned word. Rules: a trie over the forbidden bodies; off the trie, ``{name}-f{k}`` is "free text in
+    """A body that does not start with any of the ``forbidden`` starts (an echoed line, ``sudo ``) and never
+    contains a banned word. Rules: a trie over the forbidden bodies; off the trie, ``{name}-f{k}`` is "free text in
     word state k" and ``{name}-g`` free text that may close here (just after a newline)."""
     forbidden = {f for f in forbidden if "`" not in f}  # such a body cannot be generated anyway
     forbidden = [f for f in forbidden if not any(g != f and f.startswith(g) for g in forbidden)]
