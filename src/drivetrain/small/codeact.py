@@ -194,7 +194,8 @@ class CodeActionModel:
         exact += [run_block(str(inp["command"])) for name, inp in must if name == "Bash" and "command" in inp]
         rules = grammar(choice, denied_programs(request.messages), echoes(request.messages), files, targets, exact,
                         said(request.messages))
-        inner = replace(request, messages=to_text_history(request.messages), tools=[], tool_choice=None, grammar=rules, stop_sequences=[*request.stop_sequences, *STOPS])
+        inner = replace(request, messages=to_text_history(request.messages), tools=[], tool_choice=None, grammar=rules,
+                        stop_sequences=[*request.stop_sequences, *STOPS])
         response = await self.inner.respond(inner)
         raw = "".join(b.text for b in response.content if isinstance(b, TextBlock))
         text, block = parse_reply(raw)
