@@ -387,8 +387,9 @@ def _start_rules(name: str, starts: list[str], first: str, rest, end: str, never
 
 def _body_rules(name: str, forbidden: list[str], words: list[str] = ()) -> list[str]:
     """A body that does not start with any of the ``forbidden`` starts (an echoed line, ``sudo ``) and never
-    contains a banned word. Rules: a trie over the forbidden bodies; off the trie, ``{name}-f{k}`` is "free text in
-    word state k" and ``{name}-g`` free text that may close here (just after a newline)."""
+    contains a banned word. Rules: a trie over the forbidden starts (a newline only ever ends one); off the trie,
+    ``{name}-f{k}`` is "free text in word state k" and ``{name}-g`` free text that may close here (just after a
+    newline)."""
     forbidden = {f for f in forbidden if "`" not in f}  # such a body cannot be generated anyway
     forbidden = [f for f in forbidden if not any(g != f and f.startswith(g) for g in forbidden)]
     ac = _Words(list(words))
@@ -415,8 +416,6 @@ def _body_rules(name: str, forbidden: list[str], words: list[str] = ()) -> list[
         others = [c for c in ac.alphabet if c not in children]  # leave the trie: on with the word automaton
         alts += [f"{_lit(c)} {free[t]}" for c in others if (t := ac.step(state, c)) is not None]
         alts.append(f"[^{_cls('`' + chr(10) + chr(13) + ''.join(children + others))}] {free['']}")
-        if p.endswith("\n"):
-            alts.append('"```"')  # p is no forbidden body: those are never reached
         rules.append(f"{node[p]} ::= " + " | ".join(alts))
     return rules
 
