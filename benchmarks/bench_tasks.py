@@ -181,7 +181,7 @@ class Runner:
                 "seed": seed, "wording": inst.wording, "lang": inst.lang, "split": split_of(task_name, inst.wording),
                 "prompt": inst.prompt, "solved": solved, "reason": reason, "turns": turns, "wall_s": round(wall, 2),
                 "cpu_s": round(cpu, 2), "subtype": subtype, "trajectory": trajectory, "answer": answer[:600],
-                "load_avg": round(load_avg, 2), "code": code_state()[1], "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                "load_avg": round(load_avg, 2), "code": code_state(*([Path(config.src)] if config.src else []))[1], "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
                 "workspace": str(ws)}
 
     def _run_cli(self, inst, ws: Path, run_dir: Path, config: Config):
@@ -303,6 +303,7 @@ def main(argv: list[str] | None = None) -> int:
           + (f"\n(no wording in the selection: {', '.join(left_out)})" if left_out else "")
           + f"\nwordings: split {args.split}, language {args.lang}" + (f", ids {', '.join(ids)}" if ids else "")
           + f"\nconfigs: {', '.join(f'{c.name} ({c.spec})' for c in configs)}\n"
+          + "".join(f"code of {c.name}: {' ('.join(code_state(Path(c.src)))})\n" for c in configs if c.src)
           f"model: {args.model}   runs: {args.runs}   max turns: {args.max_turns}   code: {head} ({digest})\n"
           f"to run: {len(todo)} (skipped, already in {args.results}: {len(planned) - len(todo)})"
           f"   workspaces and logs: {save}\n", flush=True)

@@ -17,18 +17,19 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def code_state() -> tuple[str, str]:
-    """(HEAD commit and dirty flag, a digest of src/): the repository may change while a batch runs."""
+def code_state(root: Path = ROOT) -> tuple[str, str]:
+    """(HEAD commit and dirty flag, a digest of src/) of the checkout at ``root`` (this one, or the worktree a
+    ``src:`` config runs): the repository may change while a batch runs."""
     try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True,
                               text=True).stdout.strip() or "?"
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "src"], cwd=ROOT, capture_output=True,
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "src"], cwd=root, capture_output=True,
                                text=True).stdout.strip()
     except OSError:
         head, dirty = "?", ""
     digest = hashlib.sha256()
-    for f in sorted((ROOT / "src").rglob("*.py")):
-        digest.update(f.relative_to(ROOT).as_posix().encode() + b"\0" + f.read_bytes())
+    for f in sorted((root / "src").rglob("*.py")):
+        digest.update(f.relative_to(root).as_posix().encode() + b"\0" + f.read_bytes())
     return head + (" + uncommitted changes in src/" if dirty else ""), digest.hexdigest()[:12]
 
 
