@@ -304,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
           + f"\nwordings: split {args.split}, language {args.lang}" + (f", ids {', '.join(ids)}" if ids else "")
           + f"\nconfigs: {', '.join(f'{c.name} ({c.spec})' for c in configs)}\n"
           + "".join(f"code of {c.name}: {' ('.join(code_state(Path(c.src)))})\n" for c in configs if c.src)
-          f"model: {args.model}   runs: {args.runs}   max turns: {args.max_turns}   code: {head} ({digest})\n"
+          + f"model: {args.model}   runs: {args.runs}   max turns: {args.max_turns}   code: {head} ({digest})\n"
           f"to run: {len(todo)} (skipped, already in {args.results}: {len(planned) - len(todo)})"
           f"   workspaces and logs: {save}\n", flush=True)
     runner = Runner(args.model, save, args.max_turns, args.timeout)
