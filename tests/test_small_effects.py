@@ -4,7 +4,7 @@ compared like a quoted one — read from the workspace and the calls, in any lan
 from dataclasses import dataclass
 
 from drivetrain.small.checks import WorkChecks
-from drivetrain.small.effects import left_behind, left_behind_fixes, shown_not_written
+from drivetrain.small.effects import left_behind, shown_not_written
 
 
 @dataclass
@@ -40,7 +40,7 @@ def test_a_moved_function_left_behind_in_its_old_file():
     assert left_behind(["app.py"], before, copied) == []  # a new file the task does not name: a stray, not a move
 
 
-async def test_the_copy_a_move_left_behind_is_removed_by_the_next_call(tmp_path):
+async def test_the_copy_a_move_left_behind_goes_back_until_it_is_gone(tmp_path):
     app = ('"""The app."""\nimport sys\n\n\n@functools.cache\ndef clamp(x, lo, hi):\n    return max(lo, min(x, hi))\n'
            '\n\ndef main():\n    print(clamp(2, 0, 3))\n\n\nif __name__ == "__main__":\n    main()\n')
     (tmp_path / "app.py").write_text(app)
@@ -48,53 +48,25 @@ async def test_the_copy_a_move_left_behind_is_removed_by_the_next_call(tmp_path)
     await checks.on_prompt({"prompt": "把 app.py 里的 clamp 函数移到新模块 utils.py，app.py 从那里导入。"})
     (tmp_path / "utils.py").write_text("def clamp(x, lo, hi):\n    return max(lo, min(x, hi))\n")
     await checks.on_tool({"tool_name": "Write", "tool_input": {"file_path": "utils.py"}, "tool_response": {}})
-    work, _, fixes = await checks._review("")
+    work, _ = await checks.sorted_failures("")
     assert any(w.startswith("clamp is now defined both in utils.py (new) and in app.py") for w in work)
-    assert ("Write", {"file_path": "app.py", "content": (
-        '"""The app."""\nimport sys\nfrom utils import clamp\n\n\ndef main():\n    print(clamp(2, 0, 3))\n\n\n'
-        'if __name__ == "__main__":\n    main()\n')}) in fixes
-    (tmp_path / "app.py").write_text(dict(fixes)["Write"]["content"])
-    assert not any("defined both" in w for w in (await checks._review(""))[0])
-    assert left_behind_fixes(["utils.py"], {"app.py": b"def clamp(:\n"}, {"app.py": b"def clamp(:\n",
-                                                                          "utils.py": b"def clamp():\n  pass\n"}) == []
+    (tmp_path / "app.py").write_text('"""The app."""\nimport sys\nfrom utils import clamp\n\n\ndef main():\n'
+                                     '    print(clamp(2, 0, 3))\n\n\nif __name__ == "__main__":\n    main()\n')
+    assert not any("defined both" in w for w in (await checks.sorted_failures(""))[0])
 
 
 async def test_a_line_set_apart_after_a_colon_is_the_exact_output(tmp_path):
     (tmp_path / "summary.py").write_text('print("debug")\nprint("Total orders:  4")\n')
     checks = WorkChecks(tmp_path)
     await checks.on_prompt({"prompt": "让 summary.py 只输出这一行：\nTotal orders: 4"})
-    [failure], _, fixes = await checks._review("完成：summary.py")  # never run by the model: the check runs it
+    [failure] = await checks.failures("完成：summary.py")  # never run by the model: the check runs it
     assert failure == ("The task asks for exactly 'Total orders: 4', but `python3 summary.py` prints 'debug\\nTotal "
                        "orders:  4'. Line 2 of summary.py prints it: `print(\"Total orders:  4\")`. Make it print "
-                       "exactly that line, then run it again. Changing that line of summary.py does it, or that line "
-                       "and no other print (if the task wants that line alone).")
-    # found by running the script (each print recorded), each version run before it is offered: the next call
-    assert fixes == (("Write", {"file_path": "summary.py", "content": 'print("debug")\nprint("Total orders: 4")\n'}),
-                     ("Write", {"file_path": "summary.py", "content": 'print("Total orders: 4")\n'}))
+                       "exactly that line, then run it again.")
     (tmp_path / "summary.py").write_text('print("Total orders: 4")\n')
     assert await checks.failures("完成：summary.py 输出 Total orders: 4") == []
     await checks.on_prompt({"prompt": "Steps:\n1. Run summary.py\n2. Check it prints a total"})  # a list, not a literal
     assert await checks.failures("summary.py prints Total orders: 4") == []
-
-
-async def test_an_exact_output_is_repaired_only_where_the_printed_text_stands_in_the_source(tmp_path):
-    from drivetrain.small.exact import repairs
-
-    checks = WorkChecks(tmp_path)
-    src = 'def main():\n    if True:\n        print("x")\n    n = 3\n    print(f"Total:  {n}")\n\n\nmain()\n'
-    assert await repairs(checks._run_here, "s.py", src, "Total: 3") == [
-        src.replace("Total:  ", "Total: "),
-        'def main():\n    if True:\n        pass\n    n = 3\n    print(f"Total: {n}")\n\n\nmain()\n']
-    # text only the separator puts there: the print of several values is made one f-string first
-    assert await repairs(checks._run_here, "s.py", 'n = 4\nprint("Done:", n, "users", "")\n', "Done: 4 users") == [
-        "n = 4\nprint(f'Done: {n} users')\n"]
-    # two differences with a computed value between them: each is made where it stands
-    assert await repairs(checks._run_here, "s.py", 'n = 5\nprint(f"[OK] {n} users loaded.")\n',
-                         "[ok] 5 users loaded") == ['n = 5\nprint(f"[ok] {n} users loaded")\n']
-    # the value is computed, not written where it is printed: no line to change, so nothing is offered
-    assert await repairs(checks._run_here, "s.py", 'n = 4\nprint("Total:", n * 2 - 4)\n', "Total: 3") == []
-    assert await repairs(checks._run_here, "s.py", 'print("Total: 3")\n', "Total: 3") == []  # already right
-    assert await repairs(checks._run_here, "s.py", "print(1/0)\n", "Total: 3") == []  # fails: no print to go by
 
 
 async def test_a_call_the_task_writes_out_is_run_once_and_then_not_asked_again(tmp_path):
@@ -103,10 +75,9 @@ async def test_a_call_the_task_writes_out_is_run_once_and_then_not_asked_again(t
     checks = WorkChecks(tmp_path)
     await checks.on_prompt({"prompt": "reports.py 里调用 checksum('falcon')，返回值是什么？checksum(x) 呢？len('ab') 呢？"})
     command = "python3 - <<'PY'\nfrom reports import checksum\nprint(repr(checksum('falcon')))\nPY"
-    work, _, fixes = await checks._review("checksum('falcon') 返回 914。")
+    work, _ = await checks.sorted_failures("checksum('falcon') 返回 914。")
     assert work == [f"The task writes out the call checksum('falcon'). Run it to see what it returns:\n"
                     f"```bash\n{command}\n```"]  # not checksum(x) (no literal), not len (no file defines it)
-    assert ("Bash", {"command": command}) in fixes  # with the force aid, the next call is that one
     code, output = await checks._run_here(command)
     assert (code, output.strip()) == (0, "914")
     # a command of the model's own that made the call (either quote) and printed counts; one that failed, or that
@@ -114,15 +85,15 @@ async def test_a_call_the_task_writes_out_is_run_once_and_then_not_asked_again(t
     await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": "python3 - <<'PY'\nfrom reports import "
                                                                           "checksum\nr = checksum('falcon')\nPY"},
                           "tool_response": {"content": "(no output)"}})
-    assert (await checks._review("914"))[0] == work
+    assert (await checks.sorted_failures("914"))[0] == work
     await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": 'python3 -c "import reports; '
                                                                           'print(reports.checksum(\\"falcon\\"))"'},
                           "tool_response": {"content": "NameError", "is_error": True}})
-    assert (await checks._review("914"))[0] == work
+    assert (await checks.sorted_failures("914"))[0] == work
     await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": 'python3 -c "from reports import checksum; '
                                                                           'print(checksum(\\"falcon\\"))"'},
                           "tool_response": {"content": "914"}})
-    assert (await checks._review("914"))[0] == []
+    assert (await checks.sorted_failures("914"))[0] == []
 
 
 def test_an_import_the_run_wrote_that_cannot_work():
@@ -175,7 +146,6 @@ async def test_a_script_the_task_names_twice_is_checked_once(tmp_path):
     await checks.on_prompt({"prompt": "修改 r.py，让 python3 r.py 只输出下面这一行，一个字符都不能差：\n[ok] 4 reports loaded"})
     [failure] = await checks.failures("")
     assert failure.startswith("The task asks for exactly '[ok] 4 reports loaded', but `python3 r.py` prints")
-    assert len(checks._repaired) == 2  # the line fixed (both differences), and that line alone
 
 
 async def test_a_script_the_task_names_is_not_run_unasked_for_a_quoted_name(tmp_path):

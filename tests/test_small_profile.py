@@ -15,7 +15,7 @@ from drivetrain import Agent
 from drivetrain.loop.nodes import Proceed
 from drivetrain.small.checks import WorkChecks
 from drivetrain.control.hooks import Hooks
-from drivetrain.loop.step import FINAL_ASK, NUDGE
+from drivetrain.loop.step import FINAL_ASK
 from drivetrain.models.anthropic import AnthropicModel
 from drivetrain.small.codeact import (CodeActionModel, denied_programs, grammar, parse_reply, render_assistant,
                                        to_block, to_command)
@@ -203,20 +203,7 @@ def test_the_grammar_leaves_out_only_the_echoed_starts():
         SMALL.without("nonsense")
 
 
-# ---------------------------------------------------------------- act, don't narrate
-
-
-async def test_the_first_turn_must_act_and_narration_is_sent_back(tmp_path):
-    narration = 'I will run:\n```json\n{"name": "Bash", "arguments": {"command": "ls"}}\n```'
-    steps = [reply(narration), respond([tool_call("Bash", {"command": "echo ok"})]), reply("it printed ok")]
-    with ScriptedServer(steps) as server:
-        result = await small_agent(server, tmp_path, codeact=False, profile=SMALL.without("checks")).run("run ls")
-    assert (result.subtype, result.result) == ("success", "it printed ok")
-    bodies = [r.body for r in server.requests]
-    assert bodies[0]["tool_choice"] == {"type": "any"}  # the first turn must call a tool
-    assert bodies[1]["tool_choice"] == {"type": "any"} and texts(bodies[1])[-1].endswith(NUDGE)
-    assert "tool_choice" not in bodies[2]
-    assert sorted(t["name"] for t in bodies[0]["tools"]) == ["Bash", "Edit", "Read", "Write"]
+# ---------------------------------------------------------------- tool choice
 
 
 async def test_the_full_profile_sends_no_tool_choice_and_ends_on_narration(tmp_path):
@@ -246,8 +233,8 @@ async def test_a_repeated_call_is_collapsed_refused_and_ends_in_an_answer(tmp_pa
 
 
 async def test_a_stuck_models_answer_is_checked_and_can_be_sent_back_to_work(tmp_path):
-    """Stuck on a refused call, the model is asked for its answer; the checks see what is left and send it back with
-    the call that does it, which gets it out of its rut: the run ends in success, not error_loop_detected."""
+    """Stuck on a refused call, the model is asked for its answer; the checks see what is left and send it back to
+    work, which gets it out of its rut: the run ends in success, not error_loop_detected."""
     (tmp_path / "a.py").write_text("x = 1\ny = 2\n")
     steps = [reply("Count.\n```bash\nwc -l a.py\n```")] * 5 + [
         reply("DONE: a.py has 2 lines."),  # stuck: the answer without tools, and total.txt is missing
@@ -258,7 +245,7 @@ async def test_a_stuck_models_answer_is_checked_and_can_be_sent_back_to_work(tmp
         result = await agent.run("Count the lines of a.py, write the total to total.txt and report it.")
     reqs = agent.model.requests
     assert reqs[5].tool_choice == "none" and FINAL_ASK["stuck"] in texts(server.requests[5].body)[-1]
-    assert reqs[6].tool_choice == "any" and reqs[6].must_call == (("Write", {"file_path": "total.txt", "content": "2"}),)
+    assert reqs[6].tool_choice is None  # back to work: tools again
     assert "The task asks for total.txt, but it does not exist" in texts(server.requests[6].body)[-1]
     assert (result.subtype, result.result) == ("success", "a.py has 2 lines; I wrote 2 to total.txt.")
     assert (tmp_path / "total.txt").read_text() == "2\n"
@@ -269,7 +256,7 @@ async def test_the_last_turn_under_the_cap_asks_for_the_answer_without_tools(tmp
     with ScriptedServer(steps) as server:
         agent = small_agent(server, tmp_path, profile=SMALL.without("checks"), record=True, max_turns=3)
         result = await agent.run("echo things")
-    assert [r.tool_choice for r in agent.model.requests] == ["any", None, "none"]
+    assert [r.tool_choice for r in agent.model.requests] == [None, None, "none"]
     assert FINAL_ASK["turn_limit"] in texts(server.requests[2].body)[-1]
     assert (result.subtype, result.result, result.num_turns) == ("error_max_turns", "got 1 and 2", 3)
 
@@ -286,7 +273,8 @@ async def test_an_empty_answer_is_asked_for_again(tmp_path):
 
 async def test_an_empty_output_gets_the_code_the_model_only_ran(tmp_path):
     """The 1.5B created utils.py with touch, then "wrote" it by running a python block that only defined the function:
-    the file stayed empty, told twice. The block it ran is the file's content, and the next block must write it."""
+    the file stayed empty, told twice. The block it ran is the file's content: the send-back shows the block that
+    writes it."""
     steps = [reply("Create it.\n```bash\ntouch utils.py\n```"),
              reply("DONE: utils.py created."),
              reply("Write it.\n```python\ndef dedupe(items):\n    return list(dict.fromkeys(items))\n```"),
@@ -298,7 +286,6 @@ async def test_an_empty_output_gets_the_code_the_model_only_ran(tmp_path):
         result = await agent.run("Create utils.py with a function dedupe(items) that drops duplicates.")
     assert result.result == "utils.py defines dedupe."
     code = "def dedupe(items):\n    return list(dict.fromkeys(items))"
-    assert [r.must_call for r in agent.model.requests][2:5] == [(), (), (("Write", {"file_path": "utils.py", "content": code}),)]
     assert texts(server.requests[2].body)[-1].endswith("utils.py is empty. Write the result the task asks for into it.")
     assert texts(server.requests[4].body)[-1].endswith(
         "utils.py is empty. Write the result the task asks for into it. Your last python block only defined it, and "
@@ -322,10 +309,9 @@ async def test_a_missing_py_output_gets_the_code_written_to_another_new_file(tmp
     sent = await checks.run(Ctx())
     assert sent.text.endswith(f"You wrote the code to utils/digit_sum.py, not utils.py. This writes it:\n"
                               f"```python utils.py\n{code}\n```")
-    assert sent.must_call == (("Write", {"file_path": "utils.py", "content": code}),)
     (tmp_path / "utils" / "more.py").write_text("x = 1\n")
     await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": "true"}, "tool_response": {}})
-    assert (await checks.run(Ctx())).must_call == ()  # two new files: which one is meant is not known
+    assert "This writes it" not in (await checks.run(Ctx())).text  # two new files: which one is meant is not known
 
 
 async def test_checks_send_back_a_missing_output_file_then_a_wrong_value_at_most_twice(tmp_path):
@@ -339,10 +325,7 @@ async def test_checks_send_back_a_missing_output_file_then_a_wrong_value_at_most
     with ScriptedServer(steps) as server:
         agent = small_agent(server, tmp_path, record=True)
         result = await agent.run("Count the lines of the .py files and write the total to total.txt")
-    choices = [r.tool_choice for r in agent.model.requests]
-    assert choices == ["any", None, "any", None, "any", None]  # sent back to work, it must act before answering
-    # the file it said it wrote is missing: the next call must write it (a grammar allows only that, locally)
-    assert [r.must_call for r in agent.model.requests] == [(), (), (("Write", {"file_path": "total.txt", "content": "2"}),), (), (), ()]
+    assert [r.tool_choice for r in agent.model.requests] == [None] * 6  # sent back to work, with tools
     checks = WorkChecks(tmp_path, file_blocks=True)  # no value said yet: the model may first compute it
     await checks.on_prompt({"prompt": "Sum the units column of a.csv and write the sum to sum.txt."})
 
@@ -350,7 +333,7 @@ async def test_checks_send_back_a_missing_output_file_then_a_wrong_value_at_most
         answer = "I looked at a.csv."
 
         history = []
-    assert (await checks.run(Ctx())).must_call == ()
+    assert "this writes it" not in (await checks.run(Ctx())).text
     second_try, third_try = texts(server.requests[2].body)[-1], texts(server.requests[4].body)[-1]
     assert "total.txt, but it does not exist" in second_try
     assert second_try.endswith("If your answer is right, this writes it:\n```text total.txt\n2\n```")  # as a file block
@@ -427,7 +410,7 @@ async def test_an_unquoted_runner_takes_paths_and_options_not_the_prose_after_it
                                          "and make sure they pass."]
 
 
-async def test_a_named_command_never_run_is_the_next_call(tmp_path):
+async def test_a_named_command_never_run_is_sent_back(tmp_path):
     (tmp_path / "calc.py").write_text("def add(a, b):\n    return a - b\n")
     (tmp_path / "test_calc.py").write_text("from calc import add\nassert add(2, 2) == 4\n")
     checks = WorkChecks(tmp_path)
@@ -439,12 +422,11 @@ async def test_a_named_command_never_run_is_the_next_call(tmp_path):
         history = []
     sent = await checks.run(Ctx())
     assert "Run them (`python3 test_calc.py`) and make sure they pass." in sent.text
-    assert sent.must_call == (("Bash", {"command": "python3 test_calc.py"}),)
     (tmp_path / "calc.py").write_text("def add(a, b):\n    return a * b - 1\n")  # a change, still wrong
     await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": "python3 test_calc.py 2>&1"},
                           "tool_response": {"content": "AssertionError", "is_error": True}})
     sent = await checks.run(Ctx())
-    assert "`python3 test_calc.py 2>&1` fails now" in sent.text and sent.must_call == ()  # ran: what to change is its call
+    assert "`python3 test_calc.py 2>&1` fails now" in sent.text  # ran: what to change is its call
 
 
 async def test_an_output_named_in_a_chinese_task_is_checked(tmp_path):
@@ -547,7 +529,7 @@ async def test_an_indentation_error_shows_the_lines_with_their_leading_spaces(tm
     assert any(f.startswith("`python3 stats.py` fails now (exit code 1):") and shown in f for f in failures)
 
 
-async def test_lines_asked_without_duplicates_keeping_their_order_are_not_forced_through_sort(tmp_path):
+async def test_lines_asked_without_duplicates_keeping_their_order_are_not_sent_to_sort(tmp_path):
     """Which order a task wants is in its words; the checks do not guess it (sort -u reordered what was asked kept)."""
     (tmp_path / "hosts.txt").write_text("b.internal\na.internal\nb.internal\n")
     checks = WorkChecks(tmp_path)
@@ -562,8 +544,8 @@ async def test_lines_asked_without_duplicates_keeping_their_order_are_not_forced
     assert await checks.failures("Done: 2 lines in unique_hosts.txt.") == []
     assert await checks.run(Ctx()) == Proceed()
     (tmp_path / "unique_hosts.txt").write_text("b.internal\na.internal\nb.internal\n")
-    sent = await checks.run(Ctx())  # a duplicate left: whatever is said, no sort is made the next call
-    assert not any("sort" in call.get("command", "") for _, call in getattr(sent, "must_call", ()))
+    sent = await checks.run(Ctx())  # a duplicate left: whatever is said, no sort is proposed
+    assert "sort" not in getattr(sent, "text", "")
 
 
 async def test_placeholders_in_written_files_are_sent_back(tmp_path):
@@ -725,7 +707,7 @@ async def test_a_rename_of_another_name_than_the_task_names_is_not_finished_for_
     assert failure.startswith("You renamed merge_note to summarize_order, but merge_note still occurs at main.py:3")
 
 
-async def test_the_call_after_a_half_done_rename_must_be_the_sed_that_finishes_it(tmp_path):
+async def test_a_half_done_rename_is_sent_back_with_the_command_that_finishes_it(tmp_path):
     (tmp_path / "a.py").write_text("def compute_ticket():\n    return 1\n")
     (tmp_path / "b.py").write_text("from a import compute_ticket\nprint(compute_ticket())\n")
     sed = "perl -pi -e 's/\\bcompute_ticket\\b/format_product/g' b.py"
@@ -736,15 +718,8 @@ async def test_the_call_after_a_half_done_rename_must_be_the_sed_that_finishes_i
     with ScriptedServer(steps) as server:
         agent = small_agent(server, tmp_path, record=True)
         result = await agent.run("Rename the function compute_ticket to format_product everywhere.")
-    assert [r.must_call for r in agent.model.requests] == [(), (), (("Bash", {"command": sed}),), ()]
+    assert texts(server.requests[2].body)[-1].endswith(f"This changes every one of them:\n```bash\n{sed}\n```\nThen check again.")
     assert result.subtype == "success" and "compute_ticket" not in (tmp_path / "b.py").read_text()
-    (tmp_path / "a.py").write_text("def compute_ticket():\n    return 1\n")
-    (tmp_path / "b.py").write_text("print(compute_ticket())\n")
-    with ScriptedServer([steps[0], reply("DONE: renamed"), reply("Try.\n```bash\ngrep -n format_product b.py\n```"),
-                         reply("DONE: renamed"), reply("DONE: renamed")]) as server:
-        agent = small_agent(server, tmp_path, profile=SMALL.without("force"), record=True)
-        await agent.run("Rename the function compute_ticket to format_product everywhere.")
-    assert all(r.must_call == () for r in agent.model.requests)  # the aid off: told the sed, not made to run it
 
 
 async def test_the_files_the_task_names_go_with_it_and_count_as_read(tmp_path):
@@ -845,18 +820,10 @@ async def test_a_list_of_path_line_must_hold_only_path_line(tmp_path):
     [failure] = await checks.failures("done")
     # the model's own search, not reading the list as it is written
     assert failure.endswith("```bash\ngrep --exclude=todo.txt -n TODO *.py | cut -d: -f1,2 > todo.txt\n```")
-
-    class Ctx:
-        answer = "done"
-
-        history = []
-    cut = (("Bash", {"command": "grep --exclude=todo.txt -n TODO *.py | cut -d: -f1,2 > todo.txt"}),)
-    assert (await checks.run(Ctx())).must_call == cut  # handed as an example, the 1.5B echoed the TODO texts
     (tmp_path / "todo.txt").unlink()
     [failure] = await checks.failures("done")  # missing, and the answer cites nothing: the search writes it
     assert failure.endswith("Your search found them; this writes them as path:line:\n```bash\ngrep --exclude=todo.txt "
                             "-n TODO *.py | cut -d: -f1,2 > todo.txt\n```")
-    assert (await checks.run(Ctx())).must_call == cut
     (tmp_path / "b.py").write_text("# TODO: z\n")
     [failure] = await checks.failures("The TODOs are at a.py:1 and b.py:1.")
     assert failure.endswith("```bash\nprintf '%s\\n' a.py:1 b.py:1 > todo.txt\n```")
@@ -873,7 +840,7 @@ async def test_an_answer_that_only_lacks_the_value_is_asked_for_again_without_fo
         agent = small_agent(server, tmp_path, record=True)
         result = await agent.run("Count the lines of a.py, write the total to total.txt and tell me")
     assert "Your answer does not give the value you wrote to total.txt (2)" in texts(server.requests[2].body)[-1]
-    assert [r.tool_choice for r in agent.model.requests] == ["any", None, "none"]  # the answer alone: without tools
+    assert [r.tool_choice for r in agent.model.requests] == [None, None, "none"]  # the answer alone: without tools
     assert result.result == "The total is 2, in total.txt."
 
 
@@ -929,45 +896,9 @@ async def test_a_claim_about_a_denied_command_and_an_answer_sent_back_after_the_
     assert "You wrote 3 to total.txt, but your answer says 2" in sent[1]
     assert "Your answer does not give the value you wrote to total.txt (2). Answer again, with the value.\n\nWhat this run " \
         "did (as the harness saw it):\n- created total.txt, which now holds: '2'" in sent[2]
-    assert [r.tool_choice for r in agent.model.requests][3:8:2] == ["any", "any", "none"]  # the last: answer only, no tools
+    assert [r.tool_choice for r in agent.model.requests][3:8:2] == [None, None, "none"]  # the last: answer only, no tools
     assert (result.subtype, result.result) == ("success", "a.py has 2 lines; total.txt holds 2.")
     assert (tmp_path / "total.txt").read_text() == "2\n"  # a text block is the whole file (merged, it held "3\n2")
-
-
-async def test_a_forced_whole_file_is_written_whole_so_the_copy_a_move_kept_goes(tmp_path):
-    """A file block is merged into its file def by def, so a block could never remove a def: the block of a forced
-    Write (here the old file of a move, without the copy) is that Write."""
-    (tmp_path / "app.py").write_text("import sys\n\n\ndef clamp(x):\n    return max(0, x)\n\n\nprint(clamp(-2))\n")
-    fixed = "import sys\nfrom utils import clamp\n\n\nprint(clamp(-2))\n"
-    steps = [reply("Move it.\n```python utils.py\ndef clamp(x):\n    return max(0, x)\n```"),
-             reply("DONE: clamp moved to utils.py."),
-             reply(f"Remove it.\n```python app.py\n{fixed}```"),  # the block the grammar leaves (scripted here)
-             reply("DONE: clamp moved to utils.py; app.py imports it from there.")]
-    with ScriptedServer(steps) as server:
-        agent = small_agent(server, tmp_path, record=True)
-        result = await agent.run("把 app.py 的 clamp 移到新模块 utils.py。")
-    assert agent.model.requests[2].must_call == (("Write", {"file_path": "app.py", "content": fixed}),)
-    assert [u.name for u in tool_uses(result)] == ["Write", "Write"]
-    assert (tmp_path / "app.py").read_text() == fixed and result.subtype == "success"
-
-
-async def test_either_of_two_forced_versions_of_one_file_is_written_whole(tmp_path):
-    """An exact output's repairs are two Writes of one script: either block the model picks is that Write."""
-    from drivetrain.messages import Message
-    from drivetrain.models.base import ModelRequest
-    from drivetrain.tools.base import tool_spec
-
-    (tmp_path / "s.py").write_text('print("debug")\nprint("Total:  4")\n')
-    fixed, alone = 'print("debug")\nprint("Total: 4")\n', 'print("Total: 4")\n'
-    must = (("Write", {"file_path": "s.py", "content": fixed}), ("Write", {"file_path": "s.py", "content": alone}))
-    tools = [tool_spec(t) for t in builtin_tools() if t.name in ("Bash", "Edit", "Write")]
-    for content in (fixed, alone):
-        with ScriptedServer([reply(f"Fix it.\n```python s.py\n{content}```")]) as server:
-            model = CodeActionModel(anthropic(server), tmp_path)
-            response = await model.respond(ModelRequest([Message.user("x")], tools=tools, tool_choice="any",
-                                                         must_call=must))
-        [call] = response.message.tool_uses
-        assert (call.name, call.input) == ("Write", {"file_path": "s.py", "content": content})
 
 
 def test_the_denied_programs_come_from_the_policys_own_messages():
@@ -1038,18 +969,15 @@ async def test_the_hint_for_a_missing_value_file_is_a_command_unless_the_model_w
     assert missing.endswith("this writes it:\n```text total.txt\n2\n```")
 
 
-def test_the_calls_a_turn_must_choose_from_survive_a_saved_run():
+def test_a_run_saved_with_calls_a_turn_had_to_choose_from_still_loads():
+    """Earlier versions saved the calls a turn had to choose from (``must_call``, before it ``must_write``): such a
+    run resumes, without them."""
     from drivetrain.loop.state import CallModel, state_from_json, state_to_json
 
-    forced = CallModel(tool_choice="any", must_call=(("Write", {"file_path": "total.txt"}),
-                                                      ("Bash", {"command": "sed -i 's/a/b/g' x.py"})))
-    assert state_to_json(forced)["must_call"] == [["Write", {"file_path": "total.txt"}],
-                                                  ["Bash", {"command": "sed -i 's/a/b/g' x.py"}]]
-    assert state_from_json(json.loads(json.dumps(state_to_json(forced)))) == forced
-    old = {"type": "CallModel", "tool_choice": "any", "must_write": ["total.txt"]}  # saved by the previous version
-    assert state_from_json(old) == CallModel(tool_choice="any", must_call=(("Write", {"file_path": "total.txt"}),))
-    assert "must_call" not in state_to_json(CallModel())  # runs saved before it read the same
-    assert state_from_json(state_to_json(CallModel())) == CallModel()
+    for old in ({"type": "CallModel", "tool_choice": "any", "must_write": ["total.txt"]},
+                {"type": "CallModel", "tool_choice": "any", "must_call": [["Bash", {"command": "ls"}]]}):
+        assert state_from_json(old) == CallModel(tool_choice="any")
+    assert state_from_json(state_to_json(CallModel(tool_choice="none"))) == CallModel(tool_choice="none")
 
 
 async def test_a_quoted_output_is_compared_with_what_the_command_prints(tmp_path):
@@ -1063,8 +991,7 @@ async def test_a_quoted_output_is_compared_with_what_the_command_prints(tmp_path
                           "tool_response": {"content": "Hello, Ada!"}})
     assert await checks.failures("完成。") == [
         "The task asks for exactly 'Hello, Ada.', but `python3 greet.py` prints 'Hello, Ada!'. Line 1 of greet.py "
-        "prints it: `print(\"Hello, Ada!\")`. Make it print exactly that line, then run it again. Changing that line "
-        "of greet.py does it."]  # (found by running it: small/exact.py)
+        "prints it: `print(\"Hello, Ada!\")`. Make it print exactly that line, then run it again."]
     (tmp_path / "greet.py").write_text('print("Hello, Ada.")\n')
     assert await checks.failures("完成：greet.py 现在输出 Hello, Ada.") == []
 

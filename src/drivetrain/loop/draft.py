@@ -132,7 +132,7 @@ class Draft:
     and ``pop`` so the draft knows how much of the already-checked history is still unchanged.
     """
 
-    _COPIED = ("num_turns", "prompts", "usage", "continuations", "stop_refusals", "nudges", "stuck_turns",
+    _COPIED = ("num_turns", "prompts", "usage", "continuations", "stop_refusals", "stuck_turns",
                "hook_stop", "tool_calls", "turn_marks", "error_streak", "warned", "compactions", "compact_failures")  # immutable: copied as they are
 
     def __init__(self, value: RunState, deps: Deps, emit: Callable[[Event], None] | None):

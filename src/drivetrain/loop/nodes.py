@@ -50,7 +50,6 @@ class SendBack:
 
     text: str
     answer_only: bool = False  # only the answer must change: it is asked for without tools
-    must_call: tuple[tuple[str, dict], ...] = ()  # the next call must be one of these; see ModelRequest
 
 
 NodeResult = Union[Proceed, Note, SendBack]

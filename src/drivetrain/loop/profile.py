@@ -1,6 +1,6 @@
 """A profile: how much help the loop gives the model, as one object.
 
-The flags are the aids the loop itself reads (``agent.profile.act`` …); ``equip`` is what else a profile adds to
+The flags are the aids the loop itself reads (``agent.profile.final`` …); ``equip`` is what else a profile adds to
 an agent for a run (a model wrapper, a tool set, a system prompt, hooks and nodes). ``FULL`` is the plain loop,
 for models that need no help; the small profile, for small local models, is ``drivetrain.small.profile.SMALL``.
 Each aid can be switched off alone (``profile.without("checks")``) to measure what it is worth.
@@ -11,8 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import TypeVar
 
-AIDS = ("codeact", "example", "act", "collapse", "context", "final", "checks", "changes", "prefixcache",
-        "show", "force", "answer")
+AIDS = ("codeact", "example", "collapse", "context", "final", "checks", "changes", "prefixcache", "show", "answer")
 
 A = TypeVar("A")
 
@@ -24,7 +23,6 @@ class Profile:
     name: str
     codeact: bool = False  # answer in fenced bash/python blocks instead of JSON tool calls
     example: bool = False  # a short system prompt with one worked example
-    act: bool = False  # the first turn must call a tool; prose that describes calls is sent back
     collapse: bool = False  # earlier copies of a repeated call and its result leave the context
     context: bool = False  # long outputs shown head and tail; old outputs shortened when context fills
     final: bool = False  # at the turn cap or when stuck, one last request without tools, for the answer
@@ -32,7 +30,6 @@ class Profile:
     changes: bool = False  # each call's result says what it changed in the workspace (small/changes.py)
     prefixcache: bool = False  # the fixed prompt prefix's KV state kept on disk (local model)
     show: bool = False  # the first lines of the files the task names go with it (as an @-mention attaches them)
-    force: bool = False  # when a check knows the fix, the next call must be it, not just be told it
     answer: bool = False  # the answer agrees with the run: what it reports was seen, else written again from the facts
 
     def without(self, *aids: str) -> Profile:

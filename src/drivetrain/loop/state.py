@@ -32,10 +32,9 @@ class SubmitPrompt:
 @dataclass(frozen=True)
 class CallModel:
     max_tokens: int | None = None  # raised above the default while recovering from a cut-off tool call
-    tool_choice: str | None = None  # "any": the model must act (it described calls instead of making them)
+    tool_choice: str | None = None  # "none": only the answer is asked for (a send-back of the answer alone)
     final: str = ""  # why this is the last request, made without tools for the answer ("" when it is not)
     compact: bool = True  # may the history be compacted before this request (not right after a failed try)
-    must_call: tuple[tuple[str, dict], ...] = ()  # this turn's call must be one of these (a check's fix)
 
 
 @dataclass(frozen=True)
@@ -101,7 +100,6 @@ class RunState:
     path: tuple[str, ...] = ()  # every state the run has been in, in order: its walk through the graph
     continuations: int = 0  # pause_turn resends in a row
     stop_refusals: int = 0  # Stop-hook refusals in a row
-    nudges: int = 0  # replies that described calls instead of making them, sent back
     stuck_turns: int = 0  # turns in a row whose calls included a refused repeat
     seen_calls: dict[str, tuple] = field(default_factory=dict)  # call -> (first turn, digest, times, result head)
     tool_calls: int = 0  # calls the model asked for
@@ -136,7 +134,7 @@ class RunState:
         return {
             "state": state_to_json(self.state), "num_turns": self.num_turns, "prompts": self.prompts, "usage": self.usage.to_wire(),
             "trajectory": list(self.trajectory), "path": list(self.path), "continuations": self.continuations,
-            "stop_refusals": self.stop_refusals, "nudges": self.nudges, "stuck_turns": self.stuck_turns,
+            "stop_refusals": self.stop_refusals, "stuck_turns": self.stuck_turns,
             "seen_calls": {k: list(v) for k, v in self.seen_calls.items()}, "hook_stop": self.hook_stop,
             "tool_calls": self.tool_calls, "turn_marks": [[m, list(k)] for m, k in self.turn_marks], "blocked": dict(self.blocked),
             "error_streak": list(self.error_streak), "warned": list(self.warned),
@@ -158,8 +156,7 @@ class RunState:
             session_id=data["session_id"], history=history, state=state_from_json(data["state"]),
             num_turns=data["num_turns"], prompts=data.get("prompts", 0), usage=Usage(**data["usage"]), trajectory=tuple(data["trajectory"]),
             path=tuple(data.get("path", ())), continuations=data.get("continuations", 0),
-            stop_refusals=data.get("stop_refusals", 0), nudges=data.get("nudges", 0),
-            stuck_turns=data.get("stuck_turns", 0),
+            stop_refusals=data.get("stop_refusals", 0), stuck_turns=data.get("stuck_turns", 0),
             seen_calls={k: tuple(v) for k, v in data.get("seen_calls", {}).items()},
             hook_stop=data.get("hook_stop"), tool_calls=data.get("tool_calls", 0),
             turn_marks=tuple((m, tuple(k)) for m, k in data.get("turn_marks", ())), blocked=dict(data.get("blocked", {})),
@@ -177,9 +174,8 @@ def state_to_json(state: State) -> dict:
     match state:
         case SubmitPrompt(prompt=p):
             return {"type": "SubmitPrompt", "prompt": p}
-        case CallModel(max_tokens=m, tool_choice=c, final=f, compact=k, must_call=w):
-            return {"type": "CallModel", "max_tokens": m, "tool_choice": c, "final": f, "compact": k,
-                    **({"must_call": [[name, inp] for name, inp in w]} if w else {})}
+        case CallModel(max_tokens=m, tool_choice=c, final=f, compact=k):
+            return {"type": "CallModel", "max_tokens": m, "tool_choice": c, "final": f, "compact": k}
         case RunTools(calls=c, verdicts=v) | AwaitApproval(calls=c, verdicts=v):
             return {"type": type(state).__name__, "calls": [x.to_wire() for x in c],
                     "verdicts": {k: verdict_to_json(x) for k, x in v.items()}}
@@ -203,10 +199,7 @@ def state_from_json(d: dict) -> State:
         case "SubmitPrompt":
             return SubmitPrompt(d["prompt"])
         case "CallModel":
-            must = [(name, inp) for name, inp in d.get("must_call", ())]
-            must += [("Write", {"file_path": n}) for n in d.get("must_write", ())]  # saved by the previous version
-            return CallModel(d.get("max_tokens"), d.get("tool_choice"), d.get("final", ""), d.get("compact", True),
-                             tuple(must))
+            return CallModel(d.get("max_tokens"), d.get("tool_choice"), d.get("final", ""), d.get("compact", True))
         case "RunTools" | "AwaitApproval":
             calls = tuple(block_from_wire(c) for c in d["calls"])
             verdicts = {k: verdict_from_json(v) for k, v in d["verdicts"].items()}

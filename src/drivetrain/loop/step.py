@@ -8,7 +8,6 @@ The value given is never changed. ``Agent`` and ``Run``, the handle that drives 
 from __future__ import annotations
 
 import asyncio
-import re
 from typing import Callable
 
 from drivetrain.control.approval import Defer, Deny, PendingCall, Verdict
@@ -31,11 +30,8 @@ from drivetrain.sessions.log import close_open_calls
 from drivetrain.tools.base import tool_spec
 
 
-MAX_NUDGES = 2  # replies that only describe calls, sent back with a request to act
 STUCK_LIMIT = 2  # turns in a row with a refused repeat before the run asks for the answer (or ends)
 MAX_COMPACT_FAILURES = 2  # failed compactions in a row before the run stops trying
-NUDGE = ("Nothing was run: your reply described tool calls in text instead of making them. "
-         "Make the next call now.")
 FINAL_ASK = {
     "turn_limit": "This is your last turn: no more tools can run. Answer now with the result of the task "
                   "as far as you got it: what you found or changed, and what is left undone.",
@@ -45,15 +41,6 @@ FINAL_ASK = {
 }
 LIMIT_ASK = ("This run has reached its {limit} limit, so no more tools can run. Answer now: summarize what was "
              "done, what you found, and what is left undone.")
-_NARRATED = re.compile(r'```(?:json|bash|sh|python)?\s*\n\s*(?:\{\s*"name"\s*:|\S)|<tool_call>|\{\s*"name"\s*:\s*"\w+"\s*,'
-                       r'\s*"(?:arguments|parameters)"')
-
-
-def narrates_calls(text: str) -> bool:
-    """Does a final answer describe calls (a tool call in JSON, a command in a fence) instead of making them?"""
-    return bool(_NARRATED.search(text))
-
-
 async def step(value: RunState, deps: Deps, emit: Callable[[Event], None] | None = None
                ) -> tuple[RunState, list[Event]]:
     """Do the current state's work; return the next value and what happened. ``value`` is not changed.
@@ -146,13 +133,12 @@ async def call_model(s: CallModel, w: Draft) -> RunTools | Recover | CallModel |
         w.ask(FINAL_ASK.get(s.final) or LIMIT_ASK.format(limit=budget.NAMES[s.final]))
     w.check(a.strict)
     max_tokens = s.max_tokens or a.max_tokens
-    choice = "none" if s.final else s.tool_choice or ("any" if p.act and w.num_turns == 0 else None)
+    choice = "none" if s.final else s.tool_choice
     view = request_view(w.history, a, w.deps.model, w.deps.outputs)
     if not s.final and s.compact and w.compact_failures < MAX_COMPACT_FAILURES and \
             compaction.estimate_tokens(view, a.system) >= a.compact_at * context_window(a):
         return Compact("auto")  # what would be sent (old outputs already cleared) still nears the window
-    request = ModelRequest(view, a.system, [tool_spec(t) for t in a.tools], max_tokens, tool_choice=choice,
-                           must_call=() if s.final else s.must_call)
+    request = ModelRequest(view, a.system, [tool_spec(t) for t in a.tools], max_tokens, tool_choice=choice)
     try:
         response = await w.deps.model.respond(request)
     except HarnessError as e:
@@ -192,10 +178,6 @@ def after_response(response: ModelResponse, max_tokens: int, w: Draft) -> RunToo
         return RunTools(tuple(response.message.tool_uses))
     note = f"The answer was cut off at max_tokens ({max_tokens})." if reason == "max_tokens" else ""
     text = response.message.text
-    if agent.profile.act and w.nudges < MAX_NUDGES and narrates_calls(text):
-        w.nudges += 1
-        w.ask(NUDGE)
-        return CallModel(tool_choice="any")
     if agent.profile.final and not text.strip() and reason == "end_turn":
         w.pop()  # it says nothing, and an empty text block is not valid history
         return CallModel(final="empty")
@@ -344,8 +326,7 @@ async def run_node(s: RunNode, w: Draft) -> CallModel | RunNode | Done:
         w.append(Message.user(result.text))
         if result.answer_only:  # the work holds: only the answer is written again, and no call can undo the work
             return CallModel(tool_choice="none")
-        act = w.deps.agent.profile.act  # there is work to do: act before answering
-        return CallModel(tool_choice="any" if act else None, must_call=result.must_call if act else ())
+        return CallModel()
     if isinstance(result, (Note, SendBack)):  # a send-back before the first request is a note
         w.ask(result.text)
     return enter_node(w, node.at, s.then, after=s.name)

@@ -24,10 +24,6 @@ class ModelRequest:
     temperature: float | None = None  # None: the provider's default
     # "auto" (None): text or calls; "any": the reply must call a tool; "none": it must not.
     tool_choice: str | None = None
-    # Calls the reply must make one of (a check's fix): a Write or Edit names the file and leaves its content
-    # to the model; a Bash call is the exact command. A provider that decodes under a grammar may allow only
-    # these; the others ignore it.
-    must_call: tuple[tuple[str, dict], ...] = ()
     # A GBNF grammar the whole reply must follow, for providers that can constrain decoding (local).
     grammar: str | None = None
     # Called with each piece of streamed text as it arrives; optional.

@@ -24,11 +24,11 @@ import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
+from typing import Awaitable, Callable
 
 from drivetrain.small.answer import disagreements, facts
 from drivetrain.small.changes import describe, snapshot
-from drivetrain.small.effects import dangling_imports, left_behind, left_behind_fixes, named_calls, shown_not_written
-from drivetrain.small.exact import Runner, repairs
+from drivetrain.small.effects import dangling_imports, left_behind, named_calls, shown_not_written
 from drivetrain.control.hooks import Hooks
 from drivetrain.small.codeact import HELD_ALREADY, denied_programs, file_block, to_block
 from drivetrain.small.fragments import TOP_DEF, definitions
@@ -41,6 +41,7 @@ from drivetrain.small.readings import (
     _looks_runnable, _no_tests_run, _normal, _not_citations, _parse_error, _printed_by, _program, _rewritten,
     _set_apart, _shows, _the_part)
 
+Runner = Callable[[str], Awaitable[tuple[int | None, str]]]  # a command -> (exit code or None if not run, output)
 TEST_RUN_TIMEOUT_S = 120
 CORPUS_FILE_BYTES = 64 * 1024  # of each file, for what the answer may report
 
@@ -112,13 +113,11 @@ class WorkChecks:
     _known: dict = field(default_factory=dict)  # snapshot's cache of unchanged files
     report_changes: bool = True  # add to each call's result what it changed (changes.py)
     file_blocks: bool = False  # the model writes files as code blocks naming them (hints take that form)
-    force: bool = True  # the next call must be the fix a check knows (see ``_fixes``), not just told it
     agree: bool = True  # the answer must agree with the run (small/answer.py), else it is written again from the facts
     shown: str = ""  # what was shown with the task (the files it names): counts as seen for ``_shown``
 
     _sent: dict[str, int] = field(default_factory=dict)  # send-backs this prompt: "work", "answer"
     _writers: dict[str, str] = field(default_factory=dict)  # file -> the input of the call that last changed it
-    _repaired: list[tuple[str, str]] = field(default_factory=list)  # (script, version printing the quoted line)
 
     name: str = "WorkChecks"  # a node of the loop (nodes.py), entered when the model wants to stop …
     at: NodePoint = "end_turn"
@@ -173,7 +172,7 @@ class WorkChecks:
         an answer that only lacks what the work holds (the value it wrote, say) at most ``answer_limit`` times more:
         that costs one turn without tools, and an answer that contradicts the work is worse than no answer."""
         # a denied call never reaches PostToolUse: what the policy denied is read from the history
-        work, answer, fixes = await self._review(ctx.answer, frozenset(denied_programs(ctx.history)),
+        work, answer = await self.sorted_failures(ctx.answer, frozenset(denied_programs(ctx.history)),
                                                   getattr(ctx, "run", None))
         kind = "work" if work and self._sent.get("work", 0) < self.work_limit else \
             "answer" if answer and self._sent.get("answer", 0) < self.answer_limit else None
@@ -184,26 +183,7 @@ class WorkChecks:
         text = "Before you finish, fix this:\n" + "\n".join(f"- {f}" for f in failures)
         if kind == "answer" and self.agree and (done := facts(self.before, self._last, self.calls)):
             text += "\n\n" + done  # the answer is written again with what the run did in front of it
-        return SendBack(text, answer_only=kind == "answer", must_call=fixes if kind == "work" and self.force else ())
-
-    def _fixes(self, now: dict[str, bytes], changed: dict[str, bytes], answer: str,
-               renames: list[tuple[str, str, list[str], str]]) -> tuple[tuple[str, dict], ...]:
-        """The calls the next turn must choose from, when a check knows the fix: writing a missing or empty output
-        with what the model's code or answer already holds, or the path:line list its own search found; the command that
-        finishes a rename the run began; a call the task writes out, never run; the old file of a move, without the
-        copy it kept and importing it instead; and the command the task names, never run after the run changed files.
-        A small model told a fix often does something else; made to choose it, it cannot."""
-        known = {n: self._content(n, answer) for n in self._outputs() if self._unwritten(n, now)}
-        must = [("Write", {"file_path": n, "content": c[1]}) for n, c in known.items() if c]
-        must += [("Bash", {"command": fix}) for n in self._outputs() if (fix := self._cite_into(n))
-                 and (n in known and not known[n] or _not_citations(changed.get(n, b"")))]
-        must += [("Bash", {"command": fix}) for _, _, _, fix in renames]
-        must += [("Bash", {"command": command}) for _, command in self._unrun_calls(now)]
-        must += [("Write", {"file_path": script, "content": v}) for script, v in self._repaired]
-        named = [m.group(1) for m in FILE_NAME.finditer(self.prompt)]
-        must += [("Write", {"file_path": old, "content": c}) for old, c in left_behind_fixes(named, self.before, now)]
-        return tuple(must + [("Bash", {"command": c}) for c in self._named()  # a test run is always worth making
-                             if (changed or _TEST_CMD.search(c)) and not self._ran(c)])
+        return SendBack(text, answer_only=kind == "answer")
 
     # -- the checks
 
@@ -213,15 +193,9 @@ class WorkChecks:
 
     async def sorted_failures(self, answer: str, denied: frozenset[str] = frozenset(), run: Runner | None = None,
                               ) -> tuple[list[str], list[str]]:
-        """(what needs more work, what needs only a better answer). ``denied``: programs the policy denied; ``run``:
-        how a command is run again (in a run, the harness's own Bash call: ``NodeContext.run``)."""
-        work, answer_only, _ = await self._review(answer, denied, run)
-        return work, answer_only
-
-    async def _review(self, answer: str, denied: frozenset[str] = frozenset(), run: Runner | None = None,
-                      ) -> tuple[list[str], list[str], tuple[tuple[str, dict], ...]]:
-        """The failures (work, answer only) and the calls that fix those a check knows the fix of, all from one
-        look at the workspace."""
+        """(what needs more work, what needs only a better answer), from one look at the workspace. ``denied``:
+        programs the policy denied; ``run``: how a command is run again (in a run, the harness's own Bash call:
+        ``NodeContext.run``)."""
         run = run or self._run_here
         now = await asyncio.to_thread(snapshot, self.cwd, self._known)
         changed = {p: c for p, c in now.items() if self.before.get(p) != c}
@@ -231,7 +205,7 @@ class WorkChecks:
         out += [f"You rewrote {p} without looking at its content first, so what you wrote may be invented. "
                 f"Show it (cat -n {p}), check your change against what was there, and fix it if needed."
                 for p in unread]
-        swaps = self._swaps(changed)  # one reading of the run's renames, for three checks and the fixes
+        swaps = self._swaps(changed)  # one reading of the run's renames, for three checks
         renames = self._renames(now, swaps)
         out += self._broken(changed) + _renamed(renames) + self._misnamed(now, swaps)
         out += self._citations(now, answer) + self._strays(now)
@@ -250,7 +224,7 @@ class WorkChecks:
         answer_only = self._unreported(changed, answer)
         if self.agree and not out and not answer_only:  # once the work holds, the answer must agree with it
             answer_only = disagreements(self.prompt, answer, self._corpus(now), bool(changed), now)
-        return out, answer_only, self._fixes(now, changed, answer, renames)
+        return out, answer_only
 
     def _corpus(self, now: dict[str, bytes]) -> str:
         """Everything the run saw: the task, what was shown with it, each call and its result, the files as they are."""
@@ -653,7 +627,6 @@ class WorkChecks:
         own after a colon): the command is run again — the one the task names, else the script the model last ran,
         else the script the task names — and an output line like the quoted one but not exactly it goes back with
         both (an extra ``!``, a missing space)."""
-        self._repaired = []
         quoted = [q for m in _QUOTED.finditer(self.prompt) for q in m.groups() if q and q.strip()] + _set_apart(self.prompt)
         quoted = [q for q in dict.fromkeys(quoted) if not _looks_runnable(q, self.cwd) and not FILE_NAME.fullmatch(q)]
         # The script the task names is run unasked only for a literal that reads as a line of output: a name or
@@ -677,19 +650,8 @@ class WorkChecks:
                     printed = near if len(lines) == 1 else "\n".join(lines[:10])
                     where = _printed_by(command, near, self._last)
                     out.append(f"The task asks for exactly {q!r}, but `{command.strip()}` prints {printed!r}.{where} "
-                               "Make it print exactly that line, then run it again." + await self._repair(run, command, q))
+                               "Make it print exactly that line, then run it again.")
         return out
-
-    async def _repair(self, run: Runner, command: str, quoted: str) -> str:
-        """The script's versions that print ``quoted`` (small/exact.py), kept for ``_fixes``; what they are."""
-        words = command.split()
-        script = words[1] if len(words) == 2 and words[0] in ("python", "python3") else None
-        if script is None or script not in self._last:
-            return ""
-        versions = await repairs(run, script, self._last[script].decode("utf-8", "replace"), quoted)
-        self._repaired += [(script, v) for v in versions]
-        return (f" Changing that line of {script} does it" + (", or that line and no other print (if the task wants "
-                "that line alone)" if len(versions) > 1 else "") + ".") if versions else ""
 
     async def _dangling(self, run: Runner, now: dict[str, bytes]) -> list[str]:
         """Imports the run wrote that cannot work (effects.py); a module this interpreter lacks is looked for with

@@ -185,14 +185,7 @@ class CodeActionModel:
         if not any(t["name"] == "Bash" for t in request.tools):
             choice = "none"
         files = {"Edit", "Write"} <= {t["name"] for t in request.tools}
-        must = request.must_call if choice == "any" else ()
-        # a file to write (the model chooses the content), or the exact block of a call the check knows
-        writes = [inp for name, inp in must if name in ("Edit", "Write") and files and "file_path" in inp]
-        targets = [str(inp["file_path"]) for inp in writes if "content" not in inp]
-        forced = [(str(inp["file_path"]), str(inp["content"])) for inp in writes if "content" in inp]  # a file may
-        exact = [file_block(path, content) for path, content in forced]  # have two: an exact output's repairs
-        exact += [run_block(str(inp["command"])) for name, inp in must if name == "Bash" and "command" in inp]
-        rules = grammar(choice, denied_programs(request.messages), echoes(request.messages), files, targets, exact,
+        rules = grammar(choice, denied_programs(request.messages), echoes(request.messages), files,
                         said(request.messages))
         inner = replace(request, messages=to_text_history(request.messages), tools=[], tool_choice=None, grammar=rules,
                         stop_sequences=[*request.stop_sequences, *STOPS])
@@ -213,9 +206,7 @@ class CodeActionModel:
             lang = "bash"  # "python3 report.py" in a python block: a command, not python
         if path and (writes := _WRITES_ITSELF.match(code)) and writes.group(1) == path:
             lang, path = "bash", None  # a command writing the very file the block names: the command is meant
-        if (path, code.rstrip("\n")) in {(p, c.rstrip("\n")) for p, c in forced}:
-            name, call_input = "Write", {"file_path": path, "content": code.rstrip("\n") + "\n"}  # merged, no def could go
-        elif path and files and lang in _PLAIN:  # plain text is the file's content, not a fragment to merge: a
+        if path and files and lang in _PLAIN:  # plain text is the file's content, not a fragment to merge: a
             name, call_input = "Write", {"file_path": path, "content": code + "\n"}  # value written again was appended
         elif path and files:
             name, call_input = to_call(path, code, self.cwd)
@@ -296,11 +287,9 @@ def said(messages: list[Message], lines: int = 12) -> list[str]:
 
 
 def grammar(choice: str, denied: list[str] = (), echoed: list[str] = (), files: bool = False,
-            targets: list[str] = (), exact: list[str] = (), heard: list[str] = ()) -> str:
+            heard: list[str] = ()) -> str:
     """GBNF for one reply: ``auto`` a block or the answer, ``any`` a block, ``none`` the answer. With
-    ``files``, a block may also name a file after its language (a change to it, any text). A check's fix
-    narrows that: with ``targets`` (files it found missing) or ``exact`` (whole blocks it knows) the block
-    must name one of those files (the model chooses the content) or be one of those blocks.
+    ``files``, a block may also name a file after its language (a change to it, any text).
 
     A block's body is any text without backticks, carriage returns or blanks at a line's end (``BLANK_ENDS``)
     that ends in a newline, except bodies starting with a line of the output just shown (``echoed``) and bash
@@ -312,10 +301,6 @@ def grammar(choice: str, denied: list[str] = (), echoed: list[str] = (), files: 
     python = not any(d in ("python3", "python") for d in denied)
     blocks = ['"```bash\\n" bash-body'] + ['"```python\\n" python-body'] * python
     blocks += ['"```" [a-z] [a-z0-9]* " " file-name "\\n" file-body'] * files
-    if targets or exact:  # a fix the checks know: told it, a small model often does something else
-        blocks = ['"```" [a-z] [a-z0-9]* " " ( ' + " | ".join(_lit(t) for t in dict.fromkeys(targets))
-                  + ' ) "\\n" file-body'] * bool(targets)
-        blocks += [_lit(block) for block in dict.fromkeys(exact)]
     starts = [h[:ECHO_CHARS] for h in heard if len(h) >= ECHO_CHARS]
     control = "\\x00-\\x08\\x0B-\\x1F"
     # the answer: any text, never starting as a line just said does

@@ -67,17 +67,6 @@ def left_behind(named: Sequence[str], before: dict[str, bytes], now: dict[str, b
             for path, old, names, module in _copies(named, before, now)]
 
 
-def left_behind_fixes(named: Sequence[str], before: dict[str, bytes], now: dict[str, bytes]) -> list[tuple[str, str]]:
-    """(old file, its content with the copies removed and imported from the new module instead), for each copy
-    ``left_behind`` finds whose removal leaves valid Python."""
-    out = []
-    for _, old, names, module in _copies(named, before, now):
-        content = without_defs(now[old].decode("utf-8", "replace"), names, f"from {module} import {', '.join(names)}")
-        if content is not None:
-            out.append((old, content))
-    return out
-
-
 def _copies(named: Sequence[str], before: dict[str, bytes], now: dict[str, bytes]):
     """(new file, old file, the names both define, the new file's module)."""
     for path in sorted(now.keys() - before.keys()):
@@ -93,36 +82,6 @@ def _copies(named: Sequence[str], before: dict[str, bytes], now: dict[str, bytes
                 yield path, old, still, path.removesuffix(".py").replace("/", ".")
 
 
-def without_defs(source: str, names: Sequence[str], import_line: str) -> str | None:
-    """``source`` without its top-level definitions of ``names`` (decorators included), ``import_line`` after its
-    leading imports; None when the source does not parse, or the result would not."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return None
-    lines = source.splitlines(keepends=True)
-    drop = set()
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name in names:
-            start = min([node.lineno, *(d.lineno for d in node.decorator_list)]) - 1
-            drop.update(range(start, node.end_lineno))
-    kept = [ln for i, ln in enumerate(lines) if i not in drop]
-    at = 0  # after the docstring and imports the module starts with
-    for i, node in enumerate(tree.body):
-        docstring = i == 0 and isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
-        if not (docstring or isinstance(node, (ast.Import, ast.ImportFrom))):
-            break
-        at = node.end_lineno
-    kept.insert(at, import_line + "\n")
-    result = re.sub(r"\n{4,}", "\n\n\n", "".join(kept))
-    try:
-        ast.parse(result)
-    except SyntaxError:
-        return None
-    return result
-
-
-# a call written out in a task, in any language: a name, then parentheses (its arguments are read by ``ast``)
 _CALL = re.compile(r"(?<![\w.])([A-Za-z_]\w*)\(([^()\n]{0,200})\)")
 
 

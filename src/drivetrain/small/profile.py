@@ -2,7 +2,7 @@
 
 A small model makes one well-scoped decision reliably but cannot carry a long multi-turn loop. The small
 profile asks it for fewer, simpler decisions and does in code what a strong model does by itself: it answers in
-code blocks (``small/codeact.py``), must act on its first turn, cannot sample a refused repeat again, sees
+code blocks (``small/codeact.py``), sees
 repeats collapsed and old output shortened, is told what each command changed, is checked before it may stop
 (``small/checks.py``), and always ends with an answer.
 
@@ -113,8 +113,7 @@ def equip(profile: Profile, model: Model, tools: list[Tool], hooks: Hooks, cwd: 
         tools = [t for t in tools if t.name in ("Bash", "Edit", "Write")]
     else:
         tools = [t for t in tools if t.name in SMALL_TOOLS]
-    checks = WorkChecks(cwd, report_changes=profile.changes, file_blocks=profile.codeact, force=profile.force,
-                        agree=profile.answer) \
+    checks = WorkChecks(cwd, report_changes=profile.changes, file_blocks=profile.codeact, agree=profile.answer) \
         if profile.checks or profile.changes else None
 
     def context(payload: dict) -> dict:
