@@ -41,6 +41,8 @@ FINAL_ASK = {
 }
 LIMIT_ASK = ("This run has reached its {limit} limit, so no more tools can run. Answer now: summarize what was "
              "done, what you found, and what is left undone.")
+
+
 async def step(value: RunState, deps: Deps, emit: Callable[[Event], None] | None = None
                ) -> tuple[RunState, list[Event]]:
     """Do the current state's work; return the next value and what happened. ``value`` is not changed.

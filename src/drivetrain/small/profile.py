@@ -2,9 +2,8 @@
 
 A small model makes one well-scoped decision reliably but cannot carry a long multi-turn loop. The small
 profile asks it for fewer, simpler decisions and does in code what a strong model does by itself: it answers in
-code blocks (``small/codeact.py``), sees
-repeats collapsed and old output shortened, is told what each command changed, is checked before it may stop
-(``small/checks.py``), and always ends with an answer.
+code blocks (``small/codeact.py``), sees repeats collapsed and old output shortened, is told what each command
+changed, is checked before it may stop (``small/checks.py``), and always ends with an answer.
 
 ``Agent(profile=SMALL)`` gets all of it: the flags are read by the loop, and ``SmallProfile.equip`` adds the
 code-block model, the tool set, the system prompt, the hooks and the checks node when a run starts. Each aid can
