@@ -130,6 +130,8 @@ UNPRICED: frozenset[str] = frozenset({
     "gpt-4o-mini-audio-preview-2024-12-17", "gpt-4o-search-preview", "gpt-4o-mini-search-preview",
     "gpt-4o-search-preview-2025-03-11", "gpt-4o-mini-search-preview-2025-03-11", "gpt-4-vision-preview",
     "gpt-3.5-turbo-16k", "gpt-3.5-turbo-0301", "gpt-3.5-turbo-0613", "gpt-3.5-turbo-1106", "gpt-3.5-turbo-16k-0613",
+    # openai 3.60: newer than this table
+    "gpt-6-astra-healthcare", "gpt-6.1-sol-healthcare", "gpt-6.2-astra-healthcare", "gpt-6.2-sol-healthcare",
 })
 
 FREE_PREFIXES = ("local/",)  # the embedded model runs on this machine
