@@ -544,8 +544,8 @@ async def test_lines_asked_without_duplicates_keeping_their_order_are_not_sent_t
     assert await checks.failures("Done: 2 lines in unique_hosts.txt.") == []
     assert await checks.run(Ctx()) == Proceed()
     (tmp_path / "unique_hosts.txt").write_text("b.internal\na.internal\nb.internal\n")
-    sent = await checks.run(Ctx())  # a duplicate left: whatever is said, no sort is proposed
-    assert "sort" not in getattr(sent, "text", "")
+    # a duplicate left: whatever is said, no sort is proposed
+    assert not any("sort" in f for f in await checks.failures("Done: 2 lines in unique_hosts.txt."))
 
 
 async def test_placeholders_in_written_files_are_sent_back(tmp_path):

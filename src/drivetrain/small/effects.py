@@ -82,6 +82,7 @@ def _copies(named: Sequence[str], before: dict[str, bytes], now: dict[str, bytes
                 yield path, old, still, path.removesuffix(".py").replace("/", ".")
 
 
+# a call written out in a task, in any language: a name, then parentheses (its arguments are read by ``ast``)
 _CALL = re.compile(r"(?<![\w.])([A-Za-z_]\w*)\(([^()\n]{0,200})\)")
 
 
