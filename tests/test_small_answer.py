@@ -1,7 +1,7 @@
 """The final answer agrees with the run (small/answer.py, through WorkChecks): what it reports was seen, and an answer
 sent back is written again with the run's facts in front of the model, in the task's language."""
 
-from drivetrain.small.answer import disagreements, facts, language, unseen
+from drivetrain.small.answer import disagreements, echoes, facts, language, unseen
 from drivetrain.small.checks import WorkChecks
 
 
@@ -102,3 +102,31 @@ async def test_a_question_answered_with_nothing_the_run_found(tmp_path):
     assert unseen.startswith("Your answer reports 38, but no command printed it")
     checks.calls[-1].output = checks.calls[-1].text = "38"
     assert await checks.failures("steps(76) 返回 38。") == []
+
+
+async def test_an_answer_that_copies_the_harness_note_on_the_last_call_is_asked_for_again(tmp_path):
+    """The quick start: after `echo 18 > total.txt` the 1.5B answered "Created totaltxt (1 line): 18" (the note of
+    changes.py, its dot dropped: the grammar forbids starting as the note does)."""
+    (tmp_path / "app.py").write_text("print(1)\n")
+    checks = WorkChecks(tmp_path)
+    await checks.on_prompt({"prompt": "Count the lines of each .py file, write the total to total.txt, report it."})
+    await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": "wc -l *.py"},
+                          "tool_response": {"content": " 18 total"}})
+    (tmp_path / "total.txt").write_text("18\n")
+    hook = await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": "echo 18 > total.txt"},
+                                 "tool_response": {"content": ""}})
+    assert hook["hookSpecificOutput"]["additionalContext"] == "Created total.txt (1 line):\n   1| 18"
+    sent = await checks.run(_Ctx("Created totaltxt (1 line): 18"))
+    assert sent.answer_only and "Your answer copies what the harness said of your last call" in sent.text
+    assert "- created total.txt, which now holds: '18'" in sent.text
+    assert await checks.failures("The total is 18 lines; I wrote 18 to total.txt.") == []
+    assert await checks.failures("I created total.txt (1 line): 18") != []
+
+
+def test_what_counts_as_a_copy_of_the_note():
+    note = "Changed greet.py (- old line, + new line):\n-   5|     return 'Hi'\n+   5|     return 'Hello'"
+    assert echoes("Changed greet.py (- old line, + new line)", note)  # a long run of the note
+    assert not echoes("Fixed greet.py line 5: it returns 'Hello' now.", note)
+    assert not echoes("18", "Created total.txt (1 line):\n   1| 18")  # the value alone is an answer
+    assert not echoes("共 18 行，已写入 total.txt。", "Created total.txt (1 line):\n   1| 18")
+    assert not echoes("Anything", "")

@@ -9,6 +9,7 @@ is asked once more for its answer with those facts in front of it, in the langua
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 from typing import Protocol, Sequence
@@ -25,6 +26,7 @@ _SCRIPTS = (("Chinese", re.compile(r"[\u4e00-\u9fff]")), ("Japanese", re.compile
 _SUM = re.compile(r"\d+(?:\.\d+)?(?:\s*[-+*/×]\s*\d+(?:\.\d+)?)+\s*=\s*\d+(?:\.\d+)?")
 _QUESTION = re.compile(r"[?？]")  # a question mark, in any language's form
 _DIGITS = re.compile(r"\d+(?:\.\d+)?")
+_NOT_WORD = re.compile(r"[\W_]+")  # what an echo may drop or change: marks, spaces (letters of any script stay)
 
 
 class Call(Protocol):
@@ -84,11 +86,26 @@ def unseen(answer: str, corpus: str, files: dict[str, bytes]) -> list[str]:
     return out
 
 
-def disagreements(prompt: str, answer: str, corpus: str, did_work: bool, files: dict[str, bytes]) -> list[str]:
-    """Why the answer should be written again from the run's facts ([] when it agrees with the run)."""
+def echoes(answer: str, said: str) -> bool:
+    """Whether the answer is a copy of what the harness said of the last call ("Created totaltxt (1 line): 18" for
+    the note "Created total.txt (1 line):\n   1| 18"): its letters and digits are most of the note's, or a long run
+    of them. The grammar keeps an answer from starting as that note does, and the 1.5B dropped a dot to copy it."""
+    mine, note = _NOT_WORD.sub("", answer.lower()), _NOT_WORD.sub("", said.lower())
+    if not mine or not note:
+        return False
+    return difflib.SequenceMatcher(None, mine, note, autojunk=False).ratio() >= 0.8 or len(mine) >= 12 and mine in note
+
+
+def disagreements(prompt: str, answer: str, corpus: str, did_work: bool, files: dict[str, bytes],
+                  said: str = "") -> list[str]:
+    """Why the answer should be written again from the run's facts ([] when it agrees with the run). ``said``: what
+    the harness added to the last call's result."""
     out = []
     missing = unseen(answer, corpus, files)
-    if missing:
+    if echoes(answer, said):
+        out.append("Your answer copies what the harness said of your last call; it is not an answer. Tell the user "
+                   "the result the task asks for and what you did, in your own words.")
+    elif missing:
         out.append(f"Your answer reports {', '.join(missing[:4])}, but no command printed "
                    f"{'it' if len(missing) == 1 else 'them'} and no file holds {'it' if len(missing) == 1 else 'them'}. "
                    "Report only what the run shows; if a value is still unknown, run a command that prints it.")

@@ -118,6 +118,7 @@ class WorkChecks:
 
     _sent: dict[str, int] = field(default_factory=dict)  # send-backs this prompt: "work", "answer"
     _writers: dict[str, str] = field(default_factory=dict)  # file -> the input of the call that last changed it
+    _said: str = ""  # what the harness added to the last call's result (its note): an answer must not be a copy
 
     name: str = "WorkChecks"  # a node of the loop (nodes.py), entered when the model wants to stop …
     at: NodePoint = "end_turn"
@@ -138,7 +139,7 @@ class WorkChecks:
     async def on_prompt(self, payload: dict) -> None:
         """A new prompt is a new task: what the checks saw of the last one is left behind."""
         self.prompt, self._sent, self.calls, self.unread = payload.get("prompt", ""), {}, [], []
-        self._writers = {}
+        self._writers, self._said = {}, ""
         self.before = await asyncio.to_thread(snapshot, self.cwd, self._known)
         self._last = dict(self.before)
 
@@ -164,7 +165,7 @@ class WorkChecks:
                         and (error := _parse_error(p, c)) and not (p in last and _parse_error(p, last[p])))
         hint = (_header_hint(command, output, now) or _indent_hint(output, self.cwd)) if response.get("is_error") \
             else _no_tests_run(command, now)
-        note = "\n\n".join(n for n in (note, hint) if n)
+        note = self._said = "\n\n".join(n for n in (note, hint) if n)
         return {"hookSpecificOutput": {"hookEventName": "PostToolUse", "additionalContext": note}} if note else None
 
     async def run(self, ctx: NodeContext) -> NodeResult:
@@ -223,7 +224,7 @@ class WorkChecks:
                     for p in dict.fromkeys(c.unchanged for c in self.calls if c.unchanged)]
         answer_only = self._unreported(changed, answer)
         if self.agree and not out and not answer_only:  # once the work holds, the answer must agree with it
-            answer_only = disagreements(self.prompt, answer, self._corpus(now), bool(changed), now)
+            answer_only = disagreements(self.prompt, answer, self._corpus(now), bool(changed), now, self._said)
         return out, answer_only
 
     def _corpus(self, now: dict[str, bytes]) -> str:
