@@ -123,6 +123,22 @@ async def test_an_answer_that_copies_the_harness_note_on_the_last_call_is_asked_
     assert await checks.failures("I created total.txt (1 line): 18") != []
 
 
+async def test_an_answer_that_copies_the_edit_tools_own_report_is_asked_for_again(tmp_path):
+    """Runs without `changes` (or on JSON tools) answered with the Edit tool's report: "Replaced 1 instance in
+    /…/payments.py. Lines around the (first) change now read:". The tool's words are the harness's too."""
+    (tmp_path / "payments.py").write_text("def total(xs):\n    return sum(xs) + 1\n")
+    checks = WorkChecks(tmp_path, report_changes=False)
+    await checks.on_prompt({"prompt": "payments.py 的 total 多加了 1，改掉。"})
+    (tmp_path / "payments.py").write_text("def total(xs):\n    return sum(xs)\n")
+    report = f"Replaced 1 occurrence in {tmp_path}/payments.py. Lines around the (first) change now read:\n" \
+             "   1| def total(xs):\n   2|     return sum(xs)"
+    assert await checks.on_tool({"tool_name": "Edit", "tool_input": {"file_path": "payments.py"},
+                                 "tool_response": {"content": report}}) is None  # nothing added to the result
+    sent = await checks.run(_Ctx(f"Replaced 1 instance in {tmp_path}/payments.py. Lines around the change now read:"))
+    assert sent.answer_only and "Your answer copies what the harness said of your last call" in sent.text
+    assert await checks.failures("已修正 payments.py：total 现在返回 sum(xs)，不再多加 1。") == []
+
+
 def test_what_counts_as_a_copy_of_the_note():
     note = "Changed greet.py (- old line, + new line):\n-   5|     return 'Hi'\n+   5|     return 'Hello'"
     assert echoes("Changed greet.py (- old line, + new line)", note)  # a long run of the note

@@ -118,7 +118,7 @@ class WorkChecks:
 
     _sent: dict[str, int] = field(default_factory=dict)  # send-backs this prompt: "work", "answer"
     _writers: dict[str, str] = field(default_factory=dict)  # file -> the input of the call that last changed it
-    _said: str = ""  # what the harness added to the last call's result (its note): an answer must not be a copy
+    _said: str = ""  # what the harness said of the last call (an Edit's or Write's report, its note): not an answer
 
     name: str = "WorkChecks"  # a node of the loop (nodes.py), entered when the model wants to stop …
     at: NodePoint = "end_turn"
@@ -165,7 +165,9 @@ class WorkChecks:
                         and (error := _parse_error(p, c)) and not (p in last and _parse_error(p, last[p])))
         hint = (_header_hint(command, output, now) or _indent_hint(output, self.cwd)) if response.get("is_error") \
             else _no_tests_run(command, now)
-        note = self._said = "\n\n".join(n for n in (note, hint) if n)
+        note = "\n\n".join(n for n in (note, hint) if n)
+        own = output if payload.get("tool_name") in ("Edit", "Write") else ""  # the harness's tools' own words
+        self._said = "\n\n".join(n for n in (own, note) if n)
         return {"hookSpecificOutput": {"hookEventName": "PostToolUse", "additionalContext": note}} if note else None
 
     async def run(self, ctx: NodeContext) -> NodeResult:
