@@ -146,3 +146,18 @@ def test_what_counts_as_a_copy_of_the_note():
     assert not echoes("18", "Created total.txt (1 line):\n   1| 18")  # the value alone is an answer
     assert not echoes("共 18 行，已写入 total.txt。", "Created total.txt (1 line):\n   1| 18")
     assert not echoes("Anything", "")
+
+
+async def test_a_file_name_capitalised_at_the_start_of_the_answer_is_the_file_the_run_changed(tmp_path):
+    """"Recipients.txt has been updated…" after a run that changed recipients.txt was told it reported a file no
+    command printed; a name that is not the workspace's, whatever its case, still is."""
+    (tmp_path / "recipients.txt").write_text("b\na\nb\n")
+    checks = WorkChecks(tmp_path)
+    await checks.on_prompt({"prompt": "recipients.txt 里有重复的行，去掉重复。"})
+    (tmp_path / "recipients.txt").write_text("b\na\n")
+    await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": "awk '!s[$0]++' recipients.txt > t && "
+                                                                         "mv t recipients.txt"},
+                          "tool_response": {"content": "(no output)"}})
+    assert await checks.failures("Recipients.txt has been updated to remove duplicate lines.") == []
+    [unseen] = await checks.failures("Contacts.txt has been updated to remove duplicate lines.")
+    assert unseen.startswith("Your answer reports Contacts.txt, but no command printed it")

@@ -215,9 +215,13 @@ def cited(token: str, corpus: str) -> bool:
         path, line = m.groups()
         return token in corpus or (cited(path, corpus) and _number_in(line, corpus))
     if not _NUMBER.fullmatch(token):  # a path or a file name: itself, or its last part (a tool may show it relative)
-        name = token.rstrip("/").rsplit("/", 1)[-1]
-        return _word_in(token, corpus) or (bool(name) and _word_in(name, corpus))
+        name = token.rstrip("/").rsplit("/", 1)[-1]  # capitalised at the start of a sentence, it is the same file
+        return _word_in(token, corpus) or (bool(name) and (_word_in(name, corpus) or _word_in(_uncap(name), corpus)))
     return _number_in(token, corpus) or ("," in token and _number_in(token.replace(",", ""), corpus))
+
+
+def _uncap(word: str) -> str:
+    return word[:1].lower() + word[1:]
 
 
 def _word_in(word: str, corpus: str) -> bool:
