@@ -17,8 +17,8 @@ from drivetrain.small.checks import WorkChecks
 from drivetrain.control.hooks import Hooks
 from drivetrain.loop.step import FINAL_ASK
 from drivetrain.models.anthropic import AnthropicModel
-from drivetrain.small.codeact import (CodeActionModel, denied_programs, grammar, parse_reply, render_assistant,
-                                       to_block, to_command)
+from drivetrain.small.codeact import (CodeActionModel, denied_programs, does_nothing, grammar, parse_reply,
+                                       render_assistant, to_block, to_command)
 from drivetrain.small.profile import FULL, SMALL, equip, is_small, select_profile
 from drivetrain.testing import ScriptedServer, reply, respond, tool_call
 from drivetrain.tools import builtin_tools
@@ -850,6 +850,19 @@ async def test_a_question_that_must_change_nothing_is_not_told_nothing_changed(t
     for prompt in ("What port does config.ini set? Do not change anything.", "config.ini 设置的端口是多少？不要修改任何文件。"):
         await checks.on_prompt({"prompt": prompt})
         assert await checks.failures("8080") == []
+
+
+async def test_a_block_that_does_nothing_makes_its_line_the_answer(tmp_path):
+    """Shown where the function is defined, the 1.5B wrote the place as its line and then a block of
+    "# Your code here", which ran, showed nothing, and was answered "No output, exit code 0."."""
+    (tmp_path / "scheduler.py").write_text("import os\n\n\ndef render_payment(values):\n    return values\n")
+    steps = [reply("scheduler.py:4:def render_payment(values):\n```python\n# Your code here\n```")]
+    with ScriptedServer(steps) as server:
+        result = await small_agent(server, tmp_path).run("Question: where is render_payment defined?\n"
+                                                          "Answer format: path:line")
+    assert tool_uses(result) == [] and result.num_turns == 1
+    assert (result.subtype, result.result) == ("success", "scheduler.py:4:def render_payment(values):")
+    assert does_nothing("\n# a comment\n  pass\n...\n") and not does_nothing("# show it\nprint(1)")
 
 
 async def test_a_program_the_policy_denies_leaves_the_grammar(tmp_path):

@@ -155,6 +155,11 @@ def without_repeats(answer: str) -> str:
     return answer
 
 
+def does_nothing(code: str) -> bool:
+    """A block with no statement in it: blank, comments, ``pass`` or ``...``. Run, it shows nothing."""
+    return all(not ln.strip() or ln.strip().startswith("#") or ln.strip() in ("pass", "...") for ln in code.splitlines())
+
+
 def parse_reply(text: str) -> tuple[str, tuple[str, str, str | None] | None]:
     """(plan or answer text, (language, code, file name or None) of the first block or None)."""
     fence = next((f for f in _FENCE.finditer(text) if f.group(2) or f.group(1) in _RUN_LANGS), None)
@@ -204,6 +209,8 @@ class CodeActionModel:
             path, code = home  # it only redefines what that file defines: run, it would change nothing
         if not path and lang.startswith("py") and _shell_in_python(code):
             lang = "bash"  # "python3 report.py" in a python block: a command, not python
+        if not path and does_nothing(code):  # "scheduler.py:9" over a block of "# Your code here": the line answers
+            return replace(response, content=(TextBlock(text),) if text else (), stop_reason="end_turn")
         if path and (writes := _WRITES_ITSELF.match(code)) and writes.group(1) == path:
             lang, path = "bash", None  # a command writing the very file the block names: the command is meant
         if path and files and lang in _PLAIN:  # plain text is the file's content, not a fragment to merge: a
