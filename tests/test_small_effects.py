@@ -75,25 +75,49 @@ async def test_a_call_the_task_writes_out_is_run_once_and_then_not_asked_again(t
     checks = WorkChecks(tmp_path)
     await checks.on_prompt({"prompt": "reports.py 里调用 checksum('falcon')，返回值是什么？checksum(x) 呢？len('ab') 呢？"})
     command = "python3 - <<'PY'\nfrom reports import checksum\nprint(repr(checksum('falcon')))\nPY"
-    work, _ = await checks.sorted_failures("checksum('falcon') 返回 914。")
+
+    async def not_run(_command):  # the policy denied the harness's call, or it waits for a person
+        return None, ""
+
+    work, _ = await checks.sorted_failures("checksum('falcon') 返回 914。", run=not_run)
     assert work == [f"The task writes out the call checksum('falcon'). Run it to see what it returns:\n"
                     f"```bash\n{command}\n```"]  # not checksum(x) (no literal), not len (no file defines it)
-    code, output = await checks._run_here(command)
-    assert (code, output.strip()) == (0, "914")
     # a command of the model's own that made the call (either quote) and printed counts; one that failed, or that
     # printed nothing (the value left in a variable), does not
     await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": "python3 - <<'PY'\nfrom reports import "
                                                                           "checksum\nr = checksum('falcon')\nPY"},
                           "tool_response": {"content": "(no output)"}})
-    assert (await checks.sorted_failures("914"))[0] == work
+    assert (await checks.sorted_failures("914", run=not_run))[0] == work
     await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": 'python3 -c "import reports; '
                                                                           'print(reports.checksum(\\"falcon\\"))"'},
                           "tool_response": {"content": "NameError", "is_error": True}})
-    assert (await checks.sorted_failures("914"))[0] == work
+    assert (await checks.sorted_failures("914", run=not_run))[0] == work
     await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": 'python3 -c "from reports import checksum; '
                                                                           'print(checksum(\\"falcon\\"))"'},
                           "tool_response": {"content": "914"}})
-    assert (await checks.sorted_failures("914"))[0] == []
+    assert (await checks.sorted_failures("914", run=not_run))[0] == []
+
+
+async def test_a_call_the_task_writes_out_that_the_run_never_made_is_made_by_the_harness(tmp_path):
+    """Told to run `from notify import steps; print(repr(steps(76)))`, the 1.5B wrote the function out again, twice,
+    and answered that the file lacks it: the harness makes the call itself, and the answer may then report it."""
+    (tmp_path / "reports.py").write_text("def checksum(text):\n    h = 3\n    for ch in text:\n"
+                                         "        h = (h * 33 + ord(ch)) % 997\n    return h\n")
+    checks = WorkChecks(tmp_path)
+    await checks.on_prompt({"prompt": "What does checksum('falcon') return? It is in reports.py."})
+    ran = []
+
+    async def run(command):
+        ran.append(command)
+        return await checks._run_here(command)
+
+    [made], _ = await checks.sorted_failures("It returns the checksum of falcon.", run=run)
+    command = "python3 - <<'PY'\nfrom reports import checksum\nprint(repr(checksum('falcon')))\nPY"
+    assert ran == [command]
+    assert made == (f"The task writes out the call checksum('falcon'), and no command of yours made it. The harness "
+                    f"ran it:\n```bash\n{command}\n```\nExit code 0; it printed:\n914\nUse what it printed.")
+    assert await checks.sorted_failures("checksum('falcon') returns 914.", run=run) == ([], [])  # seen: not run again
+    assert len(ran) == 1
 
 
 def test_an_import_the_run_wrote_that_cannot_work():

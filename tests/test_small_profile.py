@@ -476,7 +476,11 @@ async def test_a_claimed_output_is_what_the_command_printed(tmp_path):
                           "tool_response": {"content": "(no output)"}})
     [call, claim] = await checks.failures("f(5) 返回 8（检查：`python3 f.py 5` 返回 8）。")
     assert claim.startswith("Your answer says `python3 f.py 5` gave 8, but it printed '(no output)'.")
-    assert call.startswith("The task writes out the call f(5). Run it")  # `python3 f.py 5` never called f
+    # `python3 f.py 5` never called f: the harness made the call, so the value is seen now, not the claim
+    assert call.startswith("The task writes out the call f(5), and no command of yours made it. The harness ran it")
+    assert call.endswith("Exit code 0; it printed:\n8\nUse what it printed.")
+    [claim] = await checks.failures("f(5) 返回 8（检查：`python3 f.py 5` 返回 8）。")
+    assert claim.startswith("Your answer says `python3 f.py 5` gave 8, but it printed '(no output)'.")
     await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": "python3 -c 'from f import f; print(f(5))'"},
                           "tool_response": {"content": "8"}})
     assert await checks.failures("f(5) 返回 8（`python3 -c 'from f import f; print(f(5))'` 打印 8）。") == []

@@ -217,8 +217,7 @@ class WorkChecks:
                                                        if not changed else [])
         out += await self._dangling(run, now)
         out += await self._tests(run, changed) + await self._named_commands(run, changed) + await self._exact_output(run)
-        out += [f"The task writes out the call {text}. Run it to see what it returns:\n{_fence(command)}"
-                for text, command in self._unrun_calls(now)]
+        out += [await self._run_call(run, text, command) for text, command in self._unrun_calls(now)]
         out += self._claimed(answer, denied) + _arithmetic(answer)
         if not changed:  # the run's own calls meant a change, and none was made
             out += [f"Your change to {p} wrote what it already held, and this run changed no file. If the task asks "
@@ -602,6 +601,17 @@ class WorkChecks:
                 if c.command and not c.failed and c.output.strip() and not c.output.startswith("(no output)")]
         return [(text, command) for text, command in named_calls(self.prompt, now)
                 if not any(same(text) in m for m in made)]
+
+    async def _run_call(self, run: Runner, text: str, command: str) -> str:
+        """A call the task writes out that the run never made is made by the harness (its own Bash call: the policy
+        decides, the audit log records), and what it printed goes back: told to run it, the model often did not."""
+        code, output = await run(command)
+        if code is None:  # not run (denied, or waiting for a person): the model is asked to
+            return f"The task writes out the call {text}. Run it to see what it returns:\n{_fence(command)}"
+        self.calls.append(_Call(f"{command}\n{output}", command, code != 0, output))  # the run has seen it now
+        printed = output.strip()[-1500:] or "(nothing)"
+        return (f"The task writes out the call {text}, and no command of yours made it. The harness ran it:\n"
+                f"{_fence(command)}\nExit code {code}; it printed:\n{printed}\nUse what it printed.")
 
     def _ran(self, command: str) -> bool:
         return any(_normal(command) in _normal(c.command) for c in self.calls if c.command)
