@@ -207,6 +207,8 @@ WORDINGS: dict[str, tuple[W, ...]] = {
                   "Do not change the module."),
         W("zh-1", "{module}.py 里调用 {call}，返回值是什么？"),
         W("zh-3", "帮我看看 {module}.py 里的 {call} 会返回什么。"),  # held out in place of zh-1 (moved to tune)
+        # written when zh-3 moved to tune (2026-12-04): held out in its place
+        W("zh-4", "同事问我 {call} 的结果是多少，代码在 {module}.py。请实际运行一下，把返回值告诉我，不要改代码。"),
     ),
     "readonly-question": (
         W("en-1", {"functions": "How many functions are defined in {module}.py? Do not modify any file.",
