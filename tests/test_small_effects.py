@@ -120,6 +120,25 @@ async def test_a_call_the_task_writes_out_that_the_run_never_made_is_made_by_the
     assert len(ran) == 1
 
 
+async def test_the_answer_gives_what_a_call_the_task_writes_out_printed(tmp_path):
+    """Shown that scramble('gamma') printed 'gmaam', the 1.5B answered that it returns 'agm'."""
+    (tmp_path / "scheduler.py").write_text('def scramble(word):\n    return "".join(word[(i * 3) % len(word)] '
+                                           'for i in range(len(word)))\n')
+    checks = WorkChecks(tmp_path)
+    await checks.on_prompt({"prompt": "帮我看看 scheduler.py 里的 scramble('gamma') 会返回什么。"})
+    [made], _ = await checks.sorted_failures("It returns 'agm'.")  # the harness makes the call
+    assert made.endswith("Exit code 0; it printed:\n'gmaam'\nUse what it printed.")
+    work, [wrong] = await checks.sorted_failures("scramble('gamma') returns 'agm'.")
+    command = "python3 - <<'PY'\nfrom scheduler import scramble\nprint(repr(scramble('gamma')))\nPY"
+    assert work == [] and wrong == (f"`{command}` printed 'gmaam' for scramble('gamma'), but your answer does not "
+                                    "give gmaam. Answer with what it printed.")
+    assert await checks.sorted_failures("scramble('gamma') 返回 gmaam。") == ([], [])  # without the quotes too
+    await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": "python3 -c \"from scheduler import scramble; "
+                                                                          "print(scramble('gamma')); print('done')\""},
+                          "tool_response": {"content": "gmaam\ndone"}})
+    assert await checks.sorted_failures("It printed something.") == ([], [])  # two lines: which is the value?
+
+
 def test_an_import_the_run_wrote_that_cannot_work():
     from drivetrain.small.effects import dangling_imports
 

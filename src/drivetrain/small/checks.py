@@ -223,7 +223,7 @@ class WorkChecks:
             out += [f"Your change to {p} wrote what it already held, and this run changed no file. If the task asks "
                     f"for a change, write the lines of {p} as they must be (not as they are now)."
                     for p in dict.fromkeys(c.unchanged for c in self.calls if c.unchanged)]
-        answer_only = self._unreported(changed, answer)
+        answer_only = self._unreported(changed, answer) + self._unanswered_calls(now, answer)
         if self.agree and not out and not answer_only:  # once the work holds, the answer must agree with it
             answer_only = disagreements(self.prompt, answer, self._corpus(now), bool(changed), now, self._said)
         return out, answer_only
@@ -592,15 +592,31 @@ class WorkChecks:
         named = dict.fromkeys((m.group(1) or m.group(2)).strip() for m in _NAMED_CMD.finditer(self.prompt))
         return [c for c in named if _looks_runnable(c, self.cwd)]
 
+    def _made(self, text: str) -> _Call | None:
+        """The last command of the run that made the call ``text`` (any quotes) and printed something."""
+        same = lambda t: _normal(t).replace('\\"', '"').replace('"', "'")  # noqa: E731 (any quote: one call)
+        return next((c for c in reversed(self.calls) if c.command and not c.failed and c.output.strip()
+                     and not c.output.startswith("(no output)") and same(text) in same(c.command)), None)
+
     def _unrun_calls(self, now: dict[str, bytes]) -> list[tuple[str, str]]:
         """The calls the task writes out of functions the workspace defines that no command of the run made and
         printed something (what a function returns is known by running it, not by reading it; a script that calls
         it and prints nothing shows nothing)."""
-        same = lambda text: _normal(text).replace('\\"', '"').replace('"', "'")  # noqa: E731 (any quote: one call)
-        made = [same(c.command) for c in self.calls
-                if c.command and not c.failed and c.output.strip() and not c.output.startswith("(no output)")]
-        return [(text, command) for text, command in named_calls(self.prompt, now)
-                if not any(same(text) in m for m in made)]
+        return [(text, command) for text, command in named_calls(self.prompt, now) if self._made(text) is None]
+
+    def _unanswered_calls(self, now: dict[str, bytes], answer: str) -> list[str]:
+        """A call the task writes out that the run made, and that printed one short line: the answer gives that
+        value (shown 'gmaam' by the harness, the 1.5B answered 'agm')."""
+        out = []
+        for text, _ in named_calls(self.prompt, now):
+            call = self._made(text)
+            lines = [ln.strip() for ln in call.output.splitlines() if ln.strip()] if call else []
+            value = lines[0] if len(lines) == 1 else ""  # more lines: which is the call's value is not known
+            bare = value[1:-1] if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"" else value
+            if 0 < len(bare) <= 80 and bare not in answer:
+                out.append(f"`{call.command.strip()}` printed {value} for {text}, but your answer does not give "
+                           f"{bare}. Answer with what it printed.")
+        return out
 
     async def _run_call(self, run: Runner, text: str, command: str) -> str:
         """A call the task writes out that the run never made is made by the harness (its own Bash call: the policy
