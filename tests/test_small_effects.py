@@ -137,6 +137,8 @@ async def test_the_answer_gives_what_a_call_the_task_writes_out_printed(tmp_path
                                                                           "print(scramble('gamma')); print('done')\""},
                           "tool_response": {"content": "gmaam\ndone"}})
     assert await checks.sorted_failures("It printed something.") == ([], [])  # two lines: which is the value?
+    (tmp_path / "scheduler.py").write_text("def scramble(word):\n    return word\n")  # a fix, say: 'gmaam' is stale
+    assert not [f for f in (await checks.sorted_failures("scramble('gamma') now returns 'gamma'."))[1] if "gmaam" in f]
 
 
 def test_an_import_the_run_wrote_that_cannot_work():

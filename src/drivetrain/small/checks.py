@@ -223,7 +223,7 @@ class WorkChecks:
             out += [f"Your change to {p} wrote what it already held, and this run changed no file. If the task asks "
                     f"for a change, write the lines of {p} as they must be (not as they are now)."
                     for p in dict.fromkeys(c.unchanged for c in self.calls if c.unchanged)]
-        answer_only = self._unreported(changed, answer) + self._unanswered_calls(now, answer)
+        answer_only = self._unreported(changed, answer) + (self._unanswered_calls(now, answer) if not changed else [])
         if self.agree and not out and not answer_only:  # once the work holds, the answer must agree with it
             answer_only = disagreements(self.prompt, answer, self._corpus(now), bool(changed), now, self._said)
         return out, answer_only
@@ -606,7 +606,8 @@ class WorkChecks:
 
     def _unanswered_calls(self, now: dict[str, bytes], answer: str) -> list[str]:
         """A call the task writes out that the run made, and that printed one short line: the answer gives that
-        value (shown 'gmaam' by the harness, the 1.5B answered 'agm')."""
+        value (shown 'gmaam' by the harness, the 1.5B answered 'agm'). Only asked of a run that changed no file: after
+        a change, what the call printed before it may no longer be what it returns."""
         out = []
         for text, _ in named_calls(self.prompt, now):
             call = self._made(text)
