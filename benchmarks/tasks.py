@@ -58,13 +58,12 @@ MOVED_TO_TUNE: dict[tuple[str, str], str] = {
 
 def split_of(kind: str, wording: str) -> Split:
     """``en-1`` (the wording the small profile was tuned on) and ``zh-2`` are tune, ``zh-1``, ``zh-3`` and ``zh-4``
-    are held out, and of ``en-2``/``en-3`` one goes each way, chosen by a hash of the kind's name, so that no one style of
-    English is held out everywhere. Pure of everything but the two names: adding a kind or a wording moves nothing
-    else."""
+    are held out, and of ``en-2``/``en-3`` one goes each way, chosen by a hash of the kind's name, so that no one
+    style of English is held out everywhere. Pure of everything but the two names: adding a kind or a wording moves
+    nothing else."""
     if (kind, wording) in MOVED_TO_TUNE or wording in ("en-1", "zh-2"):
         return "tune"
-    if wording in ("zh-1", "zh-3", "zh-4"):  # zh-3, zh-4: Chinese wordings written to be held out in place of one
-        # moved to tune
+    if wording in ("zh-1", "zh-3", "zh-4"):  # zh-3, zh-4: written to be held out in place of one moved to tune
         return "heldout"
     en2_held = hashlib.sha256(kind.encode()).digest()[0] % 2 == 0
     return "heldout" if (wording == "en-2") == en2_held else "tune"

@@ -217,13 +217,16 @@ class WorkChecks:
                                                        if not changed else [])
         out += await self._dangling(run, now)
         out += await self._tests(run, changed) + await self._named_commands(run, changed) + await self._exact_output(run)
-        out += [await self._run_call(run, text, command) for text, command in self._unrun_calls(now)]
+        written = named_calls(self.prompt, now)  # the calls the task writes out, read once for both checks
+        out += [await self._run_call(run, text, command) for text, command in self._unrun_calls(written)]
         out += self._claimed(answer, denied) + _arithmetic(answer)
         if not changed:  # the run's own calls meant a change, and none was made
             out += [f"Your change to {p} wrote what it already held, and this run changed no file. If the task asks "
                     f"for a change, write the lines of {p} as they must be (not as they are now)."
                     for p in dict.fromkeys(c.unchanged for c in self.calls if c.unchanged)]
-        answer_only = self._unreported(changed, answer) + (self._unanswered_calls(now, answer) if not changed else [])
+        answer_only = self._unreported(changed, answer)
+        if not changed:  # after a change, what a call printed before it may no longer be what it returns
+            answer_only += self._unanswered_calls(written, answer)
         if self.agree and not out and not answer_only:  # once the work holds, the answer must agree with it
             answer_only = disagreements(self.prompt, answer, self._corpus(now), bool(changed), now, self._said)
         return out, answer_only
@@ -598,18 +601,18 @@ class WorkChecks:
         return next((c for c in reversed(self.calls) if c.command and not c.failed and c.output.strip()
                      and not c.output.startswith("(no output)") and same(text) in same(c.command)), None)
 
-    def _unrun_calls(self, now: dict[str, bytes]) -> list[tuple[str, str]]:
+    def _unrun_calls(self, written: list[tuple[str, str]]) -> list[tuple[str, str]]:
         """The calls the task writes out of functions the workspace defines that no command of the run made and
         printed something (what a function returns is known by running it, not by reading it; a script that calls
         it and prints nothing shows nothing)."""
-        return [(text, command) for text, command in named_calls(self.prompt, now) if self._made(text) is None]
+        return [(text, command) for text, command in written if self._made(text) is None]
 
-    def _unanswered_calls(self, now: dict[str, bytes], answer: str) -> list[str]:
+    def _unanswered_calls(self, written: list[tuple[str, str]], answer: str) -> list[str]:
         """A call the task writes out that the run made, and that printed one short line: the answer gives that
         value (shown 'gmaam' by the harness, the 1.5B answered 'agm'). Only asked of a run that changed no file: after
         a change, what the call printed before it may no longer be what it returns."""
         out = []
-        for text, _ in named_calls(self.prompt, now):
+        for text, _ in written:
             call = self._made(text)
             lines = [ln.strip() for ln in call.output.splitlines() if ln.strip()] if call else []
             value = lines[0] if len(lines) == 1 else ""  # more lines: which is the call's value is not known

@@ -157,7 +157,8 @@ def without_repeats(answer: str) -> str:
 
 def does_nothing(code: str) -> bool:
     """A block with no statement in it: blank, comments, ``pass`` or ``...``. Run, it shows nothing."""
-    return all(not ln.strip() or ln.strip().startswith("#") or ln.strip() in ("pass", "...") for ln in code.splitlines())
+    lines = [ln.strip() for ln in code.splitlines()]
+    return all(not ln or ln.startswith("#") or ln in ("pass", "...") for ln in lines)
 
 
 def parse_reply(text: str) -> tuple[str, tuple[str, str, str | None] | None]:
