@@ -126,7 +126,8 @@ async def test_the_answer_gives_what_a_call_the_task_writes_out_printed(tmp_path
                                            'for i in range(len(word)))\n')
     checks = WorkChecks(tmp_path)
     await checks.on_prompt({"prompt": "帮我看看 scheduler.py 里的 scramble('gamma') 会返回什么。"})
-    [made], _ = await checks.sorted_failures("It returns 'agm'.")  # the harness makes the call
+    [made], again = await checks.sorted_failures("It returns 'agm'.")  # the harness makes the call
+    assert again == []  # what it printed is said once, with the call
     assert made.endswith("Exit code 0; it printed:\n'gmaam'\nUse what it printed.")
     work, [wrong] = await checks.sorted_failures("scramble('gamma') returns 'agm'.")
     command = "python3 - <<'PY'\nfrom scheduler import scramble\nprint(repr(scramble('gamma')))\nPY"

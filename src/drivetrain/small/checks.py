@@ -218,7 +218,8 @@ class WorkChecks:
         out += await self._dangling(run, now)
         out += await self._tests(run, changed) + await self._named_commands(run, changed) + await self._exact_output(run)
         written = named_calls(self.prompt, now)  # the calls the task writes out, read once for both checks
-        out += [await self._run_call(run, text, command) for text, command in self._unrun_calls(written)]
+        unrun = self._unrun_calls(written)
+        out += [await self._run_call(run, text, command) for text, command in unrun]
         out += self._claimed(answer, denied) + _arithmetic(answer)
         if not changed:  # the run's own calls meant a change, and none was made
             out += [f"Your change to {p} wrote what it already held, and this run changed no file. If the task asks "
@@ -226,7 +227,7 @@ class WorkChecks:
                     for p in dict.fromkeys(c.unchanged for c in self.calls if c.unchanged)]
         answer_only = self._unreported(changed, answer)
         if not changed:  # after a change, what a call printed before it may no longer be what it returns
-            answer_only += self._unanswered_calls(written, answer)
+            answer_only += self._unanswered_calls([w for w in written if w not in unrun], answer)  # not said twice
         if self.agree and not out and not answer_only:  # once the work holds, the answer must agree with it
             answer_only = disagreements(self.prompt, answer, self._corpus(now), bool(changed), now, self._said)
         return out, answer_only
