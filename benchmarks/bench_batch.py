@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Iterator
 
 from drivetrain.batch.results import read_results
-from drivetrain.batch.run import Scratch
+from drivetrain.batch.execute import Scratch
 from drivetrain.batch.sweep import Sweep, local, pending
 from drivetrain.batch.tasks import Task
 from drivetrain.cli.batch import FlagAgents, build_parser

@@ -33,10 +33,10 @@ from typing import Iterator
 import anthropic
 
 from drivetrain import Agent, tool
-from drivetrain.control.audit import AuditLog
+from drivetrain.sessions.audit import AuditLog
 from drivetrain.models.anthropic import AnthropicModel
 from drivetrain.control.permissions import Policy
-from drivetrain.control.procs import child_env, watch_group
+from drivetrain.host.procs import child_env, watch_group
 from drivetrain.sessions.file import FileStore
 from drivetrain.testing import ScriptedServer, reply, respond, tool_call
 from drivetrain.tools import Bash

@@ -6,7 +6,7 @@ modes make the same decisions; what differs is how the harness schedules them:
 
 - free loop, one call a turn: the way a small model walks it (inspect a, b, c, write, answer);
 - free loop, parallel calls: the best a model can do in one loop (three inspections in one turn, write, answer);
-- DAG (``run_plan``): steps a, b, c independent and run concurrently as their own loops, d after them, each
+- DAG (``apply_plan``): steps a, b, c independent and run concurrently as their own loops, d after them, each
   step seeded with its dependencies' answers.
 
 Tokens are what the scripted server reports (its estimate, the same counting on every side): input, cache and
@@ -29,7 +29,7 @@ from pathlib import Path
 from drivetrain import Agent, tool
 from drivetrain.models.anthropic import AnthropicModel
 from drivetrain.plans.plan import Plan, step_agent
-from drivetrain.plans.scheduler import run_plan
+from drivetrain.plans.scheduler import apply_plan
 from drivetrain.testing import ScriptedServer, reply, respond, tool_call
 
 MODULES = ("billing", "shipping", "catalog")
@@ -93,7 +93,7 @@ async def dag(cwd: Path) -> tuple[int, int, float]:
                                     strict=True), step)
 
         started = time.monotonic()
-        result = await run_plan(plan, make_agent, state_path=cwd / "state.json", concurrency=3)
+        result = await apply_plan(plan, make_agent, state_path=cwd / "state.json", concurrency=3)
         wall = time.monotonic() - started
         assert result.subtype == "success", result.result
         turns = sum(len(s.requests) for s in servers.values())
@@ -108,14 +108,14 @@ def main() -> int:
     args = ap.parse_args()
     WORK_S = args.work
     rows: dict[str, list] = {"free loop, one call a turn": [], "free loop, parallel calls": [],
-                             "DAG (run_plan, concurrency 3)": []}
+                             "DAG (apply_plan, concurrency 3)": []}
 
     async def all_runs() -> None:  # one event loop for all: the SDK clients close with it
         for _ in range(args.repeats):
             with tempfile.TemporaryDirectory() as d:
                 rows["free loop, one call a turn"].append(await free_loop(False, Path(d)))
                 rows["free loop, parallel calls"].append(await free_loop(True, Path(d)))
-                rows["DAG (run_plan, concurrency 3)"].append(await dag(Path(d)))
+                rows["DAG (apply_plan, concurrency 3)"].append(await dag(Path(d)))
 
     asyncio.run(all_runs())
     print(f"three inspections of {WORK_S:g} s each, then a report; {args.repeats} runs each, median wall")

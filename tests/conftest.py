@@ -32,3 +32,10 @@ def pytest_runtest_makereport(item, call):
     if report.skipped and os.environ.get("DRIVETRAIN_NO_SKIP") and not hasattr(report, "wasxfail"):
         report.outcome = "failed"
         report.longrepr = f"skipped, but DRIVETRAIN_NO_SKIP is set: {report.longrepr}"
+
+
+# pytest-xdist's workers are started with COLUMNS=80 and LINES=24 in their environment; a terminal program the
+# tests start in a pty of their own size would take those over it. A worker's environment is the parent's.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for _name in ("COLUMNS", "LINES"):
+        os.environ.pop(_name, None)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from drivetrain.control.audit import AuditLog
+from drivetrain.sessions.audit import AuditLog
 from drivetrain.sessions.file import FileStore
 
 BEARER = "Bearer abc123def456ghi789jkl"
@@ -123,7 +123,7 @@ def test_a_resumed_log_continues_the_sequence(tmp_path):
 
 
 def test_concurrent_processes_get_distinct_sequence_numbers(tmp_path):
-    code = ("import sys; from drivetrain.control.audit import AuditLog\n"
+    code = ("import sys; from drivetrain.sessions.audit import AuditLog\n"
             "log = AuditLog.for_session('p', home=sys.argv[1])\n"
             "for i in range(150): log.write('note', writer=sys.argv[2], i=i, pad='z' * 2000)\n")
     procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path), str(w)]) for w in range(3)]

@@ -3,7 +3,7 @@
 from dataclasses import dataclass
 
 from drivetrain import Agent, tool
-from drivetrain.control.audit import AuditLog
+from drivetrain.sessions.audit import AuditLog
 from drivetrain.sessions.file import FileStore
 from drivetrain.models.anthropic import AnthropicModel
 from drivetrain.testing import ScriptedServer, reply, respond, tool_call

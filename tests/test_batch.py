@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from drivetrain.batch.results import read_results
-from drivetrain.batch.run import Held
+from drivetrain.batch.execute import Held
 from drivetrain.sessions.file import FileStore
 from drivetrain.testing import ScriptedServer, reply, respond, tool_call
 

@@ -173,7 +173,7 @@ def test_http_and_sse_servers_with_an_expanded_url(tmp_path, http_calc):
 
 
 def test_a_killed_run_takes_its_stdio_servers_with_it(tmp_path):
-    """SIGKILL runs no handler: the watchdog (control/procs.py) ends the server's process group, a child of the
+    """SIGKILL runs no handler: the watchdog (host/procs.py) ends the server's process group, a child of the
     server that would not end on the closed stdin included."""
     marker, asked, held = tmp_path / "pid", threading.Event(), threading.Event()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "OPENAI_"))}
@@ -225,7 +225,7 @@ def test_interactive_mode_asks_before_a_project_server_starts_and_keeps_the_answ
 
 def test_expansion_in_every_field_and_a_missing_variable():
     from drivetrain.errors import ConfigError
-    from drivetrain.servers.config import parse_servers
+    from drivetrain.mcp.config import parse_servers
 
     [web, local] = parse_servers({"mcpServers": {
         "web": {"type": "http", "url": "https://${HOST}/mcp", "headers": {"Authorization": "Bearer ${TOKEN:-none}"}},

@@ -22,7 +22,7 @@ from drivetrain import Agent, tool
 from drivetrain.loop.budget import Budget
 from drivetrain.models.anthropic import AnthropicModel
 from drivetrain.plans.plan import Plan, PlanError, Step, make_plan, parse_plan, step_agent
-from drivetrain.plans.scheduler import run_plan
+from drivetrain.plans.scheduler import apply_plan
 from drivetrain.testing import ScriptedServer, reply, respond, tool_call
 
 SRC = str(Path(drivetrain.__file__).parents[1])
@@ -170,7 +170,7 @@ async def test_independent_steps_run_concurrently_and_dependants_get_their_resul
         plan = Plan.from_json(DIAMOND)
         # step a may only use note: give it pause too so both independent steps wait
         plan = Plan(tuple(s if s.id != "a" else Step("a", s.goal, (), ("pause",), 3) for s in plan.steps))
-        result = await run_plan(plan, agents_for(servers, tmp_path), state_path=tmp_path / "state.json")
+        result = await apply_plan(plan, agents_for(servers, tmp_path), state_path=tmp_path / "state.json")
     assert result.subtype == "success", result.result
     (la, sa, ea), (lb, sb, eb) = sorted(spans)
     assert sa < eb and sb < ea, spans  # the two pauses overlapped
@@ -193,7 +193,7 @@ async def test_an_interrupted_plan_resumes_at_the_first_unfinished_node(tmp_path
                    "b": stack.enter_context(ScriptedServer([respond([tool_call("pause", {"label": "b",
                                                                                          "seconds": 30})])])),
                    "c": stack.enter_context(ScriptedServer([]))}
-        task = asyncio.create_task(run_plan(plan, agents_for(servers, tmp_path), state_path=state_path,
+        task = asyncio.create_task(apply_plan(plan, agents_for(servers, tmp_path), state_path=state_path,
                                             on_event=lambda e: None))
         while not (state_path.exists() and json.loads(state_path.read_text())["nodes"]["b"]["status"] == "running"
                    and servers["b"].requests):
@@ -213,7 +213,7 @@ async def test_an_interrupted_plan_resumes_at_the_first_unfinished_node(tmp_path
         servers = {"a": stack.enter_context(ScriptedServer([])),
                    "b": stack.enter_context(ScriptedServer([reply("two done", expect=sees_one)])),
                    "c": stack.enter_context(ScriptedServer([reply("three done")]))}
-        result = await run_plan(plan, agents_for(servers, tmp_path), state_path=state_path, resume=True)
+        result = await apply_plan(plan, agents_for(servers, tmp_path), state_path=state_path, resume=True)
     assert result.subtype == "success" and result.nodes["a"].attempts == 1
     assert result.run_id == saved["run_id"]
 
@@ -243,7 +243,7 @@ async def test_a_failing_check_escalates_retry_then_replan_then_fails_the_plan_c
     events = []
     with ScriptedServer(steps) as server:
         servers = {"a": server, "a2": server}
-        result = await run_plan(plan, agents_for(servers, tmp_path), state_path=tmp_path / "s.json",
+        result = await apply_plan(plan, agents_for(servers, tmp_path), state_path=tmp_path / "s.json",
                                 on_event=events.append)
     assert result.is_error and result.subtype == "error_plan_failed"
     assert result.plan.ids == ["a2"]  # b was the failed step's dependant: replaced with it
@@ -272,7 +272,7 @@ async def test_the_person_is_asked_last_and_their_guidance_goes_to_the_step(tmp_
 
     steps = [reply("done"), reply("done again"), reply("confirmed", expect=has_guidance)]
     with ScriptedServer(steps) as server, ScriptedServer([reply("after")]) as after:
-        result = await run_plan(plan, agents_for({"a": server, "b": after}, tmp_path), state_path=tmp_path / "s.json",
+        result = await apply_plan(plan, agents_for({"a": server, "b": after}, tmp_path), state_path=tmp_path / "s.json",
                                 ask=ask, replan_failed=False)
     assert result.subtype == "success" and [a for a, _ in asked] == ["a"]
     assert result.nodes["a"].escalations == ["retry", "ask"] and result.nodes["a"].attempts == 3
@@ -286,7 +286,7 @@ async def test_a_failed_step_skips_its_dependants_but_not_independent_steps(tmp_
     ]})
     with ScriptedServer([reply("x"), reply("y")]) as sa, ScriptedServer([]) as sb, \
             ScriptedServer([reply("z")]) as sc:
-        result = await run_plan(plan, agents_for({"a": sa, "b": sb, "c": sc}, tmp_path),
+        result = await apply_plan(plan, agents_for({"a": sa, "b": sb, "c": sc}, tmp_path),
                                 state_path=tmp_path / "s.json", replan_failed=False, concurrency=1)
     assert result.statuses() == {"a": "failed", "b": "skipped", "c": "done"}
     assert "class s1 skipped" in result.mermaid()
@@ -339,7 +339,7 @@ def test_cli_plan_then_run_end_to_end(tmp_path):
         assert made.returncode == 0, made.stderr
         assert "1. a: List the modules." in made.stdout and "flowchart TD" in made.stdout
         assert json.loads((tmp_path / "plan.json").read_text())["version"] == 1
-        ran = drivetrain("run", "plan.json", "-p", "--output-format", "stream-json", "--permission-mode",
+        ran = drivetrain("apply", "plan.json", "-p", "--output-format", "stream-json", "--permission-mode",
                          "acceptEdits", "--html", "report.html", server=server, cwd=tmp_path)
     assert ran.returncode == 0, ran.stderr
     lines = [json.loads(line) for line in ran.stdout.splitlines()]
@@ -356,7 +356,7 @@ def test_cli_plan_then_run_end_to_end(tmp_path):
     assert page.count('<g class="step done">') == 3 and page.count("<line ") == 2  # a, b → c: three done, two arrows
 
 
-def test_cli_run_rejects_an_invalid_plan_with_its_problems(tmp_path):
+def test_cli_apply_under_its_old_name_rejects_an_invalid_plan_with_its_problems(tmp_path):
     (tmp_path / "plan.json").write_text(json.dumps({"steps": [
         {"id": "a", "goal": "x", "depends_on": ["b"], "tools": ["Telepathy"]},
         {"id": "b", "goal": "y", "depends_on": ["a"]}]}))
@@ -364,6 +364,7 @@ def test_cli_run_rejects_an_invalid_plan_with_its_problems(tmp_path):
         proc = drivetrain("run", "plan.json", "-p", server=server, cwd=tmp_path)
     assert proc.returncode == 1
     assert "cycle: " in proc.stderr and "unknown tool(s) Telepathy" in proc.stderr
+    assert "`drivetrain run PLAN` is now `drivetrain apply PLAN`" in proc.stderr
 
 
 def test_cli_a_killed_plan_resumes_at_the_first_unfinished_node(tmp_path):
@@ -371,7 +372,7 @@ def test_cli_a_killed_plan_resumes_at_the_first_unfinished_node(tmp_path):
         {"id": "a", "goal": "Find the answer.", "tools": ["Read"], "max_turns": 2},
         {"id": "b", "goal": "Use the answer.", "depends_on": ["a"], "tools": ["Read"], "max_turns": 2}]}))
     with ScriptedServer([reply("the answer is 42"), reply("never sent", delay=60)]) as server:
-        proc = subprocess.Popen([sys.executable, "-m", "drivetrain", "run", "plan.json", "-p"], cwd=tmp_path,
+        proc = subprocess.Popen([sys.executable, "-m", "drivetrain", "apply", "plan.json", "-p"], cwd=tmp_path,
                                 env=cli_env(server), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE)
         try:
@@ -394,12 +395,12 @@ def test_cli_a_killed_plan_resumes_at_the_first_unfinished_node(tmp_path):
         assert first_text(body).startswith("Use the answer.") and "the answer is 42" in first_text(body)
 
     with ScriptedServer([reply("used 42", expect=sees_a)]) as server:  # a is not asked again
-        proc = drivetrain("run", "plan.json", "--resume", "-p", "--output-format", "json", server=server, cwd=tmp_path)
+        proc = drivetrain("apply", "plan.json", "--resume", "-p", "--output-format", "json", server=server, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     assert result["subtype"] == "success" and result["result"] == "used 42"
     assert result["nodes"]["a"]["session_ids"] == killed["nodes"]["a"]["session_ids"]
     assert state_files() == [path] and json.loads(path.read_text())["status"] == "success"
     with ScriptedServer([]) as server:  # nothing left to resume
-        proc = drivetrain("run", "plan.json", "--resume", "-p", server=server, cwd=tmp_path)
+        proc = drivetrain("apply", "plan.json", "--resume", "-p", server=server, cwd=tmp_path)
     assert proc.returncode == 1 and "no unfinished run" in proc.stderr

@@ -15,15 +15,15 @@ ENV = {"ANTHROPIC_BASE_URL": "http://127.0.0.1:9", "ANTHROPIC_API_KEY": "k"}
 
 
 def equipped(agent):
-    """The agent as a run sees it: what its profile added, added."""
-    return Deps.of(agent).agent
+    """What a run of the agent works with: the outfit its profile made."""
+    return Deps.of(agent).outfit
 
 
 def shape(agent, cwd: Path):
     a = equipped(agent)
-    inner = a.model
+    inner = a.model.inner if isinstance(a.model, CodeActionModel) else a.model
     return (type(a.model).__name__, [t.name for t in a.tools], a.system, [n.name for n in a.nodes],
-            type(getattr(inner, "inner", inner)).__name__)
+            type(inner).__name__)
 
 
 def test_the_library_agent_with_the_small_profile_is_the_cli_agent(tmp_path, monkeypatch):
@@ -50,16 +50,17 @@ def test_equipping_leaves_the_agent_as_it_was_and_each_run_gets_its_own_checks(t
 def test_the_full_profile_adds_nothing_but_an_empty_system_prompt(tmp_path):
     agent = Agent(model=AnthropicModel.from_env(env=ENV), tools=builtin_tools(), cwd=tmp_path, profile=FULL)
     a = equipped(agent)
-    assert a is agent
+    assert a.model is agent.model and list(a.tools) == agent.tools and a.system == "" and a.nodes == ()
+    assert a.hooks is agent.hooks
     kept = Agent(model=agent.model, system="Be brief.", profile=FULL)
-    assert equipped(kept) is kept
+    assert equipped(kept).system == "Be brief."
 
 
 def test_a_change_to_the_agent_after_a_run_started_reaches_it(tmp_path):
-    """What the profile adds is laid over the agent, not a copy of it: a plan raising a retry's turn limit (or an
-    observer raising a budget) reaches the running loop, with a profile as without."""
+    """The run reads the agent's own settings live, beside what the profile made: a plan raising a retry's turn
+    limit (or an observer raising a budget) reaches the running loop, with a profile as without."""
     agent = Agent(model=AnthropicModel.from_env(env=ENV), tools=builtin_tools(), cwd=tmp_path, profile=SMALL,
                   max_turns=2)
     run = agent.start("x")
     agent.max_turns = 7
-    assert run.deps.agent.max_turns == 7 and run.deps.agent.system.startswith("You are a coding agent")
+    assert run.deps.agent.max_turns == 7 and run.deps.system.startswith("You are a coding agent")

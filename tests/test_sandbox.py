@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from drivetrain.errors import HarnessError
-from drivetrain.control.sandbox import Sandbox, SandboxUnavailable
+from drivetrain.host.sandbox import Sandbox, SandboxUnavailable
 from drivetrain.testing import ScriptedServer, reply, respond, tool_call
 from drivetrain.tools import Bash, ToolContext
 

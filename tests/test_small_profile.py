@@ -603,12 +603,20 @@ def test_cli_profile_flag_and_automatic_choice(tmp_path):
         assert ("working folder" in str(first.get("system"))) == expect_choice
 
 
-def test_equip_turns_on_the_prefix_cache_of_the_local_model_under_the_code_block_wrapper(tmp_path):
+async def test_the_prefix_cache_aid_reaches_the_model_in_each_request_and_changes_no_object_passed_in(tmp_path):
     from drivetrain.models.local import LocalModel
 
+    local = LocalModel("small")  # not loaded: equipping must neither load it nor change it
+    agent = Agent(model=local, tools=builtin_tools(), cwd=tmp_path, profile=SMALL)
+    tools, nodes = list(agent.tools), list(agent.nodes)
+    outfit = SMALL.equip(agent)
+    assert isinstance(outfit.model, CodeActionModel) and outfit.model.inner is local
+    assert local.prefix_cache is False and agent.model is local and agent.tools == tools and agent.nodes == nodes
     for profile, expected in ((SMALL, True), (SMALL.without("prefixcache"), False)):
-        model, _, _, _ = equip(profile, LocalModel("small"), builtin_tools(), Hooks(), tmp_path)  # not loaded
-        assert isinstance(model, CodeActionModel) and model.inner.prefix_cache is expected
+        with ScriptedServer([reply("DONE: hi")]) as server:
+            agent = small_agent(server, tmp_path, profile=profile, record=True)
+            await agent.run("say hi")
+        assert [r.keep_prefix for r in agent.model.requests] == [expected]
 
 
 def test_long_outputs_are_clipped_and_old_rounds_stubbed_a_few_rounds_at_a_time():
@@ -1073,7 +1081,7 @@ async def test_a_check_runs_a_test_again_as_the_harness_own_bash_call_in_the_aud
 @pytest.mark.skipif(shutil.which("bwrap") is None and not os.environ.get("DRIVETRAIN_NO_SKIP"),
                     reason="bubblewrap is not installed")
 async def test_a_checks_rerun_runs_inside_the_sandbox_when_the_run_has_one(tmp_path):
-    from drivetrain.control.sandbox import Sandbox
+    from drivetrain.host.sandbox import Sandbox
 
     (tmp_path / "test_calc.py").write_text("assert False\n")
     steps = [reply("Run it.\n```bash\necho tried > notes.txt; python3 test_calc.py || true\n```"),

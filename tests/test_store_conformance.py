@@ -9,7 +9,7 @@ from datetime import datetime
 
 import pytest
 
-from drivetrain.control.audit import AuditLog
+from drivetrain.sessions.audit import AuditLog
 from drivetrain.sessions.store import HEADER, SessionInfo, SessionNotFound, SessionRecords
 from drivetrain.sessions.open import open_store
 

@@ -142,7 +142,7 @@ async def test_credentials_are_withheld_unless_passed_through(ctx, monkeypatch):
 def test_the_harness_environment_is_private_from_its_children():
     # Else `cat /proc/$PPID/environ` in Bash would show the key the environment no longer holds.
     code = ("import ctypes, os, subprocess\n"
-            "from drivetrain.control.procs import keep_environment_private\n"
+            "from drivetrain.host.procs import keep_environment_private\n"
             "assert keep_environment_private()\n"
             "print(ctypes.CDLL(None).prctl(3, 0, 0, 0, 0))\n"  # PR_GET_DUMPABLE
             "print(subprocess.run(['cat', f'/proc/{os.getpid()}/environ'], capture_output=True).returncode)\n")

@@ -6,7 +6,7 @@ feeds back a faithful tool_result, and asks again until the model ends its turn.
 
 from drivetrain.errors import ConfigError, HarnessError, ModelError
 from drivetrain.control.approval import Allow, Approver, Defer, Deny, PendingCall, PermissionDecider, Verdict
-from drivetrain.control.audit import AuditLog
+from drivetrain.sessions.audit import AuditLog
 from drivetrain.loop.context import ContextSettings
 from drivetrain.loop.budget import Budget
 from drivetrain.loop.events import (
@@ -35,10 +35,15 @@ from drivetrain.tools.base import Tool, ToolContext, ToolError, ToolResult, tool
 
 # Plans load on first use: ``import drivetrain`` stays the loop, without the planner and scheduler.
 _LAZY = {"Plan": "drivetrain.plans.plan", "Step": "drivetrain.plans.plan", "make_plan": "drivetrain.plans.plan",
-         "PlanResult": "drivetrain.plans.scheduler", "run_plan": "drivetrain.plans.scheduler"}
+         "PlanResult": "drivetrain.plans.scheduler", "apply_plan": "drivetrain.plans.scheduler"}
 
 
 def __getattr__(name: str):
+    if name == "run_plan":  # the old name of apply_plan, for one release
+        import warnings
+
+        warnings.warn("drivetrain.run_plan is now drivetrain.apply_plan", DeprecationWarning, stacklevel=2)
+        name = "apply_plan"
     if name in _LAZY:
         import importlib
 
@@ -51,7 +56,7 @@ __all__ = [
     "PendingCall", "PermissionDecided", "PermissionDecider", "Policy", "SubmitPrompt", "ToolStarted", "Verdict",
     "builtin_tools", "ContextSettings", "Budget", "Compacted", "LimitApproaching", "LimitReached", "LoopDetected",
     "Compact", "RunNode", "RunState", "Node", "NodeContext", "Note", "PlanFirst", "Proceed", "SendBack", "Verify",
-    "Plan", "Step", "make_plan", "Checkpoints", "PlanResult", "run_plan",
+    "Plan", "Step", "make_plan", "Checkpoints", "PlanResult", "apply_plan",
     "FileStore", "SessionInfo", "SessionNotFound", "SessionRecords", "SessionStore", "open_store",
     "Agent", "CallModel", "ConfigError", "Done", "Event", "Finished", "HarnessError", "Message", "Model",
     "ModelError", "ModelRequest", "ModelResponded", "ModelResponse", "RawBlock", "Recover", "RedactedThinkingBlock",

@@ -1,5 +1,5 @@
 """Tasks as Ray tasks: on the cluster at an address, or on a local Ray instance. The worker runs the same
-``run_task`` as a local sweep, in an event loop of its own; the driver keeps the schedule, the budget and the
+``execute_task`` as a local sweep, in an event loop of its own; the driver keeps the schedule, the budget and the
 results file. A task whose worker dies is retried once by Ray, then recorded as ``error`` (``worker_died``)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import asyncio
 import os
 
 from drivetrain.batch.results import TaskResult
-from drivetrain.batch.run import AgentFactory, Scratch, run_task
+from drivetrain.batch.execute import AgentFactory, Scratch, execute_task
 from drivetrain.batch.sweep import Executor, Tally
 from drivetrain.batch.tasks import Task
 from drivetrain.batch.workspace import scratch_root
@@ -74,7 +74,7 @@ def _in_worker(task: Task, agents: AgentFactory, scratch: Scratch) -> TaskResult
 async def _run_closing(task: Task, agents: AgentFactory, scratch: Scratch) -> TaskResult:
     """The task, then the model clients its agents opened (each task brings agents of its own, unpickled)."""
     try:
-        return await run_task(task, agents, scratch)
+        return await execute_task(task, agents, scratch)
     finally:
         if hasattr(agents, "aclose"):
             await agents.aclose()

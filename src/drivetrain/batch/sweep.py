@@ -16,7 +16,7 @@ from typing import Awaitable, Callable
 
 from drivetrain.agent import Agent
 from drivetrain.batch.results import ResultsFile, TaskResult, read_results
-from drivetrain.batch.run import AgentFactory, Scratch, Watch, run_task
+from drivetrain.batch.execute import AgentFactory, Scratch, Watch, execute_task
 from drivetrain.batch.tasks import Task
 from drivetrain.loop.budget import total_tokens
 from drivetrain.loop.events import Event, ModelResponded
@@ -77,7 +77,7 @@ class Tally:
 def local(agents: AgentFactory, scratch: Scratch) -> Executor:
     """Tasks run in this process's event loop, their model responses counted as they come."""
     async def execute(task: Task, tally: Tally) -> TaskResult:
-        return await run_task(task, agents, scratch, tally.watch(task.id))
+        return await execute_task(task, agents, scratch, tally.watch(task.id))
     return execute
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Mapping
 
 from drivetrain.batch.tasks import is_git_source
-from drivetrain.control.procs import child_env, kill_group, signal_group, watch_group
+from drivetrain.host.procs import child_env, kill_group, signal_group, watch_group
 from drivetrain.errors import HarnessError
 
 COMMAND_TIMEOUT_S = 600.0  # for setup, check and a git clone

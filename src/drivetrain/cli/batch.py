@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from drivetrain.agent import Agent
-from drivetrain.batch.run import Held, Scratch
+from drivetrain.batch.execute import Held, Scratch
 from drivetrain.batch.sweep import Sweep, Tally, local, pending
 from drivetrain.batch.tasks import Task, TaskFileError, load_tasks
 from drivetrain.cli import build

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Awaitable, Callable, Mapping
 
 from drivetrain.control.approval import Approver
-from drivetrain.control.audit import AuditLog
+from drivetrain.sessions.audit import AuditLog
 from drivetrain.loop.budget import Budget
 from drivetrain.errors import ConfigError
 from drivetrain.control.hooks import Hooks
@@ -18,17 +18,16 @@ from drivetrain.agent import Agent
 from drivetrain.models.base import Model
 from drivetrain.models.resolve import detect_provider, resolve_model
 from drivetrain.loop.nodes import Verify
-from drivetrain.control.permissions import Policy, Settings, SettingsError, load_settings
-from drivetrain.control.procs import keep_environment_private
+from drivetrain.control.permissions import Policy, Settings, SettingsError, load_settings, make_sandbox
+from drivetrain.host.procs import keep_environment_private
 from drivetrain.pricing import prices_from_settings, set_prices
 from drivetrain.small.profile import select_profile
 from drivetrain.prompts import default_system_prompt
 from drivetrain.sessions.rewind import Checkpoints
-from drivetrain.control.sandbox import Sandbox
 from drivetrain.sessions.store import SessionStore
 from drivetrain.sessions.open import open_store
-from drivetrain.servers.config import ServerSpec, configured, remember_approval, scope_file
-from drivetrain.servers.group import McpServers
+from drivetrain.mcp.config import ServerSpec, configured, remember_approval, scope_file
+from drivetrain.mcp.group import McpServers
 from drivetrain.subagents.definitions import load_types
 from drivetrain.subagents.task import TaskTool
 from drivetrain.tools import builtin_tools
@@ -57,7 +56,7 @@ def build_agent(args: argparse.Namespace, cwd: Path, session_id: str, *,
     policy = Policy.load(cwd, mode=args.permission_mode, allowed_tools=args.allowed_tools,
                          disallowed_tools=args.disallowed_tools, add_dirs=args.add_dir,
                          interactive=approver_factory is not None, settings=settings)
-    sandbox = make_sandbox(args, cwd, policy, settings)
+    sandbox = make_sandbox(args.sandbox, cwd, policy.additional_dirs, settings)
     store = store or open_store()  # $DRIVETRAIN_SESSION_STORE, or files under $DRIVETRAIN_HOME
     audit = AuditLog(store, session_id)
     provider = args.provider or detect_provider(dict(os.environ))
@@ -114,27 +113,9 @@ async def start_servers(args: argparse.Namespace, cwd: Path,
     return servers
 
 
-def make_sandbox(args: argparse.Namespace, cwd: Path, policy: Policy, settings: Settings) -> Sandbox | None:
-    """Bash's sandbox when ``--sandbox`` or a settings file turns it on, checked to work (fail closed, before the
-    model is even asked); None when it is off."""
-    sections = [_sandbox_section(path, data) for path, data in settings.raw]
-    if not (args.sandbox or any(s.get("enabled") for s in sections)):
-        return None
-    sandbox = Sandbox(cwd, extra_writable=policy.additional_dirs, allow_network=any(s.get("network") for s in sections))
-    sandbox.check()
-    return sandbox
-
-
 def _in_git_work_tree(cwd: Path) -> bool:
     """Checkpoints snapshot what git would see; outside a repository that could be a whole home folder."""
     return any((d / ".git").exists() for d in (cwd, *cwd.parents))
-
-
-def _sandbox_section(path: Path, data: dict) -> dict:
-    section = data.get("sandbox", {})
-    if not isinstance(section, dict):
-        raise SettingsError(f'In {path}: "sandbox" must be an object like {{"enabled": true, "network": false}}')
-    return section
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -26,13 +26,13 @@ from drivetrain.cli import build, slash
 from drivetrain.cli.approve import TerminalApprover, file_diff
 from drivetrain.cli.screen import Screen, make_console
 from drivetrain.cli.terminal import RunKeys, choose, kept_terminal, prompt_session, terminal_output
-from drivetrain.control.audit import AuditLog
+from drivetrain.sessions.audit import AuditLog
 from drivetrain.loop.compaction import estimate_tokens
 from drivetrain.loop.events import ModelResponded
 from drivetrain.models.base import ModelRequest, ModelResponse
 from drivetrain.models.resolve import detect_provider
 from drivetrain.pricing import cost_usd, format_usd, window_of
-from drivetrain.servers.group import McpServers
+from drivetrain.mcp.group import McpServers
 from drivetrain.sessions.open import open_store
 from drivetrain.small.prompts import named_files
 

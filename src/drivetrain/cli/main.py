@@ -34,7 +34,8 @@ SUBCOMMANDS = {  # name -> "module:function" in drivetrain.cli, run with the res
     "sessions": "sessions:main",  # the saved sessions; one's turn log and health signals
     "report": "report:main",  # a session's turns, tokens, context and cost as a self-contained HTML page
     "plan": "plan:plan_main",  # structured graph mode: ask for a plan as a DAG of steps …
-    "run": "plan:run_main",  # … and run one
+    "apply": "plan:apply_main",  # … and carry one out
+    "run": "plan:run_main",  # the old name of `apply`, for one release
     "mcp": "mcp:main",  # the MCP servers drivetrain uses (list, get, add, remove), and `mcp serve`: its tools as one
     "batch": "batch:main",  # many tasks, each a session in a scratch workspace, here or on Ray; and their report
 }
@@ -75,11 +76,13 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["graph"]:  # the loop's states and edges (or the package's layers), as Mermaid, from the code
-        if argv[1:] == ["--layers"]:
-            from drivetrain.cli.layers import mermaid
-        else:
-            from drivetrain.loop.graph import mermaid
+    if argv[:1] == ["graph"]:  # the loop's states and edges, as Mermaid, from the code
+        if argv[1:] == ["--layers"]:  # the package's layers are a development check now, beside the tests
+            print("drivetrain: the package's layers are drawn by `python tests/layers.py` in a source checkout.",
+                  file=sys.stderr)
+            return 2
+        from drivetrain.loop.graph import mermaid
+
         print(mermaid())
         return 0
     if argv[:1] == ["compact"]:  # replace a saved session's history by a summary, now
@@ -269,7 +272,7 @@ class Output(Printer):
         self._log(f"drivetrain: model {agent.model.name}, cwd {agent.cwd}")
         if self.format == "stream-json":
             self._emit({"type": "system", "subtype": "init", "session_id": self.run.session_id,
-                        "model": agent.model.name, "cwd": str(agent.cwd), "tools": [t.name for t in self.run.deps.agent.tools],
+                        "model": agent.model.name, "cwd": str(agent.cwd), "tools": list(self.run.deps.tools),
                         "permissionMode": agent.policy.mode if agent.policy is not None else "bypassPermissions"})
 
     def event(self, event) -> None:

@@ -21,16 +21,16 @@ import sys
 from pathlib import Path
 
 from drivetrain.errors import HarnessError
-from drivetrain.servers.config import (
+from drivetrain.mcp.config import (
     TRANSPORTS, ServerSpec, configured, parse_server, project_verdict, read_json, scope_file, write_json,
 )
-from drivetrain.servers.group import McpServers
+from drivetrain.mcp.group import McpServers
 
 SCOPES = ("local", "project", "user")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from drivetrain.cli.mcp_serve import add_serve_arguments
+    from drivetrain.mcp.serve import add_serve_arguments
 
     p = argparse.ArgumentParser(prog="drivetrain mcp", description="The MCP servers drivetrain uses.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -59,7 +59,7 @@ def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     try:
         if args.command == "serve":
-            from drivetrain.cli.mcp_serve import serve
+            from drivetrain.mcp.serve import serve
             return asyncio.run(serve(args))
         if args.command == "list":
             return asyncio.run(_list(Path.cwd()))

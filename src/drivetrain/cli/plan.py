@@ -1,13 +1,13 @@
-"""``drivetrain plan "TASK" -o plan.json`` and ``drivetrain run plan.json``: structured graph mode from the shell.
+"""``drivetrain plan "TASK" -o plan.json`` and ``drivetrain apply plan.json``: structured graph mode from the shell.
 
 Usage::
 
     drivetrain plan "add a --json flag to the report command" -o plan.json
         # one request, no tools: the plan as a list and as Mermaid; the file is yours to read and edit
-    drivetrain run plan.json                      # run it: ready steps at once (--concurrency 2), each its own loop
-    drivetrain run plan.json --resume             # the latest unfinished run of plan.json in this directory
-    drivetrain run plan.json -p --output-format json   # one result object: statuses, timings, Mermaid
-    drivetrain run plan.json --html report.html   # the graph, statuses and timings as a page
+    drivetrain apply plan.json                    # carry it out: ready steps at once (--concurrency 2), each its own loop
+    drivetrain apply plan.json --resume           # the latest unfinished run of plan.json in this directory
+    drivetrain apply plan.json -p --output-format json   # one result object: statuses, timings, Mermaid
+    drivetrain apply plan.json --html report.html # the graph, statuses and timings as a page
 
 A run's state is saved after every node under ``$DRIVETRAIN_HOME/plans/``; each step is a session of its own
 (``drivetrain sessions show ID``). A step whose check fails is retried with the failure, then re-planned, then
@@ -27,7 +27,7 @@ import time
 import uuid
 from pathlib import Path
 
-from drivetrain.control.audit import AuditLog
+from drivetrain.sessions.audit import AuditLog
 from drivetrain.loop.budget import Budget
 from drivetrain.cli import build
 from drivetrain.cli.main import Printer, _fail
@@ -36,7 +36,7 @@ from drivetrain.loop.events import ModelResponded, ResultsSent, ToolCalled
 from drivetrain.home import drivetrain_home
 from drivetrain.models.resolve import PROVIDERS
 from drivetrain.plans.plan import Plan, PlanError, Step, make_plan, step_agent
-from drivetrain.plans.scheduler import PlanEvent, PlanResult, run_plan, write_atomic
+from drivetrain.plans.scheduler import PlanEvent, PlanResult, apply_plan, write_atomic
 from drivetrain.sessions.open import open_store
 
 OUTPUT_FORMATS = ("text", "json", "stream-json")
@@ -63,8 +63,8 @@ def plan_parser() -> argparse.ArgumentParser:
     return p
 
 
-def run_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="drivetrain run", description="Run a plan file as a DAG of agent loops.")
+def apply_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="drivetrain apply", description="Carry out a plan file as a DAG of agent loops.")
     p.add_argument("plan", type=Path)
     p.add_argument("--resume", action="store_true", help="continue the latest unfinished run of this plan here")
     p.add_argument("-p", "--print", dest="print_mode", action="store_true",
@@ -92,21 +92,28 @@ def plan_main(argv: list[str]) -> int:
     if args.output_format == "text":
         print(plan.describe())
         print(f"\n```mermaid\n{plan.mermaid()}\n```\n")
-        print(f"Wrote {args.output}. Read or edit it, then: drivetrain run {args.output}")
+        print(f"Wrote {args.output}. Read or edit it, then: drivetrain apply {args.output}")
     else:
         print(json.dumps({"type": "plan", "path": str(args.output), "plan": plan.to_json(), "mermaid": plan.mermaid()}))
     return 0
 
 
-# ---------------------------------------------------------------- drivetrain run
+# ---------------------------------------------------------------- drivetrain apply
 
 
-def run_main(argv: list[str]) -> int:
-    args = run_parser().parse_args(argv)
+def apply_main(argv: list[str]) -> int:
+    args = apply_parser().parse_args(argv)
     try:
         return asyncio.run(_run(args))
     except KeyboardInterrupt:
         return 130
+
+
+def run_main(argv: list[str]) -> int:
+    """``drivetrain run PLAN``: the old name of ``drivetrain apply`` ("a run" is one walk of the agent loop)."""
+    print("drivetrain: `drivetrain run PLAN` is now `drivetrain apply PLAN`; the old name goes in the next release.",
+          file=sys.stderr)
+    return apply_main(argv)
 
 
 def runs_dir(plan_path: Path, cwd: Path) -> Path:
@@ -167,14 +174,14 @@ async def _run(args: argparse.Namespace) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         asyncio.get_running_loop().add_signal_handler(sig, lambda n=sig.name: (got.append(n), task.cancel()))
     try:
-        result = await run_plan(plan, make_agent, state_path=state_path, concurrency=args.concurrency,
+        result = await apply_plan(plan, make_agent, state_path=state_path, concurrency=args.concurrency,
                                 on_event=on_event, resume=args.resume, ask=None if args.print_mode else _ask_person(),
                                 check_timeout=args.check_timeout)
     except asyncio.CancelledError:
         if not got:
             raise
         print(f"drivetrain: interrupted ({got[0]}); the plan's state is saved. Continue it with: "
-              f"drivetrain run {args.plan} --resume", file=sys.stderr, flush=True)
+              f"drivetrain apply {args.plan} --resume", file=sys.stderr, flush=True)
         return 130 if got[0] == "SIGINT" else 143
     except (HarnessError, ValueError) as e:
         return _fail(args, str(e))

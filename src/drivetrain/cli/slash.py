@@ -97,10 +97,11 @@ async def cost(s, arg: str):
 
 
 async def context(s, arg: str):
-    agent = s.run.deps.agent if s.run else s.agent  # as the profile equips it: its own prompt and tools
+    # as the profile equips the run: its own prompt and tools
+    system, tools = (s.run.deps.system, list(s.run.deps.tools.values())) if s.run else (s.agent.system, s.agent.tools)
     window = window_of(s.agent.model)
-    parts = [("system prompt", len(agent.system) // CHARS_PER_TOKEN),
-             (f"tools ({len(agent.tools)})", len(json.dumps([tool_spec(t) for t in agent.tools])) // CHARS_PER_TOKEN),
+    parts = [("system prompt", len(system) // CHARS_PER_TOKEN),
+             (f"tools ({len(tools)})", len(json.dumps([tool_spec(t) for t in tools])) // CHARS_PER_TOKEN),
              ("messages", history_tokens(s.run.history) if s.run else 0)]
     used = sum(n for _, n in parts)
     s.screen.say(f"Context: about {used:,} of {window:,} tokens ({used / window:.0%})"

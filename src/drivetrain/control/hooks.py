@@ -54,7 +54,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Iterable
 
-from drivetrain.control.procs import child_env, kill_group, watch_group
+from drivetrain.host.procs import child_env, kill_group, watch_group
 
 log = logging.getLogger("drivetrain.control.hooks")
 
@@ -101,7 +101,7 @@ class _Hook:
 class Hooks:
     """The hooks of a run: register with ``add``/``add_command``/``from_settings``, fire with ``run``.
 
-    Shell hooks get the harness's environment without its credentials (``drivetrain.control.procs.child_env``),
+    Shell hooks get the harness's environment without its credentials (``drivetrain.host.procs.child_env``),
     plus the variables named in ``env_passthrough``.
     """
 

@@ -38,18 +38,23 @@ from drivetrain.messages import CHARS_PER_TOKEN, Message, ToolResultBlock, ToolU
 from drivetrain.pricing import window_of
 
 from drivetrain.loop.draft import Draft
-from drivetrain.loop.profile import Profile
+from drivetrain.loop.profile import Outfit, Profile
 from drivetrain.models.base import Model
-from drivetrain.tools.base import Tool, tool_spec
+from drivetrain.tools.base import tool_spec
 
 
 class ViewSettings(Protocol):
-    """What the request's view of the history depends on (the agent's settings, ``loop.draft.LoopSettings``)."""
+    """What the request's view of the history depends on (a run's ``loop.draft.Deps``: its outfit's system prompt
+    and the tools it offers, the agent's profile and context settings)."""
 
-    system: str
-    tools: list[Tool]
-    profile: Profile
-    context_settings: ContextSettings
+    @property
+    def system(self) -> str: ...
+    @property
+    def outfit(self) -> Outfit: ...
+    @property
+    def profile(self) -> Profile: ...
+    @property
+    def context_settings(self) -> ContextSettings: ...
 
 
 @dataclass(frozen=True)
@@ -95,14 +100,14 @@ def result_cap(window: int, used: int, reserve: int, calls: int, s: ContextSetti
 
 def cap_result(w: Draft, call_id: str, content: Any) -> Any:
     """``content`` cut to its share of the free context, the whole of it saved (see ``cap_text``)."""
-    agent = w.deps.agent
+    agent, deps = w.deps.agent, w.deps
     settings: ContextSettings = agent.context_settings
     if not settings.cap_outputs or agent.profile.context or not isinstance(content, str):
         return content  # the small profile's shorten_outputs clips long output in its own way
     if len(content) <= settings.min_result_tokens * CHARS_PER_TOKEN:
         return content  # within the smallest cap there is: no need to measure the context
     window = window_of(w.deps.model)
-    used = fixed_tokens(agent.system, _specs(agent)) + history_tokens(_view(w.history, agent, window, None))
+    used = fixed_tokens(deps.system, _specs(deps)) + history_tokens(_view(w.history, deps, window, None))
     calls = len(w.history[-1].tool_uses) if w.history else 1
     limit = result_cap(window, used, agent.max_tokens, calls, settings)
     return cap_text(content, limit, session_outputs(w.value.session_id) / f"{safe_name(call_id)}.txt",
@@ -290,7 +295,7 @@ def model_view(history: list[Message], *, collapse: bool = False, shorten: bool 
 
 
 def _specs(agent: ViewSettings) -> list[dict]:
-    return [tool_spec(t) for t in agent.tools]
+    return [tool_spec(t) for t in agent.outfit.tools]
 
 
 def _view(history: list[Message], agent: ViewSettings, window: int, outputs: Path | None) -> list[Message]:

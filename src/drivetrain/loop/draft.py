@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from drivetrain.control.gate import Gate, HookRunner
-from drivetrain.control.approval import PermissionDecider
+from drivetrain.control.approval import Approver, PermissionDecider
 from drivetrain.control.hooks import HookOutcome
 from drivetrain.home import session_outputs
 from drivetrain.loop.budget import Budget, Spent
 from drivetrain.loop.events import Event, HookReported
-from drivetrain.loop.profile import Profile
+from drivetrain.loop.profile import Outfit, Profile
 from drivetrain.loop.state import POINTS, RunState, State
 from drivetrain.messages import Message, TextBlock, ensure_valid, tool_use_ids
 from drivetrain.models.base import Model
@@ -26,13 +26,15 @@ from drivetrain.tools.base import Tool, ToolContext
 
 
 class LoopSettings(Protocol):
-    """What the loop reads of the agent (``drivetrain.agent.Agent`` is one), as its profile equipped it."""
+    """What the loop reads of the agent (``drivetrain.agent.Agent`` is one); its profile makes the run's ``Outfit``
+    from the model, tools, system prompt, hooks and nodes."""
 
     model: Model
     tools: list[Tool]
     system: str
     cwd: Path
     policy: PermissionDecider | None
+    approver: Approver | None
     hooks: HookRunner | None
     profile: Profile
     nodes: list
@@ -49,33 +51,13 @@ class LoopSettings(Protocol):
     repeat_limit: int
     repeat_exempt: tuple[str, ...]
 
-    @property
-    def gate(self) -> Gate: ...
-
-
-class Equipped:
-    """An agent as its profile runs it: what the profile adds (a model wrapper, tools, a system prompt, hooks,
-    nodes) over the agent's own settings, which are read live (a plan raising a retry's turn limit reaches the
-    run, as it does without a profile)."""
-
-    def __init__(self, agent: Any, **added: Any) -> None:
-        self._agent = agent
-        self.__dict__.update(added)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._agent, name)
-
-    @property
-    def gate(self) -> Gate:
-        return Gate(self.hooks, self.policy, self.approver)
-
 
 @dataclass
 class Deps:
     """What a step works with besides the run's value: the agent's settings, its model, tools and gate."""
 
-    agent: LoopSettings  # the agent as its profile equips it for the run
-    model: Model
+    agent: LoopSettings  # the agent's own settings, as the caller made them
+    outfit: Outfit  # what the run works with, as the agent's profile made it
     tools: dict[str, Tool]
     gate: Gate
     session_id: str = ""
@@ -85,14 +67,35 @@ class Deps:
 
     @classmethod
     def of(cls, agent: Any, session_id: str = "") -> Deps:
-        """The step's dependencies for a run of ``agent``: what its profile adds (``Profile.equip``) is added here,
+        """The step's dependencies for a run of ``agent``: what its profile adds (``Profile.equip``) is made here,
         once per run, so a library ``Agent(profile=…)`` runs exactly as the CLI's."""
-        agent = agent.profile.equip(agent)
-        names = [n.name for n in agent.nodes]
-        if len(set(names)) != len(names) or any(n.at not in POINTS for n in agent.nodes):
+        outfit = agent.profile.equip(agent)
+        names = [n.name for n in outfit.nodes]
+        if len(set(names)) != len(names) or any(n.at not in POINTS for n in outfit.nodes):
             raise ValueError(f"each added node needs its own name and a point among {POINTS}: got "
-                             f"{[(n.name, n.at) for n in agent.nodes]}")
-        return cls(agent, agent.model, {t.name: t for t in agent.tools}, agent.gate, session_id)
+                             f"{[(n.name, n.at) for n in outfit.nodes]}")
+        gate = Gate(outfit.hooks, agent.policy, agent.approver)
+        return cls(agent, outfit, {t.name: t for t in outfit.tools}, gate, session_id)
+
+    @property
+    def model(self) -> Model:
+        return self.outfit.model
+
+    @property
+    def system(self) -> str:
+        return self.outfit.system
+
+    @property
+    def nodes(self) -> tuple[Any, ...]:
+        return self.outfit.nodes
+
+    @property
+    def profile(self) -> Profile:
+        return self.agent.profile
+
+    @property
+    def context_settings(self) -> Any:
+        return self.agent.context_settings
 
     def elapsed(self) -> float:
         return time.monotonic() - self.started

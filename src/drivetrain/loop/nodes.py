@@ -23,7 +23,7 @@ from typing import Protocol, Union
 
 from drivetrain.messages import Message
 from drivetrain.models.base import ModelRequest
-from drivetrain.control.procs import run_command
+from drivetrain.host.procs import run_command
 from drivetrain.tools.base import tool_spec
 from drivetrain.loop.calls import harness_call
 from drivetrain.loop.draft import Draft
@@ -99,15 +99,15 @@ class NodeContext:
     async def ask(self, text: str, max_tokens: int = 1024) -> str:
         """One request where no tool may be called (tool_choice none; the tools stay defined, so the cached prefix
         holds and earlier tool_use blocks stay valid): the history so far, then ``text``. Counts toward the budget."""
-        agent = self.draft.deps.agent
+        deps = self.draft.deps
         history = self.draft.history
         if history and history[-1].role == "user":
             messages = [*history[:-1], Message("user", (*history[-1].content, *Message.user(text).content))]
         else:
             messages = [*history, Message.user(text)]
-        tools = [tool_spec(t) for t in agent.tools]
-        response = await self.draft.deps.model.respond(ModelRequest(messages, agent.system, tools, max_tokens,
-                                                                   tool_choice="none"))
+        tools = [tool_spec(t) for t in deps.outfit.tools]
+        response = await deps.model.respond(ModelRequest(messages, deps.system, tools, max_tokens, tool_choice="none",
+                                                         keep_prefix=deps.agent.profile.prefixcache))
         self.draft.usage = self.draft.usage + response.usage
         return response.message.text.strip()
 

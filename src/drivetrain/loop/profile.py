@@ -1,19 +1,49 @@
 """A profile: how much help the loop gives the model, as one object.
 
-The flags are the aids the loop itself reads (``agent.profile.final`` …); ``equip`` is what else a profile adds to
-an agent for a run (a model wrapper, a tool set, a system prompt, hooks and nodes). ``FULL`` is the plain loop,
-for models that need no help; the small profile, for small local models, is ``drivetrain.small.profile.SMALL``.
+A profile is data: the flags are the aids the loop itself reads (``agent.profile.final`` …), never its name.
+``equip`` makes what a run works with (an ``Outfit``: a model wrapper, a tool set, a system prompt, hooks
+and nodes) from the agent's own, without changing the agent or anything it holds. ``FULL`` is the plain loop, for
+models that need no help; the small profile, for small local models, is ``drivetrain.small.profile.SMALL``.
 Each aid can be switched off alone (``profile.without("checks")``) to measure what it is worth.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
-from typing import TypeVar
+from pathlib import Path
+from typing import Any, Protocol, Sequence
+
+from drivetrain.control.approval import PermissionDecider
+from drivetrain.control.gate import HookRunner
+from drivetrain.models.base import Model
+from drivetrain.tools.base import Tool
 
 AIDS = ("codeact", "example", "collapse", "context", "final", "checks", "changes", "prefixcache", "show", "answer")
 
-A = TypeVar("A")
+class Outfitted(Protocol):
+    """What a profile reads of an agent to make its outfit (``drivetrain.agent.Agent`` is one)."""
+
+    model: Model
+    tools: Sequence[Tool]
+    system: str
+    hooks: HookRunner | None
+    nodes: Sequence[Any]
+    cwd: Path
+    policy: PermissionDecider | None
+
+
+@dataclass(frozen=True)
+class Outfit:
+    """What a run works with, as its profile makes it from the agent's own (``Profile.equip``): the model (maybe
+    wrapped), the tools, the system prompt, the hooks and the nodes. Made new for each run; the agent and the
+    objects it holds are not changed. The agent's other settings are read from the agent itself, live (a plan
+    raising a retry's turn limit reaches the run)."""
+
+    model: Model
+    tools: tuple[Tool, ...]
+    system: str
+    hooks: HookRunner | None
+    nodes: tuple[Any, ...]  # loop/nodes.py's Node, which sits above this module
 
 
 @dataclass(frozen=True)
@@ -47,9 +77,9 @@ class Profile:
         """The system prompt this profile runs with when the agent sets none (None: the caller's default)."""
         return None
 
-    def equip(self, agent: A) -> A:
-        """The agent as this profile runs it (``agent`` itself is not changed). The plain loop adds nothing."""
-        return agent
+    def equip(self, agent: Outfitted) -> Outfit:
+        """What a run of ``agent`` works with under this profile. The plain loop adds nothing: the agent's own."""
+        return Outfit(agent.model, tuple(agent.tools), agent.system, agent.hooks, tuple(agent.nodes))
 
 
 FULL = Profile("full")

@@ -26,7 +26,7 @@ from drivetrain.loop.state import (  # noqa: F401  (the states are part of this 
 from drivetrain.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
 from drivetrain.models.base import ModelRequest, ModelResponse
 from drivetrain.pricing import window_of
-from drivetrain.sessions.log import close_open_calls
+from drivetrain.loop.repair import close_open_calls
 from drivetrain.tools.base import tool_spec
 
 
@@ -113,11 +113,11 @@ async def submit_prompt(s: SubmitPrompt, w: Draft) -> CallModel | RunNode | Done
 
 
 async def call_model(s: CallModel, w: Draft) -> RunTools | Recover | CallModel | Compact | RunNode | Done:
-    a, p = w.deps.agent, w.deps.agent.profile
+    a, p, d = w.deps.agent, w.deps.agent.profile, w.deps
     if not s.final:
         since = w.deps.spent  # the limits count this invocation only
         measured = budget.measures(a.budget, a.max_turns, turns=w.num_turns - since.turns,
-                                   usage=w.usage - since.usage, model=a.model.name, elapsed_s=w.deps.elapsed(),
+                                   usage=w.usage - since.usage, model=d.model.name, elapsed_s=w.deps.elapsed(),
                                    tool_calls=w.tool_calls - since.tool_calls)
         if hit := budget.reached(measured):
             w.emit(LimitReached(*hit))
@@ -136,11 +136,12 @@ async def call_model(s: CallModel, w: Draft) -> RunTools | Recover | CallModel |
     w.check(a.strict)
     max_tokens = s.max_tokens or a.max_tokens
     choice = "none" if s.final else s.tool_choice
-    view = request_view(w.history, a, w.deps.model, w.deps.outputs)
+    view = request_view(w.history, w.deps, w.deps.model, w.deps.outputs)
     if not s.final and s.compact and w.compact_failures < MAX_COMPACT_FAILURES and \
-            compaction.estimate_tokens(view, a.system) >= a.compact_at * context_window(a):
+            compaction.estimate_tokens(view, d.system) >= a.compact_at * context_window(w.deps):
         return Compact("auto")  # what would be sent (old outputs already cleared) still nears the window
-    request = ModelRequest(view, a.system, [tool_spec(t) for t in a.tools], max_tokens, tool_choice=choice)
+    request = ModelRequest(view, d.system, [tool_spec(t) for t in d.outfit.tools], max_tokens, tool_choice=choice,
+                           keep_prefix=p.prefixcache)
     try:
         response = await w.deps.model.respond(request)
     except HarnessError as e:
@@ -288,16 +289,16 @@ def recover(s: Recover, w: Draft) -> CallModel:
 
 async def compact(s: Compact, w: Draft) -> CallModel | Done:
     """Replace the history by the original task, a summary, and the last rounds (``compaction.py``)."""
-    a = w.deps.agent
+    d = w.deps
     go_on = s.then or CallModel(compact=False)  # not again before this request, whatever happens here
     verdict = await w.deps.gate.compact(w.payload("PreCompact", trigger=s.trigger), w.report)
-    before = compaction.estimate_tokens(w.history, a.system)
+    before = compaction.estimate_tokens(w.history, d.system)
     if isinstance(verdict, Deny):
         w.compact_failures = MAX_COMPACT_FAILURES  # asked not to: no more automatic tries this run
         w.emit(Compacted(s.trigger, before, before, failed=verdict.message))
         return go_on
-    window = context_window(a)
-    request = compaction.summary_request(w.history, a.system, window, s.focus)
+    window = context_window(d)
+    request = compaction.summary_request(w.history, d.system, window, s.focus)
     failed = ""
     try:
         response = await w.deps.model.respond(request)
@@ -315,13 +316,13 @@ async def compact(s: Compact, w: Draft) -> CallModel | Done:
         return go_on
     w.history, w.linted = compaction.compacted(w.history, summary, window), 0
     w.compactions, w.compact_failures = w.compactions + 1, 0
-    w.emit(Compacted(s.trigger, before, compaction.estimate_tokens(w.history, a.system)))
+    w.emit(Compacted(s.trigger, before, compaction.estimate_tokens(w.history, d.system)))
     return go_on
 
 
 async def run_node(s: RunNode, w: Draft) -> CallModel | RunNode | Done:
     """A node the user added (``nodes.py``): it proceeds, adds a note, or sends the model back to work."""
-    node = next(n for n in w.deps.agent.nodes if n.name == s.name)
+    node = next(n for n in w.deps.nodes if n.name == s.name)
     w.node_visits[s.name] = w.node_visits.get(s.name, 0) + 1
     result = await node.run(NodeContext(w))
     if isinstance(result, SendBack) and isinstance(s.then, Done):
@@ -336,16 +337,16 @@ async def run_node(s: RunNode, w: Draft) -> CallModel | RunNode | Done:
 
 def enter_node(w: Draft, point: str, then: State, after: str | None = None) -> State:
     """The next node added at ``point`` (after the node ``after``) that has runs left, else ``then``."""
-    nodes = [n for n in w.deps.agent.nodes if n.at == point]
+    nodes = [n for n in w.deps.nodes if n.at == point]
     if after is not None:
         nodes = nodes[[n.name for n in nodes].index(after) + 1:]
     node = next((n for n in nodes if w.node_visits.get(n.name, 0) < n.limit), None)
     return RunNode(node.name, then) if node is not None else then
 
 
-def context_window(agent: LoopSettings) -> int:
-    """The window the history is kept within: the agent's setting, else the model's own (``pricing.window_of``)."""
-    return agent.context_window or window_of(agent.model)
+def context_window(deps: Deps) -> int:
+    """The window the history is kept within: the agent's setting, else the run's model's own (``pricing.window_of``)."""
+    return deps.agent.context_window or window_of(deps.model)
 
 
 def resume_approval(s: AwaitApproval, decisions: dict[str, Verdict]) -> RunTools:

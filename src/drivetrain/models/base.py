@@ -28,6 +28,8 @@ class ModelRequest:
     grammar: str | None = None
     # Called with each piece of streamed text as it arrives; optional.
     on_text: Callable[[str], None] | None = None
+    # Keep the KV state of the fixed prompt prefix (the system turn) across processes, for providers that can (local).
+    keep_prefix: bool = False
 
 
 @dataclass(frozen=True)

@@ -180,7 +180,8 @@ class LocalModel:
         self.last_stats: GenerationStats | None = None
         self.live: GenerationProgress | None = None  # the generation running now, if any
         # Keep the KV state of the fixed prompt prefix (the system turn) on disk, so a new process starts
-        # generating in a second instead of evaluating ~1k tokens first. The small profile turns it on.
+        # generating in a second instead of evaluating ~1k tokens first: always, or for requests that ask for it
+        # (``ModelRequest.keep_prefix``, which the small profile's ``prefixcache`` aid sets).
         self.prefix_cache = False
         self.prefix_cache_dir: Path | None = None  # default: kv/ beside the assembled models' cache folder
         self.prefix_cache_hit: bool | None = None  # for the last call: None when not used
@@ -235,7 +236,7 @@ class LocalModel:
             self._load_locked()
             prompt = self._prompt(request)
             self._llm.evaluated = 0  # counts the prefix too, when it is evaluated (not loaded) below
-            if self.prefix_cache:
+            if self.prefix_cache or request.keep_prefix:
                 self._restore_prefix(self._system_tokens(request))
             budget = min(request.max_tokens, self.max_output_tokens, self.n_ctx - len(prompt))
             if budget <= 0:

@@ -1,6 +1,6 @@
-"""Running a ``Plan``: every ready step as its own agent loop, independent steps at once, state saved after each node.
+"""Applying a ``Plan``: every ready step as its own agent loop, independent steps at once, state saved after each node.
 
-``run_plan(plan, make_agent, state_path=…)`` starts each step whose dependencies are done (at most
+``apply_plan(plan, make_agent, state_path=…)`` starts each step whose dependencies are done (at most
 ``concurrency`` at a time) with ``make_agent(step)`` — an Agent with that step's tools and budget
 (``plan.step_agent`` narrows one) — and a first user message holding the task, the step's goal
 verbatim and the final answers of the steps it depends on. After the model ends its turn the step's
@@ -35,7 +35,7 @@ from drivetrain.loop.result import RunResult
 from drivetrain.messages import Usage
 from drivetrain.plans.plan import Plan, PlanError, Step, replan
 from drivetrain.pricing import cost_usd
-from drivetrain.control.procs import run_command
+from drivetrain.host.procs import run_command
 
 STATE_VERSION = 1
 CHECK_TIMEOUT_S = 300.0
@@ -142,7 +142,7 @@ class PlanResult:
                 "nodes": {i: n.to_json() for i, n in self.nodes.items()}, "mermaid": self.mermaid()}
 
 
-async def run_plan(plan: Plan, make_agent: Callable[[Step], Agent], *, state_path: str | Path, concurrency: int = 2,
+async def apply_plan(plan: Plan, make_agent: Callable[[Step], Agent], *, state_path: str | Path, concurrency: int = 2,
                    on_event: Callable[[PlanEvent], None] | None = None, resume: bool = False, ask: Ask | None = None,
                    replan_failed: bool = True, check_timeout: float = CHECK_TIMEOUT_S) -> PlanResult:
     """Run ``plan`` to the end (see the module's notes); cancelling it saves the state for ``resume``."""
@@ -375,4 +375,13 @@ def write_atomic(path: Path, text: str) -> None:
         os.close(fd)
 
 
-__all__ = ["Node", "PlanEvent", "PlanResult", "Scheduler", "run_check", "run_plan", "write_atomic"]
+def __getattr__(name: str) -> object:
+    if name == "run_plan":  # the old name, for one release
+        import warnings
+
+        warnings.warn("run_plan is now apply_plan", DeprecationWarning, stacklevel=2)
+        return apply_plan
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["Node", "PlanEvent", "PlanResult", "Scheduler", "apply_plan", "run_check", "write_atomic"]

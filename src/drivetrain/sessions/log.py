@@ -23,18 +23,11 @@ from drivetrain.loop.events import INTERVENTIONS, Event, ModelResponded
 from drivetrain.messages import Message, ToolResultBlock, lint, repair
 from drivetrain.pricing import cost_usd
 from drivetrain.control.redact import redact
+from drivetrain.loop.repair import close_open_calls
 from drivetrain.loop.state import AwaitApproval, CallModel, Done, RunState, RunTools, SubmitPrompt
 from drivetrain.sessions.store import SessionStore
 
 log = logging.getLogger("drivetrain.sessions.log")
-
-NOT_STARTED = ("Not run: drivetrain stopped ({why}) before this call started, so it had no effect. "
-               "Make it again if it is still needed.")
-STARTED = ("Interrupted: drivetrain stopped ({why}) while this call was running. It may have had side "
-           "effects (partly done): check the state before repeating it.")
-FINISHED = ("This call ran to the end, but drivetrain stopped ({why}) before its result was saved, so the "
-            "output is lost. Its effects happened: check them rather than repeating it.")
-
 
 class SessionLog:
     """Appends a run's steps to one session in a store."""
@@ -170,31 +163,3 @@ def load(store: SessionStore, session_id: str, *, why: str = "the process ended"
             store.append(session_id, redact(written), sync=True)
         log.warning("session %s: %s", session_id, note["note"])
     return Loaded(value, records[-1]["seq"] if records else 0, fixed)
-
-
-def close_open_calls(value: RunState, started: set[str] = frozenset(), finished: set[str] = frozenset(),
-                     why: str = "the process ended") -> tuple[RunState, dict | None]:
-    """Every tool_use answered, stray results gone, and a state that can go on from this history."""
-    history = list(value.history)
-    added: list[dict] = []
-    if isinstance(value.state, AwaitApproval):
-        return value, None  # a pause for approval is a valid place to be: the verdicts will come
-    if history and history[-1].role == "assistant" and history[-1].tool_uses:
-        blocks = []
-        for use in history[-1].tool_uses:
-            template = FINISHED if use.id in finished else STARTED if use.id in started else NOT_STARTED
-            blocks.append(ToolResultBlock(use.id, template.format(why=why), True))
-            added.append({"tool_use_id": use.id, "tool": use.name, "started": use.id in started})
-        history.append(Message("user", tuple(blocks)))
-    problems = lint(history).problems
-    if problems:
-        history = repair(history)
-    state = value.state
-    if added or isinstance(state, RunTools):
-        state = CallModel()
-    if not added and not problems and state is value.state:
-        return value, None
-    note = (f"{len(added)} call(s) left without a result were answered as interrupted" if added else
-            "the history was repaired") + (f"; {len(problems)} problem(s) fixed" if problems else "")
-    return value.evolve(history=tuple(history), state=state), {"results_added": added, "problems": problems,
-                                                               "note": note}

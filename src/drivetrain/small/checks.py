@@ -34,7 +34,7 @@ from drivetrain.small.codeact import HELD_ALREADY, denied_programs, file_block, 
 from drivetrain.small.fragments import TOP_DEF, definitions
 from drivetrain.loop.nodes import NodeContext, NodeResult, Proceed, SendBack
 from drivetrain.loop.state import NodePoint
-from drivetrain.control.procs import run_command
+from drivetrain.host.procs import run_command
 from drivetrain.small.prompts import EXTENSIONS, FILE_NAME
 from drivetrain.small.readings import (
     _INTERPRETERS, _RUNNERS, _TEST_RUNNER, _arithmetic, _bare_test_file, _fence, _header_hint, _indent_hint,

@@ -5,8 +5,9 @@ profile asks it for fewer, simpler decisions and does in code what a strong mode
 code blocks (``small/codeact.py``), sees repeats collapsed and old output shortened, is told what each command
 changed, is checked before it may stop (``small/checks.py``), and always ends with an answer.
 
-``Agent(profile=SMALL)`` gets all of it: the flags are read by the loop, and ``SmallProfile.equip`` adds the
-code-block model, the tool set, the system prompt, the hooks and the checks node when a run starts. Each aid can
+``Agent(profile=SMALL)`` gets all of it: the flags are read by the loop, and ``SmallProfile.equip`` makes the
+run's outfit (the code-block model, the tool set, the system prompt, the hooks and the checks node) from the
+agent's own when a run starts, changing none of them. Each aid can
 be switched off alone (``SMALL.without("checks")``, or ``DRIVETRAIN_ABLATE=checks,collapse`` in the CLI).
 """
 
@@ -15,14 +16,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Callable, Mapping
 
 from drivetrain.control.hooks import HookChain, Hooks
-from drivetrain.loop.draft import Equipped
 from drivetrain.loop.nodes import Node
-from drivetrain.loop.profile import AIDS, FULL, Profile
+from drivetrain.loop.profile import AIDS, FULL, Outfit, Outfitted, Profile
 from drivetrain.models.base import Model
-from drivetrain.models.local import LocalModel
 from drivetrain.small.checks import WorkChecks
 from drivetrain.small.codeact import CodeActionModel
 from drivetrain.small.prompts import small_system_prompt, task_context
@@ -67,10 +66,10 @@ class SmallProfile(Profile):
     def default_system(self) -> str | None:
         return small_system_prompt(self.codeact, self.example)
 
-    def equip(self, agent: Any) -> Any:
-        """``agent`` with the code-block model, the profile's tools, its system prompt (where the agent sets none),
-        its hooks run after the agent's own, and the checks node added (``agent`` itself is not changed). A file the task names is shown
-        with it only when the agent's policy allows reading it."""
+    def equip(self, agent: Outfitted) -> Outfit:
+        """The code-block model over the agent's, the profile's tools, its system prompt (where the agent sets
+        none), its hooks run after the agent's own, and the checks node added; the agent and what it holds are
+        not changed. A file the task names is shown with it only when the agent's policy allows reading it."""
         policy, cwd = agent.policy, agent.cwd
 
         def readable(path: str) -> bool:
@@ -79,8 +78,7 @@ class SmallProfile(Profile):
         hooks = Hooks()
         model, tools, system, nodes = equip(self, agent.model, list(agent.tools), hooks, cwd, agent.system or None,
                                             readable)
-        return Equipped(agent, model=model, tools=tools, system=system, hooks=HookChain(agent.hooks, hooks),
-                        nodes=[*agent.nodes, *nodes])
+        return Outfit(model, tuple(tools), system or "", HookChain(agent.hooks, hooks), (*agent.nodes, *nodes))
 
 
 def _answers_in_blocks(model: Model) -> bool:
@@ -101,11 +99,8 @@ def equip(profile: Profile, model: Model, tools: list[Tool], hooks: Hooks, cwd: 
           ) -> tuple[Model, list[Tool], str | None, list[Node]]:
     """The model, tools, system prompt and loop nodes a profile runs with (``system`` None: the profile's own);
     its hooks (workspace context, what the checks watch) are added to ``hooks``. ``readable``: may a file the
-    task names be shown with it (the permission policy's answer for a Read of it)."""
-    if profile.name != "small":
-        return model, tools, system, []
-    if profile.prefixcache and isinstance(model, LocalModel):  # before the code-block wrapper hides it
-        model.prefix_cache = True
+    task names be shown with it (the permission policy's answer for a Read of it). Nothing passed in is changed
+    (``prefixcache`` reaches the model through each request's ``keep_prefix``)."""
     if profile.codeact:
         # Blocks run as Bash; a block naming a file is an Edit or Write of it (small/fragments.py).
         model = model if _answers_in_blocks(model) else CodeActionModel(model, cwd)

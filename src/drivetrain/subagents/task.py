@@ -14,7 +14,7 @@ import dataclasses
 from typing import Any, Callable
 
 from drivetrain.agent import Agent
-from drivetrain.control.audit import AuditLog
+from drivetrain.sessions.audit import AuditLog
 from drivetrain.home import safe_name
 from drivetrain.loop.budget import Budget
 from drivetrain.models.base import Model

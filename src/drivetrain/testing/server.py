@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
 from typing import Any, Callable, Iterable, Mapping
 
-from drivetrain.httpd import QuickHTTPServer
+from drivetrain.testing.httpd import QuickHTTPServer
 from drivetrain.models.anthropic_wire import same_content, sse_events, validate
 
 from .cache import MIN_CACHE_TOKENS, PromptCache, count_tokens

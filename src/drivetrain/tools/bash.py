@@ -1,6 +1,6 @@
 """Bash: run a shell command in its own process group, with a timeout that really kills.
 
-The command gets the harness's environment without its credentials (``drivetrain.control.procs.child_env``;
+The command gets the harness's environment without its credentials (``drivetrain.host.procs.child_env``;
 ``env_passthrough`` names the variables it may have anyway), and its process group is handed
 to the watchdog, so what it leaves running ends when drivetrain does, even on ``kill -9``.
 """
@@ -13,12 +13,12 @@ import os
 import signal
 from typing import TYPE_CHECKING, Iterable, Mapping
 
-from drivetrain.control.procs import child_env, kill_group, signal_group, watch_group
+from drivetrain.host.procs import child_env, kill_group, signal_group, watch_group
 
 from .base import ToolContext, ToolResult
 
 if TYPE_CHECKING:
-    from drivetrain.control.sandbox import Sandbox
+    from drivetrain.host.sandbox import Sandbox
 
 DEFAULT_TIMEOUT_MS = 120_000
 MAX_TIMEOUT_MS = 600_000

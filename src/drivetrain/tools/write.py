@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 from typing import Sequence
 
-from drivetrain.control.permissions.paths import confined_write, confining_root, default_file_mode, real_roots
+from drivetrain.host.paths import confined_write, confining_root, default_file_mode, real_roots
 
 from .base import ToolContext, ToolResult
 

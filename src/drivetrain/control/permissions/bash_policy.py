@@ -20,7 +20,7 @@ import re
 from pathlib import Path
 
 from .commands import Part, analyze_command, known_program, program_name
-from .paths import confining_root
+from drivetrain.host.paths import confining_root
 from .decision import Decision, PolicyView, _by_rule, harmless, word_paths
 from .rules import Rule
 from .search import covered_under

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Protocol
 
-from .paths import HARMLESS_READS, HARMLESS_WRITES, Resolved, resolve
+from drivetrain.host.paths import HARMLESS_READS, HARMLESS_WRITES, Resolved, resolve
 from .rules import Rule
 from .shell import Word
 

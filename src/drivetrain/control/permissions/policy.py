@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 from urllib.parse import urlparse
 
-from .paths import Resolved, confining_root, expand, is_within, real_roots, resolve
+from drivetrain.host.paths import Resolved, confining_root, expand, is_within, real_roots, resolve
 from .rules import Rule, parse_rule, split_tool_list
 from .bash_policy import decide_bash
 from .decision import Decision, _by_rule

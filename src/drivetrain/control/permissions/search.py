@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .decision import PolicyView
-from .paths import Resolved, resolve
+from drivetrain.host.paths import Resolved, resolve
 from .rules import Rule
 
 

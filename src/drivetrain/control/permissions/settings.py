@@ -10,7 +10,7 @@ Files, highest precedence first: ``.drivetrain/settings.local.json`` and
 Rules from every source apply together (deny before ask before allow); ``defaultMode`` comes
 from the most specific file that sets it. ``{"shellEnvironment": {"passthrough": ["GITHUB_TOKEN", "AWS_*"]}}``
 names the variables Bash, hooks and the sandbox get although drivetrain would withhold them (see
-``drivetrain.control.procs``); the names from every file add up. A file that is not valid JSON, has an unknown key
+``drivetrain.host.procs``); the names from every file add up. A file that is not valid JSON, has an unknown key
 under ``permissions``, or holds a rule that does not parse is an error naming the file and
 the rule; a missing file is simply absent.
 """
@@ -21,9 +21,10 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from drivetrain.home import drivetrain_home
+from drivetrain.host.sandbox import Sandbox
 
 from .rules import BEHAVIORS, Rule, RuleError, SettingsError, parse_rule
 
@@ -129,3 +130,21 @@ def load_settings(project_dir: Path, env: Mapping[str, str] | None = None, home:
         if merged.default_mode is None:
             merged.default_mode = s.default_mode
     return merged
+
+
+def make_sandbox(forced: bool, cwd: Path, extra_writable: Sequence[Path | str], settings: Settings) -> Sandbox | None:
+    """Bash's sandbox when ``forced`` (``--sandbox``) or a settings file turns it on, checked to work (fail closed, before the
+    model is even asked); None when it is off."""
+    sections = [_sandbox_section(path, data) for path, data in settings.raw]
+    if not (forced or any(s.get("enabled") for s in sections)):
+        return None
+    sandbox = Sandbox(cwd, extra_writable=list(extra_writable), allow_network=any(s.get("network") for s in sections))
+    sandbox.check()
+    return sandbox
+
+
+def _sandbox_section(path: Path, data: dict) -> dict:
+    section = data.get("sandbox", {})
+    if not isinstance(section, dict):
+        raise SettingsError(f'In {path}: "sandbox" must be an object like {{"enabled": true, "network": false}}')
+    return section

@@ -7,10 +7,10 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from drivetrain.servers.config import ServerSpec
+from drivetrain.mcp.config import ServerSpec
 
 if TYPE_CHECKING:
-    from drivetrain.servers.client import Connection, McpTool
+    from drivetrain.mcp.client import Connection, McpTool
 
 
 def _stderr(line: str) -> None:
@@ -25,7 +25,7 @@ class McpServers:
         self.connections: list[Connection] = []
         self.cwd = cwd
         if specs:  # the SDK (about 1 s to import) loads only when there is a server to talk to
-            from drivetrain.servers.client import Connection, timeouts
+            from drivetrain.mcp.client import Connection, timeouts
             start, call = timeouts()
             self.connections = [Connection(s, cwd, note, start, call) for s in specs]
 
@@ -37,7 +37,7 @@ class McpServers:
         the model need not learn of them). A call to one is still decided by the policy like any call."""
         if not self.connections:
             return []
-        from drivetrain.servers.client import McpTool
+        from drivetrain.mcp.client import McpTool
         out = [McpTool(c, t) for c in self.connections if not c.failed for t in c.tools]
         if policy is None:
             return out

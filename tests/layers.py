@@ -1,9 +1,11 @@
-"""The package's layers, read from its source: which module may import which (``drivetrain graph --layers``).
+"""The package's layers, read from its source: which module and which folder may import which.
 
 Each module belongs to one layer; an import (at module level, in a function, or under ``TYPE_CHECKING``) may point
 to its own layer or one below, never above, and the imports form no cycle. ``drivetrain/__init__.py`` is the
-public API on top of it all and is not itself imported by any module. ``docs/architecture.md`` shows the picture
-this module draws, and a test keeps both true.
+public API on top of it all and is not itself imported by any module. The folders (``loop/``, ``control/``, …; a
+top-level module counts as a folder of its own) form a DAG as well: no two import each other, in either direction.
+``docs/architecture.md`` shows the picture this module draws (``python tests/layers.py``), and a test keeps both
+true.
 """
 
 from __future__ import annotations
@@ -12,27 +14,28 @@ import ast
 import functools
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent.parent
+PACKAGE = Path(__file__).resolve().parent.parent / "src" / "drivetrain"
 
-# Bottom to top: (layer, module prefixes). A module's layer is that of its longest matching prefix.
+# Bottom to top: (layer, module prefixes). A module's layer is that of its longest matching prefix. The folders
+# are in this order too: every module of a folder sits at or above the layers of the folders below it.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("foundation", ("errors", "home", "messages", "pricing", "prompts", "httpd", "control.procs", "control.redact",
-                    "control.permissions")),
-    ("providers, tools, storage", ("models", "tools", "servers", "control.sandbox", "testing", "sessions.store",
-                                   "sessions.file", "sessions.postgres", "sessions.open", "sessions.rewind",
-                                   "sessions.report", "sessions.html")),
-    ("the run's value", ("control.approval", "loop.state", "loop.result", "loop.events", "loop.profile",
-                         "loop.budget")),
-    ("control and the session log", ("control.hooks", "control.gate", "control.audit", "sessions.log")),
+    ("foundation", ("errors", "home", "jsontypes", "messages", "pricing", "prompts")),
+    ("the host", ("host",)),
+    ("providers and tools", ("models", "tools", "testing")),
+    ("control", ("control",)),
+    ("the run's value", ("loop.state", "loop.result", "loop.events", "loop.profile", "loop.budget", "loop.repair")),
     ("the step's working types", ("loop.draft",)),
     ("the loop's parts", ("loop.calls", "loop.guard", "loop.context", "loop.compaction", "loop.nodes")),
     ("the loop", ("loop.step", "loop.graph")),
+    ("the session log", ("sessions",)),
     ("the agent", ("agent",)),
     ("profiles and plans", ("small", "plans", "subagents", "batch")),
+    ("MCP", ("mcp",)),
     ("front ends", ("cli", "serve", "__main__")),
 ]
 # a package's __init__ that only names its folder belongs with what is in it
-FOLDERS = ("loop", "control", "sessions", "plans", "small", "batch")
+FOLDERS = ("loop", "control", "sessions", "plans", "small", "batch", "host", "mcp", "subagents", "cli", "models",
+           "tools", "testing", "serve")
 
 
 def module_name(path: Path) -> str:
@@ -106,7 +109,7 @@ def problems() -> list[str]:
             continue
         mine = layer_of(name)
         if mine is None:
-            out.append(f"drivetrain.{name} has no layer in cli/layers.py LAYERS")
+            out.append(f"drivetrain.{name} has no layer in tests/layers.py LAYERS")
             continue
         for t in sorted(targets):
             if t == "":
@@ -117,6 +120,23 @@ def problems() -> list[str]:
                 out.append(f"drivetrain.{name} ({LAYERS[mine][0]}) imports drivetrain.{t}, a layer above "
                            f"({LAYERS[theirs][0]})")
     out += [f"import cycle: {' -> '.join('drivetrain.' + m for m in c)}" for c in cycles(g)]
+    out += [f"folder cycle: {' -> '.join(c)}" for c in cycles(folder_graph(g))]
+    return out
+
+
+def folder_of(module: str) -> str:
+    """The folder a module is in (``loop/step`` → ``loop``); a top-level module is a folder of its own."""
+    return module.split(".")[0]
+
+
+def folder_graph(g: dict[str, set[str]]) -> dict[str, set[str]]:
+    """{folder: the other folders its modules import}; the public API (``drivetrain/__init__``) is left out."""
+    out: dict[str, set[str]] = {}
+    for name, targets in g.items():
+        if name:
+            out.setdefault(folder_of(name), set()).update(folder_of(t) for t in targets if t)
+    for folder, targets in out.items():
+        targets.discard(folder)
     return out
 
 
@@ -180,3 +200,7 @@ def mermaid() -> str:
 
 def _reaches(edges: set[tuple[int, int]], a: int, b: int) -> bool:
     return (a, b) in edges or any(_reaches(edges, c, b) for c in range(b + 1, a) if (a, c) in edges)
+
+
+if __name__ == "__main__":
+    print(mermaid())

@@ -40,7 +40,7 @@ import time
 from pathlib import Path
 from typing import Iterable, Mapping
 
-log = logging.getLogger("drivetrain.control.procs")
+log = logging.getLogger("drivetrain.host.procs")
 
 # ---------------------------------------------------------------- the environment children get
 

@@ -19,13 +19,12 @@ import mcp_types
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 
-from drivetrain.cli import build
 from drivetrain.control.approval import Allow, Deny
-from drivetrain.control.audit import AuditLog
+from drivetrain.sessions.audit import AuditLog
 from drivetrain.control.gate import Gate
 from drivetrain.control.hooks import Hooks
-from drivetrain.control.permissions import Policy, load_settings
-from drivetrain.control.procs import keep_environment_private
+from drivetrain.control.permissions import Policy, load_settings, make_sandbox
+from drivetrain.host.procs import keep_environment_private
 from drivetrain.loop.events import PermissionDecided, ToolFinished, ToolStarted
 from drivetrain.messages import ToolResultBlock, ToolUseBlock
 from drivetrain.sessions.log import SessionLog
@@ -53,7 +52,7 @@ class ToolServer:
         self.policy = Policy.load(cwd, mode=args.permission_mode, allowed_tools=args.allowed_tools,
                                   disallowed_tools=args.disallowed_tools, add_dirs=args.add_dir, interactive=False,
                                   settings=settings)
-        sandbox = build.make_sandbox(args, cwd, self.policy, settings)
+        sandbox = make_sandbox(args.sandbox, cwd, self.policy.additional_dirs, settings)
         self.tools: dict[str, Tool] = {t.name: t for t in builtin_tools(sandbox, settings.env_passthrough)}
         self.gate = Gate(Hooks.from_settings(settings.raw, settings.env_passthrough), self.policy, None)
         self.session_id = str(uuid.uuid4())

@@ -71,7 +71,7 @@ class Scratch:
 Watch = Callable[[Agent], Callable[[Event], None]]  # given a task's agent, an observer for its run
 
 
-async def run_task(task: Task, agents: AgentFactory, scratch: Scratch, watch: Watch | None = None) -> TaskResult:
+async def execute_task(task: Task, agents: AgentFactory, scratch: Scratch, watch: Watch | None = None) -> TaskResult:
     """Never raises but for cancellation: whatever goes wrong is the task's ``error`` line, and the sweep goes on."""
     started = time.monotonic()
     where = scratch.root / task.id

@@ -24,10 +24,10 @@ from mcp.client.sse import sse_client
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
-from drivetrain.control.procs import watch_group
+from drivetrain.host.procs import watch_group
 from drivetrain.errors import ConfigError
 from drivetrain.home import drivetrain_home, safe_name
-from drivetrain.servers.config import ServerSpec
+from drivetrain.mcp.config import ServerSpec
 from drivetrain.tools.base import ToolContext, ToolResult
 
 START_TIMEOUT_S = 30.0  # MCP_TIMEOUT, in ms as Claude Code reads it

@@ -39,7 +39,7 @@ from typing import Iterable, Sequence
 
 from drivetrain.errors import HarnessError
 from drivetrain.home import drivetrain_home
-from drivetrain.control.procs import child_env, passes
+from drivetrain.host.procs import child_env, passes
 
 INSTALL_HINT = ("Install bubblewrap (Debian/Ubuntu: `sudo apt-get install bubblewrap`; Fedora: "
                 "`sudo dnf install bubblewrap`; Arch: `sudo pacman -S bubblewrap`).")

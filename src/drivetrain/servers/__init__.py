@@ -1,1 +1,0 @@
-"""MCP servers: their configuration (``config``), the client that offers their tools (``client``, ``group``)."""
