@@ -22,17 +22,16 @@ import tempfile
 import threading
 import time
 import tracemalloc
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
-from drivetrain.batch.results import read_results
 from drivetrain.batch.execute import Scratch
+from drivetrain.batch.results import read_results
 from drivetrain.batch.sweep import Sweep, local, pending
 from drivetrain.batch.tasks import Task
 from drivetrain.cli.batch import FlagAgents, build_parser
 from drivetrain.testing import ScriptedServer, reply, respond, tool_call
-
 
 LOOP = asyncio.new_event_loop()
 
@@ -44,7 +43,8 @@ def _prompt(i: int) -> str:
 def _script(i: int, out: Path, turns: int, delay: float) -> list:
     note = str(out / "workspaces" / f"r{i}" / "note.txt")
     calls = [tool_call("Write", {"file_path": note, "content": f"note {i}\n"})] + [
-        tool_call("Read", {"file_path": note}) for _ in range(turns - 2)]
+        tool_call("Read", {"file_path": note}) for _ in range(turns - 2)
+    ]
     return [respond([c], delay=delay if k == 0 else 0.0) for k, c in enumerate(calls)] + [reply(f"run {i} done")]
 
 
@@ -74,8 +74,18 @@ def server_process(runs: int, out: Path, turns: int, delay: float = 0.0) -> Iter
 def sweep(url: str, out: Path, runs: int, concurrency: int, first: int = 0) -> tuple[float, float]:
     """Run the sweep here; returns its wall and CPU time in seconds."""
     os.environ.update(ANTHROPIC_BASE_URL=url, ANTHROPIC_API_KEY="k", DRIVETRAIN_HOME=str(out / "home"))
-    args = build_parser().parse_args(["tasks.jsonl", "--out", str(out), "--model", "claude-sonnet-4-6",
-                                      "--permission-mode", "acceptEdits", "--no-checkpoints"])
+    args = build_parser().parse_args(
+        [
+            "tasks.jsonl",
+            "--out",
+            str(out),
+            "--model",
+            "claude-sonnet-4-6",
+            "--permission-mode",
+            "acceptEdits",
+            "--no-checkpoints",
+        ]
+    )
     agents = FlagAgents(args)
     agents.model(None, "claude-sonnet-4-6")  # the SDK's import and client, made before the clock starts
     tasks = [Task(id=f"r{i}", prompt=_prompt(i)) for i in range(first, first + runs)]
@@ -95,11 +105,13 @@ def throughput(runs: int, concurrency: int, turns: int) -> None:
             wall, cpu = sweep(url, out, runs, concurrency)
         results = read_results(out)
     passed = sum(r.status == "pass" for r in results)
-    print(f"{runs} runs × {turns} turns, {concurrency} at a time: "
-          f"{wall:.2f} s → {runs / wall:.1f} runs/s, {runs * turns / wall:.1f} turns/s "
-          f"({passed} passed, {got['requests']} requests); CPU {cpu:.2f} s, {cpu * 1000 / (runs * turns):.2f} ms a "
-          f"turn → {runs * turns / cpu:.0f} turns per CPU-second; the server's CPU {got['server_cpu']:.2f} s, "
-          f"{got['server_cpu'] * 1000 / got['requests']:.2f} ms a request; load average {os.getloadavg()[0]:.1f}")
+    print(
+        f"{runs} runs × {turns} turns, {concurrency} at a time: "
+        f"{wall:.2f} s → {runs / wall:.1f} runs/s, {runs * turns / wall:.1f} turns/s "
+        f"({passed} passed, {got['requests']} requests); CPU {cpu:.2f} s, {cpu * 1000 / (runs * turns):.2f} ms a "
+        f"turn → {runs * turns / cpu:.0f} turns per CPU-second; the server's CPU {got['server_cpu']:.2f} s, "
+        f"{got['server_cpu'] * 1000 / got['requests']:.2f} ms a request; load average {os.getloadavg()[0]:.1f}"
+    )
 
 
 def _rss_kib() -> int:
@@ -157,8 +169,11 @@ def main() -> None:
         n = a.memory_runs
         for traced, what in ((True, "Python heap (tracemalloc)"), (False, "RSS")):
             one, many = peak_kib(1, a.turns, traced), peak_kib(n, a.turns, traced)
-            print(f"{what} grown while runs are in flight: 1 at once +{one:,} KiB, {n} at once +{many:,} KiB → "
-                  f"{(many - one) / (n - 1):.0f} KiB per concurrent run")
+            print(
+                f"{what} grown while runs are in flight: 1 at once +{one:,} KiB, {n} at once +{many:,} KiB → "
+                f"{(many - one) / (n - 1):.0f} KiB per concurrent run"
+            )
+
 
 if __name__ == "__main__":
     main()

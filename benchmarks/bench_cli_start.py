@@ -24,8 +24,12 @@ def wall(command: list[str]) -> float:
 
 
 def slowest_imports(n: int = 5) -> list[tuple[int, str]]:
-    err = subprocess.run([sys.executable, "-X", "importtime", "-c", "import drivetrain.cli.main"],
-                         capture_output=True, text=True, check=True).stderr
+    err = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", "import drivetrain.cli.main"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stderr
     rows = [line.split("|") for line in err.splitlines() if line.startswith("import time:") and "|" in line]
     timed = [(int(r[1]), r[2].strip()) for r in rows if r[1].strip().isdigit()]
     return sorted((t for t in timed if t[1].split(".")[0] != "drivetrain"), reverse=True)[:n]

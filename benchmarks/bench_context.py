@@ -38,8 +38,10 @@ from drivetrain.testing import ScriptedServer, reply, respond, tool_call
 
 MODEL = "claude-sonnet-4-6"
 KEEP = 3  # the last rounds whose results must reach the model intact
-SYSTEM = ("You are a careful engineer working through a long investigation. Fetch each record in turn, "
-          "compare it with what you saw before, and report what changed. " * 8)
+SYSTEM = (
+    "You are a careful engineer working through a long investigation. Fetch each record in turn, "
+    "compare it with what you saw before, and report what changed. " * 8
+)
 
 
 def record(n: int, size: int) -> str:
@@ -56,29 +58,41 @@ def make_fetch(size: int):
     def fetch(n: int) -> str:
         """Fetch record n of the investigation."""
         return record(n, size)
+
     return fetch
 
 
 def last_rounds_intact(body: dict, size: int) -> bool:
     """Do the last KEEP tool rounds in ``body`` carry their results unchanged?"""
     messages = body["messages"]
-    calls = {b["id"]: b["input"]["n"] for m in messages if m["role"] == "assistant"
-             for b in m["content"] if b.get("type") == "tool_use"}
-    rounds = [m for m in messages if m["role"] == "user"
-              and any(b.get("type") == "tool_result" for b in m["content"] if isinstance(b, dict))]
+    calls = {
+        b["id"]: b["input"]["n"]
+        for m in messages
+        if m["role"] == "assistant"
+        for b in m["content"]
+        if b.get("type") == "tool_use"
+    }
+    rounds = [
+        m
+        for m in messages
+        if m["role"] == "user" and any(b.get("type") == "tool_result" for b in m["content"] if isinstance(b, dict))
+    ]
     for m in rounds[-KEEP:]:
         for b in m["content"]:
             if b.get("type") == "tool_result":
-                content = b["content"] if isinstance(b["content"], str) else "".join(x.get("text", "") for x in b["content"])
+                content = (
+                    b["content"] if isinstance(b["content"], str) else "".join(x.get("text", "") for x in b["content"])
+                )
                 if content != record(calls[b["tool_use_id"]], size):
                     raise AssertionError(f"a result of the last {KEEP} rounds was changed: {b['tool_use_id']}")
     return True
 
 
 def script(turns: int, size: int) -> list:
-    check = lambda body: last_rounds_intact(body, size)  # noqa: E731
-    return [respond([tool_call("fetch", {"n": i})], expect=check) for i in range(turns - 1)] + \
-        [reply("All records compared.", expect=check)]
+    check = lambda body: last_rounds_intact(body, size)
+    return [respond([tool_call("fetch", {"n": i})], expect=check) for i in range(turns - 1)] + [
+        reply("All records compared.", expect=check)
+    ]
 
 
 @dataclass
@@ -110,7 +124,7 @@ def figures(name: str, server: ScriptedServer) -> Figures:
     for req in server.requests:
         body = req.body
         messages = _strip(body["messages"])
-        if previous is not None and messages[:len(previous)] != previous:
+        if previous is not None and messages[: len(previous)] != previous:
             f.changed += 1
         previous = messages
     f.requests = len(server.requests)
@@ -151,23 +165,32 @@ async def naive(turns: int, size: int) -> Figures:
         messages: list[dict] = [{"role": "user", "content": "Go through the records."}]
         tools = [{"name": "fetch", "description": fetch.description, "input_schema": fetch.input_schema}]
         while True:
-            msg = await client.messages.create(model=MODEL, max_tokens=8192, system=SYSTEM, tools=tools,
-                                               messages=messages)
+            msg = await client.messages.create(
+                model=MODEL, max_tokens=8192, system=SYSTEM, tools=tools, messages=messages
+            )
             messages.append({"role": "assistant", "content": [b.to_dict() for b in msg.content]})
             if msg.stop_reason != "tool_use":
                 break
-            results = [{"type": "tool_result", "tool_use_id": b.id, "content": record(b.input["n"], size)}
-                       for b in msg.content if b.type == "tool_use"]
+            results = [
+                {"type": "tool_result", "tool_use_id": b.id, "content": record(b.input["n"], size)}
+                for b in msg.content
+                if b.type == "tool_use"
+            ]
             messages.append({"role": "user", "content": results})
         await client.close()
     return figures("naive loop (raw SDK, resends all)", server)
 
 
-async def drivetrain(name: str, turns: int, size: int, caching: bool, settings: ContextSettings,
-                     window: int) -> Figures:
+async def drivetrain(
+    name: str, turns: int, size: int, caching: bool, settings: ContextSettings, window: int
+) -> Figures:
     with RecordingServer(script(turns, size)) as server:
-        model = AnthropicModel.from_env(MODEL, {"ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_API_KEY": "k"},
-                                        prompt_caching=caching, context_window=window)
+        model = AnthropicModel.from_env(
+            MODEL,
+            {"ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_API_KEY": "k"},
+            prompt_caching=caching,
+            context_window=window,
+        )
         agent = Agent(model=model, tools=[make_fetch(size)], system=SYSTEM, context_settings=settings)
         result = await agent.run("Go through the records.")
         assert result.subtype == "success", result
@@ -184,21 +207,29 @@ async def main() -> None:
     size = int(args.result_kb * 1024)
     on = ContextSettings()
     runs = [await naive(args.turns, size)]
-    for name, caching, settings in (("drivetrain, context management off", False, CONTEXT_OFF),
-                                    ("drivetrain, prompt caching only", True, CONTEXT_OFF),
-                                    ("drivetrain, clearing only", False, on),
-                                    ("drivetrain, on (default)", True, on)):
+    for name, caching, settings in (
+        ("drivetrain, context management off", False, CONTEXT_OFF),
+        ("drivetrain, prompt caching only", True, CONTEXT_OFF),
+        ("drivetrain, clearing only", False, on),
+        ("drivetrain, on (default)", True, on),
+    ):
         runs.append(await drivetrain(name, args.turns, size, caching, settings, args.window))
     base = runs[0].billed
-    print(f"{args.turns} requests, {args.result_kb:g} kB tool results, window {args.window} tokens; clearing at "
-          f"{on.clear_at:.0%} down to {on.clear_to:.0%}, last {on.keep_rounds} rounds kept; tokens = 4 bytes of JSON")
+    print(
+        f"{args.turns} requests, {args.result_kb:g} kB tool results, window {args.window} tokens; clearing at "
+        f"{on.clear_at:.0%} down to {on.clear_to:.0%}, last {on.keep_rounds} rounds kept; tokens = 4 bytes of JSON"
+    )
     print(f"every request checked by the server: valid, and the last {KEEP} rounds' results intact")
-    head = f"{'':38} {'uncached':>10} {'cache wr':>10} {'cache rd':>10} {'billed eq.':>11} {'% naive':>8} " \
-           f"{'largest':>8} {'changed':>8}"
+    head = (
+        f"{'':38} {'uncached':>10} {'cache wr':>10} {'cache rd':>10} {'billed eq.':>11} {'% naive':>8} "
+        f"{'largest':>8} {'changed':>8}"
+    )
     print(head)
     for f in runs:
-        print(f"{f.name:38} {f.uncached:>10,} {f.writes:>10,} {f.reads:>10,} {f.billed:>11,.0f} "
-              f"{100 * f.billed / base:>7.1f}% {f.largest:>8,} {f.changed:>8}")
+        print(
+            f"{f.name:38} {f.uncached:>10,} {f.writes:>10,} {f.reads:>10,} {f.billed:>11,.0f} "
+            f"{100 * f.billed / base:>7.1f}% {f.largest:>8,} {f.changed:>8}"
+        )
     best = runs[-1]
     verdict = "met" if best.billed <= 0.15 * base else "NOT met"
     print(f"target (drivetrain on <= 15% of the naive loop): {verdict} ({100 * best.billed / base:.1f}%)")

@@ -36,10 +36,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "examples"))
+from cli_runner import code_state  # noqa: E402  (benchmarks/, next to this file)
+from cli_runner import run_cli as run_drivetrain  # noqa: E402
 from line_count import FILES, TASK  # noqa: E402  (the quick-start task itself, not a copy)
-
-from cli_runner import code_state, run_cli as run_drivetrain  # noqa: E402  (benchmarks/, next to this file)
-from naive import load_llama, run_naive as naive_loop, sampling_of  # noqa: E402
+from naive import load_llama, sampling_of  # noqa: E402
+from naive import run_naive as naive_loop  # noqa: E402
 
 MAX_TURNS = 12
 EXPECTED = sum(text.count("\n") for text in FILES.values())
@@ -94,10 +95,22 @@ def run_cli(n: int, model: str, save: Path) -> RunOutcome:
     run_dir = save / "drivetrain" / f"run{n}"
     ws = make_workspace(run_dir)
     code, load_avg = code_state()[1], os.getloadavg()[0]
-    r = run_drivetrain(TASK, ws, run_dir, model=model, max_turns=MAX_TURNS, timeout_s=RUN_TIMEOUT_S,
-                       permission_mode="acceptEdits")
-    out = RunOutcome(n, False, r.num_turns, r.wall_s, check(ws), r.answer, r.subtype, r.trajectory,
-                     code=code, cpu_s=r.cpu_s, load_avg=load_avg)
+    r = run_drivetrain(
+        TASK, ws, run_dir, model=model, max_turns=MAX_TURNS, timeout_s=RUN_TIMEOUT_S, permission_mode="acceptEdits"
+    )
+    out = RunOutcome(
+        n,
+        False,
+        r.num_turns,
+        r.wall_s,
+        check(ws),
+        r.answer,
+        r.subtype,
+        r.trajectory,
+        code=code,
+        cpu_s=r.cpu_s,
+        load_avg=load_avg,
+    )
     out.solved = out.file_ok and out.answer_ok
     if r.result.get("note"):
         out.notes.append(r.result["note"])
@@ -122,14 +135,26 @@ def measure_load(model: str) -> tuple[float, float, str]:
 
 # ---------------------------------------------------------------- the naive loop
 
+
 def run_naive(llm, n: int, sampling: dict, seed: int, save: Path, max_tokens: int | None) -> RunOutcome:
     run_dir = save / "naive" / f"run{n}"
     ws = make_workspace(run_dir)
     code, load_avg = code_state()[1], os.getloadavg()[0]
     r = naive_loop(llm, TASK, ws, sampling=sampling, seed=seed, max_turns=MAX_TURNS, max_tokens=max_tokens)
     (run_dir / "transcript.json").write_text(json.dumps(r.messages, indent=1, ensure_ascii=False))
-    out = RunOutcome(n, False, r.turns, r.wall_s, check(ws), r.answer, r.subtype, r.trajectory, code=code,
-                     cpu_s=r.cpu_s, load_avg=load_avg)
+    out = RunOutcome(
+        n,
+        False,
+        r.turns,
+        r.wall_s,
+        check(ws),
+        r.answer,
+        r.subtype,
+        r.trajectory,
+        code=code,
+        cpu_s=r.cpu_s,
+        load_avg=load_avg,
+    )
     out.solved = out.file_ok and out.answer_ok
     return out
 
@@ -144,9 +169,12 @@ def print_row(r: RunOutcome, load_s: float | None = None) -> None:
     turns = "-" if r.num_turns is None else str(r.num_turns)
     excl = f"{r.wall_s - load_s:8.1f}" if load_s is not None else ""
     written = "(none)" if r.written is None else repr(r.written[:12])
-    print(f"  {r.n:>3}  {'yes' if r.solved else 'NO':<6} {turns:>5} {r.wall_s:8.1f}{excl} {r.cpu_s:7.0f} "
-          f"{r.load_avg:5.1f}  {written:<14} "
-          f"{'yes' if r.answer_ok else 'no':<6} {r.subtype:<16} {r.trajectory}", flush=True)
+    print(
+        f"  {r.n:>3}  {'yes' if r.solved else 'NO':<6} {turns:>5} {r.wall_s:8.1f}{excl} {r.cpu_s:7.0f} "
+        f"{r.load_avg:5.1f}  {written:<14} "
+        f"{'yes' if r.answer_ok else 'no':<6} {r.subtype:<16} {r.trajectory}",
+        flush=True,
+    )
     if r.code != START_CODE:
         print(f"       NOTE: src/ changed since the batch started (digest {r.code}, was {START_CODE})", flush=True)
     if not r.solved:
@@ -155,8 +183,10 @@ def print_row(r: RunOutcome, load_s: float | None = None) -> None:
 
 def header(with_excl: bool) -> None:
     excl = " excl.load" if with_excl else ""
-    print(f"  run  solved turns   wall s{excl}   cpu s  load  total.txt      answer subtype          trajectory",
-          flush=True)
+    print(
+        f"  run  solved turns   wall s{excl}   cpu s  load  total.txt      answer subtype          trajectory",
+        flush=True,
+    )
 
 
 def summary(label: str, rows: list[RunOutcome], load_s: float | None = None) -> str:
@@ -180,8 +210,9 @@ def summary(label: str, rows: list[RunOutcome], load_s: float | None = None) -> 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--model", choices=["default", "small"], default="default",
-                        help="default: the bundled 1.5B; small: the 0.5B")
+    parser.add_argument(
+        "--model", choices=["default", "small"], default="default", help="default: the bundled 1.5B; small: the 0.5B"
+    )
     parser.add_argument("--only", choices=["drivetrain", "naive"], default=None)
     parser.add_argument("--seed", type=int, default=1, help="naive loop: run n uses seeds seed*10000 + n*100 + turn")
     parser.add_argument("--save", type=Path, default=None, help="where to keep workspaces and logs")
@@ -192,18 +223,25 @@ def main() -> int:
     global START_CODE
     head, START_CODE = code_state()
     from drivetrain.models.local import LocalModel
+
     probe = LocalModel(args.model)  # not loaded: only its settings are read
     sampling = sampling_of(probe)
-    print(f"task: {TASK}\nexpected total: {EXPECTED}   model: {probe.name}   runs: {args.runs}   "
-          f"max turns: {MAX_TURNS}\nsampling (LocalModel defaults, both loops): {sampling}\n"
-          f"code: {head} (src digest {START_CODE})   cores: {len(os.sched_getaffinity(0))}   "
-          f"logs and workspaces: {save}\n", flush=True)
+    print(
+        f"task: {TASK}\nexpected total: {EXPECTED}   model: {probe.name}   runs: {args.runs}   "
+        f"max turns: {MAX_TURNS}\nsampling (LocalModel defaults, both loops): {sampling}\n"
+        f"code: {head} (src digest {START_CODE})   cores: {len(os.sched_getaffinity(0))}   "
+        f"logs and workspaces: {save}\n",
+        flush=True,
+    )
     summaries = []
 
     if args.only in (None, "drivetrain"):
         cold, warm, name = measure_load(args.model)
-        print(f"drivetrain CLI (provider local, {name}); LocalModel.load(): {cold:.2f} s first, {warm:.2f} s again "
-              f"(the warm figure is subtracted for 'excl. load'); llama.cpp seeds each call at random", flush=True)
+        print(
+            f"drivetrain CLI (provider local, {name}); LocalModel.load(): {cold:.2f} s first, {warm:.2f} s again "
+            f"(the warm figure is subtracted for 'excl. load'); llama.cpp seeds each call at random",
+            flush=True,
+        )
         header(True)
         rows = []
         for n in range(1, args.runs + 1):
@@ -215,9 +253,11 @@ def main() -> int:
     if args.only in (None, "naive"):
         llm, _, load = load_llama(args.model)
         max_tokens = getattr(probe, "max_output_tokens", None)  # the same per-reply cap as LocalModel
-        print(f"naive loop (llama_cpp.Llama.create_chat_completion, no grammar, no workspace context); "
-              f"reply cap {max_tokens} tokens; loaded once in {load:.2f} s, NOT counted in the wall times below",
-              flush=True)
+        print(
+            f"naive loop (llama_cpp.Llama.create_chat_completion, no grammar, no workspace context); "
+            f"reply cap {max_tokens} tokens; loaded once in {load:.2f} s, NOT counted in the wall times below",
+            flush=True,
+        )
         header(False)
         rows = []
         for n in range(1, args.runs + 1):

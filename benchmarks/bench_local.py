@@ -77,8 +77,10 @@ async def history_latency(choice: str, sizes: list[int]) -> None:
     for size in sizes:
         history = history_of(model, size)
         await model.respond(ModelRequest(history, system=SYSTEM, tools=tools, max_tokens=1))  # the previous turn
-        nxt = history + [Message.assistant(ToolUseBlock("toolu_next", "Read", {"file_path": "app.py"})),
-                         Message.user(ToolResultBlock("toolu_next", APP))]
+        nxt = history + [
+            Message.assistant(ToolUseBlock("toolu_next", "Read", {"file_path": "app.py"})),
+            Message.user(ToolResultBlock("toolu_next", APP)),
+        ]
         started = time.perf_counter()
         await model.respond(ModelRequest(nxt, system=SYSTEM, tools=tools, max_tokens=16))
         warm, warm_stats = time.perf_counter() - started, model.last_stats
@@ -86,17 +88,24 @@ async def history_latency(choice: str, sizes: list[int]) -> None:
         started = time.perf_counter()
         await model.respond(ModelRequest(nxt, system=SYSTEM, tools=tools, max_tokens=16))
         cold, cold_stats = time.perf_counter() - started, model.last_stats
-        print(f"  history ~{cold_stats.prompt_tokens:>5} tok: turn with KV reuse {warm:6.2f} s "
-              f"(evaluated {warm_stats.prompt_eval_tokens} tok), without {cold:6.2f} s "
-              f"(evaluated {cold_stats.prompt_eval_tokens} tok): {cold / warm:5.1f}x")
+        print(
+            f"  history ~{cold_stats.prompt_tokens:>5} tok: turn with KV reuse {warm:6.2f} s "
+            f"(evaluated {warm_stats.prompt_eval_tokens} tok), without {cold:6.2f} s "
+            f"(evaluated {cold_stats.prompt_eval_tokens} tok): {cold / warm:5.1f}x"
+        )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=["small", "default"], help="small, default, or .gguf paths")
     parser.add_argument("--gen", type=int, default=64, help="tokens of free text to generate")
-    parser.add_argument("--history", nargs="*", type=int, default=[2000, 6000],
-                        help="history sizes (tokens) for the turn-latency comparison; none to skip")
+    parser.add_argument(
+        "--history",
+        nargs="*",
+        type=int,
+        default=[2000, 6000],
+        help="history sizes (tokens) for the turn-latency comparison; none to skip",
+    )
     args = parser.parse_args()
     print(f"cores available: {len(os.sched_getaffinity(0))}")
     for choice in args.models:

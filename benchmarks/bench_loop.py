@@ -26,17 +26,17 @@ import subprocess
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import anthropic
 
 from drivetrain import Agent, tool
-from drivetrain.sessions.audit import AuditLog
-from drivetrain.models.anthropic import AnthropicModel
 from drivetrain.control.permissions import Policy
 from drivetrain.host.procs import child_env, watch_group
+from drivetrain.models.anthropic import AnthropicModel
+from drivetrain.sessions.audit import AuditLog
 from drivetrain.sessions.file import FileStore
 from drivetrain.testing import ScriptedServer, reply, respond, tool_call
 from drivetrain.tools import Bash
@@ -93,8 +93,9 @@ def model_for(url: str) -> AnthropicModel:
 # ---------------------------------------------------------------- 1. per-turn overhead
 
 
-async def harness_run(turns: int, ws: Path, profile: cProfile.Profile | None = None,
-                      session_log: bool = False) -> tuple[tuple, list[dict]]:
+async def harness_run(
+    turns: int, ws: Path, profile: cProfile.Profile | None = None, session_log: bool = False
+) -> tuple[tuple, list[dict]]:
     """drivetrain with a Policy (default mode, an allow rule for the tool) and the audit log; with ``session_log``,
     as the CLI builds it: the run saved to the same store after every step (fsync'd once a turn).
 
@@ -116,8 +117,15 @@ async def harness_run(turns: int, ws: Path, profile: cProfile.Profile | None = N
                 in_model[1] += time.process_time() - cpu
 
         model.respond = timed_respond
-        agent = Agent(model=model, tools=[noop], system="bench", cwd=ws, policy=policy, observers=[audit.observe],
-                      store=store if session_log else None)
+        agent = Agent(
+            model=model,
+            tools=[noop],
+            system="bench",
+            cwd=ws,
+            policy=policy,
+            observers=[audit.observe],
+            store=store if session_log else None,
+        )
         gc.collect()  # each timed run starts with no one else's garbage
         started, cpu = time.perf_counter(), time.process_time()
         if profile is not None:
@@ -212,8 +220,11 @@ async def main() -> None:
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--profile", metavar="FILE", help="cProfile drivetrain's runs into FILE (pstats format)")
     ap.add_argument("--skip-parallel", action="store_true")
-    ap.add_argument("--session-log", action="store_true",
-                    help="save the run to the session store after every step, as the CLI does (an fsync a turn)")
+    ap.add_argument(
+        "--session-log",
+        action="store_true",
+        help="save the run to the session store after every step, as the CLI does (an fsync a turn)",
+    )
     args = ap.parse_args()
     ws = Path(tempfile.mkdtemp(prefix="drivetrain-bench-"))
     profile = cProfile.Profile() if args.profile else None
@@ -227,14 +238,18 @@ async def main() -> None:
         raw.append(await raw_sdk_run(bodies))
         del bodies  # not held through the next run's garbage collections
     saved = " and the session log" if args.session_log else ""
-    print(f"per-turn, {args.turns} turns x {args.repeats} runs, interleaved, server in its own process; drivetrain "
-          f"with streaming, a Policy, the audit log{saved} vs the raw anthropic SDK streaming the same bodies:")
+    print(
+        f"per-turn, {args.turns} turns x {args.repeats} runs, interleaved, server in its own process; drivetrain "
+        f"with streaming, a Policy, the audit log{saved} vs the raw anthropic SDK streaming the same bodies:"
+    )
     for i, what in enumerate(("wall", "CPU")):
         for name, pick in (("median", statistics.median), ("best", min)):
             h_turn = pick(x[i] for x in harness) / args.turns * 1000
             r_turn = pick(x[i] for x in raw) / args.turns * 1000
-            print(f"  {what:4} {name:6}: drivetrain {h_turn:6.2f} ms/turn, raw SDK {r_turn:6.2f} ms/request: "
-                  f"ratio {h_turn / r_turn:.3f} ({100 * (h_turn / r_turn - 1):+.1f}%)")
+            print(
+                f"  {what:4} {name:6}: drivetrain {h_turn:6.2f} ms/turn, raw SDK {r_turn:6.2f} ms/request: "
+                f"ratio {h_turn / r_turn:.3f} ({100 * (h_turn / r_turn - 1):+.1f}%)"
+            )
     pairs = sorted(h[0] / r[0] for h, r in zip(harness, raw))  # each pair ran back to back, on one machine state
     print(f"  wall, each pair's ratio: median {statistics.median(pairs):.3f}, from {pairs[0]:.3f} to {pairs[-1]:.3f}")
     own = [statistics.median(x[i] for x in harness) / args.turns * 1000 for i in (2, 3)]
@@ -246,8 +261,10 @@ async def main() -> None:
         return
 
     c = await bash_costs(ws)
-    print(f"Bash `true`: {c['call'] * 1000:.2f} ms a call, of which handing its process group to the watchdog "
-          f"{c['watch'] * 1e6:.1f} µs and building its environment without credentials {c['env'] * 1e6:.1f} µs")
+    print(
+        f"Bash `true`: {c['call'] * 1000:.2f} ms a call, of which handing its process group to the watchdog "
+        f"{c['watch'] * 1e6:.1f} µs and building its environment without credentials {c['env'] * 1e6:.1f} µs"
+    )
     p = await parallel_tools(8, 0.5, ws)
     print("8 Bash calls of `sleep 0.5` in one turn:")
     print(f"  one call, whole turn  : {p['single']:.2f} s")

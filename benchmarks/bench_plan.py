@@ -50,8 +50,9 @@ def write_report(text: str) -> str:
 
 
 def model(server: ScriptedServer) -> AnthropicModel:
-    return AnthropicModel.from_env("claude-sonnet-4-6", {"ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_API_KEY": "k"},
-                                   backoff=0.01)
+    return AnthropicModel.from_env(
+        "claude-sonnet-4-6", {"ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_API_KEY": "k"}, backoff=0.01
+    )
 
 
 def report_text() -> str:
@@ -78,19 +79,35 @@ async def free_loop(parallel: bool, cwd: Path) -> tuple[int, int, float]:
 
 
 async def dag(cwd: Path) -> tuple[int, int, float]:
-    plan = Plan.from_json({"task": "Inspect three modules, then write a report of what fails.", "steps": [
-        *({"id": m, "goal": f"Inspect {m}.", "depends_on": [], "tools": ["inspect"], "max_turns": 3} for m in MODULES),
-        {"id": "report", "goal": "Write the report.", "depends_on": list(MODULES), "tools": ["write_report"],
-         "max_turns": 3}]})
-    scripts = {m: [respond([tool_call("inspect", {"module": m})]), reply(f"{m}: 1 failing ({m}_total)")]
-               for m in MODULES}
+    plan = Plan.from_json(
+        {
+            "task": "Inspect three modules, then write a report of what fails.",
+            "steps": [
+                *(
+                    {"id": m, "goal": f"Inspect {m}.", "depends_on": [], "tools": ["inspect"], "max_turns": 3}
+                    for m in MODULES
+                ),
+                {
+                    "id": "report",
+                    "goal": "Write the report.",
+                    "depends_on": list(MODULES),
+                    "tools": ["write_report"],
+                    "max_turns": 3,
+                },
+            ],
+        }
+    )
+    scripts = {
+        m: [respond([tool_call("inspect", {"module": m})]), reply(f"{m}: 1 failing ({m}_total)")] for m in MODULES
+    }
     scripts["report"] = [respond([tool_call("write_report", {"text": report_text()})]), reply("Report written.")]
     with ExitStack() as stack:
         servers = {i: stack.enter_context(ScriptedServer(s)) for i, s in scripts.items()}
 
         def make_agent(step):
-            return step_agent(Agent(model=model(servers[step.id]), tools=[inspect, write_report], cwd=cwd,
-                                    strict=True), step)
+            return step_agent(
+                Agent(model=model(servers[step.id]), tools=[inspect, write_report], cwd=cwd, strict=True), step
+            )
 
         started = time.monotonic()
         result = await apply_plan(plan, make_agent, state_path=cwd / "state.json", concurrency=3)
@@ -107,8 +124,11 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
     WORK_S = args.work
-    rows: dict[str, list] = {"free loop, one call a turn": [], "free loop, parallel calls": [],
-                             "DAG (apply_plan, concurrency 3)": []}
+    rows: dict[str, list] = {
+        "free loop, one call a turn": [],
+        "free loop, parallel calls": [],
+        "DAG (apply_plan, concurrency 3)": [],
+    }
 
     async def all_runs() -> None:  # one event loop for all: the SDK clients close with it
         for _ in range(args.repeats):

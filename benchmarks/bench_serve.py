@@ -22,11 +22,25 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import ClassVar
 
-REQUEST = {"model": "bench", "max_tokens": 256, "system": "You are a coding agent. " * 20,
-           "tools": [{"name": "Read", "description": "Read a file.", "input_schema": {
-               "type": "object", "properties": {"file_path": {"type": "string"}}, "required": ["file_path"]}}],
-           "messages": [{"role": "user", "content": "Summarise README.md in one sentence."}]}
+REQUEST = {
+    "model": "bench",
+    "max_tokens": 256,
+    "system": "You are a coding agent. " * 20,
+    "tools": [
+        {
+            "name": "Read",
+            "description": "Read a file.",
+            "input_schema": {
+                "type": "object",
+                "properties": {"file_path": {"type": "string"}},
+                "required": ["file_path"],
+            },
+        }
+    ],
+    "messages": [{"role": "user", "content": "Summarise README.md in one sentence."}],
+}
 ANSWER = "The README explains how to install drivetrain and run its agent loop against a model."
 
 
@@ -35,31 +49,52 @@ ANSWER = "The README explains how to install drivetrain and run its agent loop a
 
 def _answer(stream: bool, model: str) -> bytes:
     usage = {"input_tokens": 120, "output_tokens": 18, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
-    message = {"id": "msg_bench", "type": "message", "role": "assistant", "model": model,
-               "content": [{"type": "text", "text": ANSWER}], "stop_reason": "end_turn", "stop_sequence": None,
-               "usage": usage}
+    message = {
+        "id": "msg_bench",
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": [{"type": "text", "text": ANSWER}],
+        "stop_reason": "end_turn",
+        "stop_sequence": None,
+        "usage": usage,
+    }
     if not stream:
         body = json.dumps(message).encode()
         return b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body)
-    events = [("message_start", {"type": "message_start", "message": dict(message, content=[], stop_reason=None)}),
-              ("content_block_start", {"type": "content_block_start", "index": 0,
-                                       "content_block": {"type": "text", "text": ""}})]
+    events = [
+        ("message_start", {"type": "message_start", "message": dict(message, content=[], stop_reason=None)}),
+        (
+            "content_block_start",
+            {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+        ),
+    ]
     words = ANSWER.split(" ")
     for i in range(0, len(words), 3):
-        piece = " ".join(words[i:i + 3]) + (" " if i + 3 < len(words) else "")
-        events.append(("content_block_delta", {"type": "content_block_delta", "index": 0,
-                                               "delta": {"type": "text_delta", "text": piece}}))
-    events += [("content_block_stop", {"type": "content_block_stop", "index": 0}),
-               ("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None},
-                                  "usage": usage}),
-               ("message_stop", {"type": "message_stop"})]
+        piece = " ".join(words[i : i + 3]) + (" " if i + 3 < len(words) else "")
+        events.append(
+            (
+                "content_block_delta",
+                {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": piece}},
+            )
+        )
+    events += [
+        ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+        (
+            "message_delta",
+            {"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None}, "usage": usage},
+        ),
+        ("message_stop", {"type": "message_stop"}),
+    ]
     body = b"".join(f"event: {e}\ndata: {json.dumps(d)}\n\n".encode() for e, d in events)
-    return (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
-            + b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body))
+    return (
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+        + b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
+    )
 
 
 class _Upstream(asyncio.Protocol):
-    answers: dict = {}
+    answers: ClassVar[dict] = {}
     delay = 0.0
 
     def connection_made(self, transport):
@@ -75,7 +110,7 @@ class _Upstream(asyncio.Protocol):
             length = int(head.split(b"content-length:")[1].split(b"\r\n")[0]) if b"content-length:" in head else 0
             if len(self.buffer) < head_end + 4 + length:
                 return
-            body, self.buffer = self.buffer[head_end + 4:head_end + 4 + length], self.buffer[head_end + 4 + length:]
+            body, self.buffer = self.buffer[head_end + 4 : head_end + 4 + length], self.buffer[head_end + 4 + length :]
             answer = self.answers[b'"stream": true' in body or b'"stream":true' in body]
             if self.delay:
                 asyncio.get_running_loop().call_later(self.delay, self._write, answer)
@@ -118,8 +153,10 @@ async def _read_response(reader: asyncio.StreamReader) -> int:
 
 def _request_bytes(port: int, stream: bool) -> bytes:
     body = json.dumps(dict(REQUEST, stream=stream)).encode()
-    return (b"POST /v1/messages HTTP/1.1\r\nhost: 127.0.0.1:%d\r\ncontent-type: application/json\r\n"
-            b"anthropic-version: 2023-06-01\r\nx-api-key: bench\r\ncontent-length: %d\r\n\r\n%s" % (port, len(body), body))
+    return (
+        b"POST /v1/messages HTTP/1.1\r\nhost: 127.0.0.1:%d\r\ncontent-type: application/json\r\n"
+        b"anthropic-version: 2023-06-01\r\nx-api-key: bench\r\ncontent-length: %d\r\n\r\n%s" % (port, len(body), body)
+    )
 
 
 async def _client(port: int, request: bytes, until: float, count: int | None, latencies: list, errors: list) -> None:
@@ -154,8 +191,13 @@ async def measure(port: int, stream: bool, clients: int, seconds: float = 0.0, c
     await asyncio.gather(*(_client(port, request, start + seconds, count, latencies, errors) for _ in range(clients)))
     elapsed = time.perf_counter() - start
     latencies.sort()
-    return {"n": len(latencies), "errors": len(errors), "rps": len(latencies) / elapsed,
-            "p50": statistics.median(latencies) * 1000, "p99": latencies[int(len(latencies) * 0.99) - 1] * 1000}
+    return {
+        "n": len(latencies),
+        "errors": len(errors),
+        "rps": len(latencies) / elapsed,
+        "p50": statistics.median(latencies) * 1000,
+        "p99": latencies[int(len(latencies) * 0.99) - 1] * 1000,
+    }
 
 
 # ----------------------------------------------------------------- the run
@@ -193,28 +235,50 @@ def main() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "OPENAI_", "DRIVETRAIN_"))}
     env |= {"ANTHROPIC_BASE_URL": f"http://127.0.0.1:{up_port}", "ANTHROPIC_API_KEY": "sk-bench"}
     drivetrain = str(Path(sys.executable).parent / "drivetrain")
-    procs = [subprocess.Popen([sys.executable, __file__, "--upstream", str(up_port), "--delay-ms", str(args.delay_ms)]),
-             subprocess.Popen([drivetrain, "serve", "--provider", "anthropic", "--model", "claude-bench", "--quiet",
-                               "--port", str(serve_port), "--workers", str(args.workers)], env=env,
-                              stderr=subprocess.DEVNULL)]
+    procs = [
+        subprocess.Popen([sys.executable, __file__, "--upstream", str(up_port), "--delay-ms", str(args.delay_ms)]),
+        subprocess.Popen(
+            [
+                drivetrain,
+                "serve",
+                "--provider",
+                "anthropic",
+                "--model",
+                "claude-bench",
+                "--quiet",
+                "--port",
+                str(serve_port),
+                "--workers",
+                str(args.workers),
+            ],
+            env=env,
+            stderr=subprocess.DEVNULL,
+        ),
+    ]
     try:
         wait_port(up_port)
         wait_port(serve_port)
-        print(f"upstream: time to first byte {args.delay_ms:g} ms; serve: {args.workers} worker(s); "
-              f"{os.cpu_count()} CPUs shared by all three processes")
+        print(
+            f"upstream: time to first byte {args.delay_ms:g} ms; serve: {args.workers} worker(s); "
+            f"{os.cpu_count()} CPUs shared by all three processes"
+        )
         print("\none client, sequential (p50 latency):")
         for stream in (False, True):
             direct = asyncio.run(measure(up_port, stream, 1, count=args.requests))
             via = asyncio.run(measure(serve_port, stream, 1, count=args.requests))
             kind = "streaming" if stream else "JSON     "
-            print(f"  {kind}  direct {direct['p50']:6.2f} ms   through serve {via['p50']:6.2f} ms   "
-                  f"ratio {via['p50'] / direct['p50']:.2f}x   (+{via['p50'] - direct['p50']:.2f} ms)")
+            print(
+                f"  {kind}  direct {direct['p50']:6.2f} ms   through serve {via['p50']:6.2f} ms   "
+                f"ratio {via['p50'] / direct['p50']:.2f}x   (+{via['p50'] - direct['p50']:.2f} ms)"
+            )
         print("\nconcurrent clients, streaming, through serve (direct in brackets):")
         for clients in (16, 64):
             direct = asyncio.run(measure(up_port, True, clients, seconds=args.seconds))
             via = asyncio.run(measure(serve_port, True, clients, seconds=args.seconds))
-            print(f"  {clients:3d} clients  {via['rps']:7.0f} req/s  p50 {via['p50']:6.1f} ms  p99 {via['p99']:6.1f} ms  "
-                  f"errors {via['errors']}   [direct {direct['rps']:.0f} req/s, p99 {direct['p99']:.1f} ms]")
+            print(
+                f"  {clients:3d} clients  {via['rps']:7.0f} req/s  p50 {via['p50']:6.1f} ms  p99 {via['p99']:6.1f} ms  "
+                f"errors {via['errors']}   [direct {direct['rps']:.0f} req/s, p99 {direct['p99']:.1f} ms]"
+            )
     finally:
         for p in procs:
             p.terminate()

@@ -47,8 +47,9 @@ print(json.dumps({"import_s": t1 - t0, "load_s": t2 - t1, "first_token_s": t3 - 
 
 
 def measure(model: str, mode: str, folder: Path) -> dict:
-    out = subprocess.run([sys.executable, "-c", CHILD, model, mode, str(folder)], capture_output=True, text=True,
-                         check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, model, mode, str(folder)], capture_output=True, text=True, check=True
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -67,8 +68,10 @@ def main() -> int:
     for mode, rs in rows.items():
         med = {k: statistics.median(r[k] for r in rs) for k in ("load_s", "first_token_s", "total_s")}
         ev = statistics.median(r["evaluated"] for r in rs)
-        print(f"{mode:<6} {ev:>8.0f}/{rs[0]['prompt']:<16} {med['load_s']:7.2f}  {med['first_token_s']:14.2f}  "
-              f"{med['total_s']:15.2f}")
+        print(
+            f"{mode:<6} {ev:>8.0f}/{rs[0]['prompt']:<16} {med['load_s']:7.2f}  {med['first_token_s']:14.2f}  "
+            f"{med['total_s']:15.2f}"
+        )
     return 0
 
 

@@ -21,10 +21,15 @@ def code_state(root: Path = ROOT) -> tuple[str, str]:
     """(HEAD commit and dirty flag, a digest of src/) of the checkout at ``root`` (this one, or the worktree a
     ``src:`` config runs): the repository may change while a batch runs."""
     try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True,
-                              text=True).stdout.strip() or "?"
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "src"], cwd=root, capture_output=True,
-                               text=True).stdout.strip()
+        head = (
+            subprocess.run(
+                ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True
+            ).stdout.strip()
+            or "?"
+        )
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "src"], cwd=root, capture_output=True, text=True
+        ).stdout.strip()
     except OSError:
         head, dirty = "?", ""
     digest = hashlib.sha256()
@@ -34,8 +39,9 @@ def code_state(root: Path = ROOT) -> tuple[str, str]:
 
 
 def cli_env(model: str, home: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("ANTHROPIC_", "OPENAI_")) and k != "DRIVETRAIN_ABLATE"}
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "OPENAI_")) and k != "DRIVETRAIN_ABLATE"
+    }
     env["DRIVETRAIN_LOCAL_MODEL"] = model
     env["DRIVETRAIN_HOME"] = str(home)  # audit logs go with the run; no user settings leak in
     env.update(extra or {})
@@ -76,21 +82,49 @@ class CliRun:
     stderr: str
 
 
-def run_cli(prompt: str, ws: Path, run_dir: Path, *, model: str, max_turns: int, timeout_s: float,
-            permission_mode: str = "bypassPermissions", extra_args: Sequence[str] = (),
-            extra_env: Mapping[str, str] | None = None,
-            provider_args: Sequence[str] = ("--provider", "local")) -> CliRun:
+def run_cli(
+    prompt: str,
+    ws: Path,
+    run_dir: Path,
+    *,
+    model: str,
+    max_turns: int,
+    timeout_s: float,
+    permission_mode: str = "bypassPermissions",
+    extra_args: Sequence[str] = (),
+    extra_env: Mapping[str, str] | None = None,
+    provider_args: Sequence[str] = ("--provider", "local"),
+) -> CliRun:
     """``drivetrain -p PROMPT --output-format json --verbose …`` in ``ws``; stdout/stderr kept in ``run_dir``."""
     run_dir.mkdir(parents=True, exist_ok=True)
     exe = Path(sys.executable).parent / "drivetrain"
-    argv = [str(exe), "-p", prompt, "--output-format", "json", "--verbose", *provider_args,
-            "--max-turns", str(max_turns), "--permission-mode", permission_mode, *extra_args]
+    argv = [
+        str(exe),
+        "-p",
+        prompt,
+        "--output-format",
+        "json",
+        "--verbose",
+        *provider_args,
+        "--max-turns",
+        str(max_turns),
+        "--permission-mode",
+        permission_mode,
+        *extra_args,
+    ]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     returncode = None
     try:
-        proc = subprocess.run(argv, cwd=ws, env=cli_env(model, run_dir / "home", extra_env), stdin=subprocess.DEVNULL,
-                              capture_output=True, text=True, timeout=timeout_s)
+        proc = subprocess.run(
+            argv,
+            cwd=ws,
+            env=cli_env(model, run_dir / "home", extra_env),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+        )
         stdout, stderr, timed_out, returncode = proc.stdout, proc.stderr, False, proc.returncode
     except subprocess.TimeoutExpired as e:
         stdout, stderr, timed_out = _text(e.stdout), _text(e.stderr), True
@@ -100,11 +134,22 @@ def run_cli(prompt: str, ws: Path, run_dir: Path, *, model: str, max_turns: int,
     (run_dir / "stdout.json").write_text(stdout)
     (run_dir / "stderr.log").write_text(stderr)
     (run_dir / "argv.json").write_text(json.dumps(argv[1:], indent=1))
-    result = next((_json(line) for line in reversed(stdout.splitlines())
-                   if line.startswith("{") and '"type": "result"' in line), {})
+    result = next(
+        (_json(line) for line in reversed(stdout.splitlines()) if line.startswith("{") and '"type": "result"' in line),
+        {},
+    )
     subtype = "timeout" if timed_out else result.get("subtype", f"no result (exit {returncode})")
-    return CliRun(result, result.get("result") or "", subtype, result.get("num_turns"), wall, cpu,
-                  trajectory_from_log(stderr), stdout, stderr)
+    return CliRun(
+        result,
+        result.get("result") or "",
+        subtype,
+        result.get("num_turns"),
+        wall,
+        cpu,
+        trajectory_from_log(stderr),
+        stdout,
+        stderr,
+    )
 
 
 def _json(line: str) -> dict:

@@ -69,8 +69,14 @@ def deny_policy(rules: Sequence[str], ws: Path, home: Path):
     from drivetrain.control.permissions.policy import Policy
 
     home.mkdir(parents=True, exist_ok=True)
-    return Policy.load(ws, mode="bypassPermissions", disallowed_tools=list(rules), interactive=False,
-                       env={"DRIVETRAIN_HOME": str(home)}, home=home)
+    return Policy.load(
+        ws,
+        mode="bypassPermissions",
+        disallowed_tools=list(rules),
+        interactive=False,
+        env={"DRIVETRAIN_HOME": str(home)},
+        home=home,
+    )
 
 
 async def run_call(call: dict | str, ws: Path, policy=None) -> tuple[str, str, bool]:
@@ -118,8 +124,13 @@ class NaiveRun:
 def sampling_of(probe) -> dict:
     """LocalModel's sampling settings, in create_chat_completion's names (both loops sample alike)."""
     s = probe.sampling
-    return {"temperature": s["temp"], "top_p": s["top_p"], "top_k": s["top_k"], "min_p": s["min_p"],
-            "repeat_penalty": s["repeat_penalty"]}
+    return {
+        "temperature": s["temp"],
+        "top_p": s["top_p"],
+        "top_k": s["top_k"],
+        "min_p": s["min_p"],
+        "repeat_penalty": s["repeat_penalty"],
+    }
 
 
 def load_llama(model: str):
@@ -132,13 +143,28 @@ def load_llama(model: str):
     probe = LocalModel(model)  # not loaded: only its settings are read
     path = resolve_model(model)
     t = time.perf_counter()
-    llm = Llama(model_path=str(path), n_ctx=probe.n_ctx, n_threads=probe.n_threads,
-                n_threads_batch=probe.n_threads, verbose=False)
+    llm = Llama(
+        model_path=str(path),
+        n_ctx=probe.n_ctx,
+        n_threads=probe.n_threads,
+        n_threads_batch=probe.n_threads,
+        verbose=False,
+    )
     return llm, probe, time.perf_counter() - t
 
 
-def run_naive(llm, task: str, ws: Path, *, sampling: dict, seed: int, max_turns: int, max_tokens: int | None,
-              policy=None, timeout_s: float | None = None) -> NaiveRun:
+def run_naive(
+    llm,
+    task: str,
+    ws: Path,
+    *,
+    sampling: dict,
+    seed: int,
+    max_turns: int,
+    max_tokens: int | None,
+    policy=None,
+    timeout_s: float | None = None,
+) -> NaiveRun:
     """One task in the naive loop; turn t samples with seed ``seed + t``. ``timeout_s`` is checked between turns."""
     run = NaiveRun(messages=[{"role": "system", "content": NAIVE_SYSTEM}, {"role": "user", "content": task}])
     started, cpu_started = time.perf_counter(), time.process_time()
@@ -158,7 +184,7 @@ def run_naive(llm, task: str, ws: Path, *, sampling: dict, seed: int, max_turns:
         calls = find_calls(text)
         if not calls:
             run.answer, run.subtype = text, "success"
-            run.steps.append(reply["choices"][0]["finish_reason"] == "length" and "max_tokens" or "end_turn")
+            run.steps.append((reply["choices"][0]["finish_reason"] == "length" and "max_tokens") or "end_turn")
             break
         parts, names = [], []
         for call in calls:

@@ -23,8 +23,11 @@ def row_wording(row: dict) -> tuple[str, str, str]:
 def print_line(row: dict) -> None:
     turns = "-" if row.get("turns") is None else str(row["turns"])
     wording = row.get("wording") or "en-1"
-    print(f"{row['task']:<17} {wording:<5} {row['config']:<14} {'yes' if row['solved'] else 'NO':<4} {turns:>3} "
-          f"{row['wall_s']:7.1f}s  {row['reason']}", flush=True)
+    print(
+        f"{row['task']:<17} {wording:<5} {row['config']:<14} {'yes' if row['solved'] else 'NO':<4} {turns:>3} "
+        f"{row['wall_s']:7.1f}s  {row['reason']}",
+        flush=True,
+    )
     if row.get("trajectory"):
         print(f"{'':<17} {'':<5} {'':<14}      {row['trajectory'][:150]}", flush=True)
 
@@ -73,13 +76,19 @@ def side_by_side(rows: list[dict], title: str, key: Callable[[dict], str], order
 
 def breakdowns(rows: list[dict]) -> str:
     """Solved/runs, % and median wall per split, per language, per both, and per task kind, configs side by side."""
-    split = lambda r: row_wording(r)[2]  # noqa: E731
-    lang = lambda r: row_wording(r)[1]  # noqa: E731
-    parts = [side_by_side(rows, "split", split, ["heldout", "tune"]),
-             side_by_side(rows, "language", lang, ["en", "zh"]),
-             side_by_side(rows, "split/language", lambda r: f"{split(r)}/{lang(r)}",
-                          ["heldout/en", "heldout/zh", "tune/en", "tune/zh"]),
-             side_by_side(rows, "task", lambda r: r["task"], list(TASKS))]
+    split = lambda r: row_wording(r)[2]
+    lang = lambda r: row_wording(r)[1]
+    parts = [
+        side_by_side(rows, "split", split, ["heldout", "tune"]),
+        side_by_side(rows, "language", lang, ["en", "zh"]),
+        side_by_side(
+            rows,
+            "split/language",
+            lambda r: f"{split(r)}/{lang(r)}",
+            ["heldout/en", "heldout/zh", "tune/en", "tune/zh"],
+        ),
+        side_by_side(rows, "task", lambda r: r["task"], list(TASKS)),
+    ]
     return "\n\n".join(parts)
 
 
@@ -98,9 +107,11 @@ def tables(rows: list[dict]) -> tuple[str, str, str]:
     for c in columns:
         rs = per_col[c]
         n = sum(r["solved"] for r in rs)
-        summary.append(f"{c:<{width}}  {f'{n}/{len(rs)}':>9}  {100 * n / len(rs):>3.0f}%  "
-                       f"{_fmt(_median(r['wall_s'] for r in rs), ' s'):>11}  "
-                       f"{_fmt(_median(r.get('turns') for r in rs)):>12}")
+        summary.append(
+            f"{c:<{width}}  {f'{n}/{len(rs)}':>9}  {100 * n / len(rs):>3.0f}%  "
+            f"{_fmt(_median(r['wall_s'] for r in rs), ' s'):>11}  "
+            f"{_fmt(_median(r.get('turns') for r in rs)):>12}"
+        )
 
     per_task = side_by_side(rows, "task", lambda r: r["task"], list(TASKS))
 
@@ -123,12 +134,18 @@ def tables(rows: list[dict]) -> tuple[str, str, str]:
         n, total = sum(r["solved"] for r in per_col[c]), len(per_col[c])
         totals.append(f"**{n}/{total} ({100 * n / total:.0f}%)**")
     md.append("| **total** | " + " | ".join(totals) + " |")
-    md.append("| median wall per run | " + " | ".join(_fmt(_median(r["wall_s"] for r in per_col[c]), " s")
-                                                     for c in columns) + " |")
+    md.append(
+        "| median wall per run | "
+        + " | ".join(_fmt(_median(r["wall_s"] for r in per_col[c]), " s") for c in columns)
+        + " |"
+    )
     return "\n".join(summary), per_task, "\n".join(md)
 
 
 def print_tables(rows: list[dict]) -> None:
     summary, _, md = tables(rows)
-    print(f"{summary}\n\nsolved/runs  %  median wall, configs side by side:\n\n{breakdowns(rows)}\n\n"
-          f"for the README:\n\n{md}", flush=True)
+    print(
+        f"{summary}\n\nsolved/runs  %  median wall, configs side by side:\n\n{breakdowns(rows)}\n\n"
+        f"for the README:\n\n{md}",
+        flush=True,
+    )

@@ -93,14 +93,82 @@ class Task:
 
 # ---------------------------------------------------------------- vocabulary for generated files
 
-NOUNS = ["order", "invoice", "user", "report", "cart", "ticket", "record", "sensor", "account", "message",
-         "payment", "booking", "product", "review", "shipment", "session", "task", "note", "event", "batch"]
-VERBS = ["load", "parse", "build", "compute", "format", "check", "collect", "merge", "render", "count",
-         "filter", "update", "fetch", "export", "normalize", "summarize"]
-MODULES = ["inventory", "billing", "reports", "shipping", "accounts", "orders", "metrics", "storage", "search",
-           "pricing", "alerts", "scheduler", "catalog", "payments", "ledger", "notify"]
-WORDS = ["alpha", "beta", "gamma", "delta", "falcon", "harbor", "maple", "cobalt", "quartz", "ember", "willow",
-         "orbit", "summit", "atlas", "nova", "pixel"]
+NOUNS = [
+    "order",
+    "invoice",
+    "user",
+    "report",
+    "cart",
+    "ticket",
+    "record",
+    "sensor",
+    "account",
+    "message",
+    "payment",
+    "booking",
+    "product",
+    "review",
+    "shipment",
+    "session",
+    "task",
+    "note",
+    "event",
+    "batch",
+]
+VERBS = [
+    "load",
+    "parse",
+    "build",
+    "compute",
+    "format",
+    "check",
+    "collect",
+    "merge",
+    "render",
+    "count",
+    "filter",
+    "update",
+    "fetch",
+    "export",
+    "normalize",
+    "summarize",
+]
+MODULES = [
+    "inventory",
+    "billing",
+    "reports",
+    "shipping",
+    "accounts",
+    "orders",
+    "metrics",
+    "storage",
+    "search",
+    "pricing",
+    "alerts",
+    "scheduler",
+    "catalog",
+    "payments",
+    "ledger",
+    "notify",
+]
+WORDS = [
+    "alpha",
+    "beta",
+    "gamma",
+    "delta",
+    "falcon",
+    "harbor",
+    "maple",
+    "cobalt",
+    "quartz",
+    "ember",
+    "willow",
+    "orbit",
+    "summit",
+    "atlas",
+    "nova",
+    "pixel",
+]
 
 
 def func_names(rng: random.Random, n: int) -> list[str]:
@@ -112,14 +180,16 @@ def func_names(rng: random.Random, n: int) -> list[str]:
 def filler_function(rng: random.Random, name: str) -> str:
     """A small, plausible Python function of 2–5 body lines."""
     arg = rng.choice(["items", "data", "values", "rows", "entries"])
-    body = rng.choice([
-        ["result = []", f"for x in {arg}:", "    result.append(x)", "return result"],
-        ["total = 0", f"for x in {arg}:", "    total += x", "return total"],
-        [f"if not {arg}:", "    return None", f"return {arg}[0]"],
-        [f"return sorted({arg})"],
-        ["seen = set()", f"for x in {arg}:", "    seen.add(x)", "return len(seen)"],
-        [f"return [x for x in {arg} if x]"],
-    ])
+    body = rng.choice(
+        [
+            ["result = []", f"for x in {arg}:", "    result.append(x)", "return result"],
+            ["total = 0", f"for x in {arg}:", "    total += x", "return total"],
+            [f"if not {arg}:", "    return None", f"return {arg}[0]"],
+            [f"return sorted({arg})"],
+            ["seen = set()", f"for x in {arg}:", "    seen.add(x)", "return len(seen)"],
+            [f"return [x for x in {arg} if x]"],
+        ]
+    )
     return f"def {name}({arg}):\n" + "".join(f"    {line}\n" for line in body)
 
 
@@ -188,12 +258,20 @@ def digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else ""
 
 
-def run_python(ws: Path, args: list[str], timeout: float = 20,
-               env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess:
+def run_python(
+    ws: Path, args: list[str], timeout: float = 20, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess:
     """Run a Python script or ``-c`` program in the workspace (the checker's own interpreter)."""
     try:
-        return subprocess.run([sys.executable, *args], cwd=ws, capture_output=True, text=True, timeout=timeout,
-                              stdin=subprocess.DEVNULL, env={**os.environ, **env} if env else None)
+        return subprocess.run(
+            [sys.executable, *args],
+            cwd=ws,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **env} if env else None,
+        )
     except subprocess.TimeoutExpired:
         return subprocess.CompletedProcess(args, 124, "", f"timed out after {timeout} s")
 
@@ -201,16 +279,24 @@ def run_python(ws: Path, args: list[str], timeout: float = 20,
 def call_cases(ws: Path, module: str, func: str, cases: list[list]) -> Check:
     """Import ``module`` from the workspace in a fresh interpreter and compare ``func(*args)`` with each case's
     expected value (cases are ``[args, expected]``)."""
-    prog = ("import json, sys\nsys.path.insert(0, '.')\n"
-            f"from {module} import {func} as f\n"
-            "out = []\n"
-            "for args, _ in json.loads(sys.stdin.readline()):\n"
-            "    try:\n        out.append(['ok', f(*args)])\n"
-            "    except Exception as e:\n        out.append(['raised', type(e).__name__ + ': ' + str(e)])\n"
-            "print(json.dumps(out))\n")
+    prog = (
+        "import json, sys\nsys.path.insert(0, '.')\n"
+        f"from {module} import {func} as f\n"
+        "out = []\n"
+        "for args, _ in json.loads(sys.stdin.readline()):\n"
+        "    try:\n        out.append(['ok', f(*args)])\n"
+        "    except Exception as e:\n        out.append(['raised', type(e).__name__ + ': ' + str(e)])\n"
+        "print(json.dumps(out))\n"
+    )
     try:
-        proc = subprocess.run([sys.executable, "-c", prog], cwd=ws, input=json.dumps(cases) + "\n",
-                              capture_output=True, text=True, timeout=20)
+        proc = subprocess.run(
+            [sys.executable, "-c", prog],
+            cwd=ws,
+            input=json.dumps(cases) + "\n",
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
     except subprocess.TimeoutExpired:
         return False, f"{module}.{func} did not return within 20 s"
     if proc.returncode != 0:

@@ -27,15 +27,46 @@ from tasks_files import TASKS as _FILES
 from tasks_questions import TASKS as _QUESTIONS
 from wordings import WORDINGS
 
-_ORDER = ["linecount", "linecount-nowc", "todos", "fix-test", "rename", "off-by-one", "create-json",
-          "create-function", "locate", "csv-sum", "config-edit", "find-files", "syntax-fix", "log-count",
-          "unique-lines", "move-function", "exact-output", "data-stat", "run-question", "readonly-question",
-          "pytest-fix", "dedupe-order"]
-TASKS: dict[str, Task] = {t.name: replace(t, wordings=WORDINGS[t.name])
-                          for t in sorted(_FILES + _CODE + _EDITS + _QUESTIONS, key=lambda t: _ORDER.index(t.name))}
+_ORDER = [
+    "linecount",
+    "linecount-nowc",
+    "todos",
+    "fix-test",
+    "rename",
+    "off-by-one",
+    "create-json",
+    "create-function",
+    "locate",
+    "csv-sum",
+    "config-edit",
+    "find-files",
+    "syntax-fix",
+    "log-count",
+    "unique-lines",
+    "move-function",
+    "exact-output",
+    "data-stat",
+    "run-question",
+    "readonly-question",
+    "pytest-fix",
+    "dedupe-order",
+]
+TASKS: dict[str, Task] = {
+    t.name: replace(t, wordings=WORDINGS[t.name])
+    for t in sorted(_FILES + _CODE + _EDITS + _QUESTIONS, key=lambda t: _ORDER.index(t.name))
+}
 # the answer itself must carry the result (a number, a path, a citation), not only a file
-REPORTS = {"linecount", "linecount-nowc", "csv-sum", "find-files", "log-count", "locate", "data-stat",
-           "run-question", "readonly-question"}
+REPORTS = {
+    "linecount",
+    "linecount-nowc",
+    "csv-sum",
+    "find-files",
+    "log-count",
+    "locate",
+    "data-stat",
+    "run-question",
+    "readonly-question",
+}
 
 # ---------------------------------------------------------------- the split: tune on one half, report on the other
 
@@ -45,14 +76,14 @@ Split = Literal["tune", "heldout"]
 # leads to a change of the harness's code moves its wording here first (docs/benchmarks.md, "The split").
 MOVED_TO_TUNE: dict[tuple[str, str], str] = {
     ("exact-output", "zh-1"): "its held-out near miss (two differences, a computed value between them) led to "
-                              "patching each difference where it stands (small/exact.py); zh-3 is held out instead",
+    "patching each difference where it stands (small/exact.py); zh-3 is held out instead",
     ("run-question", "zh-1"): "its held-out run never ended its turn (failing calls until the turn cap), which led "
-                              "to offering the checks' fixes when calls keep failing (WhenFailing); zh-3 is held out "
-                              "instead",
+    "to offering the checks' fixes when calls keep failing (WhenFailing); zh-3 is held out "
+    "instead",
     ("pytest-fix", "zh-1"): "as run-question zh-1: a held-out run looping on failing calls; zh-3 is held out instead",
     ("run-question", "zh-3"): "its held-out run (2026-12-04) answered 'agm' after the harness showed the call printed "
-                              "'gmaam', which led to the check that the answer gives what the call printed; zh-4 is "
-                              "held out instead",
+    "'gmaam', which led to the check that the answer gives what the call printed; zh-4 is "
+    "held out instead",
 }
 
 
@@ -71,8 +102,11 @@ def split_of(kind: str, wording: str) -> Split:
 
 def wordings_for(kind: str, split: str = "all", lang: str = "all", ids: tuple[str, ...] = ()) -> list[str]:
     """The ids of ``kind``'s wordings in ``split`` (tune, heldout, all) and ``lang`` (en, zh, all), or among ``ids``."""
-    return [w.id for w in TASKS[kind].wordings
-            if split in ("all", split_of(kind, w.id)) and lang in ("all", w.lang) and (not ids or w.id in ids)]
+    return [
+        w.id
+        for w in TASKS[kind].wordings
+        if split in ("all", split_of(kind, w.id)) and lang in ("all", w.lang) and (not ids or w.id in ids)
+    ]
 
 
 # ---------------------------------------------------------------- the self-test
@@ -128,8 +162,9 @@ def check_one(task: Task, seed: int, base: Path, wording: str | None = None) -> 
     return problems + wording_problems(task, seed, base / f"{task.name}-{seed}" / "wordings")
 
 
-def selftest(names: list[str] | None = None, seeds: range = range(1, 7),
-             base: Path | None = None) -> dict[str, list[str]]:
+def selftest(
+    names: list[str] | None = None, seeds: range = range(1, 7), base: Path | None = None
+) -> dict[str, list[str]]:
     """{task name: problems} for every task (or ``names``) over ``seeds``; prints nothing."""
     out: dict[str, list[str]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-selftest-") as tmp:
@@ -138,8 +173,11 @@ def selftest(names: list[str] | None = None, seeds: range = range(1, 7),
             task = TASKS[name]
             out[name] = [f"seed {s}: {p}" for s in seeds for p in check_one(task, s, root)]
             if len(task.wordings) < 3 or not any(w.lang == "zh" for w in task.wordings):
-                out[name].append(f"has {len(task.wordings)} wordings, none in Chinese" if len(task.wordings) >= 3
-                                 else f"has {len(task.wordings)} wordings, fewer than three")
+                out[name].append(
+                    f"has {len(task.wordings)} wordings, none in Chinese"
+                    if len(task.wordings) >= 3
+                    else f"has {len(task.wordings)} wordings, fewer than three"
+                )
             if not any(split_of(name, w.id) == "heldout" and w.lang == "zh" for w in task.wordings):
                 out[name].append("no Chinese wording is held out")
             prompts = {task.make(s, root / f"{name}-variety-{s}").prompt for s in seeds}

@@ -27,17 +27,41 @@ from tasks_code import BUGS
 
 # (function, parameters, body, sample calls the program prints, hidden cases)
 MOVABLE = [
-    ("format_price", "cents", 'return f"${cents // 100}.{cents % 100:02d}"',
-     [[1999], [5], [120000], [730]], [([1999], "$19.99"), ([5], "$0.05"), ([100], "$1.00")]),
-    ("slugify", "title", 'return "-".join(title.lower().split())',
-     [["Hello World"], ["Quarterly Report 2024"], ["  spaced   out  "]],
-     [(["Hello World"], "hello-world"), (["  A  b "], "a-b"), (["x"], "x")]),
-    ("percent", "part, whole", "return round(100 * part / whole, 1)",
-     [[1, 3], [7, 8], [0, 5], [12, 40]], [([1, 3], 33.3), ([5, 5], 100.0), ([0, 7], 0.0)]),
-    ("initials", "name", 'return "".join(w[0].upper() for w in name.split())',
-     [["ada lovelace"], ["grace brewster hopper"], ["linus"]], [(["ada lovelace"], "AL"), (["x y z"], "XYZ")]),
-    ("clamp", "x, lo, hi", "return max(lo, min(x, hi))",
-     [[5, 0, 3], [-1, 0, 3], [2, 0, 3]], [([5, 0, 3], 3), ([-1, 0, 3], 0), ([2, 0, 3], 2)]),
+    (
+        "format_price",
+        "cents",
+        'return f"${cents // 100}.{cents % 100:02d}"',
+        [[1999], [5], [120000], [730]],
+        [([1999], "$19.99"), ([5], "$0.05"), ([100], "$1.00")],
+    ),
+    (
+        "slugify",
+        "title",
+        'return "-".join(title.lower().split())',
+        [["Hello World"], ["Quarterly Report 2024"], ["  spaced   out  "]],
+        [(["Hello World"], "hello-world"), (["  A  b "], "a-b"), (["x"], "x")],
+    ),
+    (
+        "percent",
+        "part, whole",
+        "return round(100 * part / whole, 1)",
+        [[1, 3], [7, 8], [0, 5], [12, 40]],
+        [([1, 3], 33.3), ([5, 5], 100.0), ([0, 7], 0.0)],
+    ),
+    (
+        "initials",
+        "name",
+        'return "".join(w[0].upper() for w in name.split())',
+        [["ada lovelace"], ["grace brewster hopper"], ["linus"]],
+        [(["ada lovelace"], "AL"), (["x y z"], "XYZ")],
+    ),
+    (
+        "clamp",
+        "x, lo, hi",
+        "return max(lo, min(x, hi))",
+        [[5, 0, 3], [-1, 0, 3], [2, 0, 3]],
+        [([5, 0, 3], 3), ([-1, 0, 3], 0), ([2, 0, 3], 2)],
+    ),
 ]
 
 
@@ -55,9 +79,10 @@ def gen_move_function(rng: random.Random, ws: Path) -> Setup:
     parts.append("def main():\n" + "".join(f"    print({func}({', '.join(map(repr, c))}))\n" for c in calls))
     (ws / app).write_text("import sys\n\n\n" + "\n\n".join(parts) + '\n\nif __name__ == "__main__":\n    main()\n')
     output = run_python(ws, [app]).stdout
-    return Setup({"func": func, "app": app, "new": new},
-                 {"func": func, "params": params, "body": body, "app": app, "new": new, "output": output,
-                  "cases": hidden})
+    return Setup(
+        {"func": func, "app": app, "new": new},
+        {"func": func, "params": params, "body": body, "app": app, "new": new, "output": output, "cases": hidden},
+    )
 
 
 def check_move_function(ws: Path, answer: str, e: dict) -> Check:
@@ -69,13 +94,17 @@ def check_move_function(ws: Path, answer: str, e: dict) -> Check:
         return False, f"{app} is gone"
     if re.search(rf"^def {func}\(", text, re.M):
         return False, f"{app} still defines {func} (copied, not moved)"
-    if not re.search(rf"^\s*(from {e['new']} import .*\b{func}\b|from {e['new']} import \*|import {e['new']}\b)",
-                     text, re.M):
+    if not re.search(
+        rf"^\s*(from {e['new']} import .*\b{func}\b|from {e['new']} import \*|import {e['new']}\b)", text, re.M
+    ):
         return False, f"{app} does not import {func} from {e['new']}"
     proc = run_python(ws, [app])
     if proc.returncode != 0 or proc.stdout != e["output"]:
-        return False, f"python3 {app} {'fails' if proc.returncode else 'prints something else'}: " \
-                      f"{(proc.stderr.strip().splitlines() or [proc.stdout])[-1][:100]}"
+        return (
+            False,
+            f"python3 {app} {'fails' if proc.returncode else 'prints something else'}: "
+            f"{(proc.stderr.strip().splitlines() or [proc.stdout])[-1][:100]}",
+        )
     return call_cases(ws, e["new"], func, e["cases"])
 
 
@@ -97,17 +126,21 @@ def gen_exact_output(rng: random.Random, ws: Path) -> Setup:
     items = rng.sample(WORDS, rng.randint(3, 8)) + [""] * rng.randint(0, 2)  # empty entries do not count
     rng.shuffle(items)
     n = sum(bool(x) for x in items)
-    line, near = rng.choice([
-        (f"Processed {n} {noun}s.", f'f"Processed {{n}} {noun}s!"'),
-        (f"Done: {n} {noun}s", f'"Done:", n, "{noun}s", ""'),  # a trailing space
-        (f"{noun.capitalize()} count = {n}", f'f"{noun} count={{n}}"'),
-        (f"Total {noun}s: {n}", f'f"Total {noun}s:  {{n}}"'),
-        (f"[ok] {n} {noun}s loaded", f'f"[OK] {{n}} {noun}s loaded."'),
-    ])
+    line, near = rng.choice(
+        [
+            (f"Processed {n} {noun}s.", f'f"Processed {{n}} {noun}s!"'),
+            (f"Done: {n} {noun}s", f'"Done:", n, "{noun}s", ""'),  # a trailing space
+            (f"{noun.capitalize()} count = {n}", f'f"{noun} count={{n}}"'),
+            (f"Total {noun}s: {n}", f'f"Total {noun}s:  {{n}}"'),
+            (f"[ok] {n} {noun}s loaded", f'f"[OK] {{n}} {noun}s loaded."'),
+        ]
+    )
     script = rng.choice(["summary.py", "status.py", f"{noun}_report.py", "run.py"])
-    (ws / script).write_text(f'"""Count the {noun}s."""\n\n{noun.upper()}S = {items!r}\n\n\n'
-                             "def count(items):\n    return sum(1 for x in items if x)\n\n\n"
-                             f"n = count({noun.upper()}S)\nprint(\"debug:\", {noun.upper()}S)\nprint({near})\n")
+    (ws / script).write_text(
+        f'"""Count the {noun}s."""\n\n{noun.upper()}S = {items!r}\n\n\n'
+        "def count(items):\n    return sum(1 for x in items if x)\n\n\n"
+        f'n = count({noun.upper()}S)\nprint("debug:", {noun.upper()}S)\nprint({near})\n'
+    )
     return Setup({"script": script, "line": line}, {"script": script, "line": line})
 
 
@@ -141,22 +174,37 @@ def gen_pytest_fix(rng: random.Random, ws: Path) -> Setup:
     test = f"tests/test_{mod}.py"
     cases = ",\n".join(f"    ({', '.join(map(repr, args))}, {want!r})" for args, want in shown)
     argnames = ", ".join(p.strip() for p in params.split(",")) + ", expected"
-    (ws / test).write_text(f"import pytest\n\nfrom {mod} import {func}\n\n\n"
-                           f"@pytest.mark.parametrize({argnames!r}, [\n{cases},\n])\n"
-                           f"def test_{func}({argnames}):\n"
-                           f"    assert {func}({argnames.rsplit(', ', 1)[0]}) == expected\n")
+    (ws / test).write_text(
+        f"import pytest\n\nfrom {mod} import {func}\n\n\n"
+        f"@pytest.mark.parametrize({argnames!r}, [\n{cases},\n])\n"
+        f"def test_{func}({argnames}):\n"
+        f"    assert {func}({argnames.rsplit(', ', 1)[0]}) == expected\n"
+    )
     (ws / "pytest.ini").write_text("[pytest]\npythonpath = .\ntestpaths = tests\n")
-    return Setup({"module": mod, "test": test},
-                 {"module": mod, "func": func, "test": test, "bad": bad, "good": good,
-                  "test_digest": digest(ws / test), "cases": shown + hidden})
+    return Setup(
+        {"module": mod, "test": test},
+        {
+            "module": mod,
+            "func": func,
+            "test": test,
+            "bad": bad,
+            "good": good,
+            "test_digest": digest(ws / test),
+            "cases": shown + hidden,
+        },
+    )
 
 
 def check_pytest_fix(ws: Path, answer: str, e: dict) -> Check:
     if digest(ws / e["test"]) != e["test_digest"]:
         return False, f"{e['test']} was changed"
     # only pytest itself: plugins installed beside it would slow every check and could change the verdict
-    proc = run_python(ws, ["-m", "pytest", "-q", "-p", "no:cacheprovider", e["test"]], timeout=60,
-                      env={"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"})
+    proc = run_python(
+        ws,
+        ["-m", "pytest", "-q", "-p", "no:cacheprovider", e["test"]],
+        timeout=60,
+        env={"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"},
+    )
     if proc.returncode != 0:
         summary = (proc.stdout.strip().splitlines() or ["?"])[-1]
         return False, f"pytest still fails: {summary[:100]}"
@@ -211,12 +259,37 @@ def solve_dedupe_order(ws: Path, e: dict) -> str:
 
 
 TASKS = [
-    Task("move-function", "move a function into a new module and import it from there; the program prints the same",
-         gen_move_function, check_move_function, solve_move_function, names=("func", "app", "new")),
-    Task("exact-output", "make a script print one given line exactly (no debug line, no '!', no stray space)",
-         gen_exact_output, check_exact_output, solve_exact_output, names=("script", "line")),
-    Task("pytest-fix", "a parametrized suite in tests/ fails (only pytest, with its pytest.ini, runs it): fix the "
-         "module; hidden cases too", gen_pytest_fix, check_pytest_fix, solve_pytest_fix, names=("module",)),
-    Task("dedupe-order", "remove duplicate lines from a file in place, keeping the first order (not sorted)",
-         gen_dedupe_order, check_dedupe_order, solve_dedupe_order, names=("file",)),
+    Task(
+        "move-function",
+        "move a function into a new module and import it from there; the program prints the same",
+        gen_move_function,
+        check_move_function,
+        solve_move_function,
+        names=("func", "app", "new"),
+    ),
+    Task(
+        "exact-output",
+        "make a script print one given line exactly (no debug line, no '!', no stray space)",
+        gen_exact_output,
+        check_exact_output,
+        solve_exact_output,
+        names=("script", "line"),
+    ),
+    Task(
+        "pytest-fix",
+        "a parametrized suite in tests/ fails (only pytest, with its pytest.ini, runs it): fix the "
+        "module; hidden cases too",
+        gen_pytest_fix,
+        check_pytest_fix,
+        solve_pytest_fix,
+        names=("module",),
+    ),
+    Task(
+        "dedupe-order",
+        "remove duplicate lines from a file in place, keeping the first order (not sorted)",
+        gen_dedupe_order,
+        check_dedupe_order,
+        solve_dedupe_order,
+        names=("file",),
+    ),
 ]

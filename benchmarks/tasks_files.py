@@ -35,8 +35,9 @@ def _py_files(rng: random.Random, ws: Path) -> int:
         text = python_module(rng, func_names(rng, rng.randint(1, 3)), rng.choice(["import os", "import sys", ""]))
         (ws / f"{name}.py").write_text(text)
         total += text.count("\n")
-    (ws / rng.choice(["README.md", "notes.txt", "CHANGES.txt"])).write_text("".join(
-        f"{rng.choice(WORDS)} {rng.choice(NOUNS)}\n" for _ in range(rng.randint(3, 8))))
+    (ws / rng.choice(["README.md", "notes.txt", "CHANGES.txt"])).write_text(
+        "".join(f"{rng.choice(WORDS)} {rng.choice(NOUNS)}\n" for _ in range(rng.randint(3, 8)))
+    )
     return total
 
 
@@ -72,8 +73,9 @@ def gen_todos(rng: random.Random, ws: Path) -> Setup:
         for _ in range(rng.randint(0, 2)):
             at = rng.randrange(len(lines) + 1)
             indent = "    " if at and lines[at - 1].startswith(("    ", "def ")) else ""
-            lines.insert(at, f"{indent}# TODO: {rng.choice(['handle', 'test', 'speed up', 'log'])} "
-                             f"{rng.choice(NOUNS)}s")
+            lines.insert(
+                at, f"{indent}# TODO: {rng.choice(['handle', 'test', 'speed up', 'log'])} {rng.choice(NOUNS)}s"
+            )
         lines[:0] = [f"todo_{rng.choice(NOUNS)}s = []", "", ""]  # a name, not a TODO comment
         (ws / f"{name}.py").write_text("\n".join(lines) + "\n")
         found += [f"{name}.py:{i}" for i, line in enumerate(lines, 1) if "TODO" in line]
@@ -98,8 +100,12 @@ def check_todos(ws: Path, answer: str, e: dict) -> Check:
 
 
 def solve_todos(ws: Path, e: dict) -> str:
-    rows = [f"{p.name}:{i}" for p in sorted(ws.glob("*.py"))
-            for i, line in enumerate(p.read_text().splitlines(), 1) if "TODO" in line]
+    rows = [
+        f"{p.name}:{i}"
+        for p in sorted(ws.glob("*.py"))
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if "TODO" in line
+    ]
     (ws / e["out"]).write_text("\n".join(rows) + "\n")
     return f"Found {len(rows)} TODOs and listed them in {e['out']}."
 
@@ -120,8 +126,14 @@ def gen_csv_sum(rng: random.Random, ws: Path) -> Setup:
     for i in range(rng.randint(5, 12)):
         value = round(rng.randint(100, 99999) / 100, 2) if cents else rng.randint(1, 250)
         total += round(value * 100)
-        w.writerow([i + 1, f"{rng.choice(WORDS)}-{rng.randint(10, 99)}", f"{value:.2f}" if cents else value,
-                    rng.choice(["north", "south", "open", "closed", "2024-05-01"])])
+        w.writerow(
+            [
+                i + 1,
+                f"{rng.choice(WORDS)}-{rng.randint(10, 99)}",
+                f"{value:.2f}" if cents else value,
+                rng.choice(["north", "south", "open", "closed", "2024-05-01"]),
+            ]
+        )
     (ws / name).write_text(buf.getvalue())
     return Setup({"col": col, "csv": name, "out": out}, {"out": out, "total": total / 100, "csv": name, "col": col})
 
@@ -170,8 +182,9 @@ def gen_find_files(rng: random.Random, ws: Path) -> Setup:
         # not .txt: the answer file is one, and whether it counts would be a question of timing
         ext = rng.choice(sorted({p.rsplit(".", 1)[1] for p in sizes} - {"txt"}) or ["md"])
         n = sum(p.endswith("." + ext) for p in sizes)
-        return Setup({"variant": "count", "ext": ext, "out": out},
-                     {"out": out, "count": n, "kind": "count", "ext": ext})
+        return Setup(
+            {"variant": "count", "ext": ext, "out": out}, {"out": out, "count": n, "kind": "count", "ext": ext}
+        )
     biggest = max(sizes, key=sizes.get)
     return Setup({"variant": "largest", "out": out}, {"out": out, "path": biggest, "kind": "largest"})
 
@@ -212,8 +225,10 @@ def gen_log_errors(rng: random.Random, ws: Path) -> Setup:
     for i in range(rng.randint(15, 40)):
         lv = rng.choice(["INFO", "INFO", "DEBUG", "ERROR", "WARNING"])
         n += lv == level
-        lines.append(f"2024-05-{rng.randint(1, 28):02d} 12:{i % 60:02d}:{rng.randint(0, 59):02d} {lv} "
-                     f"{rng.choice(NOUNS)} {rng.choice(['saved', 'failed', 'retried', 'skipped', 'loaded'])}")
+        lines.append(
+            f"2024-05-{rng.randint(1, 28):02d} 12:{i % 60:02d}:{rng.randint(0, 59):02d} {lv} "
+            f"{rng.choice(NOUNS)} {rng.choice(['saved', 'failed', 'retried', 'skipped', 'loaded'])}"
+        )
     (ws / name).write_text("\n".join(lines) + "\n")
     return Setup({"level": level, "log": name, "out": out}, {"out": out, "total": n, "log": name, "level": level})
 
@@ -228,18 +243,49 @@ def solve_log_errors(ws: Path, e: dict) -> str:
 
 
 def _settings(rng: random.Random) -> list[tuple[str, str]]:
-    keys = rng.sample(["host", "port", "timeout", "retries", "log_level", "workers", "cache_size", "region",
-                       "user", "max_connections", "debug", "theme"], 7)
-    values = {"host": "localhost", "port": str(rng.choice([8000, 8080, 5432])), "timeout": str(rng.randint(5, 60)),
-              "retries": str(rng.randint(1, 5)), "log_level": "info", "workers": str(rng.randint(2, 8)),
-              "cache_size": f"{rng.randint(1, 9)}00", "region": rng.choice(["eu-west", "us-east"]),
-              "user": rng.choice(WORDS), "max_connections": str(rng.randint(10, 100)), "debug": "false",
-              "theme": rng.choice(["dark", "light"])}
+    keys = rng.sample(
+        [
+            "host",
+            "port",
+            "timeout",
+            "retries",
+            "log_level",
+            "workers",
+            "cache_size",
+            "region",
+            "user",
+            "max_connections",
+            "debug",
+            "theme",
+        ],
+        7,
+    )
+    values = {
+        "host": "localhost",
+        "port": str(rng.choice([8000, 8080, 5432])),
+        "timeout": str(rng.randint(5, 60)),
+        "retries": str(rng.randint(1, 5)),
+        "log_level": "info",
+        "workers": str(rng.randint(2, 8)),
+        "cache_size": f"{rng.randint(1, 9)}00",
+        "region": rng.choice(["eu-west", "us-east"]),
+        "user": rng.choice(WORDS),
+        "max_connections": str(rng.randint(10, 100)),
+        "debug": "false",
+        "theme": rng.choice(["dark", "light"]),
+    }
     return [(k, values[k]) for k in keys]
 
 
-_NEW_VALUE = {"port": "9090", "user": "deploy", "host": "db.internal", "log_level": "debug", "region": "ap-south",
-              "debug": "true", "theme": "solarized"}
+_NEW_VALUE = {
+    "port": "9090",
+    "user": "deploy",
+    "host": "db.internal",
+    "log_level": "debug",
+    "region": "ap-south",
+    "debug": "true",
+    "theme": "solarized",
+}
 
 
 def _render_config(fmt: str, pairs: list[tuple[str, str]], section: str) -> str:
@@ -256,8 +302,11 @@ def _json_value(v: str):
 
 def gen_config_edit(rng: random.Random, ws: Path) -> Setup:
     fmt = rng.choice(["ini", "env", "json"])
-    name = {"ini": rng.choice(["settings.ini", "app.cfg", "service.ini"]), "env": rng.choice([".env", "app.env"]),
-            "json": rng.choice(["config.json", "settings.json"])}[fmt]
+    name = {
+        "ini": rng.choice(["settings.ini", "app.cfg", "service.ini"]),
+        "env": rng.choice([".env", "app.env"]),
+        "json": rng.choice(["config.json", "settings.json"]),
+    }[fmt]
     section = rng.choice(["server", "database", "app", "worker"])
     pairs = _settings(rng)
     key, old = rng.choice(pairs)
@@ -266,8 +315,10 @@ def gen_config_edit(rng: random.Random, ws: Path) -> Setup:
     (ws / name).write_text(_render_config(fmt, pairs, section))
     after = [(k, new if k == key else v) for k, v in pairs]
     (ws / "README.md").write_text(f"# {section}\n\nThe {section} reads its settings from {name}.\n")
-    return Setup({"file": name, "key": shown, "new": new},
-                 {"file": name, "fmt": fmt, "after": _render_config(fmt, after, section), "key": shown})
+    return Setup(
+        {"file": name, "key": shown, "new": new},
+        {"file": name, "fmt": fmt, "after": _render_config(fmt, after, section), "key": shown},
+    )
 
 
 def check_config_edit(ws: Path, answer: str, e: dict) -> Check:
@@ -304,9 +355,15 @@ def gen_create_json(rng: random.Random, ws: Path) -> Setup:
     want[rng.choice(["tags", "regions", "owners"])] = rng.sample(WORDS, rng.randint(2, 3))
     (ws / "README.md").write_text(f"# {want['name']}\n\nConfiguration lives in {name}.\n")
     pairs = [(k, json.dumps(v)) for k, v in want.items()]
-    return Setup({"file": name, "desc": ", ".join(f"{k} {v}" for k, v in pairs),
-                  "desc_lines": "".join(f"\n   - {k}: {v}" for k, v in pairs),
-                  "desc_zh": "，".join(f"{k} 为 {v}" for k, v in pairs)}, {"file": name, "want": want})
+    return Setup(
+        {
+            "file": name,
+            "desc": ", ".join(f"{k} {v}" for k, v in pairs),
+            "desc_lines": "".join(f"\n   - {k}: {v}" for k, v in pairs),
+            "desc_zh": "，".join(f"{k} 为 {v}" for k, v in pairs),
+        },
+        {"file": name, "want": want},
+    )
 
 
 def check_create_json(ws: Path, answer: str, e: dict) -> Check:
@@ -361,22 +418,77 @@ def solve_unique(ws: Path, e: dict) -> str:
 
 
 TASKS = [
-    Task("linecount", "count the lines of the .py files, write the total to a named file, report it (the quick start)",
-         gen_linecount, check_total, solve_linecount, names=("out",)),
-    Task("linecount-nowc", "the same, with Bash(wc:*) denied: the likely first call is refused and must be rerouted",
-         gen_linecount_nowc, check_total, solve_linecount, names=("out",), tags=("permissions",)),
-    Task("todos", "list the TODO comments of the .py files as file:line in a named file",
-         gen_todos, check_todos, solve_todos, names=("out",)),
-    Task("csv-sum", "sum one column of a CSV file, write the sum to a named file, report it",
-         gen_csv_sum, check_csv_sum, solve_csv_sum, names=("col", "csv", "out")),
-    Task("find-files", "count the files with an extension in a small tree, or name the largest file; write and report",
-         gen_find_files, check_find_files, solve_find_files, names=("ext", "out")),
-    Task("log-count", "count the ERROR (or WARNING) lines of a log, write and report the count",
-         gen_log_errors, check_total, solve_log_errors, names=("level", "log", "out")),
-    Task("config-edit", "change one value in an .ini/.env/.json config without touching the rest",
-         gen_config_edit, check_config_edit, solve_config_edit, names=("file", "key", "new")),
-    Task("create-json", "create a JSON file with given keys and values",
-         gen_create_json, check_create_json, solve_create_json, names=("file",)),
-    Task("unique-lines", "write a file's lines sorted with duplicates removed to a named file",
-         gen_unique, check_unique, solve_unique, names=("src", "out")),
+    Task(
+        "linecount",
+        "count the lines of the .py files, write the total to a named file, report it (the quick start)",
+        gen_linecount,
+        check_total,
+        solve_linecount,
+        names=("out",),
+    ),
+    Task(
+        "linecount-nowc",
+        "the same, with Bash(wc:*) denied: the likely first call is refused and must be rerouted",
+        gen_linecount_nowc,
+        check_total,
+        solve_linecount,
+        names=("out",),
+        tags=("permissions",),
+    ),
+    Task(
+        "todos",
+        "list the TODO comments of the .py files as file:line in a named file",
+        gen_todos,
+        check_todos,
+        solve_todos,
+        names=("out",),
+    ),
+    Task(
+        "csv-sum",
+        "sum one column of a CSV file, write the sum to a named file, report it",
+        gen_csv_sum,
+        check_csv_sum,
+        solve_csv_sum,
+        names=("col", "csv", "out"),
+    ),
+    Task(
+        "find-files",
+        "count the files with an extension in a small tree, or name the largest file; write and report",
+        gen_find_files,
+        check_find_files,
+        solve_find_files,
+        names=("ext", "out"),
+    ),
+    Task(
+        "log-count",
+        "count the ERROR (or WARNING) lines of a log, write and report the count",
+        gen_log_errors,
+        check_total,
+        solve_log_errors,
+        names=("level", "log", "out"),
+    ),
+    Task(
+        "config-edit",
+        "change one value in an .ini/.env/.json config without touching the rest",
+        gen_config_edit,
+        check_config_edit,
+        solve_config_edit,
+        names=("file", "key", "new"),
+    ),
+    Task(
+        "create-json",
+        "create a JSON file with given keys and values",
+        gen_create_json,
+        check_create_json,
+        solve_create_json,
+        names=("file",),
+    ),
+    Task(
+        "unique-lines",
+        "write a file's lines sorted with duplicates removed to a named file",
+        gen_unique,
+        check_unique,
+        solve_unique,
+        names=("src", "out"),
+    ),
 ]

@@ -51,11 +51,23 @@ def _stat(rows: list[dict], stat: str, num: str, cat: str, val: str) -> float:
 def gen_data_stat(rng: random.Random, ws: Path) -> Setup:
     noun = rng.choice(["orders", "shipments", "tickets", "payments", "jobs"])
     num = rng.choice(["amount", "weight", "duration", "score"])
-    cat, values = rng.choice([("status", ["open", "closed", "pending"]), ("region", ["north", "south", "east"]),
-                              ("priority", ["low", "medium", "high"])])
+    cat, values = rng.choice(
+        [
+            ("status", ["open", "closed", "pending"]),
+            ("region", ["north", "south", "east"]),
+            ("priority", ["low", "medium", "high"]),
+        ]
+    )
     n = rng.choice([10, 20, 25])  # a mean of n integers then ends within two decimals
-    rows = [{"id": i + 1, "name": f"{rng.choice(WORDS)}-{rng.randint(10, 99)}", num: rng.randint(1, 500),
-             cat: rng.choice(values)} for i in range(n)]
+    rows = [
+        {
+            "id": i + 1,
+            "name": f"{rng.choice(WORDS)}-{rng.randint(10, 99)}",
+            num: rng.randint(1, 500),
+            cat: rng.choice(values),
+        }
+        for i in range(n)
+    ]
     val = rng.choice(values)
     stat = rng.choice(list(STATS))
     fmt = rng.choice(["csv", "json"])
@@ -71,10 +83,24 @@ def gen_data_stat(rng: random.Random, ws: Path) -> Setup:
     out = rng.choice(["result.txt", "answer.txt", f"{stat}.txt", "stat.txt"])
     value = round(_stat(rows, stat, num, cat, val), 6)
     en, zh = STATS[stat]
-    return Setup({"data": data, "out": out, "stat": en.format(num=num, cat=cat, val=val),
-                  "stat_zh": zh.format(num=num, cat=cat, val=val)},
-                 {"data": data, "out": out, "value": value, "stat": stat, "num": num, "cat": cat, "val": val,
-                  "data_digest": digest(ws / data)})
+    return Setup(
+        {
+            "data": data,
+            "out": out,
+            "stat": en.format(num=num, cat=cat, val=val),
+            "stat_zh": zh.format(num=num, cat=cat, val=val),
+        },
+        {
+            "data": data,
+            "out": out,
+            "value": value,
+            "stat": stat,
+            "num": num,
+            "cat": cat,
+            "val": val,
+            "data_digest": digest(ws / data),
+        },
+    )
 
 
 def check_data_stat(ws: Path, answer: str, e: dict) -> Check:
@@ -85,8 +111,11 @@ def check_data_stat(ws: Path, answer: str, e: dict) -> Check:
 
 def solve_data_stat(ws: Path, e: dict) -> str:
     text = (ws / e["data"]).read_text()
-    rows = json.loads(text) if e["data"].endswith(".json") else [
-        {k: int(v) if v.isdigit() else v for k, v in r.items()} for r in csv.DictReader(io.StringIO(text))]
+    rows = (
+        json.loads(text)
+        if e["data"].endswith(".json")
+        else [{k: int(v) if v.isdigit() else v for k, v in r.items()} for r in csv.DictReader(io.StringIO(text))]
+    )
     value = _stat(rows, e["stat"], e["num"], e["cat"], e["val"])
     (ws / e["out"]).write_text(fmt_number(value) + "\n")
     return f"The result is {fmt_number(value)}; I wrote it to {e['out']}."
@@ -98,21 +127,24 @@ def solve_data_stat(ws: Path, e: dict) -> str:
 def _checksum(rng: random.Random) -> tuple[str, str, str]:
     a, b, m = rng.randint(3, 17), rng.choice([31, 33, 37]), rng.choice([997, 1009, 9973])
     word = rng.choice(WORDS)
-    code = (f"def checksum(text):\n    h = {a}\n    for ch in text:\n        h = (h * {b} + ord(ch)) % {m}\n"
-            "    return h\n")
+    code = (
+        f"def checksum(text):\n    h = {a}\n    for ch in text:\n        h = (h * {b} + ord(ch)) % {m}\n    return h\n"
+    )
     return code, "checksum", repr(word)
 
 
 def _steps(rng: random.Random) -> tuple[str, str, str]:
-    code = ("def steps(n):\n    count = 0\n    while n != 1:\n        n = n // 2 if n % 2 == 0 else 3 * n + 1\n"
-            "        count += 1\n    return count\n")
+    code = (
+        "def steps(n):\n    count = 0\n    while n != 1:\n        n = n // 2 if n % 2 == 0 else 3 * n + 1\n"
+        "        count += 1\n    return count\n"
+    )
     return code, "steps", str(rng.randint(27, 97))
 
 
 def _scramble(rng: random.Random) -> tuple[str, str, str]:
     word = rng.choice([w for w in WORDS if len(w) in (5, 6, 7)])
     k = rng.choice([k for k in (2, 3, 4, 5) if math.gcd(k, len(word)) == 1])  # a permutation of the letters
-    code = (f"def scramble(word):\n    return \"\".join(word[(i * {k}) % len(word)] for i in range(len(word)))\n")
+    code = f'def scramble(word):\n    return "".join(word[(i * {k}) % len(word)] for i in range(len(word)))\n'
     return code, "scramble", repr(word)
 
 
@@ -136,8 +168,10 @@ def gen_run_question(rng: random.Random, ws: Path) -> Setup:
     parts.insert(rng.randint(0, len(parts)), code)
     (ws / f"{mod}.py").write_text("\n\n".join(parts))
     call = f"{func}({arg})"
-    return Setup({"module": mod, "call": call}, {"module": mod, "call": call, "value": value,
-                                                 "module_digest": digest(ws / f"{mod}.py")})
+    return Setup(
+        {"module": mod, "call": call},
+        {"module": mod, "call": call, "value": value, "module_digest": digest(ws / f"{mod}.py")},
+    )
 
 
 def _names_value(answer: str, value) -> bool:
@@ -165,8 +199,11 @@ def solve_run_question(ws: Path, e: dict) -> str:
 
 def tree_digests(ws: Path) -> dict[str, str]:
     """{path: sha256} of the workspace's files; Python's byte-code caches are not the user's files."""
-    return {p.relative_to(ws).as_posix(): digest(p) for p in sorted(ws.rglob("*"))
-            if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"}
+    return {
+        p.relative_to(ws).as_posix(): digest(p)
+        for p in sorted(ws.rglob("*"))
+        if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"
+    }
 
 
 def gen_readonly_question(rng: random.Random, ws: Path) -> Setup:
@@ -208,12 +245,29 @@ def solve_readonly_question(ws: Path, e: dict) -> str:
 
 
 TASKS = [
-    Task("data-stat", "a mean, max, count or filtered sum over a CSV or JSON file, written to a named file "
-         "and reported", gen_data_stat, check_data_stat, solve_data_stat, names=("data", "out")),
-    Task("run-question", "say what a function returns for an input; the value is not in the source, "
-         "so running it is the sure way", gen_run_question, check_run_question, solve_run_question,
-         names=("module", "call")),
-    Task("readonly-question", "answer a question about the workspace (a function count, a setting) and change "
-         "nothing: any changed or new file fails", gen_readonly_question, check_readonly_question,
-         solve_readonly_question, names=("module", "key", "file")),
+    Task(
+        "data-stat",
+        "a mean, max, count or filtered sum over a CSV or JSON file, written to a named file and reported",
+        gen_data_stat,
+        check_data_stat,
+        solve_data_stat,
+        names=("data", "out"),
+    ),
+    Task(
+        "run-question",
+        "say what a function returns for an input; the value is not in the source, so running it is the sure way",
+        gen_run_question,
+        check_run_question,
+        solve_run_question,
+        names=("module", "call"),
+    ),
+    Task(
+        "readonly-question",
+        "answer a question about the workspace (a function count, a setting) and change "
+        "nothing: any changed or new file fails",
+        gen_readonly_question,
+        check_readonly_question,
+        solve_readonly_question,
+        names=("module", "key", "file"),
+    ),
 ]

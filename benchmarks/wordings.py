@@ -17,10 +17,16 @@ from taskkit import Wording as W
 
 _LINECOUNT = (
     W("en-1", "Count the lines of each .py file in this directory, write the total to {out}, and report the total."),
-    W("en-2", "I'm trying to get a feel for how big this little project is. Could you figure out how many lines the "
-              "Python files here add up to? Please save that number in {out} as well, and let me know what you got."),
-    W("en-3", "Please do the following:\n1. Go through every .py file in the current folder and get its line count.\n"
-              "2. Add those counts together.\n3. Put the sum in {out} (just the number).\n4. Reply with the sum."),
+    W(
+        "en-2",
+        "I'm trying to get a feel for how big this little project is. Could you figure out how many lines the "
+        "Python files here add up to? Please save that number in {out} as well, and let me know what you got.",
+    ),
+    W(
+        "en-3",
+        "Please do the following:\n1. Go through every .py file in the current folder and get its line count.\n"
+        "2. Add those counts together.\n3. Put the sum in {out} (just the number).\n4. Reply with the sum.",
+    ),
     W("zh-1", "帮我统计一下当前目录下所有 .py 文件加起来一共有多少行，把总行数写进 {out}，然后告诉我结果。"),
     W("zh-2", "这个目录里的 Python 代码总共多少行？算好后存到 {out}，顺便回复我这个数。"),
 )
@@ -30,200 +36,365 @@ WORDINGS: dict[str, tuple[W, ...]] = {
     "linecount-nowc": _LINECOUNT,
     "todos": (
         W("en-1", "Find every TODO comment in the .py files here and list them in {out}, one per line, as file:line."),
-        W("en-2", "Before the release I want to see what's still unfinished. The Python files have TODO comments "
-                  "scattered around; can you collect where each one is into {out}? One entry per line, written like "
-                  "app.py:42."),
-        W("en-3", "Task: inventory the TODO comments.\n- Look in: the .py files in this folder\n- Output file: {out}\n"
-                  "- Format: one `file:line` entry per line, nothing else"),
-        W("zh-1", "把这里所有 .py 文件里的 TODO 注释都找出来，写到 {out}，每行一条，格式是 文件名:行号（例如 app.py:12）。"),
+        W(
+            "en-2",
+            "Before the release I want to see what's still unfinished. The Python files have TODO comments "
+            "scattered around; can you collect where each one is into {out}? One entry per line, written like "
+            "app.py:42.",
+        ),
+        W(
+            "en-3",
+            "Task: inventory the TODO comments.\n- Look in: the .py files in this folder\n- Output file: {out}\n"
+            "- Format: one `file:line` entry per line, nothing else",
+        ),
+        W(
+            "zh-1",
+            "把这里所有 .py 文件里的 TODO 注释都找出来，写到 {out}，每行一条，格式是 文件名:行号（例如 app.py:12）。",
+        ),
     ),
     "fix-test": (
-        W("en-1", "python3 {test} fails. Find the bug in {module}.py and fix it so the test passes; don't change the "
-                  "test."),
-        W("en-2", "When I run python3 {test} I get an assertion error. I'm fairly sure the test itself is right "
-                  "and the problem is in {module}.py. Can you track it down and fix it? Please leave the test file alone."),
-        W("en-3", "1. Run `python3 {test}` and look at how it fails.\n2. Find the bug in {module}.py and fix it.\n"
-                  "3. Do not edit {test}.\n4. Run the test again to confirm it passes."),
+        W(
+            "en-1",
+            "python3 {test} fails. Find the bug in {module}.py and fix it so the test passes; don't change the test.",
+        ),
+        W(
+            "en-2",
+            "When I run python3 {test} I get an assertion error. I'm fairly sure the test itself is right "
+            "and the problem is in {module}.py. Can you track it down and fix it? Please leave the test file alone.",
+        ),
+        W(
+            "en-3",
+            "1. Run `python3 {test}` and look at how it fails.\n2. Find the bug in {module}.py and fix it.\n"
+            "3. Do not edit {test}.\n4. Run the test again to confirm it passes.",
+        ),
         W("zh-1", "运行 python3 {test} 会报错。问题出在 {module}.py 里，请修好它，让测试通过。测试文件本身不要改。"),
         W("zh-2", "{test} 跑不过，帮我看看 {module}.py 哪里写错了并修掉（别改测试）。"),
     ),
     "rename": (
-        W("en-1", "Rename the function {old} to {new} everywhere in this project: its definition and every use. "
-                  "python3 main.py must still work."),
-        W("en-2", "The name {old} doesn't describe what that function does anymore, so I'd like it called {new}. It's "
-                  "defined in one file and used in a couple of others; please update all of them so that python3 "
-                  "main.py keeps working."),
-        W("en-3", "Refactor:\n1. Rename function `{old}` -> `{new}`.\n2. Update every import and call site in the "
-                  "project.\n3. Check that `python3 main.py` still runs."),
+        W(
+            "en-1",
+            "Rename the function {old} to {new} everywhere in this project: its definition and every use. "
+            "python3 main.py must still work.",
+        ),
+        W(
+            "en-2",
+            "The name {old} doesn't describe what that function does anymore, so I'd like it called {new}. It's "
+            "defined in one file and used in a couple of others; please update all of them so that python3 "
+            "main.py keeps working.",
+        ),
+        W(
+            "en-3",
+            "Refactor:\n1. Rename function `{old}` -> `{new}`.\n2. Update every import and call site in the "
+            "project.\n3. Check that `python3 main.py` still runs.",
+        ),
         W("zh-1", "把函数 {old} 重命名为 {new}，定义和所有调用的地方都要改，改完后 python3 main.py 要能正常运行。"),
         W("zh-2", "项目里的 {old} 统一改名叫 {new}（定义、import、调用都改），保证 main.py 还能跑。"),
     ),
     "off-by-one": (
         W("en-1", "{func} in {module}.py is off by one. It should {doc}. Please fix it."),
-        W("en-2", "I think {func} in {module}.py has an off-by-one error: it's supposed to {doc}, but the results are "
-                  "slightly off at the edges. Could you fix it?"),
-        W("en-3", "Bug report\nFunction: {func} ({module}.py)\nExpected: it should {doc}\nActual: off by one\n"
-                  "Please fix the function."),
+        W(
+            "en-2",
+            "I think {func} in {module}.py has an off-by-one error: it's supposed to {doc}, but the results are "
+            "slightly off at the edges. Could you fix it?",
+        ),
+        W(
+            "en-3",
+            "Bug report\nFunction: {func} ({module}.py)\nExpected: it should {doc}\nActual: off by one\n"
+            "Please fix the function.",
+        ),
         W("zh-1", "{module}.py 里的 {func} 有个差一（off-by-one）错误。它应该{doc_zh}，请修正。"),
     ),
     "create-json": (
         W("en-1", "Create {file} holding a JSON object with exactly these keys and values: {desc}."),
-        W("en-2", "The deploy script expects a file called {file}. Could you set it up as a JSON object? It should "
-                  "contain only these keys and values: {desc}."),
-        W("en-3", "Create the file {file}. It must be a JSON object with exactly these entries:{desc_lines}\n"
-                  "No other keys."),
+        W(
+            "en-2",
+            "The deploy script expects a file called {file}. Could you set it up as a JSON object? It should "
+            "contain only these keys and values: {desc}.",
+        ),
+        W(
+            "en-3",
+            "Create the file {file}. It must be a JSON object with exactly these entries:{desc_lines}\nNo other keys.",
+        ),
         W("zh-1", "新建 {file}，内容是一个 JSON 对象，只包含以下键值：{desc_zh}。"),
     ),
     "create-function": (
         W("en-1", "Create {module}.py with a function {func}({params}) that {desc}."),
-        W("en-2", "I keep rewriting the same helper, so let's put it in a module: please add {module}.py containing "
-                  "{func}({params}), which {desc}."),
+        W(
+            "en-2",
+            "I keep rewriting the same helper, so let's put it in a module: please add {module}.py containing "
+            "{func}({params}), which {desc}.",
+        ),
         W("en-3", "New file: {module}.py\nFunction: {func}({params})\nBehaviour: {desc}"),
         W("zh-1", "新建 {module}.py，在里面写一个函数 {func}({params})，功能是：{desc_zh}。"),
     ),
     "locate": (
         W("en-1", "Which file and line define the function {func}? Answer as path:line."),
-        W("en-2", "I keep seeing calls to {func} but I can't find where it's actually defined. Where does it live? "
-                  "Give me the file and line number, like name.py:12."),
+        W(
+            "en-2",
+            "I keep seeing calls to {func} but I can't find where it's actually defined. Where does it live? "
+            "Give me the file and line number, like name.py:12.",
+        ),
         W("en-3", "Question: where is the function {func} defined?\nAnswer format: path:line"),
         W("zh-1", "函数 {func} 是在哪个文件的第几行定义的？请按 path:line 的格式回答。"),
     ),
     "csv-sum": (
         W("en-1", "Add up the {col} column of {csv}, write the sum to {out}, and tell me what it is."),
-        W("en-2", "I've got {csv} here and I need to know the total of its {col} column. Can you work it out, put the "
-                  "figure in {out}, and tell me the number?"),
-        W("en-3", "1. Open {csv}.\n2. Sum all the values in the \"{col}\" column.\n3. Save the result to {out}.\n"
-                  "4. Tell me the result."),
+        W(
+            "en-2",
+            "I've got {csv} here and I need to know the total of its {col} column. Can you work it out, put the "
+            "figure in {out}, and tell me the number?",
+        ),
+        W(
+            "en-3",
+            '1. Open {csv}.\n2. Sum all the values in the "{col}" column.\n3. Save the result to {out}.\n'
+            "4. Tell me the result.",
+        ),
         W("zh-1", "{csv} 里 {col} 这一列加起来是多少？请把合计写入 {out}，并在回复里告诉我。"),
         W("zh-2", "帮忙算下 {csv} 的 {col} 列总和，结果保存到 {out}，再跟我说一声是多少。"),
     ),
     "config-edit": (
         W("en-1", "In {file}, change {key} to {new}. Leave the other settings as they are."),
-        W("en-2", "We're moving things around and {key} needs to be {new} now. It's set in {file}; can you update it "
-                  "there? Please don't touch anything else in that file."),
-        W("en-3", "Config change:\n- file: {file}\n- setting: {key}\n- new value: {new}\nEverything else in the file "
-                  "stays exactly the same."),
+        W(
+            "en-2",
+            "We're moving things around and {key} needs to be {new} now. It's set in {file}; can you update it "
+            "there? Please don't touch anything else in that file.",
+        ),
+        W(
+            "en-3",
+            "Config change:\n- file: {file}\n- setting: {key}\n- new value: {new}\nEverything else in the file "
+            "stays exactly the same.",
+        ),
         W("zh-1", "把 {file} 里的 {key} 改成 {new}，其他配置项保持不变。"),
         W("zh-2", "部署环境变了，{key} 现在要用 {new}。这个配置在 {file} 里，帮我改一下，其余的别动。"),
     ),
     "find-files": (
-        W("en-1", {"count": "How many .{ext} files are there in this folder, subfolders included? Write the number to "
-                            "{out} and tell me.",
-                   "largest": "Which file is the largest one in this folder (subfolders included)? Write its path to "
-                              "{out} and tell me which it is."}),
-        W("en-2", {"count": "I need a quick inventory: how many .{ext} files does this project contain, counting the "
-                            "ones in subdirectories too? Save the count in {out} and tell me what it is.",
-                   "largest": "Something in this project takes up more space than it should. Can you find the biggest "
-                              "file, looking in the subdirectories too, put its path in {out}, and tell me which one "
-                              "it is?"}),
-        W("en-3", {"count": "Steps:\n1. Search this folder and all of its subfolders for files ending in .{ext}.\n"
-                            "2. Count them.\n3. Write the count to {out}.\n4. Report the count.",
-                   "largest": "Steps:\n1. Look at every file in this folder and its subfolders.\n2. Find the one with "
-                              "the largest size.\n3. Write its path to {out}.\n4. Tell me which file it is."}),
-        W("zh-1", {"count": "这个文件夹里（包括子文件夹）一共有多少个 .{ext} 文件？把数量写到 {out}，再告诉我。",
-                   "largest": "找出这个文件夹里（子文件夹也算）体积最大的文件，把它的路径写进 {out}，并告诉我是哪个文件。"}),
+        W(
+            "en-1",
+            {
+                "count": "How many .{ext} files are there in this folder, subfolders included? Write the number to "
+                "{out} and tell me.",
+                "largest": "Which file is the largest one in this folder (subfolders included)? Write its path to "
+                "{out} and tell me which it is.",
+            },
+        ),
+        W(
+            "en-2",
+            {
+                "count": "I need a quick inventory: how many .{ext} files does this project contain, counting the "
+                "ones in subdirectories too? Save the count in {out} and tell me what it is.",
+                "largest": "Something in this project takes up more space than it should. Can you find the biggest "
+                "file, looking in the subdirectories too, put its path in {out}, and tell me which one "
+                "it is?",
+            },
+        ),
+        W(
+            "en-3",
+            {
+                "count": "Steps:\n1. Search this folder and all of its subfolders for files ending in .{ext}.\n"
+                "2. Count them.\n3. Write the count to {out}.\n4. Report the count.",
+                "largest": "Steps:\n1. Look at every file in this folder and its subfolders.\n2. Find the one with "
+                "the largest size.\n3. Write its path to {out}.\n4. Tell me which file it is.",
+            },
+        ),
+        W(
+            "zh-1",
+            {
+                "count": "这个文件夹里（包括子文件夹）一共有多少个 .{ext} 文件？把数量写到 {out}，再告诉我。",
+                "largest": "找出这个文件夹里（子文件夹也算）体积最大的文件，把它的路径写进 {out}，并告诉我是哪个文件。",
+            },
+        ),
     ),
     "syntax-fix": (
         W("en-1", "python3 {script} fails with a syntax error. Fix it so the script runs."),
-        W("en-2", "I tried to run python3 {script} and Python refuses to even start it; it says there's a syntax "
-                  "error. Can you repair it so the script runs again?"),
-        W("en-3", "1. Run `python3 {script}`; it stops with a SyntaxError.\n2. Fix the broken line, changing as "
-                  "little as possible.\n3. Make sure the script runs to the end."),
+        W(
+            "en-2",
+            "I tried to run python3 {script} and Python refuses to even start it; it says there's a syntax "
+            "error. Can you repair it so the script runs again?",
+        ),
+        W(
+            "en-3",
+            "1. Run `python3 {script}`; it stops with a SyntaxError.\n2. Fix the broken line, changing as "
+            "little as possible.\n3. Make sure the script runs to the end.",
+        ),
         W("zh-1", "python3 {script} 运行时报语法错误，帮我修一下，让脚本能正常跑起来。"),
     ),
     "log-count": (
         W("en-1", "How many {level} lines are in {log}? Write the count to {out} and report it."),
-        W("en-2", "Our service has been acting up. Could you check {log} and tell me how many {level} entries it has? "
-                  "Please also leave the number in {out}."),
-        W("en-3", "Input: {log}\nCount: lines at level {level}\nWrite the count to: {out}\nThen give me the count in "
-                  "your reply."),
+        W(
+            "en-2",
+            "Our service has been acting up. Could you check {log} and tell me how many {level} entries it has? "
+            "Please also leave the number in {out}.",
+        ),
+        W(
+            "en-3",
+            "Input: {log}\nCount: lines at level {level}\nWrite the count to: {out}\nThen give me the count in "
+            "your reply.",
+        ),
         W("zh-1", "统计一下 {log} 里有多少行 {level} 日志，把数量写入 {out}，并告诉我。"),
     ),
     "unique-lines": (
         W("en-1", "Write the lines of {src} to {out} sorted alphabetically, with duplicates removed."),
-        W("en-2", "{src} has a lot of repeated entries. Can you produce a clean copy in {out}, with every distinct "
-                  "line once, in alphabetical order?"),
-        W("en-3", "1. Read {src}.\n2. Drop the duplicate lines.\n3. Sort what is left alphabetically.\n"
-                  "4. Write the result to {out}."),
+        W(
+            "en-2",
+            "{src} has a lot of repeated entries. Can you produce a clean copy in {out}, with every distinct "
+            "line once, in alphabetical order?",
+        ),
+        W(
+            "en-3",
+            "1. Read {src}.\n2. Drop the duplicate lines.\n3. Sort what is left alphabetically.\n"
+            "4. Write the result to {out}.",
+        ),
         W("zh-1", "把 {src} 的内容去重并按字母顺序排好，结果写到 {out}。"),
     ),
     "move-function": (
-        W("en-1", "Move the function {func} out of {app} into a new module {new}.py, and have {app} import it from "
-                  "there. python3 {app} must print the same as before."),
-        W("en-2", "{app} has grown too big. I'd like {func} to live in its own module, {new}.py, with {app} importing "
-                  "it from there instead of defining it. Running python3 {app} should give exactly the same output "
-                  "as it does now."),
-        W("en-3", "Refactoring steps:\n1. Create {new}.py and move {func} into it.\n2. Delete the definition of {func} "
-                  "from {app}.\n3. Import {func} in {app} from {new}.\n4. Check that `python3 {app}` prints the same "
-                  "output as before."),
-        W("zh-1", "把 {app} 里的函数 {func} 挪到新模块 {new}.py 中，{app} 改成从 {new} 导入它。改完后 python3 {app} "
-                  "的输出要和原来完全一样。"),
+        W(
+            "en-1",
+            "Move the function {func} out of {app} into a new module {new}.py, and have {app} import it from "
+            "there. python3 {app} must print the same as before.",
+        ),
+        W(
+            "en-2",
+            "{app} has grown too big. I'd like {func} to live in its own module, {new}.py, with {app} importing "
+            "it from there instead of defining it. Running python3 {app} should give exactly the same output "
+            "as it does now.",
+        ),
+        W(
+            "en-3",
+            "Refactoring steps:\n1. Create {new}.py and move {func} into it.\n2. Delete the definition of {func} "
+            "from {app}.\n3. Import {func} in {app} from {new}.\n4. Check that `python3 {app}` prints the same "
+            "output as before.",
+        ),
+        W(
+            "zh-1",
+            "把 {app} 里的函数 {func} 挪到新模块 {new}.py 中，{app} 改成从 {new} 导入它。改完后 python3 {app} "
+            "的输出要和原来完全一样。",
+        ),
     ),
     "exact-output": (
         W("en-1", "Make python3 {script} print exactly this line and nothing else:\n{line}"),
-        W("en-2", "Another tool parses the output of {script}, and it's very strict. Right now the output isn't "
-                  "what it expects. Could you change the script so that running it prints only this one line, character for "
-                  "character?\n\n{line}"),
-        W("en-3", "Requirements for {script}:\n1. The output is a single line.\n2. That line is exactly `{line}`.\n"
-                  "3. No extra text, punctuation or spaces."),
+        W(
+            "en-2",
+            "Another tool parses the output of {script}, and it's very strict. Right now the output isn't "
+            "what it expects. Could you change the script so that running it prints only this one line, character for "
+            "character?\n\n{line}",
+        ),
+        W(
+            "en-3",
+            "Requirements for {script}:\n1. The output is a single line.\n2. That line is exactly `{line}`.\n"
+            "3. No extra text, punctuation or spaces.",
+        ),
         W("zh-1", "修改 {script}，让 python3 {script} 只输出下面这一行，一个字符都不能差：\n{line}"),
         W("zh-2", "{script} 的输出格式不对。我需要它运行后只打印一行，内容必须和 `{line}` 完全一致。"),
         # written when zh-1 moved to tune (docs/benchmarks.md, "Moved to tune"): held out in its place
-        W("zh-3", "下游程序会解析 {script} 的输出，可现在格式对不上。请改一下这个脚本，运行后应当只输出：\n\n{line}\n\n"
-                  "多一个空格或者标点都不行。"),
+        W(
+            "zh-3",
+            "下游程序会解析 {script} 的输出，可现在格式对不上。请改一下这个脚本，运行后应当只输出：\n\n{line}\n\n"
+            "多一个空格或者标点都不行。",
+        ),
     ),
     "pytest-fix": (
         W("en-1", "The pytest suite fails. Fix {module}.py so that the tests pass; do not change the tests."),
-        W("en-2", "CI went red on this repo: pytest reports failures in {test}. The tests are correct; the bug is in "
-                  "{module}.py. Can you fix the code so pytest passes again?"),
-        W("en-3", "1. Run the tests with pytest.\n2. Find out why {test} fails.\n3. Fix {module}.py (leave the tests "
-                  "as they are).\n4. Run pytest again and make sure everything passes."),
+        W(
+            "en-2",
+            "CI went red on this repo: pytest reports failures in {test}. The tests are correct; the bug is in "
+            "{module}.py. Can you fix the code so pytest passes again?",
+        ),
+        W(
+            "en-3",
+            "1. Run the tests with pytest.\n2. Find out why {test} fails.\n3. Fix {module}.py (leave the tests "
+            "as they are).\n4. Run pytest again and make sure everything passes.",
+        ),
         W("zh-1", "用 pytest 跑测试有用例失败。测试本身没问题，请修改 {module}.py 让所有测试通过，不要改测试文件。"),
-        W("zh-3", "CI 挂了：pytest 报 {test} 里有测试没过。测试是对的，问题出在 {module}.py，麻烦修一下让 pytest 重新通过。"),
+        W(
+            "zh-3",
+            "CI 挂了：pytest 报 {test} 里有测试没过。测试是对的，问题出在 {module}.py，麻烦修一下让 pytest 重新通过。",
+        ),
     ),
     "dedupe-order": (
-        W("en-1", "Remove the duplicate lines from {file}, keeping the first occurrence of each line in its original "
-                  "place."),
-        W("en-2", "{file} ended up with some lines repeated. Could you clean it up so each line appears only once? "
-                  "The order matters, so keep each line where it first appears."),
-        W("en-3", "Edit {file} in place:\n- delete every line that already appeared earlier in the file\n"
-                  "- keep all other lines in their current order"),
+        W(
+            "en-1",
+            "Remove the duplicate lines from {file}, keeping the first occurrence of each line in its original place.",
+        ),
+        W(
+            "en-2",
+            "{file} ended up with some lines repeated. Could you clean it up so each line appears only once? "
+            "The order matters, so keep each line where it first appears.",
+        ),
+        W(
+            "en-3",
+            "Edit {file} in place:\n- delete every line that already appeared earlier in the file\n"
+            "- keep all other lines in their current order",
+        ),
         W("zh-1", "{file} 里有重复的行，帮我去掉重复，每行只保留第一次出现的那一条，原来的顺序不要变。"),
     ),
     "data-stat": (
         W("en-1", "Compute {stat} in {data}, write it to {out}, and tell me the value."),
-        W("en-2", "I'm putting together a quick summary from {data}. What is {stat}? Please save the number in {out} "
-                  "too."),
-        W("en-3", "1. Load the records from {data}.\n2. Work out {stat}.\n3. Write just that number to {out}.\n"
-                  "4. Report the number in your answer."),
+        W(
+            "en-2",
+            "I'm putting together a quick summary from {data}. What is {stat}? Please save the number in {out} too.",
+        ),
+        W(
+            "en-3",
+            "1. Load the records from {data}.\n2. Work out {stat}.\n3. Write just that number to {out}.\n"
+            "4. Report the number in your answer.",
+        ),
         W("zh-1", "根据 {data} 里的数据，算出 {stat_zh}，把结果写入 {out}，并告诉我是多少。"),
         W("zh-2", "{data} 中 {stat_zh}是多少？结果存到 {out}，回复里也写一下。"),
     ),
     "run-question": (
         W("en-1", "What does {call} return? The function is in {module}.py."),
-        W("en-2", "I'm reviewing {module}.py and I can't work out in my head what {call} would give back. Can you find "
-                  "out what it returns?"),
-        W("en-3", "Question about {module}.py:\n- call: {call}\n- what is the return value?\n"
-                  "Do not change the module."),
+        W(
+            "en-2",
+            "I'm reviewing {module}.py and I can't work out in my head what {call} would give back. Can you find "
+            "out what it returns?",
+        ),
+        W(
+            "en-3",
+            "Question about {module}.py:\n- call: {call}\n- what is the return value?\nDo not change the module.",
+        ),
         W("zh-1", "{module}.py 里调用 {call}，返回值是什么？"),
         W("zh-3", "帮我看看 {module}.py 里的 {call} 会返回什么。"),  # held out in place of zh-1 (moved to tune)
         # written when zh-3 moved to tune (2026-12-04): held out in its place
         W("zh-4", "同事问我 {call} 的结果是多少，代码在 {module}.py。请实际运行一下，把返回值告诉我，不要改代码。"),
     ),
     "readonly-question": (
-        W("en-1", {"functions": "How many functions are defined in {module}.py? Do not modify any file.",
-                   "setting": "What is {key} set to in {file}? Do not modify any file."}),
-        W("en-2", {"functions": "Just a question, no changes please: how many functions does {module}.py define? "
-                                "Don't edit or create any files.",
-                   "setting": "Quick question, and please don't change anything: what value does {file} give for "
-                              "{key}?"}),
-        W("en-3", {"functions": "Read-only task (do not create, edit or delete files).\nQuestion: the number of "
-                                "functions defined in {module}.py.",
-                   "setting": "Read-only task (do not create, edit or delete files).\nQuestion: the value of {key} "
-                              "in {file}."}),
-        W("zh-1", {"functions": "{module}.py 里一共定义了几个函数？只需要回答，不要修改任何文件。",
-                   "setting": "{file} 里 {key} 的值是什么？只回答问题，不要改动任何文件。"}),
-        W("zh-2", {"functions": "在不改任何文件的前提下，告诉我 {module}.py 定义了多少个函数。",
-                   "setting": "在不改任何文件的前提下，告诉我 {file} 中 {key} 的值。"}),
+        W(
+            "en-1",
+            {
+                "functions": "How many functions are defined in {module}.py? Do not modify any file.",
+                "setting": "What is {key} set to in {file}? Do not modify any file.",
+            },
+        ),
+        W(
+            "en-2",
+            {
+                "functions": "Just a question, no changes please: how many functions does {module}.py define? "
+                "Don't edit or create any files.",
+                "setting": "Quick question, and please don't change anything: what value does {file} give for {key}?",
+            },
+        ),
+        W(
+            "en-3",
+            {
+                "functions": "Read-only task (do not create, edit or delete files).\nQuestion: the number of "
+                "functions defined in {module}.py.",
+                "setting": "Read-only task (do not create, edit or delete files).\nQuestion: the value of {key} "
+                "in {file}.",
+            },
+        ),
+        W(
+            "zh-1",
+            {
+                "functions": "{module}.py 里一共定义了几个函数？只需要回答，不要修改任何文件。",
+                "setting": "{file} 里 {key} 的值是什么？只回答问题，不要改动任何文件。",
+            },
+        ),
+        W(
+            "zh-2",
+            {
+                "functions": "在不改任何文件的前提下，告诉我 {module}.py 定义了多少个函数。",
+                "setting": "在不改任何文件的前提下，告诉我 {file} 中 {key} 的值。",
+            },
+        ),
     ),
 }

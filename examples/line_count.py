@@ -28,8 +28,23 @@ def main() -> int:
     expected = sum(text.count("\n") for text in FILES.values())
     print(f"workspace: {ws}\ntask: {TASK}\n", flush=True)
     drivetrain = Path(sys.executable).parent / "drivetrain"
-    proc = subprocess.run([str(drivetrain), "-p", TASK, "--verbose", "--max-turns", "12", "--output-format", "json",
-                           "--permission-mode", "acceptEdits"], cwd=ws, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.run(
+        [
+            str(drivetrain),
+            "-p",
+            TASK,
+            "--verbose",
+            "--max-turns",
+            "12",
+            "--output-format",
+            "json",
+            "--permission-mode",
+            "acceptEdits",
+        ],
+        cwd=ws,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         result = json.loads(proc.stdout)
     except ValueError:

@@ -34,8 +34,22 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("front ends", ("cli", "serve", "__main__")),
 ]
 # a package's __init__ that only names its folder belongs with what is in it
-FOLDERS = ("loop", "control", "sessions", "plans", "small", "batch", "host", "mcp", "subagents", "cli", "models",
-           "tools", "testing", "serve")
+FOLDERS = (
+    "loop",
+    "control",
+    "sessions",
+    "plans",
+    "small",
+    "batch",
+    "host",
+    "mcp",
+    "subagents",
+    "cli",
+    "models",
+    "tools",
+    "testing",
+    "serve",
+)
 
 
 def module_name(path: Path) -> str:
@@ -71,7 +85,7 @@ def imports(name: str, path: Path, known: set[str]) -> set[str]:
             if node.level:
                 base = ["drivetrain", *name.split(".")] if name else ["drivetrain"]
                 base = base if is_package else base[:-1]
-                base = base[:len(base) - node.level + 1]
+                base = base[: len(base) - node.level + 1]
                 target = ".".join(base + ([node.module] if node.module else []))
             else:
                 target = node.module or ""
@@ -117,8 +131,9 @@ def problems() -> list[str]:
                 continue
             theirs = layer_of(t)
             if theirs is not None and theirs > mine:
-                out.append(f"drivetrain.{name} ({LAYERS[mine][0]}) imports drivetrain.{t}, a layer above "
-                           f"({LAYERS[theirs][0]})")
+                out.append(
+                    f"drivetrain.{name} ({LAYERS[mine][0]}) imports drivetrain.{t}, a layer above ({LAYERS[theirs][0]})"
+                )
     out += [f"import cycle: {' -> '.join('drivetrain.' + m for m in c)}" for c in cycles(g)]
     out += [f"folder cycle: {' -> '.join(c)}" for c in cycles(folder_graph(g))]
     return out
@@ -188,8 +203,10 @@ def mermaid() -> str:
         members.setdefault(i, {}).setdefault(folder.replace(".", "/"), []).append(leaf)
     lines = ["flowchart TB"]
     for i in reversed(range(len(LAYERS))):
-        text = "<br/>".join(f"<b>{f}/</b> {', '.join(sorted(ms))}" if f else ", ".join(sorted(ms))
-                            for f, ms in sorted(members.get(i, {}).items()))
+        text = "<br/>".join(
+            f"<b>{f}/</b> {', '.join(sorted(ms))}" if f else ", ".join(sorted(ms))
+            for f, ms in sorted(members.get(i, {}).items())
+        )
         lines.append(f'    L{i}["<b>{i}. {LAYERS[i][0]}</b><br/>{text}"]')
     uses = {(layer_of(a), layer_of(b)) for a, ts in g.items() if a for b in ts if b}
     uses = {(a, b) for a, b in uses if a is not None and b is not None and a != b}

@@ -19,12 +19,13 @@ from pathlib import Path
 
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Image
-from mcp_types import ImageContent
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp_types import ImageContent
 
 server = MCPServer("calc")
-PNG = base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQ"
-                       "AAAABJRU5ErkJggg==")
+PNG = base64.b64decode(
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+)
 
 
 @server.tool()

@@ -51,14 +51,36 @@ def postgres_dsn():
         done = subprocess.run([*as_server, *argv], cwd=root, capture_output=True, text=True, timeout=120)
         if done.returncode:
             log = root / "server.log"
-            raise RuntimeError(f"{' '.join(argv)} failed ({done.returncode}):\n{done.stdout}{done.stderr}"
-                               + (log.read_text() if log.exists() else ""))
+            raise RuntimeError(
+                f"{' '.join(argv)} failed ({done.returncode}):\n{done.stdout}{done.stderr}"
+                + (log.read_text() if log.exists() else "")
+            )
 
     data = root / "data"
-    run(str(bin_dir / "initdb"), "-D", str(data), "-U", "drivetrain", "--auth=trust", "--no-sync",
-        "--encoding=UTF8", "--locale=C")
-    run(str(bin_dir / "pg_ctl"), "-D", str(data), "-l", str(root / "server.log"), "-w", "-t", "60",
-        "-o", f"-c listen_addresses='' -k {root} -c fsync=off -c shared_buffers=16MB", "start")
+    run(
+        str(bin_dir / "initdb"),
+        "-D",
+        str(data),
+        "-U",
+        "drivetrain",
+        "--auth=trust",
+        "--no-sync",
+        "--encoding=UTF8",
+        "--locale=C",
+    )
+    run(
+        str(bin_dir / "pg_ctl"),
+        "-D",
+        str(data),
+        "-l",
+        str(root / "server.log"),
+        "-w",
+        "-t",
+        "60",
+        "-o",
+        f"-c listen_addresses='' -k {root} -c fsync=off -c shared_buffers=16MB",
+        "start",
+    )
     try:
         yield f"postgresql://drivetrain@/postgres?host={root}"
     finally:

@@ -19,8 +19,12 @@ def script():
 
 
 def sonnet_cost(u):  # claude-sonnet-4-6: 3, 15, 3.75, 0.30 USD per million tokens
-    return (u["input_tokens"] * 3 + u["output_tokens"] * 15 + u["cache_creation_input_tokens"] * 3.75
-            + u["cache_read_input_tokens"] * 0.30) / 1e6
+    return (
+        u["input_tokens"] * 3
+        + u["output_tokens"] * 15
+        + u["cache_creation_input_tokens"] * 3.75
+        + u["cache_read_input_tokens"] * 0.30
+    ) / 1e6
 
 
 def test_verbose_turn_log_shows_each_turns_tokens_and_cost(tmp_path):
@@ -48,14 +52,22 @@ def test_stream_json_turn_usage_events(tmp_path):
     assert proc.returncode == 0, proc.stderr
     lines = [json.loads(line) for line in proc.stdout.splitlines()]
     kinds = [(e["type"], e.get("subtype")) for e in lines if e.get("subtype") != "permission"]
-    assert kinds == [("system", "init"), ("assistant", None), ("system", "turn_usage"), ("user", None),
-                     ("assistant", None), ("system", "turn_usage"), ("result", "success")]
+    assert kinds == [
+        ("system", "init"),
+        ("assistant", None),
+        ("system", "turn_usage"),
+        ("user", None),
+        ("assistant", None),
+        ("system", "turn_usage"),
+        ("result", "success"),
+    ]
     usage_events = [e for e in lines if e.get("subtype") == "turn_usage"]
     for n, (e, u) in enumerate(zip(usage_events, USAGES), 1):
         assert e["turn"] == n and e["usage"] == u and e["model"] == "claude-sonnet-4-6"
         assert e["cost_usd"] == pytest.approx(sonnet_cost(u))
-        assert e["context_tokens"] == sum(u[k] for k in ("input_tokens", "cache_creation_input_tokens",
-                                                         "cache_read_input_tokens"))
+        assert e["context_tokens"] == sum(
+            u[k] for k in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+        )
         assert e["context_window"] == 200_000 and e["session_id"] == lines[0]["session_id"]
     assert [e["stop_reason"] for e in usage_events] == ["tool_use", "end_turn"]
     # the assistant events keep Claude Code's shape: the usage stays inside the message

@@ -31,8 +31,10 @@ PROVIDERS = {"anthropic": (ScriptedServer, anthropic_agent), "openai": (Scripted
 
 def asked(prompt):
     """The step answers only the request that carries this prompt (a resent earlier request fails it)."""
+
     def check(body):
         assert prompt in json.dumps(body["messages"][-1]), body["messages"]
+
     return check
 
 

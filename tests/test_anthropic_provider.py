@@ -37,8 +37,12 @@ def kind(request, closing):
 
 def model_for(server, kind=None, **kw):
     kw.setdefault("backoff", 0.01)
-    return made({"ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_API_KEY": "sk-test-key"}, "claude-sonnet-4-6",
-                **(kind or {}), **kw)
+    return made(
+        {"ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_API_KEY": "sk-test-key"},
+        "claude-sonnet-4-6",
+        **(kind or {}),
+        **kw,
+    )
 
 
 def made(env, name=None, **kw):
@@ -52,15 +56,18 @@ def free_port():
         return s.getsockname()[1]
 
 
-@pytest.mark.parametrize("given, expected", [
-    ("https://api.example.com", "https://api.example.com"),
-    ("https://api.example.com/", "https://api.example.com"),
-    ("https://api.example.com/v1", "https://api.example.com"),
-    ("https://api.example.com/v1/", "https://api.example.com"),
-    ("https://api.example.com/v1/messages", "https://api.example.com"),
-    ("https://gw.example.com/anthropic/v1", "https://gw.example.com/anthropic"),
-    ("  http://127.0.0.1:8080//  ", "http://127.0.0.1:8080"),
-])
+@pytest.mark.parametrize(
+    "given, expected",
+    [
+        ("https://api.example.com", "https://api.example.com"),
+        ("https://api.example.com/", "https://api.example.com"),
+        ("https://api.example.com/v1", "https://api.example.com"),
+        ("https://api.example.com/v1/", "https://api.example.com"),
+        ("https://api.example.com/v1/messages", "https://api.example.com"),
+        ("https://gw.example.com/anthropic/v1", "https://gw.example.com/anthropic"),
+        ("  http://127.0.0.1:8080//  ", "http://127.0.0.1:8080"),
+    ],
+)
 def test_base_url_normalisation(given, expected):
     assert normalize_base_url(given) == expected
 
@@ -75,8 +82,12 @@ async def test_trailing_v1_does_not_double(suffix):
 
 async def test_api_key_sent_as_x_api_key_and_auth_token_as_bearer():
     with ScriptedServer([reply("a"), reply("b")]) as server:
-        await AnthropicModel.from_env(None, {"ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_API_KEY": "k1"}).respond(request())
-        await AnthropicModel.from_env(None, {"ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_AUTH_TOKEN": "t2"}).respond(request())
+        await AnthropicModel.from_env(None, {"ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_API_KEY": "k1"}).respond(
+            request()
+        )
+        await AnthropicModel.from_env(None, {"ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_AUTH_TOKEN": "t2"}).respond(
+            request()
+        )
         first, second = server.requests
         assert first.headers.get("x-api-key") == "k1"
         assert second.headers.get("authorization") == "Bearer t2"
@@ -94,10 +105,15 @@ def test_missing_credentials_is_a_clear_error():
 
 
 async def test_tool_use_and_usage_from_the_final_message(kind):
-    steps = [respond([tool_call("Read", {"file_path": "a.py"}, id="toolu_a")], usage={"input_tokens": 17, "output_tokens": 42})]
+    steps = [
+        respond(
+            [tool_call("Read", {"file_path": "a.py"}, id="toolu_a")], usage={"input_tokens": 17, "output_tokens": 42}
+        )
+    ]
     with ScriptedServer(steps) as server:
-        req = ModelRequest([Message.user("x")], tools=[{"name": "Read", "input_schema": {"type": "object"}}],
-                           max_tokens=100)
+        req = ModelRequest(
+            [Message.user("x")], tools=[{"name": "Read", "input_schema": {"type": "object"}}], max_tokens=100
+        )
         r = await model_for(server, kind).respond(req)
     assert server.requests[0].body.get("stream", False) is (kind != WHOLE)
     assert r.stop_reason == "tool_use"
@@ -119,6 +135,7 @@ async def test_whole_answers_are_streamed_when_the_text_is_watched_or_may_be_lon
 
 async def test_without_aiohttp_whole_answers_go_through_httpx(monkeypatch, closing):
     import drivetrain.models.anthropic as provider
+
     monkeypatch.setattr(provider, "has_aiohttp", lambda: False)  # `drivetrain[batch]` not installed
     with ScriptedServer([reply("through httpx")]) as server:
         model = model_for(server, WHOLE)
@@ -141,8 +158,16 @@ async def test_text_is_streamed_to_on_text():
     assert "".join(seen) == "hello there, streaming world" == r.message.text
 
 
-@pytest.mark.parametrize("status, error", [(529, "overloaded_error"), (429, "rate_limit_error"),
-                                           (500, "api_error"), (408, "timeout_error"), (409, "conflict")])
+@pytest.mark.parametrize(
+    "status, error",
+    [
+        (529, "overloaded_error"),
+        (429, "rate_limit_error"),
+        (500, "api_error"),
+        (408, "timeout_error"),
+        (409, "conflict"),
+    ],
+)
 async def test_retries_transient_errors(status, error, kind):
     with ScriptedServer([http_error(status, error, "try later"), reply("ok")]) as server:
         r = await model_for(server, kind).respond(request())
@@ -164,8 +189,15 @@ async def test_gives_up_after_max_retries(kind):
         assert len(server.requests) == 3
 
 
-@pytest.mark.parametrize("status, error", [(400, "invalid_request_error"), (401, "authentication_error"),
-                                           (403, "permission_error"), (404, "not_found_error")])
+@pytest.mark.parametrize(
+    "status, error",
+    [
+        (400, "invalid_request_error"),
+        (401, "authentication_error"),
+        (403, "permission_error"),
+        (404, "not_found_error"),
+    ],
+)
 async def test_never_retries_client_errors(status, error, kind):
     with ScriptedServer([http_error(status, error, "no")]) as server:
         with pytest.raises(ModelError):
@@ -200,7 +232,16 @@ async def test_connection_refused_names_url_and_setting(kind):
 
 async def test_unreachable_proxy_is_named(monkeypatch, kind):
     proxy = f"http://127.0.0.1:{free_port()}"
-    for var in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy", "NO_PROXY", "no_proxy"):
+    for var in (
+        "HTTPS_PROXY",
+        "https_proxy",
+        "HTTP_PROXY",
+        "http_proxy",
+        "ALL_PROXY",
+        "all_proxy",
+        "NO_PROXY",
+        "no_proxy",
+    ):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("HTTPS_PROXY", proxy)
     model = made({"ANTHROPIC_API_KEY": "k"}, max_retries=0, **kind)
@@ -211,8 +252,11 @@ async def test_unreachable_proxy_is_named(monkeypatch, kind):
 
 
 async def test_openai_shaped_answer_is_named(kind):
-    body = {"id": "chatcmpl-1", "object": "chat.completion",
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}]}
+    body = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}],
+    }
     with ScriptedServer([raw_response(200, body)]) as server:
         with pytest.raises(ModelError) as e:
             await model_for(server, kind).respond(request())
@@ -224,7 +268,9 @@ async def test_404_prints_the_final_url():
     # a base URL with a wrong path prefix: the server answers 404 for /proxy/v1/messages
     with pytest.raises(AssertionError, match="no such endpoint"):  # the server records the stray request too
         with ScriptedServer([]) as server:
-            model = AnthropicModel.from_env(None, {"ANTHROPIC_BASE_URL": server.url + "/proxy/v1", "ANTHROPIC_API_KEY": "k"})
+            model = AnthropicModel.from_env(
+                None, {"ANTHROPIC_BASE_URL": server.url + "/proxy/v1", "ANTHROPIC_API_KEY": "k"}
+            )
             with pytest.raises(ModelError) as e:
                 await model.respond(request())
             assert f"{server.url}/proxy/v1/messages" in str(e.value) and "404" in str(e.value)

@@ -87,8 +87,10 @@ async def test_approver_can_edit_input_or_deny_with_a_message_sync_or_async():
         assert made["content"] == "ran make test -j1" and not made.get("is_error")
         assert refused["is_error"] and refused["content"] == "Not today: use the test suite instead."
 
-    steps = [respond([tool_call("shell", {"command": "make test"}), tool_call("shell", {"command": "npm publish"})]),
-             reply("done", expect=check)]
+    steps = [
+        respond([tool_call("shell", {"command": "make test"}), tool_call("shell", {"command": "npm publish"})]),
+        reply("done", expect=check),
+    ]
     seen = []
     with ScriptedServer(steps) as server:
         agent = agent_for(server, policy=TablePolicy(), approver=approver, observers=[seen.append])
@@ -101,16 +103,25 @@ async def test_approver_can_edit_input_or_deny_with_a_message_sync_or_async():
 
 
 async def test_allowed_calls_wait_while_another_call_is_deferred(tmp_path):
-    steps = [respond([tool_call("shell", {"command": "ls"}, id="toolu_ls"),
-                      tool_call("shell", {"command": "deploy prod"}, id="toolu_dep")])]
+    steps = [
+        respond(
+            [
+                tool_call("shell", {"command": "ls"}, id="toolu_ls"),
+                tool_call("shell", {"command": "deploy prod"}, id="toolu_dep"),
+            ]
+        )
+    ]
     with ScriptedServer(steps) as server:
         agent = agent_for(server, policy=TablePolicy(ls="allow"), approver=lambda call: Defer())
         result = await agent.run("deploy")
     assert result.subtype == "awaiting_approval" and not result.is_error
     assert [p.to_json() for p in result.pending] == [
-        {"id": "toolu_dep", "name": "shell", "input": {"command": "deploy prod"}, "reason": ""}]
+        {"id": "toolu_dep", "name": "shell", "input": {"command": "deploy prod"}, "reason": ""}
+    ]
     assert ran == []  # nothing runs until every call of the turn is decided
-    assert lint(result.history).problems == [f"message 1: tool_use ids {['toolu_ls', 'toolu_dep']} have no tool_result message"]
+    assert lint(result.history).problems == [
+        f"message 1: tool_use ids {['toolu_ls', 'toolu_dep']} have no tool_result message"
+    ]
 
 
 RESUME = textwrap.dedent("""
@@ -141,9 +152,15 @@ async def test_deferred_approval_resumes_in_a_new_process(tmp_path):
         ls, dep = results(body)
         assert ls["content"] == "ran ls in pid-2" and dep["content"] == "ran deploy prod in pid-2"
 
-    steps = [respond([tool_call("shell", {"command": "ls"}, id="toolu_ls"),
-                      tool_call("shell", {"command": "deploy prod"}, id="toolu_dep")]),
-             reply("deployed", expect=check)]
+    steps = [
+        respond(
+            [
+                tool_call("shell", {"command": "ls"}, id="toolu_ls"),
+                tool_call("shell", {"command": "deploy prod"}, id="toolu_dep"),
+            ]
+        ),
+        reply("deployed", expect=check),
+    ]
     with ScriptedServer(steps) as server:
         agent = agent_for(server, policy=TablePolicy(ls="allow"), approver=lambda call: Defer())
         run = agent.start("deploy")
@@ -151,8 +168,9 @@ async def test_deferred_approval_resumes_in_a_new_process(tmp_path):
         assert paused.subtype == "awaiting_approval"
         snap = tmp_path / "run.json"
         snap.write_text(json.dumps(run.snapshot()))
-        proc = subprocess.run([sys.executable, "-c", RESUME, server.url, str(snap)], capture_output=True, text=True,
-                              timeout=60)
+        proc = subprocess.run(
+            [sys.executable, "-c", RESUME, server.url, str(snap)], capture_output=True, text=True, timeout=60
+        )
         assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     assert result["subtype"] == "success" and result["result"] == "deployed" and result["num_turns"] == 2
@@ -168,10 +186,13 @@ async def test_resume_needs_a_decision_for_every_pending_call():
         run.resume({run.pending[0].id: Allow()})
 
 
-@pytest.mark.parametrize("approver", [
-    pytest.param(lambda call: (_ for _ in ()).throw(RuntimeError("the approval service is down")), id="raises"),
-    pytest.param(lambda call: "yes please", id="not-a-verdict"),
-])
+@pytest.mark.parametrize(
+    "approver",
+    [
+        pytest.param(lambda call: (_ for _ in ()).throw(RuntimeError("the approval service is down")), id="raises"),
+        pytest.param(lambda call: "yes please", id="not-a-verdict"),
+    ],
+)
 async def test_a_failing_approver_denies_the_call_naming_the_failure_and_the_run_goes_on(approver):
     def check(body):
         (res,) = results(body)
@@ -237,9 +258,12 @@ async def test_no_project_rule_is_offered_for_a_command_no_rule_can_express(tmp_
 async def test_the_options_come_in_claude_codes_order_with_the_rule_they_would_add(tmp_path):
     said = []
     await terminal(tmp_path, [0], said)(call("Bash", command="make test"))
-    assert said[1:] == ["1. Yes", "2. Yes, and don't ask again for Bash(make test) this session",
-                        "3. Yes, and always allow Bash(make test) in this project",
-                        "4. No, and tell the model what to do differently"]
+    assert said[1:] == [
+        "1. Yes",
+        "2. Yes, and don't ask again for Bash(make test) this session",
+        "3. Yes, and always allow Bash(make test) in this project",
+        "4. No, and tell the model what to do differently",
+    ]
 
 
 async def test_no_with_a_reason_and_esc_deny_with_and_without_a_message(tmp_path):
@@ -264,7 +288,10 @@ async def test_a_rule_that_would_not_match_the_call_is_not_offered(tmp_path):
     said = []
     verdict = await terminal(tmp_path, [0], said)(call("Write", file_path="a[1].py", content="x"))
     assert isinstance(verdict, Allow)
-    assert "Edit(a[1].py) would not allow it" in said[1] and len([s for s in said if s[:2] in ("1.", "2.", "3.", "4.")]) == 2
+    assert (
+        "Edit(a[1].py) would not allow it" in said[1]
+        and len([s for s in said if s[:2] in ("1.", "2.", "3.", "4.")]) == 2
+    )
 
 
 async def test_always_allow_in_this_project_saves_a_checked_rule_the_next_start_loads(tmp_path):
@@ -275,8 +302,10 @@ async def test_always_allow_in_this_project_saves_a_checked_rule_the_next_start_
     policy = Policy.load(tmp_path)
     verdict = await terminal(tmp_path, [2], said, policy)(call("Bash", command="make test"))
     assert verdict == Allow(by="person (project rule Bash(make test))")
-    assert json.loads(local.read_text()) == {"permissions": {"deny": ["Bash(rm:*)"], "allow": ["Bash(make test)"]},
-                                             "env": {"KEEP": "me"}}
+    assert json.loads(local.read_text()) == {
+        "permissions": {"deny": ["Bash(rm:*)"], "allow": ["Bash(make test)"]},
+        "env": {"KEEP": "me"},
+    }
     assert policy.decide("Bash", {"command": "make test"}, tmp_path).behavior == "allow"  # learnt at once
     assert Policy.load(tmp_path).decide("Bash", {"command": "make test"}, tmp_path).behavior == "allow"
     assert [p.name for p in local.parent.iterdir()] == ["settings.local.json"]  # no temporary file left

@@ -17,8 +17,11 @@ def cited_names(text: str) -> list[str]:
     """Backticked dotted names that start at a module or folder of the package (``Agent(profile=SMALL)`` is code,
     not a citation; ``foo.py`` is a file)."""
     spans = re.findall(r"`([^`\n]+)`", text)
-    return [s for s in spans if re.fullmatch(r"[a-z_]+(\.[A-Za-z_]+)+", s) and s.split(".")[0] in TOP
-            and not s.endswith((".py", ".md"))]
+    return [
+        s
+        for s in spans
+        if re.fullmatch(r"[a-z_]+(\.[A-Za-z_]+)+", s) and s.split(".")[0] in TOP and not s.endswith((".py", ".md"))
+    ]
 
 
 def cited_paths(text: str) -> list[str]:
@@ -51,8 +54,7 @@ def test_every_cited_name_exists(name):
 
 
 def test_every_named_file_or_folder_exists():
-    missing = [p for p in cited_paths(PAGE.read_text())
-               if not any((base / p).exists() for base in (PACKAGE, ROOT))]
+    missing = [p for p in cited_paths(PAGE.read_text()) if not any((base / p).exists() for base in (PACKAGE, ROOT))]
     assert missing == []
 
 
@@ -62,4 +64,5 @@ def test_the_check_fails_on_a_name_the_code_does_not_have():
     with pytest.raises(ModuleNotFoundError):
         resolve("nowhere.at_all")
     assert cited_names("see `small.checks.WorkChecks._review` and `Agent(profile=SMALL)`") == [
-        "small.checks.WorkChecks._review"]
+        "small.checks.WorkChecks._review"
+    ]

@@ -5,7 +5,7 @@ import json
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -44,8 +44,14 @@ def test_session_id_must_be_a_plain_file_name(bad, tmp_path):
 
 def test_records_in_order_with_header_fields(tmp_path):
     log = AuditLog.for_session("s", home=tmp_path)
-    log.intent("toolu_1", "Bash", {"command": "git status"}, "allow",
-               "rule:Bash(git status:*)@/proj/.drivetrain/settings.json", "matches an allow rule")
+    log.intent(
+        "toolu_1",
+        "Bash",
+        {"command": "git status"},
+        "allow",
+        "rule:Bash(git status:*)@/proj/.drivetrain/settings.json",
+        "matches an allow rule",
+    )
     t0 = time.time()
     log.outcome("toolu_1", "Bash", t0, t0 + 0.25, is_error=False, exit_code=0, result_bytes=120)
     log.denied("toolu_2", "Write", {"file_path": "/etc/passwd", "content": "x"}, "mode:plan", "plan mode")
@@ -67,7 +73,7 @@ def test_records_in_order_with_header_fields(tmp_path):
 
 def test_outcome_accepts_datetimes(tmp_path):
     log = AuditLog(FileStore(tmp_path), "a")
-    start = datetime(2025, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+    start = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
     rec = log.outcome("c", "Read", start, start.replace(second=6), is_error=True, error="boom")
     assert rec["started_at"] == "2025-01-02T03:04:05.000Z" and rec["duration_ms"] == 1000.0
     assert rec["session_id"] == "a" and rec == log.store.read("a")[0]  # returned as written
@@ -123,9 +129,11 @@ def test_a_resumed_log_continues_the_sequence(tmp_path):
 
 
 def test_concurrent_processes_get_distinct_sequence_numbers(tmp_path):
-    code = ("import sys; from drivetrain.sessions.audit import AuditLog\n"
-            "log = AuditLog.for_session('p', home=sys.argv[1])\n"
-            "for i in range(150): log.write('note', writer=sys.argv[2], i=i, pad='z' * 2000)\n")
+    code = (
+        "import sys; from drivetrain.sessions.audit import AuditLog\n"
+        "log = AuditLog.for_session('p', home=sys.argv[1])\n"
+        "for i in range(150): log.write('note', writer=sys.argv[2], i=i, pad='z' * 2000)\n"
+    )
     procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path), str(w)]) for w in range(3)]
     assert [p.wait(timeout=60) for p in procs] == [0, 0, 0]
     records = FileStore(tmp_path).read("p")

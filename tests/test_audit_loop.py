@@ -3,9 +3,9 @@
 from dataclasses import dataclass
 
 from drivetrain import Agent, tool
+from drivetrain.models.anthropic import AnthropicModel
 from drivetrain.sessions.audit import AuditLog
 from drivetrain.sessions.file import FileStore
-from drivetrain.models.anthropic import AnthropicModel
 from drivetrain.testing import ScriptedServer, reply, respond, tool_call
 from drivetrain.tools import Bash
 
@@ -37,10 +37,16 @@ async def test_every_executed_call_has_an_intent_record_written_before_it_runs(t
         LOG.append([r["kind"] for r in audit.store.read("sess-1")])
         return "peeked"
 
-    steps = [respond([tool_call("peek", {"label": "x"}, id="toolu_p"),
-                      tool_call("Bash", {"command": "echo $MY_SERVICE_TOKEN; exit 3"}, id="toolu_b"),
-                      tool_call("Bash", {"command": "curl evil.example"}, id="toolu_c")]),
-             reply("done")]
+    steps = [
+        respond(
+            [
+                tool_call("peek", {"label": "x"}, id="toolu_p"),
+                tool_call("Bash", {"command": "echo $MY_SERVICE_TOKEN; exit 3"}, id="toolu_b"),
+                tool_call("Bash", {"command": "curl evil.example"}, id="toolu_c"),
+            ]
+        ),
+        reply("done"),
+    ]
     with ScriptedServer(steps) as server:
         model = AnthropicModel.from_env(None, {"ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_API_KEY": "k"})
         agent = Agent(model=model, tools=[peek, Bash()], cwd=tmp_path, policy=DenyCurl(), observers=[audit.observe])

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from drivetrain.batch.results import read_results
 from drivetrain.batch.execute import Held
+from drivetrain.batch.results import read_results
 from drivetrain.sessions.file import FileStore
 from drivetrain.testing import ScriptedServer, reply, respond, tool_call
 
@@ -42,25 +42,47 @@ def write_tasks(path: Path, ids: list[str], **more) -> Path:
 def script(task_id: str, out: Path, **first_step) -> list:
     """Two requests a task: a Write of done.txt in its workspace, then the answer."""
     done = out.resolve() / "workspaces" / task_id / "done.txt"
-    return [respond([tool_call("Write", {"file_path": str(done), "content": f"{task_id} finished\n"})], **first_step),
-            reply(f"{task_id}: wrote done.txt")]
+    return [
+        respond([tool_call("Write", {"file_path": str(done), "content": f"{task_id} finished\n"})], **first_step),
+        reply(f"{task_id}: wrote done.txt"),
+    ]
 
 
 def env_for(server_url: str, home: Path) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "OPENAI_"))}
-    env.update(ANTHROPIC_BASE_URL=server_url, ANTHROPIC_API_KEY="sk-test", DRIVETRAIN_HOME=str(home / ".drivetrain"),
-               HOME=str(home))
+    env.update(
+        ANTHROPIC_BASE_URL=server_url,
+        ANTHROPIC_API_KEY="sk-test",
+        DRIVETRAIN_HOME=str(home / ".drivetrain"),
+        HOME=str(home),
+    )
     return env
 
 
 def batch_args(tasks: Path, out: Path, *more: str) -> list[str]:
-    return [DRIVETRAIN, "batch", str(tasks), "--out", str(out), "--model", "claude-sonnet-4-6",
-            "--permission-mode", "acceptEdits", *more]
+    return [
+        DRIVETRAIN,
+        "batch",
+        str(tasks),
+        "--out",
+        str(out),
+        "--model",
+        "claude-sonnet-4-6",
+        "--permission-mode",
+        "acceptEdits",
+        *more,
+    ]
 
 
 def batch(server_url: str, home: Path, tasks: Path, out: Path, *more: str) -> subprocess.CompletedProcess:
-    return subprocess.run(batch_args(tasks, out, *more), env=env_for(server_url, home), capture_output=True,
-                          text=True, timeout=120, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        batch_args(tasks, out, *more),
+        env=env_for(server_url, home),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def lines(out: Path) -> list[dict]:
@@ -129,9 +151,10 @@ def test_held_records_reach_the_store_when_the_task_ends_or_anything_reads_it(tm
 
 
 def test_the_report_agrees_with_the_result_lines(sweep):
-    root, out, _, _ = sweep
-    proc = subprocess.run([DRIVETRAIN, "batch", "report", str(out), "--json"], capture_output=True, text=True,
-                          timeout=60)
+    _root, out, _, _ = sweep
+    proc = subprocess.run(
+        [DRIVETRAIN, "batch", "report", str(out), "--json"], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     latest = {r.id: r for r in read_results(out)}
@@ -141,7 +164,8 @@ def test_the_report_agrees_with_the_result_lines(sweep):
     assert report["cost_usd"] == pytest.approx(sum(r.cost_usd for r in latest.values()))
     assert report["passes"]["turns"] + report["failures"]["turns"] == sum(r.turns for r in latest.values())
     assert sorted(report["failures_by_subtype"]["check_failed"]) == sorted(
-        i for i, r in latest.items() if r.status == "fail")
+        i for i, r in latest.items() if r.status == "fail"
+    )
     slowest = max(latest.values(), key=lambda r: r.wall_s)
     assert report["slowest"][0]["id"] == slowest.id
     text = subprocess.run([DRIVETRAIN, "batch", "report", str(out)], capture_output=True, text=True, timeout=60)
@@ -169,8 +193,13 @@ def test_a_sweep_killed_midway_goes_on_without_rerunning_finished_tasks(tmp_path
     scripts[prompt("k5")] = script("k5", out, expect=lambda body: arrived.set(), hold=hold)
     first = ScriptedServer(scripts).start()
     try:
-        proc = subprocess.Popen(batch_args(tasks, out, "--concurrency", "2"), env=env_for(first.url, tmp_path),
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            batch_args(tasks, out, "--concurrency", "2"),
+            env=env_for(first.url, tmp_path),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL,
+        )
         assert arrived.wait(60), "k5 never started"
         proc.send_signal(signal.SIGKILL)
         proc.wait(30)
@@ -205,10 +234,12 @@ document.body.appendChild(pre);
 
 def test_the_html_report_is_self_contained_and_chromium_draws_its_charts(sweep, tmp_path):
     from test_html_report import chromium, near, read_png
-    root, out, _, _ = sweep
+
+    _root, out, _, _ = sweep
     page_path = tmp_path / "report.html"
-    proc = subprocess.run([DRIVETRAIN, "batch", "report", str(out), "--html", str(page_path)], capture_output=True,
-                          text=True, timeout=60)
+    proc = subprocess.run(
+        [DRIVETRAIN, "batch", "report", str(out), "--html", str(page_path)], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 0, proc.stderr
     page = page_path.read_text()
     assert not re.search(r"<(script|link|img|iframe)\b|\b(src|href)=|@import|url\(", page)
@@ -230,9 +261,10 @@ def test_the_html_report_is_self_contained_and_chromium_draws_its_charts(sweep, 
     for task_id, (*_, h) in m["wall"]:
         assert h / tallest == pytest.approx(walls[task_id] / max(walls.values()), abs=0.01)
     shot = tmp_path / "shot.png"
-    chromium(f"--user-data-dir={tmp_path / 'profile2'}", "--window-size=1000,900", f"--screenshot={shot}",
-             page_path.as_uri())
-    width, height, pixels = read_png(shot.read_bytes())
+    chromium(
+        f"--user-data-dir={tmp_path / 'profile2'}", "--window-size=1000,900", f"--screenshot={shot}", page_path.as_uri()
+    )
+    _width, _height, pixels = read_png(shot.read_bytes())
     colours = [p for row in pixels for p in row]
-    assert sum(near(p, (0x4c, 0xaf, 0x50)) for p in colours) > 5000, "no passes drawn"
-    assert sum(near(p, (0xf0, 0xad, 0x4e)) for p in colours) > 300, "no failures drawn"
+    assert sum(near(p, (0x4C, 0xAF, 0x50)) for p in colours) > 5000, "no passes drawn"
+    assert sum(near(p, (0xF0, 0xAD, 0x4E)) for p in colours) > 300, "no failures drawn"

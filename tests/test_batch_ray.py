@@ -7,9 +7,8 @@ import json
 
 import pytest
 
-from test_batch import FAILING, IDS, batch, lines, prompt, script, write_tasks
-
 from drivetrain.testing import ScriptedServer
+from test_batch import FAILING, IDS, batch, lines, prompt, script, write_tasks
 
 ray = pytest.importorskip("ray")
 

@@ -8,25 +8,37 @@ import json
 import subprocess
 from pathlib import Path
 
-from test_batch import batch, batch_args, env_for, lines, prompt, script, task_line, write_tasks
-
 from drivetrain.testing import ScriptedServer, reply, respond, tool_call
+from test_batch import batch, batch_args, env_for, lines, prompt, script, task_line, write_tasks
 
 
 def test_bad_lines_are_reported_with_their_numbers_before_anything_runs(tmp_path):
     good = json.dumps(task_line("a1"))
-    (tmp_path / "tasks.jsonl").write_text("\n".join([
-        good, '{"id": "a2"}', "not json", json.dumps(task_line("a1")), json.dumps({**task_line("a3"), "turns": 3}),
-        json.dumps({**task_line("a4"), "provider": "nope"}), json.dumps({**task_line("a5"), "workspace": "nowhere"}),
-    ]) + "\n")
+    (tmp_path / "tasks.jsonl").write_text(
+        "\n".join(
+            [
+                good,
+                '{"id": "a2"}',
+                "not json",
+                json.dumps(task_line("a1")),
+                json.dumps({**task_line("a3"), "turns": 3}),
+                json.dumps({**task_line("a4"), "provider": "nope"}),
+                json.dumps({**task_line("a5"), "workspace": "nowhere"}),
+            ]
+        )
+        + "\n"
+    )
     with ScriptedServer([]) as server:
         proc = batch(server.url, tmp_path, tmp_path / "tasks.jsonl", tmp_path / "out")
     assert proc.returncode == 2
     err = proc.stderr
     assert "line 2: prompt: Field required" in err and "line 3: not JSON" in err
     assert "line 4: id 'a1' is already used on line 1" in err and "line 5: turns: Extra inputs" in err
-    assert "line 6: provider:" in err and "line 7: workspace: no such folder" in err and "line 1" not in err.split(
-        "already used")[0]
+    assert (
+        "line 6: provider:" in err
+        and "line 7: workspace: no such folder" in err
+        and "line 1" not in err.split("already used")[0]
+    )
     assert not (tmp_path / "out" / "results.jsonl").exists()
 
 
@@ -35,8 +47,12 @@ def test_workspaces_from_a_folder_and_a_git_revision_with_setup_env_and_kept(tmp
     seed.mkdir()
     (seed / "a.txt").write_text("from the folder\n")
     repo = tmp_path / "repo"
-    git = lambda *a: subprocess.run(["git", "-C", str(repo), *a], check=True, capture_output=True,  # noqa: E731
-                                    text=True).stdout.strip()
+    git = lambda *a: subprocess.run(
+        ["git", "-C", str(repo), *a],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     repo.mkdir()
     git("init", "-q")
     (repo / "v.txt").write_text("one\n")
@@ -47,19 +63,26 @@ def test_workspaces_from_a_folder_and_a_git_revision_with_setup_env_and_kept(tmp
     git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "two")
     out = tmp_path / "out"
     tasks = [
-        {"id": "folder", "prompt": "folder task", "workspace": "seed", "setup": "echo $GREETING > b.txt",
-         "env": {"GREETING": "hello"}, "check": "grep -q folder a.txt && grep -q hello b.txt && grep -q hello c.txt"},
+        {
+            "id": "folder",
+            "prompt": "folder task",
+            "workspace": "seed",
+            "setup": "echo $GREETING > b.txt",
+            "env": {"GREETING": "hello"},
+            "check": "grep -q folder a.txt && grep -q hello b.txt && grep -q hello c.txt",
+        },
         {"id": "git", "prompt": "git task", "workspace": f"file://{repo}@{first}", "check": "grep -q one v.txt"},
         {"id": "broken", "prompt": "broken task", "setup": "echo no way; exit 3"},
         {"id": "capped", "prompt": "capped task", "max_turns": 1},  # its own limit, over the flags' (none)
     ]
     (tmp_path / "tasks.jsonl").write_text("".join(json.dumps(t) + "\n" for t in tasks))
-    scripts = {"folder task": [respond([tool_call("Bash", {"command": "echo $GREETING > c.txt"})]), reply("ok")],
-               "git task": [reply("nothing to do")],
-               "capped task": [respond([tool_call("Bash", {"command": "true"})])]}
+    scripts = {
+        "folder task": [respond([tool_call("Bash", {"command": "echo $GREETING > c.txt"})]), reply("ok")],
+        "git task": [reply("nothing to do")],
+        "capped task": [respond([tool_call("Bash", {"command": "true"})])],
+    }
     with ScriptedServer(scripts) as server:
-        proc = batch(server.url, tmp_path, tmp_path / "tasks.jsonl", out, "--keep-workspaces",
-                     "--allowedTools", "Bash")
+        proc = batch(server.url, tmp_path, tmp_path / "tasks.jsonl", out, "--keep-workspaces", "--allowedTools", "Bash")
     assert proc.returncode == 0, proc.stderr
     results = {r["id"]: r for r in lines(out)}
     assert results["folder"]["status"] == "pass" and results["git"]["status"] == "pass", results
@@ -84,12 +107,14 @@ def test_no_task_starts_once_the_sweeps_budget_is_spent(tmp_path):
 
 def test_on_a_terminal_the_progress_is_one_live_status_line(tmp_path):
     import pexpect
+
     ids = ["p0", "t07", "p2"]  # t07's check fails (test_batch.FAILING)
     tasks, out = write_tasks(tmp_path / "tasks.jsonl", ids), tmp_path / "out"
     with ScriptedServer({prompt(i): script(i, out) for i in ids}) as server:
         argv = batch_args(tasks, out, "--concurrency", "1")
-        child = pexpect.spawn(argv[0], argv[1:], env=env_for(server.url, tmp_path), encoding="utf-8", timeout=60,
-                              dimensions=(40, 200))
+        child = pexpect.spawn(
+            argv[0], argv[1:], env=env_for(server.url, tmp_path), encoding="utf-8", timeout=60, dimensions=(40, 200)
+        )
         child.logfile_read = seen = io.StringIO()
         child.expect(r"t07 fail \(success check 1\)")  # a failure is printed above the live line
         child.expect(r"done 3/3 · running 0 · failed 1 · [\d,]+ tokens · \$0\.\d{4} · [\d.]+ runs/min · ETA 0:00:00")

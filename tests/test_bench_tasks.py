@@ -13,21 +13,44 @@ import pytest
 from drivetrain.testing import ScriptedServer, reply, respond, tool_call
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-import bench_tasks  # noqa: E402
-import naive  # noqa: E402
-from report import tables  # noqa: E402
-from report import breakdowns, row_wording  # noqa: E402
-from taskkit import Wording  # noqa: E402
-from tasks import MOVED_TO_TUNE, TASKS, check_one, split_of, wording_problems, wordings_for  # noqa: E402
+import bench_tasks
+import naive
+from report import (
+    breakdowns,
+    row_wording,
+    tables,
+)
+from taskkit import Wording
+from tasks import MOVED_TO_TUNE, TASKS, check_one, split_of, wording_problems, wordings_for
 
-NEW_KINDS = {"move-function", "exact-output", "data-stat", "run-question", "readonly-question", "pytest-fix",
-             "dedupe-order"}
+NEW_KINDS = {
+    "move-function",
+    "exact-output",
+    "data-stat",
+    "run-question",
+    "readonly-question",
+    "pytest-fix",
+    "dedupe-order",
+}
 
 
 def test_the_suite_has_the_kinds_the_issue_asks_for():
     assert len(TASKS) >= 22
-    assert {"linecount", "linecount-nowc", "todos", "fix-test", "rename", "off-by-one", "create-json",
-            "create-function", "locate", "csv-sum", "config-edit", "find-files", "syntax-fix"} | NEW_KINDS <= set(TASKS)
+    assert {
+        "linecount",
+        "linecount-nowc",
+        "todos",
+        "fix-test",
+        "rename",
+        "off-by-one",
+        "create-json",
+        "create-function",
+        "locate",
+        "csv-sum",
+        "config-edit",
+        "find-files",
+        "syntax-fix",
+    } | NEW_KINDS <= set(TASKS)
 
 
 @pytest.mark.parametrize("name", list(TASKS))
@@ -65,8 +88,10 @@ def test_every_wording_renders_and_names_what_the_checker_needs(name, tmp_path):
 
 
 def test_a_wording_that_leaves_out_the_output_file_is_caught(tmp_path):
-    bad = TASKS["csv-sum"].wordings + (Wording("en-9", "Add up the {col} column of {csv} and tell me."),
-                                       Wording("zh-9", "Sum {col} of {csv}, write it to {out}."))
+    bad = TASKS["csv-sum"].wordings + (
+        Wording("en-9", "Add up the {col} column of {csv} and tell me."),
+        Wording("zh-9", "Sum {col} of {csv}, write it to {out}."),
+    )
     problems = wording_problems(replace(TASKS["csv-sum"], wordings=bad), 1, tmp_path)
     assert any(p.startswith("en-9 does not name the out") for p in problems)
     assert "zh-9 is not written in zh" in problems
@@ -103,8 +128,10 @@ def test_a_wording_changes_the_prompt_not_the_workspace(tmp_path):
 
 def test_en_1_is_the_prompt_the_kinds_had_before_wordings():
     """Results recorded before wordings existed used this text: en-1 must keep it word for word."""
-    assert TASKS["linecount"].wordings[0].render({"out": "total.txt"}) == \
-        "Count the lines of each .py file in this directory, write the total to total.txt, and report the total."
+    assert (
+        TASKS["linecount"].wordings[0].render({"out": "total.txt"})
+        == "Count the lines of each .py file in this directory, write the total to total.txt, and report the total."
+    )
 
 
 def test_the_split_holds_out_chinese_everywhere_and_tunes_on_some():
@@ -221,7 +248,7 @@ def test_copying_a_function_instead_of_moving_it_fails(tmp_path):
     ws, e, _ = make("move-function", tmp_path)
     src = (ws / e["app"]).read_text()
     start = src.index(f"def {e['func']}(")
-    (ws / f"{e['new']}.py").write_text(src[start:src.index("\n\n", start)] + "\n")
+    (ws / f"{e['new']}.py").write_text(src[start : src.index("\n\n", start)] + "\n")
     ok, reason = TASKS["move-function"].check(ws, "", e)
     assert not ok and "copied, not moved" in reason
     TASKS["move-function"].solve(ws, e)
@@ -249,7 +276,7 @@ def test_exact_output_starts_with_a_debug_line_and_a_near_miss(tmp_path):
 
 def test_data_stat_needs_the_right_value_written_and_reported(tmp_path):
     for seed in range(1, 9):
-        ws, e, inst = make("data-stat", tmp_path / str(seed), seed)
+        ws, e, _inst = make("data-stat", tmp_path / str(seed), seed)
         value = e["value"]
         (ws / e["out"]).write_text(f"{value + 1}\n")
         assert TASKS["data-stat"].check(ws, f"It is {value + 1}.", e)[0] is False
@@ -328,31 +355,57 @@ def test_a_config_can_run_the_code_of_another_checkout(tmp_path):
     (tmp_path / "old" / "src" / "drivetrain" / "__init__.py").write_text("WHICH = 'old'\n")
     c = bench_tasks.parse_config(f"before=src:{tmp_path / 'old'}")
     env = {**os.environ, **c.env}
-    which = subprocess.run([sys.executable, "-c", "import drivetrain; print(drivetrain.WHICH)"], env=env,
-                           capture_output=True, text=True, cwd=tmp_path)
+    which = subprocess.run(
+        [sys.executable, "-c", "import drivetrain; print(drivetrain.WHICH)"],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert which.stdout.strip() == "old", which.stderr  # before the installed drivetrain
 
 
 def test_runs_interleave_the_configs():
     a, b = bench_tasks.parse_config("drivetrain"), bench_tasks.parse_config("naive")
     order = [(t, r, c.name) for t, r, _, _, c in bench_tasks.plan(["todos", "rename"], [a, b], 2, 1)]
-    assert order == [("todos", 1, "drivetrain"), ("todos", 1, "naive"), ("rename", 1, "drivetrain"),
-                     ("rename", 1, "naive"), ("todos", 2, "drivetrain"), ("todos", 2, "naive"),
-                     ("rename", 2, "drivetrain"), ("rename", 2, "naive")]
+    assert order == [
+        ("todos", 1, "drivetrain"),
+        ("todos", 1, "naive"),
+        ("rename", 1, "drivetrain"),
+        ("rename", 1, "naive"),
+        ("todos", 2, "drivetrain"),
+        ("todos", 2, "naive"),
+        ("rename", 2, "drivetrain"),
+        ("rename", 2, "naive"),
+    ]
     seeds = {(t, r): s for t, r, s, _, _ in bench_tasks.plan(["todos"], [a, b], 2, 7)}
     assert seeds == {("todos", 1): 7001, ("todos", 2): 7002}  # the same workspace for both configs
 
 
 def row(task, config, solved, wall, turns, run=1, seed=1001, spec=None, model="default"):
-    return {"task": task, "config": config, "spec": spec or config, "model": model, "run": run, "seed": seed,
-            "solved": solved, "reason": "r", "turns": turns, "wall_s": wall}
+    return {
+        "task": task,
+        "config": config,
+        "spec": spec or config,
+        "model": model,
+        "run": run,
+        "seed": seed,
+        "solved": solved,
+        "reason": "r",
+        "turns": turns,
+        "wall_s": wall,
+    }
 
 
 def test_tables_count_per_task_and_config():
-    rows = [row("todos", "drivetrain", True, 10, 3), row("todos", "naive", False, 2, 1),
-            row("rename", "drivetrain", False, 30, 12), row("rename", "naive", True, 4, 2),
-            row("rename", "drivetrain", True, 20, 5, run=2)]
-    summary, per_task, md = tables(rows)
+    rows = [
+        row("todos", "drivetrain", True, 10, 3),
+        row("todos", "naive", False, 2, 1),
+        row("rename", "drivetrain", False, 30, 12),
+        row("rename", "naive", True, 4, 2),
+        row("rename", "drivetrain", True, 20, 5, run=2),
+    ]
+    summary, _per_task, md = tables(rows)
     assert "drivetrain        2/3   67%" in summary
     lines = md.splitlines()
     assert lines[0] == "| task | drivetrain | naive |"
@@ -363,11 +416,13 @@ def test_tables_count_per_task_and_config():
 
 
 def test_breakdowns_put_configs_side_by_side_per_split_language_and_kind():
-    rows = [{**row("locate", "drivetrain", True, 10, 3), "wording": "zh-1"},
-            {**row("locate", "naive", False, 30, 3), "wording": "zh-1"},
-            {**row("locate", "drivetrain", False, 20, 3), "wording": "en-1"},
-            {**row("locate", "naive", True, 4, 3), "wording": "en-1"},
-            row("todos", "drivetrain", True, 6, 3)]  # from before wordings: en-1, tune
+    rows = [
+        {**row("locate", "drivetrain", True, 10, 3), "wording": "zh-1"},
+        {**row("locate", "naive", False, 30, 3), "wording": "zh-1"},
+        {**row("locate", "drivetrain", False, 20, 3), "wording": "en-1"},
+        {**row("locate", "naive", True, 4, 3), "wording": "en-1"},
+        row("todos", "drivetrain", True, 6, 3),
+    ]  # from before wordings: en-1, tune
     assert row_wording(rows[-1]) == ("en-1", "en", "tune")
     text = breakdowns(rows)
     lines = text.splitlines()
@@ -383,8 +438,10 @@ def test_breakdowns_put_configs_side_by_side_per_split_language_and_kind():
 
 def test_report_filters_by_split_and_language(tmp_path, capsys):
     results = tmp_path / "runs.jsonl"
-    rows = [{**row("locate", "drivetrain", True, 10, 3), "wording": "zh-1"},
-            {**row("locate", "drivetrain", False, 20, 3), "wording": "en-1"}]
+    rows = [
+        {**row("locate", "drivetrain", True, 10, 3), "wording": "zh-1"},
+        {**row("locate", "drivetrain", False, 20, 3), "wording": "en-1"},
+    ]
     results.write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert bench_tasks.main(["--report", str(results), "--split", "heldout"]) == 0
     assert "| **total** | **1/1 (100%)** |" in capsys.readouterr().out
@@ -396,8 +453,23 @@ def test_resume_skips_runs_in_the_results_file_and_reports_them(tmp_path, capsys
     results = tmp_path / "runs.jsonl"
     done = [row("todos", "drivetrain", True, 10, 3, run=r, seed=1000 + r) for r in (1, 2)]
     results.write_text("".join(json.dumps(r) + "\n" for r in done) + '{"task": "todos", "cut sh')
-    code = bench_tasks.main(["--tasks", "todos", "--config", "drivetrain", "--runs", "2", "--results", str(results),
-                             "--resume", "--save", str(tmp_path / "save"), "--wording", "en-1"])  # rows without a
+    code = bench_tasks.main(
+        [
+            "--tasks",
+            "todos",
+            "--config",
+            "drivetrain",
+            "--runs",
+            "2",
+            "--results",
+            str(results),
+            "--resume",
+            "--save",
+            str(tmp_path / "save"),
+            "--wording",
+            "en-1",
+        ]
+    )  # rows without a
     # wording were run with en-1
     out = capsys.readouterr().out
     assert code == 0 and "to run: 0" in out and "| todos | 2/2 |" in out
@@ -407,7 +479,7 @@ def test_resume_skips_runs_in_the_results_file_and_reports_them(tmp_path, capsys
 
 def test_drivetrain_runner_through_the_real_cli(tmp_path):
     """The task's deny rule and the config's ablations and arguments reach the CLI; the checker sees its work."""
-    probe, e, _ = make("linecount-nowc", tmp_path / "probe", 3)
+    _probe, e, _ = make("linecount-nowc", tmp_path / "probe", 3)
 
     def denied(body):
         assert body["messages"][-1]["content"][0]["is_error"], "wc should have been denied"
@@ -416,15 +488,26 @@ def test_drivetrain_runner_through_the_real_cli(tmp_path):
     def ablate_seen(body):
         assert "checks,final" in body["messages"][-1]["content"][0]["content"]
 
-    steps = [respond([tool_call("Bash", {"command": "wc -l *.py"})]),
-             respond([tool_call("Bash", {"command": "printenv DRIVETRAIN_ABLATE"})], expect=denied),
-             respond([tool_call("Write", {"file_path": e["out"], "content": f"{e['total']}\n"})], expect=ablate_seen),
-             reply(f"The total is {e['total']}.")]
+    steps = [
+        respond([tool_call("Bash", {"command": "wc -l *.py"})]),
+        respond([tool_call("Bash", {"command": "printenv DRIVETRAIN_ABLATE"})], expect=denied),
+        respond([tool_call("Write", {"file_path": e["out"], "content": f"{e['total']}\n"})], expect=ablate_seen),
+        reply(f"The total is {e['total']}."),
+    ]
     config = bench_tasks.parse_config("x=ablate:checks,final+arg:--append-system-prompt=be brief")
     with ScriptedServer(steps) as server:
-        runner = bench_tasks.Runner("small", tmp_path / "save", 12, 60, provider_args=("--provider", "anthropic"),
-                                    env={"ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_API_KEY": "sk-test",
-                                         "ANTHROPIC_MODEL": "claude-sonnet-4-6"})
+        runner = bench_tasks.Runner(
+            "small",
+            tmp_path / "save",
+            12,
+            60,
+            provider_args=("--provider", "anthropic"),
+            env={
+                "ANTHROPIC_BASE_URL": server.url,
+                "ANTHROPIC_API_KEY": "sk-test",
+                "ANTHROPIC_MODEL": "claude-sonnet-4-6",
+            },
+        )
         result = runner.run("linecount-nowc", 1, 3, config)
     assert result["solved"], result
     assert (result["wording"], result["lang"], result["split"]) == ("en-1", "en", "tune")
@@ -449,11 +532,23 @@ class ScriptedLlama:
 def test_naive_loop_enforces_the_tasks_deny_rules(tmp_path):
     ws, e, inst = make("linecount-nowc", tmp_path, 2)
     call = '<tool_call>{{"name": "{}", "arguments": {}}}</tool_call>'
-    llm = ScriptedLlama([call.format("Bash", json.dumps({"command": "wc -l *.py"})),
-                         call.format("Write", json.dumps({"file_path": e["out"], "content": str(e["total"])})),
-                         f"The total is {e['total']}."])
-    run = naive.run_naive(llm, inst.prompt, ws, sampling={}, seed=1, max_turns=12, max_tokens=None,
-                          policy=naive.deny_policy(inst.deny, ws, tmp_path / "home"))
+    llm = ScriptedLlama(
+        [
+            call.format("Bash", json.dumps({"command": "wc -l *.py"})),
+            call.format("Write", json.dumps({"file_path": e["out"], "content": str(e["total"])})),
+            f"The total is {e['total']}.",
+        ]
+    )
+    run = naive.run_naive(
+        llm,
+        inst.prompt,
+        ws,
+        sampling={},
+        seed=1,
+        max_turns=12,
+        max_tokens=None,
+        policy=naive.deny_policy(inst.deny, ws, tmp_path / "home"),
+    )
     assert "Permission denied" in llm.sent[1][-1]["content"]
     assert run.trajectory == "Bash! → Write → end_turn" and run.subtype == "success" and run.turns == 3
     assert TASKS["linecount-nowc"].check(ws, run.answer, e)[0]

@@ -16,10 +16,20 @@ DRIVETRAIN = str(Path(sys.executable).parent / "drivetrain")
 
 def cli(server_url, *args, cwd, env_extra=None, stdin=None):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "OPENAI_"))}
-    env.update({"ANTHROPIC_BASE_URL": server_url, "ANTHROPIC_API_KEY": "sk-test", "ANTHROPIC_MODEL": "claude-sonnet-4-6"})
+    env.update(
+        {"ANTHROPIC_BASE_URL": server_url, "ANTHROPIC_API_KEY": "sk-test", "ANTHROPIC_MODEL": "claude-sonnet-4-6"}
+    )
     env.update(env_extra or {})
-    return subprocess.run([DRIVETRAIN, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=60,
-                          input=stdin, stdin=None if stdin is not None else subprocess.DEVNULL)
+    return subprocess.run(
+        [DRIVETRAIN, *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        input=stdin,
+        stdin=None if stdin is not None else subprocess.DEVNULL,
+    )
 
 
 def seed_workspace(tmp_path):
@@ -37,22 +47,35 @@ def line_count_script():
         assert [int(line.split("\t")[0]) for line in last_lines] == [3, 5, 7], last_lines
 
     return [
-        respond([text("Reading the three files."),
-                 tool_call("Read", {"file_path": "a.py"}, id="toolu_a"),
-                 tool_call("Read", {"file_path": "b.py"}, id="toolu_b"),
-                 tool_call("Read", {"file_path": "c.py"}, id="toolu_c")]),
-        respond([tool_call("Write", {"file_path": "total.txt", "content": "15\n"}, id="toolu_w")],
-                expect=results_are_real),
-        reply("The three files have 15 lines in total; written to total.txt.",
-              expect=lambda b: b["messages"][-1]["content"][0].get("is_error") is not True),
+        respond(
+            [
+                text("Reading the three files."),
+                tool_call("Read", {"file_path": "a.py"}, id="toolu_a"),
+                tool_call("Read", {"file_path": "b.py"}, id="toolu_b"),
+                tool_call("Read", {"file_path": "c.py"}, id="toolu_c"),
+            ]
+        ),
+        respond(
+            [tool_call("Write", {"file_path": "total.txt", "content": "15\n"}, id="toolu_w")], expect=results_are_real
+        ),
+        reply(
+            "The three files have 15 lines in total; written to total.txt.",
+            expect=lambda b: b["messages"][-1]["content"][0].get("is_error") is not True,
+        ),
     ]
 
 
 def test_seed_line_count_task_end_to_end(tmp_path):
     ws = seed_workspace(tmp_path)
     with ScriptedServer(line_count_script()) as server:
-        proc = cli(server.url, "-p", "Count the lines of each .py file, write the total to total.txt, report it.",
-                   "--permission-mode", "acceptEdits", cwd=ws)
+        proc = cli(
+            server.url,
+            "-p",
+            "Count the lines of each .py file, write the total to total.txt, report it.",
+            "--permission-mode",
+            "acceptEdits",
+            cwd=ws,
+        )
     assert proc.returncode == 0, proc.stderr
     assert (ws / "total.txt").read_text() == "15\n"
     assert "15 lines" in proc.stdout
@@ -87,7 +110,12 @@ def test_json_result_object(tmp_path):
     assert proc.returncode == 0
     result = json.loads(proc.stdout)
     assert {k: result[k] for k in ("type", "subtype", "is_error", "result", "num_turns")} == {
-        "type": "result", "subtype": "success", "is_error": False, "result": "hello", "num_turns": 1}
+        "type": "result",
+        "subtype": "success",
+        "is_error": False,
+        "result": "hello",
+        "num_turns": 1,
+    }
     assert result["duration_ms"] >= 0 and "session_id" in result
 
 
@@ -122,8 +150,16 @@ def test_system_prompt_flags(tmp_path):
         assert body["system"] == "You are terse.\n\nAlways answer in French."
 
     with ScriptedServer([reply("oui", expect=check)]) as server:
-        proc = cli(server.url, "-p", "hi", "--system-prompt", "You are terse.",
-                   "--append-system-prompt", "Always answer in French.", cwd=tmp_path)
+        proc = cli(
+            server.url,
+            "-p",
+            "hi",
+            "--system-prompt",
+            "You are terse.",
+            "--append-system-prompt",
+            "Always answer in French.",
+            cwd=tmp_path,
+        )
     assert proc.returncode == 0 and proc.stdout.strip() == "oui"
 
 
@@ -175,15 +211,19 @@ def test_print_mode_denies_what_would_ask_and_the_run_goes_on(tmp_path):
         res = body["messages"][-1]["content"][0]
         assert res["is_error"] and "denied" in res["content"].lower() and "rm" in res["content"]
 
-    steps = [respond([tool_call("Bash", {"command": "git status; rm -rf build"}, id="toolu_rm")]),
-             reply("I could not delete it.", expect=check)]
+    steps = [
+        respond([tool_call("Bash", {"command": "git status; rm -rf build"}, id="toolu_rm")]),
+        reply("I could not delete it.", expect=check),
+    ]
     with ScriptedServer(steps) as server:
-        proc = cli(server.url, "-p", "clean", "--output-format", "json", "--allowedTools", "Bash(git status:*)",
-                   cwd=tmp_path)
+        proc = cli(
+            server.url, "-p", "clean", "--output-format", "json", "--allowedTools", "Bash(git status:*)", cwd=tmp_path
+        )
     result = json.loads(proc.stdout)
     assert proc.returncode == 0 and result["result"] == "I could not delete it."
-    assert result["permission_denials"] == [{"tool_name": "Bash", "tool_use_id": "toolu_rm",
-                                             "tool_input": {"command": "git status; rm -rf build"}}]
+    assert result["permission_denials"] == [
+        {"tool_name": "Bash", "tool_use_id": "toolu_rm", "tool_input": {"command": "git status; rm -rf build"}}
+    ]
 
 
 def test_disallowed_tools_win_even_in_bypass_mode(tmp_path):
@@ -192,12 +232,22 @@ def test_disallowed_tools_win_even_in_bypass_mode(tmp_path):
 
     steps = [respond([tool_call("Bash", {"command": "git push origin main"})]), reply("ok", expect=check)]
     with ScriptedServer(steps) as server:
-        proc = cli(server.url, "-p", "push", "--permission-mode", "bypassPermissions",
-                   "--disallowedTools", "Bash(git push:*)", cwd=tmp_path)
+        proc = cli(
+            server.url,
+            "-p",
+            "push",
+            "--permission-mode",
+            "bypassPermissions",
+            "--disallowedTools",
+            "Bash(git push:*)",
+            cwd=tmp_path,
+        )
     assert proc.returncode == 0, proc.stderr
 
 
-@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed: apt-get install bubblewrap")
+@pytest.mark.skipif(
+    shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed: apt-get install bubblewrap"
+)
 def test_sandboxed_bash_cannot_write_outside_the_workspace(tmp_path):
     ws, outside = tmp_path / "ws", tmp_path / "outside"
     ws.mkdir(), outside.mkdir()
@@ -207,12 +257,20 @@ def test_sandboxed_bash_cannot_write_outside_the_workspace(tmp_path):
         assert root["is_error"] and "Read-only file system" in root["content"]
         assert not inside.get("is_error"), inside
         # the sandbox's /tmp is private, so the outside folder is either absent or read-only in there
-        assert escape["is_error"] and ("Read-only file system" in escape["content"]
-                                       or "No such file or directory" in escape["content"])
+        assert escape["is_error"] and (
+            "Read-only file system" in escape["content"] or "No such file or directory" in escape["content"]
+        )
 
-    steps = [respond([tool_call("Bash", {"command": "touch made-inside"}),
-                      tool_call("Bash", {"command": f"touch {outside}/escaped"}),
-                      tool_call("Bash", {"command": "touch /drivetrain-sandbox-escape"})]), reply("ok", expect=check)]
+    steps = [
+        respond(
+            [
+                tool_call("Bash", {"command": "touch made-inside"}),
+                tool_call("Bash", {"command": f"touch {outside}/escaped"}),
+                tool_call("Bash", {"command": "touch /drivetrain-sandbox-escape"}),
+            ]
+        ),
+        reply("ok", expect=check),
+    ]
     with ScriptedServer(steps) as server:
         proc = cli(server.url, "-p", "touch", "--permission-mode", "bypassPermissions", "--sandbox", cwd=ws)
     assert proc.returncode == 0, proc.stderr
@@ -234,8 +292,9 @@ def test_default_mode_comes_from_settings_unless_given(tmp_path):
     (tmp_path / ".drivetrain" / "settings.json").write_text('{"permissions": {"defaultMode": "plan"}}')
     with ScriptedServer([reply("ok"), reply("ok")]) as server:
         from_settings = cli(server.url, "-p", "hi", "--output-format", "stream-json", cwd=tmp_path)
-        from_flag = cli(server.url, "-p", "hi", "--output-format", "stream-json", "--permission-mode", "acceptEdits",
-                        cwd=tmp_path)
+        from_flag = cli(
+            server.url, "-p", "hi", "--output-format", "stream-json", "--permission-mode", "acceptEdits", cwd=tmp_path
+        )
     assert json.loads(from_settings.stdout.splitlines()[0])["permissionMode"] == "plan"
     assert json.loads(from_flag.stdout.splitlines()[0])["permissionMode"] == "acceptEdits"
 
@@ -243,8 +302,15 @@ def test_default_mode_comes_from_settings_unless_given(tmp_path):
 def test_no_provider_configured_means_the_local_model_said_in_one_line(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "OPENAI_"))}
     env["DRIVETRAIN_LOCAL_MODEL"] = str(tmp_path / "missing.gguf")  # fails fast after the choice is announced
-    proc = subprocess.run([DRIVETRAIN, "-p", "hi"], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          stdin=subprocess.DEVNULL, timeout=60)
+    proc = subprocess.run(
+        [DRIVETRAIN, "-p", "hi"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=60,
+    )
     lines = [line for line in proc.stderr.splitlines() if "embedded local model" in line]
     assert len(lines) == 1 and "no ANTHROPIC_* or OPENAI_* settings" in lines[0]
     assert proc.returncode == 1 and "missing.gguf" in proc.stderr and "Traceback" not in proc.stderr
@@ -256,14 +322,25 @@ def test_the_developers_own_home_does_not_reach_the_tests(tmp_path):
     developer would, in a fresh pytest with HOME set to that home and no DRIVETRAIN_HOME."""
     real_home, mark = tmp_path / "real-home", tmp_path / "hook-ran"
     (real_home / ".drivetrain").mkdir(parents=True)
-    (real_home / ".drivetrain" / "settings.json").write_text(json.dumps({
-        "permissions": {"deny": ["Read"]},
-        "hooks": {"UserPromptSubmit": [{"hooks": [{"type": "command", "command": f"touch {mark}"}]}]}}))
+    (real_home / ".drivetrain" / "settings.json").write_text(
+        json.dumps(
+            {
+                "permissions": {"deny": ["Read"]},
+                "hooks": {"UserPromptSubmit": [{"hooks": [{"type": "command", "command": f"touch {mark}"}]}]},
+            }
+        )
+    )
     env = {k: v for k, v in os.environ.items() if k not in ("DRIVETRAIN_HOME", "PYTEST_ADDOPTS")}
     env["HOME"] = str(real_home)
     test = f"{__file__}::test_stream_json_events"  # it fails if the Read deny rule applies
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test],
-                          cwd=Path(__file__).parent.parent, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test],
+        cwd=Path(__file__).parent.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert not mark.exists(), "the hook in the developer's home ran"
     assert [p.name for p in (real_home / ".drivetrain").iterdir()] == ["settings.json"]  # no audit log there
@@ -282,21 +359,24 @@ def test_resume_continue_fork_and_compact_through_the_cli(tmp_path):
         def check(body):
             seen = [b.get("text") for m in body["messages"] for b in m["content"] if b.get("type") == "text"]
             assert all(any(t in (s or "") for s in seen) for t in texts), seen
+
         return check
 
     with ScriptedServer([reply("one")]) as server:
         first = json.loads(cli(server.url, "-p", "first", "--output-format", "json", cwd=tmp_path).stdout)
     sid = first["session_id"]
     with ScriptedServer([reply("two", expect=sees("first", "second"))]) as server:
-        second = json.loads(cli(server.url, "-p", "--resume", sid, "second", "--output-format", "json",
-                                cwd=tmp_path).stdout)
+        second = json.loads(
+            cli(server.url, "-p", "--resume", sid, "second", "--output-format", "json", cwd=tmp_path).stdout
+        )
     assert (second["session_id"], second["result"]) == (sid, "two")
     with ScriptedServer([reply("three", expect=sees("first", "second", "third"))]) as server:
         third = json.loads(cli(server.url, "-p", "--continue", "third", "--output-format", "json", cwd=tmp_path).stdout)
     assert third["session_id"] == sid
     with ScriptedServer([reply("four", expect=sees("first", "fourth"))]) as server:
-        fork = json.loads(cli(server.url, "-p", "-r", sid, "--fork-session", "fourth", "--output-format", "json",
-                              cwd=tmp_path).stdout)
+        fork = json.loads(
+            cli(server.url, "-p", "-r", sid, "--fork-session", "fourth", "--output-format", "json", cwd=tmp_path).stdout
+        )
     assert fork["session_id"] != sid and fork["result"] == "four"
     with ScriptedServer([reply("We said one, two and three.")]) as server:
         proc = cli(server.url, "compact", sid, cwd=tmp_path)
@@ -316,8 +396,11 @@ def test_interventions_show_in_the_turn_log_and_in_stream_json(tmp_path):
         proc = cli(server.url, "-p", "look", "--verbose", "--output-format", "stream-json", cwd=tmp_path)
     events = [json.loads(line) for line in proc.stdout.splitlines()]
     loops = [e for e in events if e.get("subtype") == "loop_detected"]
-    assert [(e["pattern"], e["action"]) for e in loops] == [("repeat", "refused"), ("repeat", "refused"),
-                                                             ("repeat", "ended")]
+    assert [(e["pattern"], e["action"]) for e in loops] == [
+        ("repeat", "refused"),
+        ("repeat", "refused"),
+        ("repeat", "ended"),
+    ]
     assert "  ! loop (repeat) refused: Glob" in proc.stderr
     assert events[-1]["subtype"] == "error_loop_detected"
 
@@ -327,8 +410,18 @@ def test_a_resumed_session_gets_max_turns_counted_from_its_prompt(tmp_path):
     with ScriptedServer([*loop, reply("done")]) as server:
         first = json.loads(cli(server.url, "-p", "look", "--output-format", "json", cwd=tmp_path).stdout)
     with ScriptedServer(loop) as server:  # a fourth request would find no step: the server fails it
-        proc = cli(server.url, "-p", "--resume", first["session_id"], "look again", "--max-turns", "3",
-                   "--output-format", "json", cwd=tmp_path)
+        proc = cli(
+            server.url,
+            "-p",
+            "--resume",
+            first["session_id"],
+            "look again",
+            "--max-turns",
+            "3",
+            "--output-format",
+            "json",
+            cwd=tmp_path,
+        )
         sent = len(server.requests)
     result = json.loads(proc.stdout)
     assert sent == 3 and result["subtype"] == "error_max_turns" and proc.returncode == 1, proc.stderr

@@ -6,9 +6,9 @@ Against the scripted server (real anthropic SDK over HTTP), which validates ever
 from drivetrain import Agent, Hooks, tool
 from drivetrain.loop.compaction import SUMMARY_ASK, SUMMARY_HEAD, estimate_tokens
 from drivetrain.loop.events import Compacted
+from drivetrain.loop.state import Done
 from drivetrain.messages import lint
 from drivetrain.models.anthropic import AnthropicModel
-from drivetrain.loop.state import Done
 from drivetrain.testing import ScriptedServer, http_error, reply, respond, tool_call
 
 TASK = "Read the three logs and tell me which one has the most errors.\nBe exact."
@@ -21,8 +21,9 @@ def dump(name: str) -> str:
 
 
 def agent_for(server, **kw):
-    m = AnthropicModel.from_env("claude-sonnet-4-6", {"ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_API_KEY": "k"},
-                                backoff=0.01)
+    m = AnthropicModel.from_env(
+        "claude-sonnet-4-6", {"ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_API_KEY": "k"}, backoff=0.01
+    )
     events = []
     kw.setdefault("tools", [dump])
     return Agent(model=m, strict=True, observers=[events.append], **kw), events
@@ -37,6 +38,7 @@ def summary_step(text="Dumped a and b: 300 errors each. Left: c.", window=None):
         assert is_summary_request(body) and not body.get("tools")  # no tools at all
         if window is not None:
             assert len(str(body)) // 4 < window  # it fits, even when the history does not
+
     return reply(text, expect=check)
 
 
@@ -78,8 +80,14 @@ async def test_the_summary_request_fits_even_when_the_history_does_not():
 
 async def test_a_compaction_that_fails_twice_is_not_tried_again():
     bad = http_error(400, "invalid_request_error", "prompt is too long")
-    steps = [respond([tool_call("dump", {"name": "a"})]), respond([tool_call("dump", {"name": "b"})]),
-             bad, respond([tool_call("dump", {"name": "c"})]), bad, reply("answer anyway")]
+    steps = [
+        respond([tool_call("dump", {"name": "a"})]),
+        respond([tool_call("dump", {"name": "b"})]),
+        bad,
+        respond([tool_call("dump", {"name": "c"})]),
+        bad,
+        reply("answer anyway"),
+    ]
     with ScriptedServer(steps) as server:
         agent, events = agent_for(server, context_window=2000)
         result = await agent.run(TASK)
@@ -97,8 +105,12 @@ async def test_the_precompact_hook_fires_and_can_block():
 
     hooks = Hooks()
     hooks.add("PreCompact", block)
-    steps = [respond([tool_call("dump", {"name": "a"})]), respond([tool_call("dump", {"name": "b"})]),
-             respond([tool_call("dump", {"name": "c"})]), reply("fine")]
+    steps = [
+        respond([tool_call("dump", {"name": "a"})]),
+        respond([tool_call("dump", {"name": "b"})]),
+        respond([tool_call("dump", {"name": "c"})]),
+        reply("fine"),
+    ]
     with ScriptedServer(steps) as server:  # no summary request is ever made
         agent, events = agent_for(server, context_window=2000, hooks=hooks)
         result = await agent.run(TASK)
@@ -108,8 +120,11 @@ async def test_the_precompact_hook_fires_and_can_block():
 
 async def test_compact_by_hand_keeps_a_finished_run_finished_and_it_can_go_on():
     steps = [respond([tool_call("dump", {"name": n})]) for n in "abc"]
-    steps += [reply("a dumped"), summary_step("Dumped a."),
-             reply("still here", expect=lambda b: b["messages"][0]["content"][0]["text"] == TASK)]
+    steps += [
+        reply("a dumped"),
+        summary_step("Dumped a."),
+        reply("still here", expect=lambda b: b["messages"][0]["content"][0]["text"] == TASK),
+    ]
     with ScriptedServer(steps) as server:
         agent, _ = agent_for(server)  # no window known: never automatic
         run = agent.start(TASK)

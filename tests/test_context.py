@@ -1,6 +1,7 @@
 """Context management: output caps, prompt caching (provider and the scripted server's simulation), clearing."""
 
 import hashlib
+import itertools
 import json
 from pathlib import Path
 
@@ -8,16 +9,22 @@ import anthropic
 import pytest
 
 from drivetrain import Agent, tool
+from drivetrain.control.permissions import Policy
 from drivetrain.loop.context import (
-    CONTEXT_OFF, ContextSettings, cap_text, clear_old_results, result_cap, session_outputs, window_of,
+    CONTEXT_OFF,
+    ContextSettings,
+    cap_text,
+    clear_old_results,
+    result_cap,
+    session_outputs,
+    window_of,
 )
 from drivetrain.messages import Message, RawBlock, ToolResultBlock, ToolUseBlock
 from drivetrain.models.anthropic import AnthropicModel
 from drivetrain.models.anthropic_wire import breakpoints, validate, with_cache_breakpoints
 from drivetrain.models.base import ModelRequest
-from drivetrain.small.codeact import CodeActionModel
 from drivetrain.models.openai import OpenAIModel
-from drivetrain.control.permissions import Policy
+from drivetrain.small.codeact import CodeActionModel
 from drivetrain.testing import ScriptedServer, reply, respond, tool_call
 from drivetrain.testing.cache import PromptCache, count_tokens
 from drivetrain.tools import Read
@@ -32,15 +39,18 @@ def record(n: int, size: int) -> str:
 
 
 def model_for(server, **kw):
-    return AnthropicModel.from_env("claude-sonnet-4-6", {"ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_API_KEY": "k"},
-                                   **kw)
+    return AnthropicModel.from_env(
+        "claude-sonnet-4-6", {"ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_API_KEY": "k"}, **kw
+    )
 
 
 def history(rounds: int, size: int) -> list[Message]:
     out = [Message.user("go")]
     for k in range(rounds):
-        out += [Message("assistant", (ToolUseBlock(f"t{k}", "fetch", {"n": k}),)),
-                Message("user", (ToolResultBlock(f"t{k}", record(k, size)),))]
+        out += [
+            Message("assistant", (ToolUseBlock(f"t{k}", "fetch", {"n": k}),)),
+            Message("user", (ToolResultBlock(f"t{k}", record(k, size)),)),
+        ]
     return out
 
 
@@ -64,6 +74,7 @@ def test_context_window_per_provider_and_model():
 
 def _creds():
     from drivetrain.models.anthropic import Credentials
+
     return Credentials(api_key="k")
 
 
@@ -115,9 +126,13 @@ async def test_an_agent_caps_a_result_saves_it_and_read_pages_it_under_a_confini
     where = session_outputs(sid) / "toolu_d.txt"
     steps = [
         respond([tool_call("dump", {}, id="toolu_d")]),
-        respond([tool_call("Read", {"file_path": str(where), "offset": 500, "limit": 3}, id="toolu_r"),
-                 tool_call("Read", {"file_path": str(tmp_path / "elsewhere.txt")}, id="toolu_x")],
-                expect=lambda b: saved_path(b) == str(where)),
+        respond(
+            [
+                tool_call("Read", {"file_path": str(where), "offset": 500, "limit": 3}, id="toolu_r"),
+                tool_call("Read", {"file_path": str(tmp_path / "elsewhere.txt")}, id="toolu_x"),
+            ],
+            expect=lambda b: saved_path(b) == str(where),
+        ),
         reply("done"),
     ]
     with ScriptedServer(steps) as server:
@@ -126,7 +141,9 @@ async def test_an_agent_caps_a_result_saves_it_and_read_pages_it_under_a_confini
         result = await agent.start("go", session_id=sid).finish()
     assert result.subtype == "success"
     capped = result.history[2].content[0].text
-    assert len(capped) < 20_000 < len(big_text) and capped.startswith("row 0 ") and capped.endswith("row 999 " + "z" * 50)
+    assert (
+        len(capped) < 20_000 < len(big_text) and capped.startswith("row 0 ") and capped.endswith("row 999 " + "z" * 50)
+    )
     assert where.read_text() == big_text
     read, outside = result.history[4].content
     assert not read.is_error and read.text.startswith("   500\trow 499 ") and "row 501" in read.text
@@ -139,8 +156,9 @@ async def test_read_of_another_sessions_outputs_is_not_allowed(tmp_path):
     other.write_text("theirs")
     steps = [respond([tool_call("Read", {"file_path": str(other)})]), reply("ok")]
     with ScriptedServer(steps) as server:
-        agent = Agent(model=model_for(server), tools=[Read()], cwd=tmp_path,
-                      policy=Policy.load(tmp_path, interactive=False))
+        agent = Agent(
+            model=model_for(server), tools=[Read()], cwd=tmp_path, policy=Policy.load(tmp_path, interactive=False)
+        )
         result = await agent.start("go", session_id="mine").finish()
     block = result.history[2].content[0]
     assert block.is_error and "theirs" not in block.text
@@ -159,21 +177,47 @@ def test_breakpoints_sit_on_the_tools_and_the_last_two_request_ends_and_never_ex
     assert json.dumps(msgs) == before  # the history's shared wire dicts are not touched
     assert validate(params) == []
     # no tools: the system prompt carries the stable breakpoint
-    no_tools = with_cache_breakpoints({"model": "m", "max_tokens": 10, "system": "s" * 4000,
-                                       "messages": [m.to_wire() for m in history(0, 0)]})
+    no_tools = with_cache_breakpoints(
+        {"model": "m", "max_tokens": 10, "system": "s" * 4000, "messages": [m.to_wire() for m in history(0, 0)]}
+    )
     assert [w for w, _ in breakpoints(no_tools)] == ["system.0", "messages.0.content.0"]
     # a small request is left as it was (the API caches nothing under 1024 tokens)
-    tiny = {"model": "m", "max_tokens": 10, "system": "s", "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]}
+    tiny = {
+        "model": "m",
+        "max_tokens": 10,
+        "system": "s",
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
+    }
     assert with_cache_breakpoints(tiny) == tiny
-    own = dict(model="m", max_tokens=10, system="sys", tools=tools, messages=[*msgs[:-1], {"role": "user", "content": [
-        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AA=="},
-         "cache_control": {"type": "ephemeral"}}]}])
+    own = {
+        "model": "m",
+        "max_tokens": 10,
+        "system": "sys",
+        "tools": tools,
+        "messages": [
+            *msgs[:-1],
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "image",
+                        "source": {"type": "base64", "media_type": "image/png", "data": "AA=="},
+                        "cache_control": {"type": "ephemeral"},
+                    }
+                ],
+            },
+        ],
+    }
     assert with_cache_breakpoints(own) is own  # breakpoints already placed by the caller are left alone
 
 
 def test_the_server_rejects_bad_cache_control():
-    msgs = [{"role": "user", "content": [{"type": "text", "text": f"m{i}", "cache_control": {"type": "ephemeral"}}]}
-            if i % 2 == 0 else {"role": "assistant", "content": [{"type": "text", "text": f"a{i}"}]} for i in range(9)]
+    msgs = [
+        {"role": "user", "content": [{"type": "text", "text": f"m{i}", "cache_control": {"type": "ephemeral"}}]}
+        if i % 2 == 0
+        else {"role": "assistant", "content": [{"type": "text", "text": f"a{i}"}]}
+        for i in range(9)
+    ]
     assert any("maximum of 4" in p for p in validate({"model": "m", "max_tokens": 5, "messages": msgs}))
     bad = [{"role": "user", "content": [{"type": "text", "text": "x", "cache_control": {"type": "persistent"}}]}]
     assert any("ephemeral" in p for p in validate({"model": "m", "max_tokens": 5, "messages": bad}))
@@ -192,10 +236,14 @@ def test_token_counts_are_deterministic_bytes_over_four():
 
 
 async def test_a_second_request_reads_what_the_first_wrote_through_the_real_sdk():
-    first = [{"role": "user", "content": [{"type": "text", "text": "a" * 8000, "cache_control": {"type": "ephemeral"}}]}]
-    second = [{"role": "user", "content": [{"type": "text", "text": "a" * 8000, "cache_control": {"type": "ephemeral"}}]},
-              {"role": "assistant", "content": [{"type": "text", "text": "ok"}]},
-              {"role": "user", "content": [{"type": "text", "text": "b" * 8000, "cache_control": {"type": "ephemeral"}}]}]
+    first = [
+        {"role": "user", "content": [{"type": "text", "text": "a" * 8000, "cache_control": {"type": "ephemeral"}}]}
+    ]
+    second = [
+        {"role": "user", "content": [{"type": "text", "text": "a" * 8000, "cache_control": {"type": "ephemeral"}}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "ok"}]},
+        {"role": "user", "content": [{"type": "text", "text": "b" * 8000, "cache_control": {"type": "ephemeral"}}]},
+    ]
     plain = [{"role": "user", "content": [{"type": "text", "text": "a" * 8000}]}]
     with ScriptedServer([reply("ok"), reply("ok"), reply("ok"), reply("ok")]) as server:
         client = anthropic.AsyncAnthropic(base_url=server.url, api_key="k", max_retries=0)
@@ -216,13 +264,22 @@ async def test_a_second_request_reads_what_the_first_wrote_through_the_real_sdk(
 def test_the_cache_misses_on_a_changed_prefix_and_under_the_minimum():
     cache = PromptCache()
     mark = {"type": "ephemeral"}
-    body = {"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": "a" * 8000, "cache_control": mark}]}]}
+    body = {
+        "model": "m",
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "a" * 8000, "cache_control": mark}]}],
+    }
     assert cache.use(body).cache_creation_input_tokens > 0
-    changed = {"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": "A" + "a" * 7999, "cache_control": mark}]}]}
+    changed = {
+        "model": "m",
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "A" + "a" * 7999, "cache_control": mark}]}],
+    }
     assert cache.use(changed).cache_read_input_tokens == 0
     other_model = dict(body, model="n")
     assert cache.use(other_model).cache_read_input_tokens == 0
-    tiny = {"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": "hi", "cache_control": mark}]}]}
+    tiny = {
+        "model": "m",
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "hi", "cache_control": mark}]}],
+    }
     u = cache.use(tiny)
     assert (u.cache_creation_input_tokens, u.cache_read_input_tokens) == (0, 0) and u.input_tokens > 0
 
@@ -237,18 +294,25 @@ async def test_the_provider_caches_by_default_and_not_when_turned_off():
         off = model_for(server, prompt_caching=False)
         r3 = await off.respond(ModelRequest(h, "sys", tools, 100))
         assert [len(breakpoints(q.body)) for q in server.requests] == [2, 2, 0]
-    assert r1.usage.cache_creation_input_tokens > 0 and r2.usage.cache_read_input_tokens == r1.usage.cache_creation_input_tokens
+    assert (
+        r1.usage.cache_creation_input_tokens > 0
+        and r2.usage.cache_read_input_tokens == r1.usage.cache_creation_input_tokens
+    )
     assert r3.usage.cache_read_input_tokens == 0 and r3.usage.input_tokens > r2.usage.cache_read_input_tokens
     env = {"ANTHROPIC_API_KEY": "k", "DISABLE_PROMPT_CACHING": "1"}
     assert AnthropicModel.from_env(None, env).prompt_caching is False
 
 
-
 async def test_a_breakpoint_the_caller_placed_anywhere_in_the_history_stands_and_none_are_added():
     """The provider asks each message once whether it carries one and how large it is (``Message.cache_marked``,
     ``wire_chars``), not every block of the history on every request: the answers must be the same as looking."""
-    image = RawBlock({"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AA=="},
-                      "cache_control": {"type": "ephemeral"}})
+    image = RawBlock(
+        {
+            "type": "image",
+            "source": {"type": "base64", "media_type": "image/png", "data": "AA=="},
+            "cache_control": {"type": "ephemeral"},
+        }
+    )
     h = history(4, 8000)
     placed = [Message("user", (*h[0].content, image)), *h[1:]]  # the very first message, far from the end
     assert placed[0].cache_marked and not any(m.cache_marked for m in h)
@@ -261,7 +325,13 @@ async def test_a_breakpoint_the_caller_placed_anywhere_in_the_history_stands_and
     assert marks[0] == ["messages.0.content.1"]  # theirs, alone
     assert marks[1] == ["messages.6.content.0", "messages.8.content.0"]  # ours, where the full scan puts them
     for msgs in (placed, h):
-        params = {"model": "m", "max_tokens": 10, "system": "sys", "tools": tools, "messages": [m.to_wire() for m in msgs]}
+        params = {
+            "model": "m",
+            "max_tokens": 10,
+            "system": "sys",
+            "tools": tools,
+            "messages": [m.to_wire() for m in msgs],
+        }
         assert with_cache_breakpoints(params, msgs) == with_cache_breakpoints(params)
 
 
@@ -320,16 +390,20 @@ async def test_an_agent_run_clears_in_batches_against_a_validating_server_and_ke
         calls = {b["id"]: b["input"]["n"] for m in body["messages"] if m["role"] == "assistant" for b in m["content"]}
         return all(b["content"] == record(calls[b["tool_use_id"]], size) for m in rounds[-3:] for b in m["content"])
 
-    steps = [respond([tool_call("fetch", {"n": i})], expect=intact) for i in range(turns - 1)] + [reply("done", expect=intact)]
+    steps = [respond([tool_call("fetch", {"n": i})], expect=intact) for i in range(turns - 1)] + [
+        reply("done", expect=intact)
+    ]
     with ScriptedServer(steps) as server:  # every request validated; assert_complete on exit
         agent = Agent(model=model_for(server, context_window=60_000), tools=[fetch], system="s")
         result = await agent.run("go")
         bodies = [r.body for r in server.requests]
     assert result.subtype == "success" and all(len(breakpoints(b)) <= 4 for b in bodies)
-    changed = sum(1 for a, b in zip(bodies, bodies[1:]) if _strip(b["messages"])[: len(a["messages"])] != _strip(a["messages"]))
+    changed = sum(
+        1 for a, b in itertools.pairwise(bodies) if _strip(b["messages"])[: len(a["messages"])] != _strip(a["messages"])
+    )
     assert 2 <= changed <= 12
     assert max(count_tokens(b) for b in bodies) < 0.55 * 60_000
-    assert all(b.content[0].text == record(k, size) for k, b in enumerate(result.history[2::2][:turns - 1]))  # the log
+    assert all(b.content[0].text == record(k, size) for k, b in enumerate(result.history[2::2][: turns - 1]))  # the log
 
 
 def _strip(value):

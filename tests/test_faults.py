@@ -32,8 +32,8 @@ from pathlib import Path
 import pytest
 
 from drivetrain.messages import lint
-from drivetrain.sessions.log import load
 from drivetrain.sessions.file import FileStore
+from drivetrain.sessions.log import load
 from drivetrain.testing import ScriptedServer, reply, respond, text, tool_call
 
 TIMEOUT = 60  # seconds for anything to happen; on an idle machine each wait is well under one
@@ -45,8 +45,10 @@ STALL_AT = 4  # SSE events sent before a stream stalls: the answer is cut mid-bl
 def gated(name: str, grandchild: bool = False) -> str:
     """A Bash command that records its pid, says it started, waits for go_<name>, says it is done."""
     spawn = f"sleep 120 >/dev/null 2>&1 & echo $! > grand_{name}; " if grandchild else ""
-    return (f"echo $$ > pid_{name}; {spawn}touch started_{name}; "
-            f"until [ -e go_{name} ]; do sleep 0.02; done; touch done_{name}; echo finished {name}")
+    return (
+        f"echo $$ > pid_{name}; {spawn}touch started_{name}; "
+        f"until [ -e go_{name} ]; do sleep 0.02; done; touch done_{name}; echo finished {name}"
+    )
 
 
 PARALLEL = ("p1", "p2", "p3")
@@ -58,11 +60,13 @@ def results_ok(ids):
         results = body["messages"][-1]["content"]
         assert [r["tool_use_id"] for r in results] == list(ids)
         assert all(not r.get("is_error") for r in results), results
+
     return check
 
 
 def script(point: str, holds: dict[int, threading.Event]) -> list:
     """The whole session; the request the point is in is held or stalls."""
+
     def shape(n: int) -> dict:
         if point in (f"awaiting_answer_{n}", f"answer_unsaved_{n}"):
             holds[n] = threading.Event()
@@ -72,11 +76,18 @@ def script(point: str, holds: dict[int, threading.Event]) -> list:
         return {}
 
     return [
-        respond([text("Running the three checks at once."),
-                 *(tool_call("Bash", {"command": gated(n, grandchild=n == "p1")}, id=f"toolu_{n}") for n in PARALLEL)],
-                **shape(1)),
-        respond([tool_call("Bash", {"command": gated(SINGLE)}, id=f"toolu_{SINGLE}")],
-                expect=results_ok([f"toolu_{n}" for n in PARALLEL]), **shape(2)),
+        respond(
+            [
+                text("Running the three checks at once."),
+                *(tool_call("Bash", {"command": gated(n, grandchild=n == "p1")}, id=f"toolu_{n}") for n in PARALLEL),
+            ],
+            **shape(1),
+        ),
+        respond(
+            [tool_call("Bash", {"command": gated(SINGLE)}, id=f"toolu_{SINGLE}")],
+            expect=results_ok([f"toolu_{n}" for n in PARALLEL]),
+            **shape(2),
+        ),
         reply("All four checks passed.", expect=results_ok([f"toolu_{SINGLE}"]), **shape(3)),
     ]
 
@@ -84,11 +95,21 @@ def script(point: str, holds: dict[int, threading.Event]) -> list:
 # ---------------------------------------------------------------- the points, in the order the session reaches them
 
 POINTS = [
-    "awaiting_answer_1", "mid_stream_1", "answer_unsaved_1",
-    "tool_p1_running", "tool_p2_running", "tool_p3_running", "results_unsaved_1",
-    "awaiting_answer_2", "mid_stream_2", "answer_unsaved_2",
-    "tool_s4_running", "results_unsaved_2",
-    "awaiting_answer_3", "mid_stream_3", "answer_unsaved_3",
+    "awaiting_answer_1",
+    "mid_stream_1",
+    "answer_unsaved_1",
+    "tool_p1_running",
+    "tool_p2_running",
+    "tool_p3_running",
+    "results_unsaved_1",
+    "awaiting_answer_2",
+    "mid_stream_2",
+    "answer_unsaved_2",
+    "tool_s4_running",
+    "results_unsaved_2",
+    "awaiting_answer_3",
+    "mid_stream_3",
+    "answer_unsaved_3",
 ]
 
 
@@ -112,8 +133,9 @@ class Cli:
         deadline = time.monotonic() + timeout
         while not cond():
             if self.proc.poll() is not None:
-                raise AssertionError(f"the CLI exited ({self.proc.returncode}) while waiting for {what}:\n"
-                                     f"{self.stderr()}")
+                raise AssertionError(
+                    f"the CLI exited ({self.proc.returncode}) while waiting for {what}:\n{self.stderr()}"
+                )
             if time.monotonic() > deadline:
                 raise AssertionError(f"timed out waiting for {what}")
             time.sleep(0.01)
@@ -160,7 +182,7 @@ class Cli:
         for line in Path("/proc/locks").read_text().splitlines():
             fields = line.split()
             if "->" in fields and "FLOCK" in fields:
-                rest = fields[fields.index("->") + 1:]
+                rest = fields[fields.index("->") + 1 :]
                 if int(rest[3]) == self.proc.pid and rest[4].endswith(f":{inode}"):
                     return True
         return False
@@ -174,8 +196,13 @@ class Cli:
 
     def started(self, names) -> None:
         """Wait until each call of ``names`` runs (its marker) and its intent record is written; note the pids."""
-        self.wait("the calls to start", lambda: all(self.marker("started", x).exists() for x in names)
-                  and self.intents() >= {f"toolu_{x}" for x in names})
+        self.wait(
+            "the calls to start",
+            lambda: (
+                all(self.marker("started", x).exists() for x in names)
+                and self.intents() >= {f"toolu_{x}" for x in names}
+            ),
+        )
         self.pids += [int(self.marker("pid", x).read_text()) for x in names]
         if "p1" in names:
             self.pids.append(int(self.marker("grand", "p1").read_text()))  # written before started_p1
@@ -230,26 +257,51 @@ def walk(c: Cli, point: str) -> None:
 def cli_env(server: ScriptedServer) -> dict[str, str]:
     """The test's environment (its own HOME and DRIVETRAIN_HOME from conftest, PYTHONPATH as given)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "OPENAI_"))}
-    env.update({"ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_API_KEY": "sk-test",
-                "ANTHROPIC_MODEL": "claude-sonnet-4-6"})
+    env.update(
+        {"ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_API_KEY": "sk-test", "ANTHROPIC_MODEL": "claude-sonnet-4-6"}
+    )
     return env
 
 
-BASE = [sys.executable, "-m", "drivetrain", "-p", "--output-format", "stream-json", "--provider", "anthropic",
-        "--permission-mode", "bypassPermissions"]
+BASE = [
+    sys.executable,
+    "-m",
+    "drivetrain",
+    "-p",
+    "--output-format",
+    "stream-json",
+    "--provider",
+    "anthropic",
+    "--permission-mode",
+    "bypassPermissions",
+]
 
 
 def start(server: ScriptedServer, ws: Path, *args: str) -> subprocess.Popen:
     out, err = (open(ws.parent / name, "w") for name in ("stdout.txt", "stderr.txt"))
     with out, err:
-        return subprocess.Popen([*BASE, *args], cwd=ws, env=cli_env(server), stdin=subprocess.DEVNULL,
-                                stdout=out, stderr=err, start_new_session=True)
+        return subprocess.Popen(
+            [*BASE, *args],
+            cwd=ws,
+            env=cli_env(server),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+            start_new_session=True,
+        )
 
 
 def run(steps: list, ws: Path, *args: str) -> tuple[subprocess.CompletedProcess, ScriptedServer]:
     with ScriptedServer(steps) as server:
-        proc = subprocess.run([*BASE, *args], cwd=ws, env=cli_env(server), stdin=subprocess.DEVNULL,
-                              capture_output=True, text=True, timeout=TIMEOUT * 2)
+        proc = subprocess.run(
+            [*BASE, *args],
+            cwd=ws,
+            env=cli_env(server),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT * 2,
+        )
         assert proc.returncode == 0, proc.stderr
     return proc, server
 
@@ -294,10 +346,12 @@ def sends(expected: list[dict]):
     def check(body):
         got = without_cache_control(body["messages"])
         assert got == without_cache_control(expected), json.dumps(got, indent=1)[:3000]
+
     return check
 
 
 # ---------------------------------------------------------------- a repair is saved, once
+
 
 def crashed_during_tools(store, tmp_path) -> str:
     """A session whose log ends in RunTools (the process died before the call ran): it needs a repair."""
@@ -308,8 +362,9 @@ def crashed_during_tools(store, tmp_path) -> str:
     from drivetrain.tools.bash import Bash
 
     async def go(server):
-        model = AnthropicModel.from_env("claude-sonnet-4-6", {"ANTHROPIC_BASE_URL": server.url,
-                                                              "ANTHROPIC_API_KEY": "k"})
+        model = AnthropicModel.from_env(
+            "claude-sonnet-4-6", {"ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_API_KEY": "k"}
+        )
         run = Agent(model=model, tools=[Bash()], strict=True, store=store, cwd=tmp_path).start("go")
         await run.step()
         await run.step()
@@ -327,8 +382,15 @@ def test_a_repair_resumed_in_place_is_in_the_log(tmp_path):
     store = FileStore(home)
     sid = crashed_during_tools(store, tmp_path)
     with ScriptedServer([reply("resumed")]) as server:
-        proc = subprocess.run([*BASE, "--resume", sid], cwd=tmp_path, env=cli_env(server), capture_output=True,
-                              text=True, stdin=subprocess.DEVNULL, timeout=TIMEOUT * 2)
+        proc = subprocess.run(
+            [*BASE, "--resume", sid],
+            cwd=tmp_path,
+            env=cli_env(server),
+            capture_output=True,
+            text=True,
+            stdin=subprocess.DEVNULL,
+            timeout=TIMEOUT * 2,
+        )
     assert proc.returncode == 0, proc.stderr
     sent = server.requests[0].body["messages"]
     loaded = load(store, sid)
@@ -343,8 +405,15 @@ def test_a_fork_of_a_crashed_session_leaves_it_untouched(tmp_path):
     sid = crashed_during_tools(store, tmp_path)
     before = store.read(sid)
     with ScriptedServer([reply("forked")]) as server:
-        proc = subprocess.run([*BASE, "--resume", sid, "--fork-session"], cwd=tmp_path, env=cli_env(server),
-                              capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=TIMEOUT * 2)
+        proc = subprocess.run(
+            [*BASE, "--resume", sid, "--fork-session"],
+            cwd=tmp_path,
+            env=cli_env(server),
+            capture_output=True,
+            text=True,
+            stdin=subprocess.DEVNULL,
+            timeout=TIMEOUT * 2,
+        )
     assert proc.returncode == 0, proc.stderr
     assert store.read(sid) == before
     fork = json.loads(proc.stdout.splitlines()[-1])["session_id"]
@@ -411,14 +480,14 @@ def test_killed_at_each_point_the_session_loads_and_resumes(point, tmp_path):
 
     # without a prompt (as a fork, so the crashed session stays as it was): the same request is made again
     before = store.read(sid)
-    proc, _ = run([reply("Picked up where it stopped.", expect=sends(wire(history)))], ws,
-                  "--resume", sid, "--fork-session")
+    proc, _ = run(
+        [reply("Picked up where it stopped.", expect=sends(wire(history)))], ws, "--resume", sid, "--fork-session"
+    )
     assert json.loads(proc.stdout.splitlines()[-1])["result"] == "Picked up where it stopped."
     assert store.read(sid) == before
 
     # with a prompt: the next user turn, on the same session
-    proc, _ = run([reply("Next done.", expect=sends(with_prompt(wire(history), "next")))], ws,
-                  "--resume", sid, "next")
+    proc, _ = run([reply("Next done.", expect=sends(with_prompt(wire(history), "next")))], ws, "--resume", sid, "next")
     result = json.loads(proc.stdout.splitlines()[-1])
     assert result["result"] == "Next done." and result["session_id"] == sid
     after = load(store, sid)
@@ -428,8 +497,11 @@ def test_killed_at_each_point_the_session_loads_and_resumes(point, tmp_path):
 
 def test_every_injection_point_tried_passed(request):
     """Runs after the parametrized test (file order): the count the issue asks for, of the points selected."""
-    tried = [item.callspec.params["point"] for item in request.session.items
-             if getattr(item, "originalname", "") == "test_killed_at_each_point_the_session_loads_and_resumes"]
+    tried = [
+        item.callspec.params["point"]
+        for item in request.session.items
+        if getattr(item, "originalname", "") == "test_killed_at_each_point_the_session_loads_and_resumes"
+    ]
     print(f"\nfault injection: {len(passed)} of {len(tried)} points tried passed: {', '.join(passed)}")
     assert sorted(passed) == sorted(tried)
 
@@ -461,13 +533,21 @@ def group_members(pgids: set[int]) -> list[int]:
 def start_sleepers(ws: Path, server: ScriptedServer) -> tuple[subprocess.Popen, set[int], int]:
     """The CLI with the three calls running; their process groups and the grandchild's pid."""
     c = Cli(start(server, ws, "Sleep three ways."), server, ws, Path(os.environ["DRIVETRAIN_HOME"]), {})
-    c.wait("the three calls", lambda: all((ws / f"started_{n}").exists() for n in "ab")
-           and (ws / "grand_c").exists() and (ws / "grand_c").read_text().strip() != ""
-           and c.intents() == {"toolu_a", "toolu_b", "toolu_c", "toolu_d"}
-           and any(r.get("kind") == "outcome" and r["call_id"] == "toolu_d" for r in c.records()))
+    c.wait(
+        "the three calls",
+        lambda: (
+            all((ws / f"started_{n}").exists() for n in "ab")
+            and (ws / "grand_c").exists()
+            and (ws / "grand_c").read_text().strip() != ""
+            and c.intents() == {"toolu_a", "toolu_b", "toolu_c", "toolu_d"}
+            and any(r.get("kind") == "outcome" and r["call_id"] == "toolu_d" for r in c.records())
+        ),
+    )
     groups = {int((ws / f"pid_{n}").read_text()) for n in "abc"}
     grandchild = int((ws / "grand_c").read_text())
-    assert alive(grandchild) and len(group_members(groups)) >= 4  # two sleeps (bash execs the last command), sh, its sleep
+    assert (
+        alive(grandchild) and len(group_members(groups)) >= 4
+    )  # two sleeps (bash execs the last command), sh, its sleep
     return c.proc, groups, grandchild
 
 
@@ -578,8 +658,10 @@ def test_killed_the_moment_its_commands_spawn_none_runs_on(tmp_path):
         while not kids and time.monotonic() < deadline and proc.poll() is None:
             for stat in Path("/proc").glob("[0-9]*/stat"):
                 try:
-                    if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == proc.pid and \
-                            b"sleep 60" in (stat.parent / "cmdline").read_bytes():
+                    if (
+                        int(stat.read_text().rsplit(")", 1)[1].split()[1]) == proc.pid
+                        and b"sleep 60" in (stat.parent / "cmdline").read_bytes()
+                    ):
                         kids.append(int(stat.parent.name))
                 except (OSError, ValueError, IndexError):
                     continue
@@ -611,8 +693,15 @@ def spawn_interactive(server: ScriptedServer, ws: Path):
     import pexpect
 
     env = {**cli_env(server), "TERM": "xterm", "PROMPT_TOOLKIT_NO_CPR": "1"}
-    child = pexpect.spawn(sys.executable, ["-m", "drivetrain"], cwd=str(ws), env=env, encoding="utf-8",
-                          timeout=PTY_TIMEOUT, dimensions=(40, 160))
+    child = pexpect.spawn(
+        sys.executable,
+        ["-m", "drivetrain"],
+        cwd=str(ws),
+        env=env,
+        encoding="utf-8",
+        timeout=PTY_TIMEOUT,
+        dimensions=(40, 160),
+    )
     child.delaybeforesend = None
     child.expect_exact("/exit to leave")
     return child
@@ -640,8 +729,10 @@ def test_ctrl_c_at_an_approval_answers_the_call_saves_and_the_next_prompt_works(
         assert result["content"].startswith("Interrupted") and "never ran" in result["content"], result
         assert (prompt["type"], prompt["text"]) == ("text", "next")  # (a cache breakpoint may sit on it)
 
-    steps = [respond([tool_call("Bash", {"command": "touch made.txt"}, id="toolu_x")]),
-             reply("Left it alone.", expect=interrupted_then_next)]
+    steps = [
+        respond([tool_call("Bash", {"command": "touch made.txt"}, id="toolu_x")]),
+        reply("Left it alone.", expect=interrupted_then_next),
+    ]
     with ScriptedServer(steps) as server:
         child = spawn_interactive(server, ws)
         child.expect(PROMPT)
@@ -682,8 +773,10 @@ def test_ctrl_c_while_an_approved_call_runs_interrupts_it(tmp_path):
         assert result["is_error"] and result["content"].startswith("Interrupted"), result
         assert prompt["text"] == "next"
 
-    steps = [respond([tool_call("Bash", {"command": "echo $$ > pid; sleep 60"}, id="toolu_s")]),
-             reply("Stopped.", expect=interrupted)]
+    steps = [
+        respond([tool_call("Bash", {"command": "echo $$ > pid; sleep 60"}, id="toolu_s")]),
+        reply("Stopped.", expect=interrupted),
+    ]
     with ScriptedServer(steps) as server:
         child = spawn_interactive(server, ws)
         child.expect(PROMPT)

@@ -39,8 +39,10 @@ async def test_a_function_replaces_the_one_of_the_same_name_and_nothing_else(tmp
     (tmp_path / "s.py").write_text(SCRIPT)
     name, result, text = await apply(tmp_path, "def total(rows):\n    return sum(q for _, q in rows)")
     assert name == "Edit" and not result.is_error
-    assert text == SCRIPT.replace("    result = 0\n    for name, qty in rows:\n        result += qty\n"
-                                  "    return result\n", "    return sum(q for _, q in rows)\n")
+    assert text == SCRIPT.replace(
+        "    result = 0\n    for name, qty in rows:\n        result += qty\n    return result\n",
+        "    return sum(q for _, q in rows)\n",
+    )
 
 
 async def test_a_method_is_matched_by_name_and_indented_like_the_file(tmp_path):

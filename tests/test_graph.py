@@ -16,8 +16,11 @@ def test_every_state_is_in_the_graph():
 
 
 async def test_a_real_run_only_walks_declared_edges(tmp_path):
-    steps = [respond([tool_call("Glob", {"pattern": "*"})], stop_reason="max_tokens"),
-             respond([tool_call("Glob", {"pattern": "*"})]), reply("done")]
+    steps = [
+        respond([tool_call("Glob", {"pattern": "*"})], stop_reason="max_tokens"),
+        respond([tool_call("Glob", {"pattern": "*"})]),
+        reply("done"),
+    ]
     with ScriptedServer(steps) as server:
         model = AnthropicModel.from_env(None, {"ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_API_KEY": "k"})
         run = Agent(model=model, tools=[Glob()], cwd=tmp_path, strict=True).start("go")

@@ -3,7 +3,6 @@
 import asyncio
 import json
 import logging
-import os
 import time
 from pathlib import Path
 
@@ -26,8 +25,14 @@ def answer(tmp_path: Path, name: str, data: dict) -> str:
 
 
 def pre(decision: str, reason: str = "", **extra) -> dict:
-    return {"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": decision,
-                                   "permissionDecisionReason": reason, **extra}}
+    return {
+        "hookSpecificOutput": {
+            "hookEventName": "PreToolUse",
+            "permissionDecision": decision,
+            "permissionDecisionReason": reason,
+            **extra,
+        }
+    }
 
 
 def payload(tmp_path: Path, **fields) -> dict:
@@ -119,8 +124,9 @@ async def test_bad_fields_are_reported_and_the_rest_applies(tmp_path):
     hooks = Hooks()
     hooks.add(
         "PreToolUse",
-        lambda p: {"hookSpecificOutput": {"permissionDecision": "maybe", "updatedInput": "ls",
-                                          "additionalContext": "note"}},
+        lambda p: {
+            "hookSpecificOutput": {"permissionDecision": "maybe", "updatedInput": "ls", "additionalContext": "note"}
+        },
     )
     out = await hooks.run("PreToolUse", bash_call(tmp_path))
     assert out.decision is None and out.updated_input is None
@@ -192,8 +198,10 @@ async def test_shell_hook_gets_payload_on_stdin_and_project_dir_env(tmp_path):
     hooks = Hooks()
     seen = tmp_path / "seen.json"
     env = tmp_path / "env"
-    hooks.add_command("PreToolUse", script(
-        tmp_path, "h.sh", f'cat > {seen}\necho "$CLAUDE_PROJECT_DIR|$DRIVETRAIN_PROJECT_DIR|$(pwd)" > {env}\n'))
+    hooks.add_command(
+        "PreToolUse",
+        script(tmp_path, "h.sh", f'cat > {seen}\necho "$CLAUDE_PROJECT_DIR|$DRIVETRAIN_PROJECT_DIR|$(pwd)" > {env}\n'),
+    )
     out = await hooks.run("PreToolUse", bash_call(tmp_path))
     assert out == HookOutcome()
     assert json.loads(seen.read_text()) == {**bash_call(tmp_path), "hook_event_name": "PreToolUse"}
@@ -201,8 +209,12 @@ async def test_shell_hook_gets_payload_on_stdin_and_project_dir_env(tmp_path):
 
 
 async def test_shell_hook_gets_no_credentials_unless_passed_through(tmp_path, monkeypatch):
-    secrets = {"ANTHROPIC_API_KEY": "sk-ant-hook-0123456789", "OPENAI_API_KEY": "sk-openai-0123456789",
-               "GITHUB_TOKEN": "ghp_hooktoken0123456789", "DB_PASSWORD": "hunter2hunter2"}
+    secrets = {
+        "ANTHROPIC_API_KEY": "sk-ant-hook-0123456789",
+        "OPENAI_API_KEY": "sk-openai-0123456789",
+        "GITHUB_TOKEN": "ghp_hooktoken0123456789",
+        "DB_PASSWORD": "hunter2hunter2",
+    }
     for name, value in {**secrets, "HOOK_PLAIN_SETTING": "visible"}.items():
         monkeypatch.setenv(name, value)
     seen = tmp_path / "env"
@@ -227,9 +239,17 @@ async def test_matching_hooks_run_concurrently(tmp_path):
     # Each hook waits for the other's marker: both succeed only if they run at the same time.
     hooks = Hooks()
     for me, other in (("a", "b"), ("b", "a")):
-        hooks.add_command("Stop", script(tmp_path, f"{me}.sh", (
-            f"touch {tmp_path}/{me}\n"
-            f"for i in $(seq 50); do [ -f {tmp_path}/{other} ] && exit 2; sleep 0.05; done\nexit 1\n")))
+        hooks.add_command(
+            "Stop",
+            script(
+                tmp_path,
+                f"{me}.sh",
+                (
+                    f"touch {tmp_path}/{me}\n"
+                    f"for i in $(seq 50); do [ -f {tmp_path}/{other} ] && exit 2; sleep 0.05; done\nexit 1\n"
+                ),
+            ),
+        )
     out = await hooks.run("Stop", payload(tmp_path))
     assert out.errors == []
     assert out.block and len(out.sources) == 2
@@ -250,8 +270,20 @@ async def test_identical_commands_run_once(tmp_path):
 
 async def test_posttooluse_updated_output_and_context(tmp_path):
     hooks = Hooks()
-    hooks.add_command("PostToolUse", answer(tmp_path, "h.sh", {"hookSpecificOutput": {
-        "hookEventName": "PostToolUse", "updatedToolOutput": "[redacted]", "additionalContext": "3 lint warnings"}}))
+    hooks.add_command(
+        "PostToolUse",
+        answer(
+            tmp_path,
+            "h.sh",
+            {
+                "hookSpecificOutput": {
+                    "hookEventName": "PostToolUse",
+                    "updatedToolOutput": "[redacted]",
+                    "additionalContext": "3 lint warnings",
+                }
+            },
+        ),
+    )
     out = await hooks.run("PostToolUse", {**bash_call(tmp_path), "tool_response": {"stdout": "secret"}})
     assert out.updated_output == "[redacted]"
     assert out.additional_context == ["3 lint warnings"]
@@ -270,8 +302,14 @@ async def test_posttooluse_block_feeds_reason(tmp_path):
 async def test_userpromptsubmit_plain_stdout_is_context(tmp_path):
     hooks = Hooks()
     hooks.add_command("UserPromptSubmit", "echo 'Current branch: main'")
-    hooks.add_command("UserPromptSubmit", answer(tmp_path, "h.sh", {"hookSpecificOutput": {
-        "hookEventName": "UserPromptSubmit", "additionalContext": "Sprint ends Friday"}}))
+    hooks.add_command(
+        "UserPromptSubmit",
+        answer(
+            tmp_path,
+            "h.sh",
+            {"hookSpecificOutput": {"hookEventName": "UserPromptSubmit", "additionalContext": "Sprint ends Friday"}},
+        ),
+    )
     hooks.add_command("PreToolUse", "echo 'plain text elsewhere is ignored'")
     out = await hooks.run("UserPromptSubmit", payload(tmp_path, prompt="fix the bug"))
     assert out.additional_context == ["Current branch: main", "Sprint ends Friday"]
@@ -293,8 +331,12 @@ async def test_userpromptsubmit_block(tmp_path):
 async def test_stop_block_keeps_the_model_working(tmp_path):
     hooks = Hooks()
     seen = tmp_path / "seen.json"
-    hooks.add_command("Stop", script(tmp_path, "h.sh", (
-        f"cat > {seen}\necho '{{\"decision\": \"block\", \"reason\": \"tests are still red\"}}'\n")))
+    hooks.add_command(
+        "Stop",
+        script(
+            tmp_path, "h.sh", (f'cat > {seen}\necho \'{{"decision": "block", "reason": "tests are still red"}}\'\n')
+        ),
+    )
     out = await hooks.run("Stop", payload(tmp_path, stop_hook_active=False))
     assert out.block and out.reason == "tests are still red"
     assert json.loads(seen.read_text())["stop_hook_active"] is False
@@ -302,8 +344,14 @@ async def test_stop_block_keeps_the_model_working(tmp_path):
 
 async def test_continue_false_stops_the_run(tmp_path):
     hooks = Hooks()
-    hooks.add_command("PreCompact", answer(tmp_path, "h.sh", {
-        "continue": False, "stopReason": "budget spent", "systemMessage": "heads up", "suppressOutput": True}))
+    hooks.add_command(
+        "PreCompact",
+        answer(
+            tmp_path,
+            "h.sh",
+            {"continue": False, "stopReason": "budget spent", "systemMessage": "heads up", "suppressOutput": True},
+        ),
+    )
     out = await hooks.run("PreCompact", payload(tmp_path, trigger="auto"))
     assert out.stop and out.stop_reason == "budget spent"
     assert out.system_messages == ["heads up"]
@@ -312,8 +360,9 @@ async def test_continue_false_stops_the_run(tmp_path):
 
 async def test_wrong_hook_event_name_is_reported(tmp_path):
     hooks = Hooks()
-    hooks.add("PostToolUse", lambda p: {"hookSpecificOutput": {"hookEventName": "PreToolUse",
-                                                               "updatedToolOutput": "x"}})
+    hooks.add(
+        "PostToolUse", lambda p: {"hookSpecificOutput": {"hookEventName": "PreToolUse", "updatedToolOutput": "x"}}
+    )
     out = await hooks.run("PostToolUse", bash_call(tmp_path))
     assert out.updated_output is None and "not PostToolUse" in out.errors[0]
 
@@ -388,13 +437,22 @@ async def test_python_callables_time_out(tmp_path):
 
 def test_from_settings_reads_the_claude_code_shape(tmp_path):
     user, project = tmp_path / "user.json", tmp_path / "project.json"
-    hooks = Hooks.from_settings([
-        (user, {"model": "x"}),
-        (project, {"hooks": {
-            "PreToolUse": [{"matcher": "Bash|Edit", "hooks": [{"type": "command", "command": "a", "timeout": 30}]}],
-            "Stop": [{"hooks": [{"type": "command", "command": "b"}]}],
-        }}),
-    ])
+    hooks = Hooks.from_settings(
+        [
+            (user, {"model": "x"}),
+            (
+                project,
+                {
+                    "hooks": {
+                        "PreToolUse": [
+                            {"matcher": "Bash|Edit", "hooks": [{"type": "command", "command": "a", "timeout": 30}]}
+                        ],
+                        "Stop": [{"hooks": [{"type": "command", "command": "b"}]}],
+                    }
+                },
+            ),
+        ]
+    )
     assert hooks
     assert not Hooks() and not Hooks.from_settings([(user, {})])
     [a, b] = hooks._hooks
@@ -405,24 +463,37 @@ def test_from_settings_reads_the_claude_code_shape(tmp_path):
 
 async def test_from_settings_hooks_run(tmp_path):
     cmd = answer(tmp_path, "h.sh", pre("deny", "from settings"))
-    hooks = Hooks.from_settings([(tmp_path / "s.json", {"hooks": {"PreToolUse": [
-        {"matcher": "Bash", "hooks": [{"type": "command", "command": cmd}]}]}})])
+    hooks = Hooks.from_settings(
+        [
+            (
+                tmp_path / "s.json",
+                {"hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": cmd}]}]}},
+            )
+        ]
+    )
     out = await hooks.run("PreToolUse", bash_call(tmp_path))
     assert out.decision == "deny" and out.reason == "from settings"
 
 
-@pytest.mark.parametrize("hooks_section, fragment", [
-    ([], "'hooks' must be an object"),
-    ({"PreToolUse": {"matcher": "Bash"}}, "hooks.PreToolUse must be a list"),
-    ({"PreToolUse": [{"matcher": "Bash"}]}, "hooks.PreToolUse[0] must be an object with a 'hooks' list"),
-    ({"PreToolUse": [{"matcher": 3, "hooks": []}]}, "hooks.PreToolUse[0].matcher must be a string"),
-    ({"PreToolUse": [{"matcher": "Bash(", "hooks": [{"type": "command", "command": "x"}]}]},
-     "hooks.PreToolUse[0]: matcher 'Bash(' is not a valid regular expression"),
-    ({"Stop": [{"hooks": [{"type": "prompt", "prompt": "done?"}]}]}, "hooks.Stop[0].hooks[0]: only"),
-    ({"Stop": [{"hooks": [{"type": "command"}]}]}, "hooks.Stop[0].hooks[0]: 'command' must be"),
-    ({"Stop": [{"hooks": [{"type": "command", "command": "x", "timeout": "30"}]}]},
-     "hooks.Stop[0].hooks[0]: 'timeout' must be"),
-])
+@pytest.mark.parametrize(
+    "hooks_section, fragment",
+    [
+        ([], "'hooks' must be an object"),
+        ({"PreToolUse": {"matcher": "Bash"}}, "hooks.PreToolUse must be a list"),
+        ({"PreToolUse": [{"matcher": "Bash"}]}, "hooks.PreToolUse[0] must be an object with a 'hooks' list"),
+        ({"PreToolUse": [{"matcher": 3, "hooks": []}]}, "hooks.PreToolUse[0].matcher must be a string"),
+        (
+            {"PreToolUse": [{"matcher": "Bash(", "hooks": [{"type": "command", "command": "x"}]}]},
+            "hooks.PreToolUse[0]: matcher 'Bash(' is not a valid regular expression",
+        ),
+        ({"Stop": [{"hooks": [{"type": "prompt", "prompt": "done?"}]}]}, "hooks.Stop[0].hooks[0]: only"),
+        ({"Stop": [{"hooks": [{"type": "command"}]}]}, "hooks.Stop[0].hooks[0]: 'command' must be"),
+        (
+            {"Stop": [{"hooks": [{"type": "command", "command": "x", "timeout": "30"}]}]},
+            "hooks.Stop[0].hooks[0]: 'timeout' must be",
+        ),
+    ],
+)
 def test_malformed_settings_name_the_file_and_entry(tmp_path, hooks_section, fragment):
     path = tmp_path / ".claude" / "settings.json"
     with pytest.raises(ValueError) as e:
@@ -438,8 +509,14 @@ def test_settings_that_are_not_an_object(tmp_path):
 
 def test_unsupported_claude_code_events_are_skipped_loudly(tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="drivetrain.control.hooks"):
-        hooks = Hooks.from_settings([(tmp_path / "s.json", {"hooks": {
-            "SessionStart": [{"hooks": [{"type": "command", "command": "echo hi"}]}]}})])
+        hooks = Hooks.from_settings(
+            [
+                (
+                    tmp_path / "s.json",
+                    {"hooks": {"SessionStart": [{"hooks": [{"type": "command", "command": "echo hi"}]}]}},
+                )
+            ]
+        )
     assert not hooks
     assert "SessionStart" in caplog.text and "s.json" in caplog.text
 

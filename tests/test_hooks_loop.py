@@ -31,14 +31,20 @@ def script(tmp_path, name, body):
 
 async def test_pre_tool_use_shell_hook_changes_input(tmp_path):
     ran.clear()
-    hook = script(tmp_path, "pre.sh", """cat > /dev/null
+    hook = script(
+        tmp_path,
+        "pre.sh",
+        """cat > /dev/null
 echo '{"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "allow",
        "updatedInput": {"command": "make test --dry-run"}}}'
-""")
+""",
+    )
     hooks = Hooks()
     hooks.add_command("PreToolUse", hook, matcher="shell")
-    steps = [respond([tool_call("shell", {"command": "make test"})]),
-             reply("ok", expect=lambda b: b["messages"][-1]["content"][0]["content"] == "ran make test --dry-run")]
+    steps = [
+        respond([tool_call("shell", {"command": "make test"})]),
+        reply("ok", expect=lambda b: b["messages"][-1]["content"][0]["content"] == "ran make test --dry-run"),
+    ]
     with ScriptedServer(steps) as server:
         await agent_for(server, hooks).run("test")
     assert ran == ["make test --dry-run"]
@@ -64,8 +70,13 @@ async def test_post_tool_use_replaces_the_result_and_adds_context(tmp_path):
 
     def post(payload):
         payloads.append(payload)
-        return {"hookSpecificOutput": {"hookEventName": "PostToolUse", "updatedToolOutput": "[output withheld]",
-                                       "additionalContext": "Note: output is confidential."}}
+        return {
+            "hookSpecificOutput": {
+                "hookEventName": "PostToolUse",
+                "updatedToolOutput": "[output withheld]",
+                "additionalContext": "Note: output is confidential.",
+            }
+        }
 
     hooks = Hooks()
     hooks.add("PostToolUse", post)
@@ -73,7 +84,9 @@ async def test_post_tool_use_replaces_the_result_and_adds_context(tmp_path):
     def check(body):
         assert body["messages"][-1]["content"][0]["content"] == "[output withheld]\n\nNote: output is confidential."
 
-    with ScriptedServer([respond([tool_call("shell", {"command": "cat secrets"})]), reply("ok", expect=check)]) as server:
+    with ScriptedServer(
+        [respond([tool_call("shell", {"command": "cat secrets"})]), reply("ok", expect=check)]
+    ) as server:
         await agent_for(server, hooks).run("read")
     assert payloads[0]["tool_response"] == {"content": "ran cat secrets", "is_error": False}
     assert payloads[0]["tool_name"] == "shell" and payloads[0]["tool_input"] == {"command": "cat secrets"}
@@ -81,10 +94,14 @@ async def test_post_tool_use_replaces_the_result_and_adds_context(tmp_path):
 
 async def test_stop_hook_refuses_the_stop_until_tests_pass(tmp_path):
     state = tmp_path / "tests_pass"
-    hook = script(tmp_path, "stop.sh", f"""payload=$(cat)
+    hook = script(
+        tmp_path,
+        "stop.sh",
+        f"""payload=$(cat)
 if [ -e {state} ]; then exit 0; fi
 echo "{{\\"decision\\": \\"block\\", \\"reason\\": \\"tests still fail\\"}}"
-""")
+""",
+    )
     hooks = Hooks()
     hooks.add_command("Stop", hook)
 
@@ -101,8 +118,12 @@ echo "{{\\"decision\\": \\"block\\", \\"reason\\": \\"tests still fail\\"}}"
 
 async def test_user_prompt_submit_adds_context_or_blocks(tmp_path):
     hooks = Hooks()
-    hooks.add("UserPromptSubmit", lambda p: {"hookSpecificOutput": {
-        "hookEventName": "UserPromptSubmit", "additionalContext": "The repo uses pytest."}})
+    hooks.add(
+        "UserPromptSubmit",
+        lambda p: {
+            "hookSpecificOutput": {"hookEventName": "UserPromptSubmit", "additionalContext": "The repo uses pytest."}
+        },
+    )
 
     def check(body):
         assert [b["text"] for b in body["messages"][0]["content"]] == ["run the tests", "The repo uses pytest."]

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from drivetrain import Agent, tool
-from drivetrain.sessions.html import turns_from_records
 from drivetrain.models.anthropic import AnthropicModel
 from drivetrain.sessions.file import FileStore
+from drivetrain.sessions.html import turns_from_records
 from drivetrain.testing import ScriptedServer, reply, respond, tool_call
 from test_cli import DRIVETRAIN
 
@@ -34,8 +34,13 @@ def usage(i: int, o: int, w: int, r: int) -> dict:
 
 
 # the context each turn sends grows (cache reads), and turn 3 repeats turn 2's call
-USAGES = [usage(1500, 80, 3000, 0), usage(400, 60, 900, 3000), usage(300, 50, 800, 3900),
-          usage(200, 70, 700, 4700), usage(100, 40, 0, 5400)]
+USAGES = [
+    usage(1500, 80, 3000, 0),
+    usage(400, 60, 900, 3000),
+    usage(300, 50, 800, 3900),
+    usage(200, 70, 700, 4700),
+    usage(100, 40, 0, 5400),
+]
 CALLS = [("note", {"text": "a"}), ("note", {"text": "b"}), ("note", {"text": "b"}), ("note", {"text": "c"})]
 
 
@@ -43,16 +48,21 @@ TASK = "note a, b and c <script>alert(1)</script>"  # shown escaped, never run
 
 
 def sonnet_cost(u):  # claude-sonnet-4-6: 3, 15, 3.75, 0.30 USD per million tokens
-    return (u["input_tokens"] * 3 + u["output_tokens"] * 15 + u["cache_creation_input_tokens"] * 3.75
-            + u["cache_read_input_tokens"] * 0.30) / 1e6
+    return (
+        u["input_tokens"] * 3
+        + u["output_tokens"] * 15
+        + u["cache_creation_input_tokens"] * 3.75
+        + u["cache_read_input_tokens"] * 0.30
+    ) / 1e6
 
 
 async def make_session() -> str:
     steps = [respond([tool_call(name, args)], usage=u) for (name, args), u in zip(CALLS, USAGES)]
     steps.append(reply("All noted.", usage=USAGES[-1]))
     with ScriptedServer(steps) as server:
-        model = AnthropicModel.from_env("claude-sonnet-4-6", {"ANTHROPIC_BASE_URL": server.url,
-                                                              "ANTHROPIC_API_KEY": "k"}, backoff=0.01)
+        model = AnthropicModel.from_env(
+            "claude-sonnet-4-6", {"ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_API_KEY": "k"}, backoff=0.01
+        )
         run = Agent(model=model, tools=[note], strict=True, store=FileStore()).start(TASK)
         result = await run.finish()
     assert result.subtype == "success" and result.num_turns == 5
@@ -72,8 +82,13 @@ async def test_turns_come_from_the_session_records():
 
 
 def write_report(sid: str, out: Path) -> str:
-    proc = subprocess.run([DRIVETRAIN, "report", sid, "--html", str(out)], capture_output=True, text=True, timeout=60,
-                          stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        [DRIVETRAIN, "report", sid, "--html", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
     assert proc.returncode == 0, proc.stderr
     return out.read_text()
 
@@ -91,8 +106,12 @@ async def test_report_is_one_self_contained_page(tmp_path):
 
 
 def test_report_of_an_unknown_session_says_so(tmp_path):
-    proc = subprocess.run([DRIVETRAIN, "report", "no-such-session", "--html", str(tmp_path / "x.html")],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [DRIVETRAIN, "report", "no-such-session", "--html", str(tmp_path / "x.html")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 1 and "no-such-session" in proc.stderr and not (tmp_path / "x.html").exists()
 
 
@@ -108,9 +127,22 @@ document.body.appendChild(pre);
 
 
 def chromium(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([CHROMIUM, "--headless", "--disable-gpu", "--no-sandbox", "--hide-scrollbars",
-                           "--no-first-run", "--disable-dev-shm-usage", *args],
-                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [
+            CHROMIUM,
+            "--headless",
+            "--disable-gpu",
+            "--no-sandbox",
+            "--hide-scrollbars",
+            "--no-first-run",
+            "--disable-dev-shm-usage",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 @needs_chromium
@@ -130,19 +162,26 @@ async def test_chromium_draws_the_chart(tmp_path):
     heights = [h for *_, h in bars]
     assert [round(h / max(heights), 3) for h in heights] == [round(c / max(contexts), 3) for c in contexts]
     assert [x for x, *_ in bars] == sorted(x for x, *_ in bars)  # left to right by turn
-    x, y, w, h = m["line"]
+    _x, _y, w, h = m["line"]
     assert w > 100 and h > 10  # the cumulative cost line spans the turns and rises
     assert m["svg"]["width"] > 500 and m["svg"]["height"] > 200
 
     shot = tmp_path / "shot.png"
-    chromium(f"--user-data-dir={tmp_path / 'profile2'}", "--window-size=1000,1200", f"--screenshot={shot}",
-             (tmp_path / "report.html").as_uri())
+    chromium(
+        f"--user-data-dir={tmp_path / 'profile2'}",
+        "--window-size=1000,1200",
+        f"--screenshot={shot}",
+        (tmp_path / "report.html").as_uri(),
+    )
     width, height, pixels = read_png(shot.read_bytes())
     svg = m["svg"]  # the chart's area in the screenshot: count the bars' and the line's colours there
-    area = [pixels[yy][xx] for yy in range(int(svg["top"]), min(height, int(svg["bottom"])))
-            for xx in range(int(svg["left"]), min(width, int(svg["right"])))]
-    blue = sum(1 for p in area if near(p, (0x7a, 0xa6, 0xd6)))
-    red = sum(1 for p in area if near(p, (0xd9, 0x53, 0x4f)))
+    area = [
+        pixels[yy][xx]
+        for yy in range(int(svg["top"]), min(height, int(svg["bottom"])))
+        for xx in range(int(svg["left"]), min(width, int(svg["right"])))
+    ]
+    blue = sum(1 for p in area if near(p, (0x7A, 0xA6, 0xD6)))
+    red = sum(1 for p in area if near(p, (0xD9, 0x53, 0x4F)))
     assert blue > 5000, f"the context bars are not on the screenshot ({blue} px)"
     assert red > 200, f"the cost line is not on the screenshot ({red} px)"
 
@@ -156,8 +195,8 @@ def read_png(data: bytes):
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     pos, idat, width = 8, b"", 0
     while pos < len(data):
-        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
-        chunk = data[pos + 8:pos + 8 + length]
+        length, kind = struct.unpack(">I4s", data[pos : pos + 8])
+        chunk = data[pos + 8 : pos + 8 + length]
         if kind == b"IHDR":
             width, height, depth, color, _, _, interlace = struct.unpack(">IIBBBBB", chunk)
             assert depth == 8 and color in (2, 6) and interlace == 0, (depth, color, interlace)
@@ -167,7 +206,7 @@ def read_png(data: bytes):
         pos += 12 + length
     raw, stride, rows, prev = zlib.decompress(idat), width * bpp, [], bytearray(width * bpp)
     for r in range(height):
-        f, line = raw[r * (stride + 1)], bytearray(raw[r * (stride + 1) + 1:(r + 1) * (stride + 1)])
+        f, line = raw[r * (stride + 1)], bytearray(raw[r * (stride + 1) + 1 : (r + 1) * (stride + 1)])
         for i in range(stride):
             a = line[i - bpp] if i >= bpp else 0
             b, c = prev[i], prev[i - bpp] if i >= bpp else 0
@@ -180,7 +219,7 @@ def read_png(data: bytes):
             elif f == 4:
                 pa, pb, pc = abs(b - c), abs(a - c), abs(a + b - 2 * c)
                 line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
-        rows.append([tuple(line[i:i + 3]) for i in range(0, stride, bpp)])
+        rows.append([tuple(line[i : i + 3]) for i in range(0, stride, bpp)])
         prev = line
     return width, height, rows
 
@@ -191,6 +230,7 @@ def test_png_reader_reads_what_it_is_given():
 
     def chunk(kind, body):
         return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
     png = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 2, 1, 8, 2, 0, 0, 0)) + chunk(b"IDAT", raw)
     assert read_png(png) == (2, 1, [[(255, 0, 0), (0, 0, 255)]])
     assert os.environ.get("DRIVETRAIN_HOME")  # the report's store is the test's own home (conftest)

@@ -38,14 +38,32 @@ class Pane:
     def __init__(self, command: list[str], cwd: Path, env: dict, width: int = 80, height: int = 30):
         self.socket = f"dt-{uuid.uuid4().hex[:8]}"
         line = shlex.join(["env", "-i", *(f"{k}={v}" for k, v in env.items()), *command])
-        self.tmux("new-session", "-d", "-s", "t", "-x", str(width), "-y", str(height), "-c", str(cwd),
-                  f"{line}; echo EXIT=$?; stty -a; echo STTY-END", ";", "set-option", "-t", "t", "remain-on-exit", "on")
+        self.tmux(
+            "new-session",
+            "-d",
+            "-s",
+            "t",
+            "-x",
+            str(width),
+            "-y",
+            str(height),
+            "-c",
+            str(cwd),
+            f"{line}; echo EXIT=$?; stty -a; echo STTY-END",
+            ";",
+            "set-option",
+            "-t",
+            "t",
+            "remain-on-exit",
+            "on",
+        )
         self.seen: dict[str, int] = {}
         self.before = ""  # the screen as it was when the last keys were sent
 
     def tmux(self, *args: str) -> str:
-        return subprocess.run([TMUX, "-L", self.socket, "-f", "/dev/null", *args], check=True,
-                              capture_output=True, text=True).stdout
+        return subprocess.run(
+            [TMUX, "-L", self.socket, "-f", "/dev/null", *args], check=True, capture_output=True, text=True
+        ).stdout
 
     def screen(self, escapes: bool = False) -> str:
         """The whole pane, scrollback included, as a person would see it."""
@@ -113,33 +131,58 @@ def last_results(body: dict) -> list[dict]:
 
 SCRIPT = [
     # 1: numbered approval, 1 (yes): the file is written
-    respond([text("Writing it."), tool_call("Write", {"file_path": "hello.py", "content": "print('hi')\n"},
-                                            id="toolu_w")]),
+    respond(
+        [text("Writing it."), tool_call("Write", {"file_path": "hello.py", "content": "print('hi')\n"}, id="toolu_w")]
+    ),
     reply("Wrote **hello.py**.", expect=(lambda b: not last_results(b)[0].get("is_error"))),
     # 2: 4 with a reason: the reason reaches the model with the is_error result
     respond([tool_call("Bash", {"command": "make deploy"}, id="toolu_d")]),
-    reply("Staging it is.", expect=(lambda b: (last_results(b)[0]["is_error"], last_results(b)[0]["content"])
-                                           == (True, "The user denied this Bash call. They said: use staging"))),
+    reply(
+        "Staging it is.",
+        expect=(
+            lambda b: (
+                (last_results(b)[0]["is_error"], last_results(b)[0]["content"])
+                == (True, "The user denied this Bash call. They said: use staging")
+            )
+        ),
+    ),
     # 3: 2 (this session): the same call again is not asked about
     respond([tool_call("Bash", {"command": "touch a.txt"}, id="toolu_t1")]),
     respond([tool_call("Bash", {"command": "touch a.txt"}, id="toolu_t2")]),
     reply("Touched twice."),
     # 4: @mention (Tab-completed) and a prompt of three lines (a trailing backslash, then Esc-Enter)
-    reply("It prints hi.", expect=(lambda b: "look at @hello.py \nand say\nwhat it does" in body_text(b)
-                                          and "$ cat -n hello.py" in body_text(b) and "print('hi')" in body_text(b))),
+    reply(
+        "It prints hi.",
+        expect=(
+            lambda b: (
+                "look at @hello.py \nand say\nwhat it does" in body_text(b)
+                and "$ cat -n hello.py" in body_text(b)
+                and "print('hi')" in body_text(b)
+            )
+        ),
+    ),
     # 5: Ctrl-C while a tool runs: the call is answered as interrupted, the next prompt continues
     respond([tool_call("Bash", {"command": "sleep 97"}, id="toolu_s")]),
-    reply("Back.", expect=(lambda b: last_results(b)[0]["is_error"]
-                                  and last_results(b)[0]["content"].startswith("Interrupted")
-                                  and b["messages"][-1]["content"][-1]["text"] == "go on")),
+    reply(
+        "Back.",
+        expect=(
+            lambda b: (
+                last_results(b)[0]["is_error"]
+                and last_results(b)[0]["content"].startswith("Interrupted")
+                and b["messages"][-1]["content"][-1]["text"] == "go on"
+            )
+        ),
+    ),
     respond([tool_call("Bash", {"command": "sleep 98"}, id="toolu_e")]),  # stopped with Esc
     reply("Never sent: the model is stopped while it answers.", hold=threading.Event()),
     # 6: /clear: a new conversation; /resume: the first one again
     reply("Fresh.", expect=(lambda b: len(b["messages"]) == 1)),
     reply("We wrote hello.py.", expect=(lambda b: "Writing it." in body_text(b) and "go on" in body_text(b))),
     # 7: /compact with a focus
-    reply("Summary: hello.py written.", expect=(lambda b: "Above all, keep what concerns: the file names"
-                                                       in body_text(b) and not b.get("tools"))),
+    reply(
+        "Summary: hello.py written.",
+        expect=(lambda b: "Above all, keep what concerns: the file names" in body_text(b) and not b.get("tools")),
+    ),
 ]
 
 
@@ -148,11 +191,22 @@ def tui(tmp_path_factory):
     home = tmp_path_factory.mktemp("home")
     ws = tmp_path_factory.mktemp("ws")
     subprocess.run(["git", "init", "-q", str(ws)], check=True)  # checkpoints, for /rewind
-    env = {"PATH": os.environ["PATH"], "HOME": str(home), "DRIVETRAIN_HOME": str(home / ".drivetrain"),
-           "TERM": "xterm-256color", "LANG": "C.UTF-8", "NO_COLOR": "1", "ANTHROPIC_API_KEY": "sk-test",
-           **{k: os.environ[k] for k in ("PYTHONPATH", "DRIVETRAIN_CACHE_DIR") if k in os.environ}}
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(home),
+        "DRIVETRAIN_HOME": str(home / ".drivetrain"),
+        "TERM": "xterm-256color",
+        "LANG": "C.UTF-8",
+        "NO_COLOR": "1",
+        "ANTHROPIC_API_KEY": "sk-test",
+        **{k: os.environ[k] for k in ("PYTHONPATH", "DRIVETRAIN_CACHE_DIR") if k in os.environ},
+    }
     with ScriptedServer(SCRIPT) as server:
-        calc = {"mcpServers": {"calc": {"command": sys.executable, "args": [str(Path(__file__).with_name("mcp_calc_server.py"))]}}}
+        calc = {
+            "mcpServers": {
+                "calc": {"command": sys.executable, "args": [str(Path(__file__).with_name("mcp_calc_server.py"))]}
+            }
+        }
         pane = Pane([DRIVETRAIN, "--mcp-config", json.dumps(calc)], ws, {**env, "ANTHROPIC_BASE_URL": server.url})
         try:
             pane.expect("/help for commands")
@@ -162,21 +216,24 @@ def tui(tmp_path_factory):
 
 
 def test_approve_with_1_writes_the_file_and_shows_the_options_in_claude_codes_order(tui):
-    pane, server, ws, _ = tui
+    pane, _server, ws, _ = tui
     pane.type("write hello")
     screen = pane.expect("4. No, and tell the model what to do differently")
     assert "+print('hi')" in screen  # the diff, before the choice
-    options = screen[screen.index("1. Yes"):].splitlines()[:4]
+    options = screen[screen.index("1. Yes") :].splitlines()[:4]
     assert [o.strip(" ❯") for o in options] == [
-        "1. Yes", "2. Yes, and don't ask again for Edit(hello.py) this session",
-        "3. Yes, and always allow Edit(hello.py) in this project", "4. No, and tell the model what to do differently"]
+        "1. Yes",
+        "2. Yes, and don't ask again for Edit(hello.py) this session",
+        "3. Yes, and always allow Edit(hello.py) in this project",
+        "4. No, and tell the model what to do differently",
+    ]
     pane.keys("1")
     pane.expect("Wrote hello.py.")
     assert (ws / "hello.py").read_text() == "print('hi')\n"
 
 
 def test_no_with_a_reason_goes_back_to_the_model(tui):
-    pane, server, ws, _ = tui
+    pane, _server, _ws, _ = tui
     pane.type("deploy it")
     pane.expect("$ make deploy")
     pane.expect("4. No, and tell the model what to do differently")
@@ -188,7 +245,7 @@ def test_no_with_a_reason_goes_back_to_the_model(tui):
 
 
 def test_yes_for_the_session_asks_no_second_time(tui):
-    pane, server, ws, _ = tui
+    pane, _server, ws, _ = tui
     pane.type("touch it twice")
     pane.expect("2. Yes, and don't ask again for Bash(touch a.txt) this session")
     pane.keys("2")
@@ -198,7 +255,7 @@ def test_yes_for_the_session_asks_no_second_time(tui):
 
 
 def test_a_mention_attaches_the_file_and_a_prompt_has_several_lines(tui):
-    pane, server, ws, _ = tui
+    pane, _server, _ws, _ = tui
     pane.expect_prompt()
     pane.keys("-l", "look at @hel")
     pane.keys("Tab")
@@ -214,7 +271,7 @@ def test_a_mention_attaches_the_file_and_a_prompt_has_several_lines(tui):
 
 
 def test_cost_help_by_tab_shift_tab_and_an_unknown_command(tui):
-    pane, server, ws, _ = tui
+    pane, server, _ws, _ = tui
     requests = len(server.requests)
     pane.expect_prompt()
     pane.keys("-l", "/he")
@@ -238,7 +295,7 @@ def test_cost_help_by_tab_shift_tab_and_an_unknown_command(tui):
 
 
 def test_ctrl_c_while_a_tool_runs_stops_the_turn_and_the_next_prompt_continues(tui):
-    pane, server, ws, home = tui
+    pane, _server, ws, home = tui
     pane.type("wait a bit")
     pane.expect("Bash(sleep 97)")
     pane.keys("C-c")
@@ -246,7 +303,7 @@ def test_ctrl_c_while_a_tool_runs_stops_the_turn_and_the_next_prompt_continues(t
     screen = pane.expect("Interrupted by the user")
     assert screen.index("Bash(sleep 97)") < screen.index("Interrupted by the user")
     store = FileStore(home)
-    [info] = [i for i in store.list(cwd=str(ws))]
+    [info] = list(store.list(cwd=str(ws)))
     history = load(store, info.session_id).value.history
     assert lint(list(history)).problems == [] and history[-1].content[0].is_error  # saved, answered, valid
     pane.type("go on")
@@ -264,7 +321,7 @@ def test_ctrl_c_while_a_tool_runs_stops_the_turn_and_the_next_prompt_continues(t
 
 
 def test_clear_starts_a_new_session_and_resume_goes_back(tui):
-    pane, server, ws, home = tui
+    pane, _server, _ws, _home = tui
     pane.type("/clear")
     pane.expect("New session")
     pane.type("hello again")
@@ -278,7 +335,7 @@ def test_clear_starts_a_new_session_and_resume_goes_back(tui):
 
 
 def test_context_trace_model_permissions_compact_and_rewind(tui):
-    pane, server, ws, _ = tui
+    pane, _server, ws, _ = tui
     pane.type("/context")
     screen = pane.expect("compacted by itself at 80% of the window")  # its last line
     assert re.search(r"system prompt +[\d,]+", screen) and re.search(r"messages +[\d,]+", screen)
@@ -314,9 +371,15 @@ def test_piped_stdout_is_plain_text_ascii_terminal_ctrl_d_and_ctrl_c_twice(tmp_p
     --continue, in a terminal without Unicode (LANG=C): ASCII separators; Ctrl-D and Ctrl-C twice at an empty
     prompt leave."""
     out = tmp_path / "out.txt"
-    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "DRIVETRAIN_HOME": str(tmp_path / ".drivetrain"),
-           "TERM": "xterm-256color", "LANG": "C", "ANTHROPIC_API_KEY": "sk-test",
-           **{k: os.environ[k] for k in ("PYTHONPATH", "DRIVETRAIN_CACHE_DIR") if k in os.environ}}
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(tmp_path),
+        "DRIVETRAIN_HOME": str(tmp_path / ".drivetrain"),
+        "TERM": "xterm-256color",
+        "LANG": "C",
+        "ANTHROPIC_API_KEY": "sk-test",
+        **{k: os.environ[k] for k in ("PYTHONPATH", "DRIVETRAIN_CACHE_DIR") if k in os.environ},
+    }
     with ScriptedServer([respond([tool_call("Glob", {"pattern": "*.md"})]), reply("Done: **none** found.")]) as server:
         script = f"{shlex.quote(DRIVETRAIN)} > {shlex.quote(str(out))}; echo PIPED=$?; {shlex.quote(DRIVETRAIN)} -c"
         pane = Pane(["sh", "-c", script], tmp_path, {**env, "ANTHROPIC_BASE_URL": server.url})
@@ -353,10 +416,10 @@ def test_mcp_lists_the_servers_and_their_tools(tui):
 
 
 def test_exit_leaves_and_the_terminal_is_restored(tui):
-    pane, server, ws, _ = tui
+    pane, server, _ws, _ = tui
     pane.type("/exit")
     screen = pane.expect("STTY-END")
-    settings = screen[screen.index("EXIT=0"):]
+    settings = screen[screen.index("EXIT=0") :]
     assert re.search(r"(?<!-)icanon", settings) and re.search(r"(?<!-)echo ", settings), settings
     assert colours(pane.screen(escapes=True)) == set()  # NO_COLOR: bold, dim and reverse, no colour
     server.assert_complete()

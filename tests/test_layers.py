@@ -17,8 +17,12 @@ def test_no_import_points_up_a_layer_and_there_is_no_cycle():
 
 def test_the_check_sees_an_upward_import_a_cycle_and_a_module_without_a_layer(monkeypatch):
     real = layers.graph()
-    fake = {**real, "loop.state": real["loop.state"] | {"agent"}, "loop.calls": real["loop.calls"] | {"loop.guard"},
-            "brand_new": set()}
+    fake = {
+        **real,
+        "loop.state": real["loop.state"] | {"agent"},
+        "loop.calls": real["loop.calls"] | {"loop.guard"},
+        "brand_new": set(),
+    }
     monkeypatch.setattr(layers, "graph", lambda: fake)
     found = layers.problems()
     assert any("drivetrain.loop.state" in p and "imports drivetrain.agent, a layer above" in p for p in found)
@@ -37,8 +41,10 @@ def test_the_check_sees_two_folders_that_import_each_other(monkeypatch):
 
 
 def test_import_drivetrain_pulls_in_no_front_end_profile_or_plans():
-    code = ("import sys, drivetrain; print(sorted(m for m in sys.modules if m.split('.')[:2] in "
-            "(['drivetrain', 'cli'], ['drivetrain', 'serve'], ['drivetrain', 'small'], ['drivetrain', 'plans'])))")
+    code = (
+        "import sys, drivetrain; print(sorted(m for m in sys.modules if m.split('.')[:2] in "
+        "(['drivetrain', 'cli'], ['drivetrain', 'serve'], ['drivetrain', 'small'], ['drivetrain', 'plans'])))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 

@@ -65,11 +65,14 @@ def assert_valid(result):
     assert result.history[-1].role in ("user", "assistant")
 
 
-@pytest.mark.parametrize("limit,kw,subtype", [
-    ("tokens", {"tokens": 2000}, "error_max_tokens_total"),  # 1,010 tokens a turn
-    ("usd", {"usd": 0.006}, "error_max_budget_usd"),  # sonnet: $0.00315 a turn
-    ("tool_calls", {"tool_calls": 2}, "error_max_tool_calls"),
-])
+@pytest.mark.parametrize(
+    "limit,kw,subtype",
+    [
+        ("tokens", {"tokens": 2000}, "error_max_tokens_total"),  # 1,010 tokens a turn
+        ("usd", {"usd": 0.006}, "error_max_budget_usd"),  # sonnet: $0.00315 a turn
+        ("tool_calls", {"tool_calls": 2}, "error_max_tool_calls"),
+    ],
+)
 async def test_each_limit_ends_the_run_with_its_subtype_before_the_next_request(limit, kw, subtype):
     with ScriptedServer(looks(2)) as server:  # a third request would find no step: the server fails the test
         agent, events = agent_for(server, budget=Budget(**kw))
@@ -105,7 +108,9 @@ async def test_soft_threshold_warns_once_and_an_observer_may_raise_the_limit():
 
 async def test_wrap_up_asks_once_without_tools_and_keeps_the_limit_subtype():
     def no_tools(body):
-        assert body.get("tool_choice") == {"type": "none"} or "tools" not in body or body["tool_choice"]["type"] == "none"
+        assert (
+            body.get("tool_choice") == {"type": "none"} or "tools" not in body or body["tool_choice"]["type"] == "none"
+        )
         assert "limit" in body["messages"][-1]["content"][-1]["text"]
 
     with ScriptedServer(looks(2) + [reply("Looked at x0 and x1; x2 is left.", expect=no_tools)]) as server:
@@ -122,8 +127,11 @@ async def test_a_refused_repeat_that_persists_ends_the_run_as_a_loop():
         agent, events = agent_for(server)
         result = await agent.run("look")
     assert result.subtype == "error_loop_detected" and ran == ["same"] * 3
-    assert [(e.pattern, e.action) for e in events if isinstance(e, LoopDetected)] == \
-        [("repeat", "refused"), ("repeat", "refused"), ("repeat", "ended")]
+    assert [(e.pattern, e.action) for e in events if isinstance(e, LoopDetected)] == [
+        ("repeat", "refused"),
+        ("repeat", "refused"),
+        ("repeat", "ended"),
+    ]
     assert_valid(result)
 
 
@@ -143,14 +151,15 @@ async def test_an_a_b_a_b_cycle_is_refused_on_its_next_turn():
         assert res["is_error"] and "cycle" in res["content"]
 
     steps = [respond([tool_call("look", x)]) for x in (a, b, a, b)]
-    steps += [respond([tool_call("look", a)]), respond([tool_call("look", {"what": "c"})], expect=refused),
-              reply("ok")]
+    steps += [respond([tool_call("look", a)]), respond([tool_call("look", {"what": "c"})], expect=refused), reply("ok")]
     with ScriptedServer(steps) as server:
         agent, events = agent_for(server)
         result = await agent.run("look")
     assert result.subtype == "success" and ran == ["a", "b", "a", "b", "c"]
-    assert [(e.pattern, e.action) for e in events if isinstance(e, LoopDetected)] == \
-        [("cycle", "noted"), ("cycle", "refused")]
+    assert [(e.pattern, e.action) for e in events if isinstance(e, LoopDetected)] == [
+        ("cycle", "noted"),
+        ("cycle", "refused"),
+    ]
 
 
 async def test_the_same_error_again_and_again_is_noted_then_ends_the_run():
@@ -163,8 +172,10 @@ async def test_the_same_error_again_and_again_is_noted_then_ends_the_run():
         agent, events = agent_for(server)
         result = await agent.run("write")
     assert result.subtype == "error_loop_detected" and len(ran) == 5
-    assert [(e.pattern, e.action) for e in events if isinstance(e, LoopDetected)] == \
-        [("same_error", "noted"), ("same_error", "ended")]
+    assert [(e.pattern, e.action) for e in events if isinstance(e, LoopDetected)] == [
+        ("same_error", "noted"),
+        ("same_error", "ended"),
+    ]
     assert_valid(result)
 
 

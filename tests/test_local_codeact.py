@@ -16,8 +16,11 @@ pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("llama_cpp") is None, reason="llama-cpp-python (drivetrain[local-small]) is not installed"
 )
 
-BASH = {"name": "Bash", "description": "Run a shell command.", "input_schema": {
-    "type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}
+BASH = {
+    "name": "Bash",
+    "description": "Run a shell command.",
+    "input_schema": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]},
+}
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +68,9 @@ def test_the_grammar_allows_one_block_or_the_answer(model):
     assert not accepts(llm, auto, "```python\nprint(1)\t\n```")  # a refused block came back with them five times
     body = "def f(x):\n    return x"
     edit = grammar("auto", files=True)
-    assert not accepts(llm, edit, f"```python a.py\n{body} \n```") and accepts(llm, edit, f"```python a.py\n{body}\n```")
+    assert not accepts(llm, edit, f"```python a.py\n{body} \n```") and accepts(
+        llm, edit, f"```python a.py\n{body}\n```"
+    )
     assert accepts(llm, edit, "```python a.py\ndef f(x):\n\n    return x + 1\n```")  # blank lines are fine
     assert not accepts(llm, auto, "I think there are 3 files.")  # prose is neither
     assert not accepts(llm, auto, "```bash\nls\n```\n```bash\npwd\n```")  # one block per reply
@@ -103,7 +108,7 @@ def test_with_edit_tools_a_block_may_name_a_file_to_change(model):
     llm = model._llm
     files = grammar("any", files=True)
     assert accepts(llm, files, "Fix it.\n```python greet.py\ndef greet(n):\n    return n\n```")
-    assert accepts(llm, files, "```json conf/app.json\n{\"port\": 80}\n```")
+    assert accepts(llm, files, '```json conf/app.json\n{"port": 80}\n```')
     assert accepts(llm, files, "```bash\nls\n```")
     assert not accepts(llm, files, "```python greet.py extra\nx = 1\n```")  # one file name, then the body
     assert not accepts(llm, files, "```text 18\nreports.py 6\n```")  # a file name has an extension
@@ -130,8 +135,13 @@ def test_a_denied_program_cannot_be_written_as_a_command_word(model):
 
 async def test_a_reply_under_the_grammar_is_a_bash_call(model):
     wrapped = CodeActionModel(model)
-    request = ModelRequest([Message.user("Show the files in this folder.")], small_system_prompt(True, True),
-                           [BASH], max_tokens=80, tool_choice="any")
+    request = ModelRequest(
+        [Message.user("Show the files in this folder.")],
+        small_system_prompt(True, True),
+        [BASH],
+        max_tokens=80,
+        tool_choice="any",
+    )
     response = await wrapped.respond(request)
     assert response.stop_reason == "tool_use"
     assert [b.name for b in response.content if b.type == "tool_use"] == ["Bash"]
@@ -140,8 +150,9 @@ async def test_a_reply_under_the_grammar_is_a_bash_call(model):
 async def test_the_prefix_cache_saves_the_system_turn_and_a_new_process_loads_it(model, tmp_path):
     from drivetrain.models.local import LocalModel
 
-    request = ModelRequest([Message.user("Say hello.")], small_system_prompt(True, True), [], max_tokens=8,
-                           grammar=grammar("none"))
+    request = ModelRequest(
+        [Message.user("Say hello.")], small_system_prompt(True, True), [], max_tokens=8, grammar=grammar("none")
+    )
     fresh = []
     for _ in range(2):  # two new models: as two CLI starts
         m = LocalModel("small", n_ctx=4096, seed=7, temperature=0.0)
@@ -175,8 +186,13 @@ def test_under_the_grammar_a_control_token_is_never_sampled(model):
     gbnf = grammar("any", echoed=["total 12 files listed"])
     prompt = llm.tokenize(b"<|im_start|>user\nList the files.<|im_end|>\n<|im_start|>assistant\n", special=True)
     out = []
-    for token in llm.generate(prompt, grammar=compile_grammar(llm, gbnf), reset=True, temp=0.0,
-                              logits_processor=lc.LogitsProcessorList([push])):
+    for token in llm.generate(
+        prompt,
+        grammar=compile_grammar(llm, gbnf),
+        reset=True,
+        temp=0.0,
+        logits_processor=lc.LogitsProcessorList([push]),
+    ):
         if lc.llama_vocab_is_eog(llm._model.vocab, token) or len(out) >= 40:
             break
         out.append(token)
@@ -189,9 +205,11 @@ def test_a_block_never_starts_with_a_line_of_the_output_just_shown(model):
     from drivetrain.small.codeact import echoes
 
     output = "./storage.py:12:    # TODO: test tickets\n./alerts.py:4:# TODO: speed up\nok"
-    history = [Message.user("List the TODOs."),
-               Message.assistant(ToolUseBlock("t1", "Bash", {"command": "grep -rn TODO ."})),
-               Message("user", (ToolResultBlock("t1", output),))]
+    history = [
+        Message.user("List the TODOs."),
+        Message.assistant(ToolUseBlock("t1", "Bash", {"command": "grep -rn TODO ."})),
+        Message("user", (ToolResultBlock("t1", output),)),
+    ]
     assert echoes(history) == ["./storage.py:12:    # TODO: test tickets", "./alerts.py:4:# TODO: speed up"]
     assert echoes(history[:2]) == []  # only right after a tool result
     gbnf = grammar("any", echoed=echoes(history))
@@ -209,7 +227,11 @@ def test_a_block_never_starts_with_a_line_of_the_output_just_shown(model):
 def test_a_denied_program_is_banned_before_a_colon_or_a_dot_and_package_installs_never_start_a_block(model):
     llm = model._llm
     g = grammar("any", denied=["wc"])
-    for text in ("wc: *.py: Permission denied", "find . -exec wc.exe -l {} +", "apt-get install coreutils",
-                 "apt install wc"):
+    for text in (
+        "wc: *.py: Permission denied",
+        "find . -exec wc.exe -l {} +",
+        "apt-get install coreutils",
+        "apt install wc",
+    ):
         assert not accepts(llm, g, f"```bash\n{text}\n```"), text
     assert accepts(llm, g, "```bash\ngrep -c '' *.py\n```")

@@ -21,17 +21,53 @@ def _schema(props: dict, required: list[str]) -> dict:
 
 S, I, B = {"type": "string"}, {"type": "integer"}, {"type": "boolean"}
 BUILTIN_TOOLS = [  # the shapes of drivetrain's built-in tools
-    {"name": "Read", "description": "Read a file.", "input_schema": _schema({"file_path": S, "offset": I, "limit": I}, ["file_path"])},
-    {"name": "Write", "description": "Write a file.", "input_schema": _schema({"file_path": S, "content": S}, ["file_path", "content"])},
-    {"name": "Edit", "description": "Replace text in a file.", "input_schema": _schema(
-        {"file_path": S, "old_string": S, "new_string": S, "replace_all": B}, ["file_path", "old_string", "new_string"])},
-    {"name": "Bash", "description": "Run a shell command.", "input_schema": _schema(
-        {"command": S, "timeout": I, "description": S}, ["command"])},
-    {"name": "Grep", "description": "Search file contents.", "input_schema": _schema({
-        "pattern": S, "path": S, "glob": S,
-        "output_mode": {"type": "string", "enum": ["content", "files_with_matches", "count"]},
-        "-i": B, "-n": B, "-A": I, "-B": I, "-C": I, "head_limit": I}, ["pattern"])},
-    {"name": "Glob", "description": "Find files by pattern.", "input_schema": _schema({"pattern": S, "path": S}, ["pattern"])},
+    {
+        "name": "Read",
+        "description": "Read a file.",
+        "input_schema": _schema({"file_path": S, "offset": I, "limit": I}, ["file_path"]),
+    },
+    {
+        "name": "Write",
+        "description": "Write a file.",
+        "input_schema": _schema({"file_path": S, "content": S}, ["file_path", "content"]),
+    },
+    {
+        "name": "Edit",
+        "description": "Replace text in a file.",
+        "input_schema": _schema(
+            {"file_path": S, "old_string": S, "new_string": S, "replace_all": B},
+            ["file_path", "old_string", "new_string"],
+        ),
+    },
+    {
+        "name": "Bash",
+        "description": "Run a shell command.",
+        "input_schema": _schema({"command": S, "timeout": I, "description": S}, ["command"]),
+    },
+    {
+        "name": "Grep",
+        "description": "Search file contents.",
+        "input_schema": _schema(
+            {
+                "pattern": S,
+                "path": S,
+                "glob": S,
+                "output_mode": {"type": "string", "enum": ["content", "files_with_matches", "count"]},
+                "-i": B,
+                "-n": B,
+                "-A": I,
+                "-B": I,
+                "-C": I,
+                "head_limit": I,
+            },
+            ["pattern"],
+        ),
+    },
+    {
+        "name": "Glob",
+        "description": "Find files by pattern.",
+        "input_schema": _schema({"pattern": S, "path": S}, ["pattern"]),
+    },
 ]
 SYSTEM = "You are a coding agent working in a repository. Use the tools to read, search, edit files and run commands."
 TOOLS_BY_NAME = {t["name"]: t for t in BUILTIN_TOOLS}
@@ -98,7 +134,9 @@ async def test_a_tool_call_being_generated_reports_its_rate_while_it_runs(model)
 
 async def test_end_turn_text_streams(model):
     pieces: list[str] = []
-    req = ModelRequest([Message.user("What is 2 + 2? Reply with just the number.")], max_tokens=16, on_text=pieces.append)
+    req = ModelRequest(
+        [Message.user("What is 2 + 2? Reply with just the number.")], max_tokens=16, on_text=pieces.append
+    )
     response = await model.respond(req)
     assert response.stop_reason == "end_turn"
     assert [type(b) for b in response.content] == [TextBlock] and "4" in response.message.text
@@ -154,7 +192,9 @@ async def test_second_turn_evaluates_only_the_new_tokens(model):
     first_prompt = model.last_stats.prompt_tokens
     history.append(first.message)
     if first.stop_reason == "tool_use":
-        history.append(Message.user(*[ToolResultBlock(u.id, "# demo\nA tiny demo project.") for u in first.message.tool_uses]))
+        history.append(
+            Message.user(*[ToolResultBlock(u.id, "# demo\nA tiny demo project.") for u in first.message.tool_uses])
+        )
     else:
         history.append(Message.user("Thanks. Now list the Python files."))
     assert not lint(history)
@@ -203,12 +243,17 @@ async def test_rendering_matches_the_models_own_chat_template(model):
     template = env.from_string(model._llm.metadata["tokenizer.chat_template"])
     history = [
         Message.user("Read a.py"),
-        Message.assistant("Sure.", ToolUseBlock("t1", "Read", {"file_path": "a.py"}), ToolUseBlock("t2", "Glob", {"pattern": "*"})),
+        Message.assistant(
+            "Sure.", ToolUseBlock("t1", "Read", {"file_path": "a.py"}), ToolUseBlock("t2", "Glob", {"pattern": "*"})
+        ),
         Message.user(ToolResultBlock("t1", "print(1)"), ToolResultBlock("t2", "a.py", is_error=True), "and now?"),
         Message.assistant("Done."),
         Message.user("thanks"),
     ]
-    calls = [{"function": {"name": "Read", "arguments": {"file_path": "a.py"}}}, {"function": {"name": "Glob", "arguments": {"pattern": "*"}}}]
+    calls = [
+        {"function": {"name": "Read", "arguments": {"file_path": "a.py"}}},
+        {"function": {"name": "Glob", "arguments": {"pattern": "*"}}},
+    ]
     openai_shaped = [
         {"role": "system", "content": SYSTEM},
         {"role": "user", "content": "Read a.py"},
@@ -219,8 +264,13 @@ async def test_rendering_matches_the_models_own_chat_template(model):
         {"role": "assistant", "content": "Done."},
         {"role": "user", "content": "thanks"},
     ]
-    qwen_tools = [{"type": "function", "function": {"name": t["name"], "description": t["description"],
-                                                    "parameters": t["input_schema"]}} for t in BUILTIN_TOOLS]
+    qwen_tools = [
+        {
+            "type": "function",
+            "function": {"name": t["name"], "description": t["description"], "parameters": t["input_schema"]},
+        }
+        for t in BUILTIN_TOOLS
+    ]
     text = template.render(messages=openai_shaped, tools=qwen_tools, add_generation_prompt=True)
     llm = model._llm
     assert model._prompt(request(history)) == llm.tokenize(text.encode(), add_bos=False, special=True)

@@ -24,15 +24,48 @@ def _schema(props: dict, required: list[str]) -> dict:
 
 S, I, B = {"type": "string"}, {"type": "integer"}, {"type": "boolean"}
 BUILTIN_TOOLS = [
-    {"name": "Read", "description": "Read a file.", "input_schema": _schema({"file_path": S, "offset": I, "limit": I}, ["file_path"])},
-    {"name": "Write", "description": "Write a file.", "input_schema": _schema({"file_path": S, "content": S}, ["file_path", "content"])},
-    {"name": "Edit", "description": "Edit a file.", "input_schema": _schema(
-        {"file_path": S, "old_string": S, "new_string": S, "replace_all": B}, ["file_path", "old_string", "new_string"])},
-    {"name": "Bash", "description": "Run a command.", "input_schema": _schema({"command": S, "timeout": I, "description": S}, ["command"])},
-    {"name": "Grep", "description": "Search files.", "input_schema": _schema({
-        "pattern": S, "path": S, "glob": S,
-        "output_mode": {"type": "string", "enum": ["content", "files_with_matches", "count"]},
-        "-i": B, "-n": B, "-A": I, "-B": I, "-C": I, "head_limit": I}, ["pattern"])},
+    {
+        "name": "Read",
+        "description": "Read a file.",
+        "input_schema": _schema({"file_path": S, "offset": I, "limit": I}, ["file_path"]),
+    },
+    {
+        "name": "Write",
+        "description": "Write a file.",
+        "input_schema": _schema({"file_path": S, "content": S}, ["file_path", "content"]),
+    },
+    {
+        "name": "Edit",
+        "description": "Edit a file.",
+        "input_schema": _schema(
+            {"file_path": S, "old_string": S, "new_string": S, "replace_all": B},
+            ["file_path", "old_string", "new_string"],
+        ),
+    },
+    {
+        "name": "Bash",
+        "description": "Run a command.",
+        "input_schema": _schema({"command": S, "timeout": I, "description": S}, ["command"]),
+    },
+    {
+        "name": "Grep",
+        "description": "Search files.",
+        "input_schema": _schema(
+            {
+                "pattern": S,
+                "path": S,
+                "glob": S,
+                "output_mode": {"type": "string", "enum": ["content", "files_with_matches", "count"]},
+                "-i": B,
+                "-n": B,
+                "-A": I,
+                "-B": I,
+                "-C": I,
+                "head_limit": I,
+            },
+            ["pattern"],
+        ),
+    },
     {"name": "Glob", "description": "Find files.", "input_schema": _schema({"pattern": S, "path": S}, ["pattern"])},
 ]
 
@@ -72,7 +105,9 @@ def test_bare_json_call():
 def test_fenced_json_and_lists_of_calls():
     fenced = '```json\n{\n  "name": "Read",\n  "arguments": {"file_path": "setup.py"}\n}\n```'
     assert [c.arguments for c in parse_tool_calls(fenced, OFFERED).calls] == [{"file_path": "setup.py"}]
-    listed = '```\n[{"name": "Read", "arguments": {"file_path": "a"}}, {"name": "Glob", "arguments": {"pattern": "b"}}]\n```'
+    listed = (
+        '```\n[{"name": "Read", "arguments": {"file_path": "a"}}, {"name": "Glob", "arguments": {"pattern": "b"}}]\n```'
+    )
     assert [c.name for c in parse_tool_calls(listed, OFFERED).calls] == ["Read", "Glob"]
     wrapped = '<tools>\n  {"name": "Glob", "arguments": {"pattern": "*.py"}}\n</tools>'  # the 1.5B's habit
     assert [c.name for c in parse_tool_calls(wrapped, OFFERED).calls] == ["Glob"]
@@ -89,7 +124,9 @@ def test_unknown_names_are_rejected():
     assert out.text.startswith("<tool_call>")  # nothing was taken out, so it stays the answer
     bare = parse_tool_calls('{"name": "Write", "arguments": {"file_path": "x", "content": ""}}', OFFERED)
     assert bare.calls == [] and bare.text.startswith("{")
-    mixed = parse_tool_calls('[{"name": "Nope", "arguments": {}}, {"name": "Glob", "arguments": {"pattern": "*"}}]', OFFERED)
+    mixed = parse_tool_calls(
+        '[{"name": "Nope", "arguments": {}}, {"name": "Glob", "arguments": {"pattern": "*"}}]', OFFERED
+    )
     assert [c.name for c in mixed.calls] == ["Glob"] and len(mixed.problems) == 1
 
 
@@ -192,10 +229,18 @@ def test_grammar_compiles_for_the_builtin_tools_and_odd_schemas(vocab):
         {"name": "NoSchema"},
         {"name": "Empty", "input_schema": {"type": "object", "properties": {}}},
         {"name": "AllOptional", "input_schema": _schema({"a": S, "b-c": I, "d e": {"type": "number"}}, [])},
-        {"name": "Nested", "input_schema": _schema({
-            "items": {"type": "array", "items": _schema({"k": {"enum": ["x", 1, None]}}, ["k"])},
-            "any": {"anyOf": [S, I]}, "flag": {"type": ["boolean", "null"]}, "c": {"const": "ok"},
-        }, ["items", "undeclared"])},
+        {
+            "name": "Nested",
+            "input_schema": _schema(
+                {
+                    "items": {"type": "array", "items": _schema({"k": {"enum": ["x", 1, None]}}, ["k"])},
+                    "any": {"anyOf": [S, I]},
+                    "flag": {"type": ["boolean", "null"]},
+                    "c": {"const": "ok"},
+                },
+                ["items", "undeclared"],
+            ),
+        },
     ]
     for tools in (BUILTIN_TOOLS, odd, BUILTIN_TOOLS + odd):
         for allow_text in (True, False):

@@ -137,7 +137,10 @@ def test_size_mismatch_is_a_config_error(fake_chunks, tmp_path):
 
 def test_missing_chunk_package_is_named(fake_chunks, tmp_path):
     del fake_chunks["fake-model-part2"]
-    with pytest.raises(ConfigError, match=r"incomplete \(1 of its 3 chunk packages\): package 'fake-model-part2' is not installed.*pip install 'drivetrain\[local-small\]'"):
+    with pytest.raises(
+        ConfigError,
+        match=r"incomplete \(1 of its 3 chunk packages\): package 'fake-model-part2' is not installed.*pip install 'drivetrain\[local-small\]'",
+    ):
         ensure_model(_spec(), directory=tmp_path / "cache", locate=_locator(fake_chunks))
 
 
@@ -182,7 +185,9 @@ def _small_model_installed() -> bool:
         return False
 
 
-@pytest.mark.skipif(not _small_model_installed(), reason="the 0.5B chunk packages (drivetrain[local-small]) are not installed")
+@pytest.mark.skipif(
+    not _small_model_installed(), reason="the 0.5B chunk packages (drivetrain[local-small]) are not installed"
+)
 def test_the_real_small_model_assembles_and_verifies(tmp_path):
     path = resolve_model("small", env={"DRIVETRAIN_CACHE_DIR": str(tmp_path)})
     assert path == tmp_path / "models" / QWEN_CODER_0_5B.filename

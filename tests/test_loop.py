@@ -5,8 +5,22 @@ import asyncio
 import pytest
 
 from drivetrain import (
-    Agent, CallModel, Done, Finished, HarnessError, ModelResponded, PermissionDecided, ResultsSent, RunTools,
-    SubmitPrompt, ToolCalled, ToolFinished, ToolResultBlock, ToolStarted, lint, tool,
+    Agent,
+    CallModel,
+    Done,
+    Finished,
+    HarnessError,
+    ModelResponded,
+    PermissionDecided,
+    ResultsSent,
+    RunTools,
+    SubmitPrompt,
+    ToolCalled,
+    ToolFinished,
+    ToolResultBlock,
+    ToolStarted,
+    lint,
+    tool,
 )
 from drivetrain.models.anthropic import AnthropicModel
 from drivetrain.testing import ScriptedServer, http_error, reply, respond, server_tool_use, text, thinking, tool_call
@@ -44,8 +58,9 @@ def _reset():
 
 
 def agent_for(server, **kw):
-    model = AnthropicModel.from_env("claude-sonnet-4-6", {"ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_API_KEY": "k"},
-                                    backoff=0.01)
+    model = AnthropicModel.from_env(
+        "claude-sonnet-4-6", {"ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_API_KEY": "k"}, backoff=0.01
+    )
     kw.setdefault("tools", [slow, explode, fatal])
     return Agent(model=model, strict=True, **kw)
 
@@ -69,9 +84,14 @@ async def test_parallel_tool_calls_run_concurrently_and_return_in_one_message_in
         assert [b["content"] for b in msg["content"]] == ["slept a", "slept b", "slept c"]
 
     steps = [
-        respond([text("three at once"), tool_call("slow", {"label": "a", "seconds": 0.4}, id="toolu_a"),
-                 tool_call("slow", {"label": "b", "seconds": 0.2}, id="toolu_b"),
-                 tool_call("slow", {"label": "c", "seconds": 0.3}, id="toolu_c")]),
+        respond(
+            [
+                text("three at once"),
+                tool_call("slow", {"label": "a", "seconds": 0.4}, id="toolu_a"),
+                tool_call("slow", {"label": "b", "seconds": 0.2}, id="toolu_b"),
+                tool_call("slow", {"label": "c", "seconds": 0.3}, id="toolu_c"),
+            ]
+        ),
         reply("done", expect=check),
     ]
     with ScriptedServer(steps) as server:
@@ -133,8 +153,11 @@ async def test_pause_turn_continuations_are_capped():
 
 async def test_truncated_tool_use_is_retried_with_more_tokens_and_never_run():
     steps = [
-        respond([text("writing"), tool_call("slow", {"label": "cut"})], stop_reason="max_tokens",
-                expect=lambda b: b["max_tokens"] == 1000),
+        respond(
+            [text("writing"), tool_call("slow", {"label": "cut"})],
+            stop_reason="max_tokens",
+            expect=lambda b: b["max_tokens"] == 1000,
+        ),
         respond([tool_call("slow", {"label": "whole", "seconds": 0.01})], expect=lambda b: b["max_tokens"] == 2000),
         reply("done"),
     ]
@@ -178,7 +201,10 @@ async def test_max_turns_stops_with_a_valid_history():
 
 
 async def test_model_error_ends_the_run_with_a_message_and_a_valid_history():
-    steps = [respond([tool_call("slow", {"label": "x", "seconds": 0})]), http_error(400, "invalid_request_error", "bad")]
+    steps = [
+        respond([tool_call("slow", {"label": "x", "seconds": 0})]),
+        http_error(400, "invalid_request_error", "bad"),
+    ]
     with ScriptedServer(steps) as server:
         result = await agent_for(server).run("go")
     assert result.subtype == "error_during_execution" and "400" in result.result and "bad" in result.result
@@ -238,10 +264,14 @@ def test_lint_from_a_start_index_still_sees_earlier_ids():
     from drivetrain.messages import Message, ToolUseBlock
 
     use = ToolUseBlock("toolu_1", "slow", {})
-    history = [Message.user("x"), Message.assistant(use), Message("user", (ToolResultBlock("toolu_1", "ok"),)),
-               Message.assistant(use), Message("user", (ToolResultBlock("toolu_1", "ok"),))]
+    history = [
+        Message.user("x"),
+        Message.assistant(use),
+        Message("user", (ToolResultBlock("toolu_1", "ok"),)),
+        Message.assistant(use),
+        Message("user", (ToolResultBlock("toolu_1", "ok"),)),
+    ]
     assert any("duplicate" in p for p in lint(history, start=3).problems)
-
 
 
 async def test_a_tool_use_id_used_many_turns_earlier_is_still_caught():
@@ -272,12 +302,25 @@ async def test_ids_carried_from_a_history_that_was_replaced_are_not_used():
 
 
 async def test_thinking_and_server_blocks_go_back_verbatim_with_signatures():
-    first = [thinking("let me think", "sig-ABC=="), text("looking"),
-             server_tool_use("web_search", {"query": "q"}, id="srvtoolu_9"),
-             {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_9",
-              "content": [{"type": "web_search_result", "url": "https://e.com", "title": "E",
-                           "encrypted_content": "xyz", "page_age": None}]},
-             tool_call("slow", {"label": "t", "seconds": 0}, id="toolu_t")]
+    first = [
+        thinking("let me think", "sig-ABC=="),
+        text("looking"),
+        server_tool_use("web_search", {"query": "q"}, id="srvtoolu_9"),
+        {
+            "type": "web_search_tool_result",
+            "tool_use_id": "srvtoolu_9",
+            "content": [
+                {
+                    "type": "web_search_result",
+                    "url": "https://e.com",
+                    "title": "E",
+                    "encrypted_content": "xyz",
+                    "page_age": None,
+                }
+            ],
+        },
+        tool_call("slow", {"label": "t", "seconds": 0}, id="toolu_t"),
+    ]
 
     def check(body):
         assert body["messages"][1] == {"role": "assistant", "content": first}
@@ -312,9 +355,12 @@ async def test_a_repeated_call_with_the_same_result_is_pointed_out():
         return True
 
     call = {"label": "r", "seconds": 0}
-    steps = [respond([tool_call("slow", call)]), respond([tool_call("slow", call)], expect=first),
-             respond([tool_call("slow", {"label": "other", "seconds": 0})], expect=second),
-             reply("ok", expect=lambda b: "same" not in b["messages"][-1]["content"][0]["content"])]
+    steps = [
+        respond([tool_call("slow", call)]),
+        respond([tool_call("slow", call)], expect=first),
+        respond([tool_call("slow", {"label": "other", "seconds": 0})], expect=second),
+        reply("ok", expect=lambda b: "same" not in b["messages"][-1]["content"][0]["content"]),
+    ]
     with ScriptedServer(steps) as server:
         result = await agent_for(server).run("go")
     assert result.result == "ok"

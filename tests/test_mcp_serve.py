@@ -15,8 +15,9 @@ from test_mcp_client import CALC
 
 
 def mcp_cli(*args, cwd):
-    return subprocess.run([DRIVETRAIN, "mcp", *args], cwd=cwd, capture_output=True, text=True, timeout=60,
-                          stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [DRIVETRAIN, "mcp", *args], cwd=cwd, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL
+    )
 
 
 async def test_serve_lists_tools_reads_and_denies_bash_by_the_rules(tmp_path):
@@ -41,23 +42,43 @@ async def test_serve_lists_tools_reads_and_denies_bash_by_the_rules(tmp_path):
 
 
 def test_add_get_list_remove(tmp_path):
-    added = mcp_cli("add", "calc", "-e", "CALC_KEY=${CALC_VALUE:-x}", "--", sys.executable, CALC, "--flag",
-                    cwd=tmp_path)
+    added = mcp_cli(
+        "add", "calc", "-e", "CALC_KEY=${CALC_VALUE:-x}", "--", sys.executable, CALC, "--flag", cwd=tmp_path
+    )
     assert added.returncode == 0, added.stderr
     local = json.loads((tmp_path / ".drivetrain" / "settings.local.json").read_text())
-    assert local["mcpServers"]["calc"] == {"type": "stdio", "command": sys.executable, "args": [CALC, "--flag"],
-                                           "env": {"CALC_KEY": "${CALC_VALUE:-x}"}}
-    web = mcp_cli("add", "--transport", "http", "--scope", "project", "web", "http://127.0.0.1:9/mcp",
-                  "-H", "Authorization: Bearer ${TOKEN}", cwd=tmp_path)
+    assert local["mcpServers"]["calc"] == {
+        "type": "stdio",
+        "command": sys.executable,
+        "args": [CALC, "--flag"],
+        "env": {"CALC_KEY": "${CALC_VALUE:-x}"},
+    }
+    web = mcp_cli(
+        "add",
+        "--transport",
+        "http",
+        "--scope",
+        "project",
+        "web",
+        "http://127.0.0.1:9/mcp",
+        "-H",
+        "Authorization: Bearer ${TOKEN}",
+        cwd=tmp_path,
+    )
     assert web.returncode == 0, web.stderr
     assert json.loads((tmp_path / ".mcp.json").read_text())["mcpServers"]["web"]["headers"] == {
-        "Authorization": "Bearer ${TOKEN}"}
+        "Authorization": "Bearer ${TOKEN}"
+    }
     got = mcp_cli("get", "web", cwd=tmp_path)
     assert got.returncode == 0 and "Type: http" in got.stdout and "Approved: not yet" in got.stdout
     listed = mcp_cli("list", cwd=tmp_path)
     assert listed.returncode == 0, listed.stderr
-    assert re.search(r"^calc: CALC_KEY=\S+ \S+python\S* \S+mcp_calc_server.py --flag \(local\) - ✓ connected, "
-                     r"[1-9]\d* tool\(s\)$", listed.stdout, re.M), listed.stdout
+    assert re.search(
+        r"^calc: CALC_KEY=\S+ \S+python\S* \S+mcp_calc_server.py --flag \(local\) - ✓ connected, "
+        r"[1-9]\d* tool\(s\)$",
+        listed.stdout,
+        re.M,
+    ), listed.stdout
     assert "web: http http://127.0.0.1:9/mcp (project) - not approved" in listed.stdout
     again = mcp_cli("add", "calc", "--", "true", cwd=tmp_path)
     assert again.returncode == 1 and "already has an MCP server named 'calc'" in again.stderr
@@ -67,11 +88,14 @@ def test_add_get_list_remove(tmp_path):
     assert missing.returncode == 1 and "no MCP server named 'calc'" in missing.stderr
 
 
-@pytest.mark.parametrize("args, message", [
-    (["add", "x"], "a stdio server's command goes after --"),
-    (["add", "bad name", "--", "true"], "a name may hold only letters"),
-    (["add", "--transport", "http", "x"], "takes one URL"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["add", "x"], "a stdio server's command goes after --"),
+        (["add", "bad name", "--", "true"], "a name may hold only letters"),
+        (["add", "--transport", "http", "x"], "takes one URL"),
+    ],
+)
 def test_add_refuses_what_it_cannot_use(tmp_path, args, message):
     proc = mcp_cli(*args, cwd=tmp_path)
     assert proc.returncode == 1 and message in proc.stderr

@@ -1,8 +1,17 @@
 import pytest
 
 from drivetrain.messages import (
-    HistoryError, Message, RawBlock, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock, block_from_wire,
-    ensure_valid, lint, repair,
+    HistoryError,
+    Message,
+    RawBlock,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    block_from_wire,
+    ensure_valid,
+    lint,
+    repair,
 )
 
 
@@ -27,16 +36,36 @@ def test_valid_history_passes():
     assert not lint(good_history())
 
 
-@pytest.mark.parametrize("history, problem", [
-    ([Message.user("x"), Message.assistant(use(1))], "no tool_result message"),
-    ([Message.user("x"), Message.assistant(use(1), use(2)), Message("user", (res(1),))], "toolu_2 answered 0 times"),
-    ([Message.user("x"), Message.assistant(use(1)), Message("user", (res(1), res(1)))], "answered 2 times"),
-    ([Message.user("x"), Message.assistant(use(1)), Message("user", (TextBlock("hi"), res(1)))], "after other content"),
-    ([Message.user("x"), Message.assistant(use(1)), Message("user", (res(1), res(9)))], "stray tool_result toolu_9"),
-    ([Message.user(""), Message.assistant("a")], "empty text block"),
-    ([Message.user("x"), Message.assistant(use(1)), Message("user", (res(1),)), Message.assistant(use(1)),
-      Message("user", (res(1),))], "duplicate tool_use id"),
-])
+@pytest.mark.parametrize(
+    "history, problem",
+    [
+        ([Message.user("x"), Message.assistant(use(1))], "no tool_result message"),
+        (
+            [Message.user("x"), Message.assistant(use(1), use(2)), Message("user", (res(1),))],
+            "toolu_2 answered 0 times",
+        ),
+        ([Message.user("x"), Message.assistant(use(1)), Message("user", (res(1), res(1)))], "answered 2 times"),
+        (
+            [Message.user("x"), Message.assistant(use(1)), Message("user", (TextBlock("hi"), res(1)))],
+            "after other content",
+        ),
+        (
+            [Message.user("x"), Message.assistant(use(1)), Message("user", (res(1), res(9)))],
+            "stray tool_result toolu_9",
+        ),
+        ([Message.user(""), Message.assistant("a")], "empty text block"),
+        (
+            [
+                Message.user("x"),
+                Message.assistant(use(1)),
+                Message("user", (res(1),)),
+                Message.assistant(use(1)),
+                Message("user", (res(1),)),
+            ],
+            "duplicate tool_use id",
+        ),
+    ],
+)
 def test_lint_finds_each_violation(history, problem):
     report = lint(history)
     assert any(problem in p for p in report.problems), report.problems
@@ -64,9 +93,19 @@ def test_repair_answers_a_trailing_tool_use():
 def test_server_blocks_round_trip_verbatim():
     wire = [
         {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {"query": "x"}},
-        {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_1",
-         "content": [{"type": "web_search_result", "url": "https://e.com", "title": "E", "encrypted_content": "abc",
-                      "page_age": None}]},
+        {
+            "type": "web_search_tool_result",
+            "tool_use_id": "srvtoolu_1",
+            "content": [
+                {
+                    "type": "web_search_result",
+                    "url": "https://e.com",
+                    "title": "E",
+                    "encrypted_content": "abc",
+                    "page_age": None,
+                }
+            ],
+        },
         {"type": "thinking", "thinking": "hmm", "signature": "sig=="},
         {"type": "redacted_thinking", "data": "opaque"},
         {"type": "text", "text": "hi", "citations": [{"type": "web_search_result_location", "url": "u"}]},

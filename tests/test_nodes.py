@@ -8,15 +8,16 @@ import pytest
 
 from drivetrain import Agent, tool
 from drivetrain.loop.graph import edges
+from drivetrain.loop.nodes import PlanFirst, Proceed, Verify
 from drivetrain.messages import lint
 from drivetrain.models.anthropic import AnthropicModel
-from drivetrain.loop.nodes import PlanFirst, Proceed, Verify
 from drivetrain.testing import ScriptedServer, reply, respond, tool_call
 
 
 def agent_for(server, tmp_path, **kw):
-    m = AnthropicModel.from_env("claude-sonnet-4-6", {"ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_API_KEY": "k"},
-                                backoff=0.01)
+    m = AnthropicModel.from_env(
+        "claude-sonnet-4-6", {"ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_API_KEY": "k"}, backoff=0.01
+    )
 
     @tool
     def touch(name: str) -> str:
@@ -35,8 +36,11 @@ async def test_verify_sends_the_model_back_with_the_failure_until_the_check_pass
     def sent_back(body):
         assert "`test -f done.txt` failed (exit 1)" in last_text(body)
 
-    steps = [reply("All done."), respond([tool_call("touch", {"name": "done.txt"})], expect=sent_back),
-             reply("Now it is done.")]
+    steps = [
+        reply("All done."),
+        respond([tool_call("touch", {"name": "done.txt"})], expect=sent_back),
+        reply("Now it is done."),
+    ]
     with ScriptedServer(steps) as server:
         agent = agent_for(server, tmp_path, nodes=[Verify("test -f done.txt")])
         run = agent.start("make done.txt")
@@ -67,8 +71,11 @@ async def test_a_send_back_for_the_answer_alone_asks_for_it_without_tools(tmp_pa
     def no_tools(body):
         assert body["tool_choice"] == {"type": "none"} and last_text(body) == "Say which file you created."
 
-    steps = [respond([tool_call("touch", {"name": "a.txt"})]), reply("Done."),
-             reply("I created a.txt.", expect=no_tools)]
+    steps = [
+        respond([tool_call("touch", {"name": "a.txt"})]),
+        reply("Done."),
+        reply("I created a.txt.", expect=no_tools),
+    ]
     with ScriptedServer(steps) as server:
         result = await agent_for(server, tmp_path, nodes=[AnswerAgain()]).run("make a.txt")
     assert result.subtype == "success" and result.result == "I created a.txt." and not lint(result.history)
@@ -82,8 +89,11 @@ async def test_plan_asks_for_a_plan_without_tools_then_the_model_acts_on_it(tmp_
         texts = [b["text"] for b in body["messages"][0]["content"]]
         assert texts[0] == "make a.txt" and texts[-1].startswith("Your plan:\n1. touch a.txt")
 
-    steps = [reply("1. touch a.txt\n2. report", expect=plan_request),
-             respond([tool_call("touch", {"name": "a.txt"})], expect=sees_plan), reply("made a.txt")]
+    steps = [
+        reply("1. touch a.txt\n2. report", expect=plan_request),
+        respond([tool_call("touch", {"name": "a.txt"})], expect=sees_plan),
+        reply("made a.txt"),
+    ]
     with ScriptedServer(steps) as server:
         agent = agent_for(server, tmp_path, nodes=[PlanFirst()])
         run = agent.start("make a.txt")
@@ -115,8 +125,13 @@ def test_nodes_need_their_own_names_and_a_known_point(tmp_path):
 
 def test_graph_draws_the_node_edges():
     e = set(edges())
-    assert {("SubmitPrompt", "RunNode"), ("CallModel", "RunNode"), ("RunNode", "CallModel"),
-            ("RunNode", "RunNode"), ("RunNode", "Done")} <= e
+    assert {
+        ("SubmitPrompt", "RunNode"),
+        ("CallModel", "RunNode"),
+        ("RunNode", "CallModel"),
+        ("RunNode", "RunNode"),
+        ("RunNode", "Done"),
+    } <= e
 
 
 def test_cli_verify_flag(tmp_path):
@@ -126,9 +141,26 @@ def test_cli_verify_flag(tmp_path):
     with ScriptedServer(steps) as server:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "OPENAI_"))}
         env.update({"ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_API_KEY": "k", "ANTHROPIC_MODEL": "claude-sonnet-4-6"})
-        proc = subprocess.run([sys.executable, "-m", "drivetrain", "-p", "write ok.txt", "--verify", "grep -q yes ok.txt",
-                               "--permission-mode", "acceptEdits", "--output-format", "json"],
-                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "drivetrain",
+                "-p",
+                "write ok.txt",
+                "--verify",
+                "grep -q yes ok.txt",
+                "--permission-mode",
+                "acceptEdits",
+                "--output-format",
+                "json",
+            ],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     assert json.loads(proc.stdout)["result"] == "fixed", proc.stderr
 
 
@@ -138,14 +170,18 @@ async def test_sessions_show_graph_counts_each_edge_the_run_took(tmp_path):
     from drivetrain.sessions.file import FileStore
 
     home = tmp_path / "home"
-    steps = [respond([tool_call("touch", {"name": "a"})]), respond([tool_call("touch", {"name": "b"})]),
-             reply("Done.")]
+    steps = [respond([tool_call("touch", {"name": "a"})]), respond([tool_call("touch", {"name": "b"})]), reply("Done.")]
     with ScriptedServer(steps) as server:
         agent = agent_for(server, tmp_path, nodes=[Verify("test -f b", limit=1)], store=FileStore(home))
         result = await agent.run("make a and b")
     env = {**os.environ, "DRIVETRAIN_HOME": str(home)}
-    out = subprocess.run([sys.executable, "-m", "drivetrain", "sessions", "show", result.session_id[:8], "--graph"],
-                         env=env, capture_output=True, text=True, timeout=60).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "drivetrain", "sessions", "show", result.session_id[:8], "--graph"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout
     assert "CallModel -->|2| RunTools" in out and "RunTools -->|2| CallModel" in out
     assert "CallModel -->|1| RunNode" in out and "RunNode -->|1| Done" in out
     assert "Recover -.-> CallModel" in out  # never taken: dotted

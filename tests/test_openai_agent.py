@@ -32,18 +32,33 @@ async def test_builtin_tools_through_the_openai_provider(tmp_path):
         results = tool_messages(body)
         assert "print('hi')" in results["call_read"] and results["call_run"].strip() == "hi"
         assert body["messages"][0]["role"] == "system" and {t["function"]["name"] for t in body["tools"]} >= {
-            "Read", "Write", "Edit", "Bash", "Grep", "Glob"}
+            "Read",
+            "Write",
+            "Edit",
+            "Bash",
+            "Grep",
+            "Glob",
+        }
 
     steps = [
-        respond([text("Writing it."), tool_call("Write", {"file_path": "hello.py", "content": "print('hi')\n"},
-                                                id="call_write")]),
-        respond([tool_call("Read", {"file_path": "hello.py"}, id="call_read"),  # parallel calls
-                 tool_call("Bash", {"command": f"{sys.executable} hello.py"}, id="call_run")]),
+        respond(
+            [
+                text("Writing it."),
+                tool_call("Write", {"file_path": "hello.py", "content": "print('hi')\n"}, id="call_write"),
+            ]
+        ),
+        respond(
+            [
+                tool_call("Read", {"file_path": "hello.py"}, id="call_read"),  # parallel calls
+                tool_call("Bash", {"command": f"{sys.executable} hello.py"}, id="call_run"),
+            ]
+        ),
         reply("hello.py prints hi.", expect=results_are_in),
     ]
     with ScriptedOpenAIServer(steps) as server:
         result = await agent_for(server, tools=builtin_tools(), cwd=tmp_path, system="You are careful.").run(
-            "Write hello.py and run it.")
+            "Write hello.py and run it."
+        )
     assert (result.subtype, result.result, result.num_turns) == ("success", "hello.py prints hi.", 3)
     assert result.trajectory == ["tool_use", "tool_use", "end_turn"]
     assert (tmp_path / "hello.py").read_text() == "print('hi')\n"
@@ -67,15 +82,20 @@ async def test_malformed_arguments_are_answered_with_the_error_and_schema_and_ne
     with ScriptedOpenAIServer(steps) as server:
         result = await agent_for(server, tools=[touch]).run("touch a file")
     assert result.subtype == "success" and touched == ["b.txt"]  # the malformed call never ran, not even as {}
-    (bad,) = [b for m in result.history for b in m.content if isinstance(b, ToolResultBlock) and b.tool_use_id == "call_bad"]
+    (bad,) = [
+        b for m in result.history for b in m.content if isinstance(b, ToolResultBlock) and b.tool_use_id == "call_bad"
+    ]
     assert bad.is_error and "input schema" in bad.text
 
 
 async def test_a_call_cut_off_at_length_is_retried_with_more_room_not_run():
     touched.clear()
     steps = [
-        respond([tool_call("touch", '{"name": "a.t', id="call_cut")], stop_reason="length",
-                expect=lambda body: body["max_tokens"] == 1000),
+        respond(
+            [tool_call("touch", '{"name": "a.t', id="call_cut")],
+            stop_reason="length",
+            expect=lambda body: body["max_tokens"] == 1000,
+        ),
         reply("ok", expect=lambda body: body["max_tokens"] == 2000 and tool_messages(body) == {}),
     ]
     with ScriptedOpenAIServer(steps) as server:

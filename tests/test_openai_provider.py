@@ -13,8 +13,11 @@ from drivetrain.models.openai import ChunkAccumulator, OpenAIModel, normalize_ba
 from drivetrain.models.openai_wire import InvalidToolUseBlock
 from drivetrain.testing import ScriptedOpenAIServer, http_error, raw_response, reply, respond, text, tool_call
 
-READ = {"name": "Read", "description": "Read a file.",
-        "input_schema": {"type": "object", "properties": {"file_path": {"type": "string"}}, "required": ["file_path"]}}
+READ = {
+    "name": "Read",
+    "description": "Read a file.",
+    "input_schema": {"type": "object", "properties": {"file_path": {"type": "string"}}, "required": ["file_path"]},
+}
 
 
 def request(text="hi", **kw):
@@ -36,16 +39,22 @@ def free_port():
 # ----------------------------------------------------------------- configuration
 
 
-@pytest.mark.parametrize("given, expected", [
-    ("https://api.openai.com/v1", "https://api.openai.com/v1"),
-    ("https://api.openai.com/v1/", "https://api.openai.com/v1"),
-    ("http://localhost:11434", "http://localhost:11434/v1"),
-    ("http://localhost:11434/", "http://localhost:11434/v1"),
-    ("http://localhost:8080/v1/chat/completions", "http://localhost:8080/v1"),
-    ("https://api.example.com/chat/completions", "https://api.example.com"),  # the endpoint itself: used exactly
-    ("https://generativelanguage.googleapis.com/v1beta/openai/", "https://generativelanguage.googleapis.com/v1beta/openai"),
-    ("  https://gw.example.com/openai/v1//  ", "https://gw.example.com/openai/v1"),
-])
+@pytest.mark.parametrize(
+    "given, expected",
+    [
+        ("https://api.openai.com/v1", "https://api.openai.com/v1"),
+        ("https://api.openai.com/v1/", "https://api.openai.com/v1"),
+        ("http://localhost:11434", "http://localhost:11434/v1"),
+        ("http://localhost:11434/", "http://localhost:11434/v1"),
+        ("http://localhost:8080/v1/chat/completions", "http://localhost:8080/v1"),
+        ("https://api.example.com/chat/completions", "https://api.example.com"),  # the endpoint itself: used exactly
+        (
+            "https://generativelanguage.googleapis.com/v1beta/openai/",
+            "https://generativelanguage.googleapis.com/v1beta/openai",
+        ),
+        ("  https://gw.example.com/openai/v1//  ", "https://gw.example.com/openai/v1"),
+    ],
+)
 def test_base_url_normalisation(given, expected):
     assert normalize_base_url(given) == expected
 
@@ -90,8 +99,12 @@ def test_openai_itself_gets_max_completion_tokens_other_servers_max_tokens():
 
 
 async def test_text_streams_to_on_text_and_usage_comes_from_the_last_chunk():
-    steps = [reply("hello there, streaming world",
-                   usage={"prompt_tokens": 50, "completion_tokens": 7, "prompt_tokens_details": {"cached_tokens": 40}})]
+    steps = [
+        reply(
+            "hello there, streaming world",
+            usage={"prompt_tokens": 50, "completion_tokens": 7, "prompt_tokens_details": {"cached_tokens": 40}},
+        )
+    ]
     with ScriptedOpenAIServer(steps) as server:
         seen = []
         r = await model_for(server).respond(request(system="Be brief.", stop_sequences=["END"], on_text=seen.append))
@@ -106,14 +119,24 @@ async def test_text_streams_to_on_text_and_usage_comes_from_the_last_chunk():
 
 async def test_parallel_tool_calls_split_across_chunks():
     long_path = "src/" + "deep/" * 20 + "module.py"
-    steps = [respond([text("Reading both."), tool_call("Read", {"file_path": long_path}, id="call_a"),
-                      tool_call("Read", {"file_path": "b.py"}, id="call_b")])]
+    steps = [
+        respond(
+            [
+                text("Reading both."),
+                tool_call("Read", {"file_path": long_path}, id="call_a"),
+                tool_call("Read", {"file_path": "b.py"}, id="call_b"),
+            ]
+        )
+    ]
     with ScriptedOpenAIServer(steps) as server:
         r = await model_for(server).respond(request(tools=[READ]))
         assert server.requests[0].body["tools"][0]["function"]["name"] == "Read"
     assert r.stop_reason == "tool_use"
-    assert r.content == (TextBlock("Reading both."), ToolUseBlock("call_a", "Read", {"file_path": long_path}),
-                         ToolUseBlock("call_b", "Read", {"file_path": "b.py"}))
+    assert r.content == (
+        TextBlock("Reading both."),
+        ToolUseBlock("call_a", "Read", {"file_path": long_path}),
+        ToolUseBlock("call_b", "Read", {"file_path": "b.py"}),
+    )
 
 
 def chunk(delta=None, finish=None, usage=None):
@@ -129,30 +152,40 @@ def test_accumulator_joins_interleaved_and_index_less_tool_call_deltas():
         chunk({"tool_calls": [{"index": 1, "id": "b", "function": {"name": "Grep", "arguments": '{"pat'}}]}),
         chunk({"tool_calls": [{"index": 0, "function": {"arguments": 'path": "a.py"}'}}]}),
         chunk({"tool_calls": [{"index": 1, "function": {"arguments": 'tern": "x"}'}}]}),
-        chunk({}, "tool_calls"), chunk(usage={"prompt_tokens": 5, "completion_tokens": 2}),
+        chunk({}, "tool_calls"),
+        chunk(usage={"prompt_tokens": 5, "completion_tokens": 2}),
     ]:
         acc.add(c)
     calls = acc.completion()["choices"][0]["message"]["tool_calls"]
     assert [(c["id"], c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls] == [
-        ("a", "Read", {"file_path": "a.py"}), ("b", "Grep", {"pattern": "x"})]
+        ("a", "Read", {"file_path": "a.py"}),
+        ("b", "Grep", {"pattern": "x"}),
+    ]
     assert acc.completion()["usage"]["prompt_tokens"] == 5
     # servers that leave out the index, send the name again, or send the arguments as an object
     acc = ChunkAccumulator()
-    for c in [chunk({"tool_calls": [{"id": "a", "function": {"name": "Read", "arguments": '{"file_path": '}}]}),
-              chunk({"tool_calls": [{"function": {"name": "Read", "arguments": '"a.py"}'}}]}),
-              chunk({"tool_calls": [{"id": "b", "function": {"name": "Glob", "arguments": {"pattern": "*.py"}}}]}),
-              chunk({}, "tool_calls")]:
+    for c in [
+        chunk({"tool_calls": [{"id": "a", "function": {"name": "Read", "arguments": '{"file_path": '}}]}),
+        chunk({"tool_calls": [{"function": {"name": "Read", "arguments": '"a.py"}'}}]}),
+        chunk({"tool_calls": [{"id": "b", "function": {"name": "Glob", "arguments": {"pattern": "*.py"}}}]}),
+        chunk({}, "tool_calls"),
+    ]:
         acc.add(c)
     calls = acc.completion()["choices"][0]["message"]["tool_calls"]
     assert [(c["id"], c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls] == [
-        ("a", "Read", {"file_path": "a.py"}), ("b", "Glob", {"pattern": "*.py"})]
+        ("a", "Read", {"file_path": "a.py"}),
+        ("b", "Glob", {"pattern": "*.py"}),
+    ]
 
 
 async def test_a_whole_conversation_is_sent_as_valid_chat():
-    history = [Message.user("read it"),
-               Message.assistant(ToolUseBlock("call_1", "Read", {"file_path": "a.py"}),
-                                 ToolUseBlock("call_2", "Read", {"file_path": "b.py"})),
-               Message("user", (ToolResultBlock("call_1", "x = 1"), ToolResultBlock("call_2", "missing", True)))]
+    history = [
+        Message.user("read it"),
+        Message.assistant(
+            ToolUseBlock("call_1", "Read", {"file_path": "a.py"}), ToolUseBlock("call_2", "Read", {"file_path": "b.py"})
+        ),
+        Message("user", (ToolResultBlock("call_1", "x = 1"), ToolResultBlock("call_2", "missing", True))),
+    ]
     with ScriptedOpenAIServer([reply("a.py sets x.")]) as server:  # the server rejects any unanswered call
         await model_for(server).respond(ModelRequest(history, tools=[READ]))
         roles = [(m["role"], m.get("tool_call_id")) for m in server.requests[0].body["messages"]]
@@ -174,10 +207,17 @@ async def test_finish_reason_length_is_max_tokens():
 
 async def test_repeated_tool_call_ids_get_fresh_ones():
     # some servers number calls call_0, call_1, … on every turn; a repeat would break the history
-    history = [Message.user("go"), Message.assistant(ToolUseBlock("call_0", "Read", {"file_path": "a"})),
-               Message("user", (ToolResultBlock("call_0", "a"),))]
-    steps = [respond([tool_call("Read", {"file_path": "b"}, id="call_0"), tool_call("Read", {"file_path": "c"}, id="call_0")],
-                     stop_reason="stop")]
+    history = [
+        Message.user("go"),
+        Message.assistant(ToolUseBlock("call_0", "Read", {"file_path": "a"})),
+        Message("user", (ToolResultBlock("call_0", "a"),)),
+    ]
+    steps = [
+        respond(
+            [tool_call("Read", {"file_path": "b"}, id="call_0"), tool_call("Read", {"file_path": "c"}, id="call_0")],
+            stop_reason="stop",
+        )
+    ]
     with ScriptedOpenAIServer(steps) as server:
         r = await model_for(server).respond(ModelRequest(history, tools=[READ]))
     ids = [b.id for b in r.content]
@@ -185,9 +225,13 @@ async def test_repeated_tool_call_ids_get_fresh_ones():
 
 
 async def test_a_server_that_ignores_stream_true_is_understood():
-    body = {"id": "chatcmpl-9", "object": "chat.completion", "model": "local",
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": "whole"}, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 3, "completion_tokens": 1}}
+    body = {
+        "id": "chatcmpl-9",
+        "object": "chat.completion",
+        "model": "local",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "whole"}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 1},
+    }
     with ScriptedOpenAIServer([raw_response(200, body)]) as server:
         seen = []
         r = await model_for(server).respond(request(on_text=seen.append))
@@ -196,19 +240,27 @@ async def test_a_server_that_ignores_stream_true_is_understood():
 
 # ----------------------------------------------------------------- wrong shapes
 
-ANTHROPIC_MESSAGE = {"id": "msg_1", "type": "message", "role": "assistant", "model": "claude",
-                     "content": [{"type": "text", "text": "hi"}], "stop_reason": "end_turn",
-                     "usage": {"input_tokens": 1, "output_tokens": 1}}
+ANTHROPIC_MESSAGE = {
+    "id": "msg_1",
+    "type": "message",
+    "role": "assistant",
+    "model": "claude",
+    "content": [{"type": "text", "text": "hi"}],
+    "stop_reason": "end_turn",
+    "usage": {"input_tokens": 1, "output_tokens": 1},
+}
 
 
 def anthropic_sse() -> bytes:
     start = {"type": "message_start", "message": dict(ANTHROPIC_MESSAGE, content=[])}
-    return f"event: message_start\ndata: {json.dumps(start)}\n\nevent: ping\ndata: {{\"type\": \"ping\"}}\n\n".encode()
+    return f'event: message_start\ndata: {json.dumps(start)}\n\nevent: ping\ndata: {{"type": "ping"}}\n\n'.encode()
 
 
-@pytest.mark.parametrize("step", [raw_response(200, ANTHROPIC_MESSAGE),
-                                  raw_response(200, anthropic_sse(), content_type="text/event-stream")],
-                         ids=["json", "sse"])
+@pytest.mark.parametrize(
+    "step",
+    [raw_response(200, ANTHROPIC_MESSAGE), raw_response(200, anthropic_sse(), content_type="text/event-stream")],
+    ids=["json", "sse"],
+)
 async def test_an_anthropic_shaped_answer_is_named(step):
     with ScriptedOpenAIServer([step]) as server:
         with pytest.raises(ModelError) as e:
@@ -267,8 +319,12 @@ async def test_an_error_in_the_middle_of_the_stream_is_retried():
 
 
 async def test_a_stream_that_ends_without_a_finish_reason_is_retried_then_named():
-    chunk = {"id": "c", "object": "chat.completion.chunk", "model": "m",
-             "choices": [{"index": 0, "delta": {"content": "half"}, "finish_reason": None}]}
+    chunk = {
+        "id": "c",
+        "object": "chat.completion.chunk",
+        "model": "m",
+        "choices": [{"index": 0, "delta": {"content": "half"}, "finish_reason": None}],
+    }
     cut = raw_response(200, f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n", content_type="text/event-stream")
     with ScriptedOpenAIServer([cut, cut]) as server:
         with pytest.raises(ModelError, match="ended before the answer was finished"):
@@ -317,7 +373,16 @@ async def test_connection_refused_names_url_and_setting():
 
 async def test_unreachable_proxy_is_named(monkeypatch):
     proxy = f"http://127.0.0.1:{free_port()}"
-    for var in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy", "NO_PROXY", "no_proxy"):
+    for var in (
+        "HTTPS_PROXY",
+        "https_proxy",
+        "HTTP_PROXY",
+        "http_proxy",
+        "ALL_PROXY",
+        "all_proxy",
+        "NO_PROXY",
+        "no_proxy",
+    ):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("HTTPS_PROXY", proxy)
     model = OpenAIModel.from_env(None, {"OPENAI_API_KEY": "k"}, max_retries=0)

@@ -27,8 +27,13 @@ def post(server, body, path="/v1/chat/completions"):
 
 
 def test_plain_json_completion():
-    with ScriptedOpenAIServer([respond([text("Reading."), tool_call("Read", {"file_path": "a.py"}, id="call_1")],
-                                       usage={"prompt_tokens": 11})]) as server:
+    with ScriptedOpenAIServer(
+        [
+            respond(
+                [text("Reading."), tool_call("Read", {"file_path": "a.py"}, id="call_1")], usage={"prompt_tokens": 11}
+            )
+        ]
+    ) as server:
         c = client(server).chat.completions.create(model="m", messages=[USER], tools=[READ])
     choice = c.choices[0]
     assert choice.finish_reason == "tool_calls" and choice.message.content == "Reading."
@@ -38,13 +43,28 @@ def test_plain_json_completion():
 
 
 def test_stream_is_chunks_then_usage_then_done():
-    steps = [respond([text("Hello world"), tool_call("Read", {"file_path": "a.py"}, id="call_1"),
-                      tool_call("Read", "{not json", id="call_2")])]
+    steps = [
+        respond(
+            [
+                text("Hello world"),
+                tool_call("Read", {"file_path": "a.py"}, id="call_1"),
+                tool_call("Read", "{not json", id="call_2"),
+            ]
+        )
+    ]
     with ScriptedOpenAIServer(steps) as server:
-        status, raw = post(server, {"model": "m", "messages": [USER], "tools": [READ], "stream": True,
-                                    "stream_options": {"include_usage": True}})
+        status, raw = post(
+            server,
+            {
+                "model": "m",
+                "messages": [USER],
+                "tools": [READ],
+                "stream": True,
+                "stream_options": {"include_usage": True},
+            },
+        )
     assert status == 200
-    events = [line[len("data: "):] for line in raw.split("\n\n") if line]
+    events = [line[len("data: ") :] for line in raw.split("\n\n") if line]
     assert events[-1] == "[DONE]"
     chunks = [json.loads(e) for e in events[:-1]]
     assert all(c["object"] == "chat.completion.chunk" for c in chunks)
@@ -67,7 +87,9 @@ def test_stream_without_include_usage_has_no_usage_chunk():
 
 
 def test_finish_reason_may_be_given_directly():
-    with ScriptedOpenAIServer([respond([tool_call("Read", {})], stop_reason="stop"), reply("x", "max_tokens")]) as server:
+    with ScriptedOpenAIServer(
+        [respond([tool_call("Read", {})], stop_reason="stop"), reply("x", "max_tokens")]
+    ) as server:
         first = client(server).chat.completions.create(model="m", messages=[USER], tools=[READ])
         second = client(server).chat.completions.create(model="m", messages=[USER])
     assert (first.choices[0].finish_reason, second.choices[0].finish_reason) == ("stop", "length")
@@ -94,9 +116,14 @@ def test_http_error_step():
 
 # ----------------------------------------------------------------- validation
 
-ASSISTANT_CALLS = {"role": "assistant", "content": None, "tool_calls": [
-    {"id": "call_1", "type": "function", "function": {"name": "Read", "arguments": "{}"}},
-    {"id": "call_2", "type": "function", "function": {"name": "Read", "arguments": "{}"}}]}
+ASSISTANT_CALLS = {
+    "role": "assistant",
+    "content": None,
+    "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "Read", "arguments": "{}"}},
+        {"id": "call_2", "type": "function", "function": {"name": "Read", "arguments": "{}"}},
+    ],
+}
 
 
 def tool_msg(call_id, content="ok"):
@@ -108,26 +135,52 @@ def test_a_valid_tool_exchange_passes():
     assert validate_chat({"model": "m", "messages": messages, "tools": [READ]}) == []
 
 
-@pytest.mark.parametrize("body, problem", [
-    ({"model": "m", "messages": [USER, ASSISTANT_CALLS, tool_msg("call_1"), {"role": "user", "content": "?"}]},
-     "did not have response messages: call_2"),
-    ({"model": "m", "messages": [USER, ASSISTANT_CALLS, tool_msg("call_1")]}, "call_2"),
-    ({"model": "m", "messages": [USER, tool_msg("call_1")]}, "must be a response to a preceding message"),
-    ({"model": "m", "messages": [USER, ASSISTANT_CALLS, tool_msg("call_1"), tool_msg("call_2"), tool_msg("call_1")]},
-     "must be a response to a preceding message"),
-    ({"messages": [USER]}, "model: field required"),
-    ({"model": "m", "messages": []}, "messages: field required"),
-    ({"model": "m", "messages": [USER], "tools": []}, "tools: must be a non-empty list"),
-    ({"model": "m", "messages": [USER], "stream_options": {"include_usage": True}}, "only allowed when stream"),
-    ({"model": "m", "messages": [USER, {"role": "assistant", "content": None}]}, "content is required"),
-    ({"model": "m", "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]},
-     "image_url.url"),
-    ({"model": "m", "messages": [USER, {"role": "assistant", "content": None, "tool_calls": [
-        {"id": "c", "type": "function", "function": {"name": "Read", "arguments": {}}}]}, tool_msg("c")]},
-     "arguments must be strings"),
-    ({"model": "m", "messages": [USER], "tools": [{"type": "function", "function": {"name": "bad name"}}]},
-     "a function tool with a name"),
-])
+@pytest.mark.parametrize(
+    "body, problem",
+    [
+        (
+            {"model": "m", "messages": [USER, ASSISTANT_CALLS, tool_msg("call_1"), {"role": "user", "content": "?"}]},
+            "did not have response messages: call_2",
+        ),
+        ({"model": "m", "messages": [USER, ASSISTANT_CALLS, tool_msg("call_1")]}, "call_2"),
+        ({"model": "m", "messages": [USER, tool_msg("call_1")]}, "must be a response to a preceding message"),
+        (
+            {
+                "model": "m",
+                "messages": [USER, ASSISTANT_CALLS, tool_msg("call_1"), tool_msg("call_2"), tool_msg("call_1")],
+            },
+            "must be a response to a preceding message",
+        ),
+        ({"messages": [USER]}, "model: field required"),
+        ({"model": "m", "messages": []}, "messages: field required"),
+        ({"model": "m", "messages": [USER], "tools": []}, "tools: must be a non-empty list"),
+        ({"model": "m", "messages": [USER], "stream_options": {"include_usage": True}}, "only allowed when stream"),
+        ({"model": "m", "messages": [USER, {"role": "assistant", "content": None}]}, "content is required"),
+        (
+            {"model": "m", "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]},
+            "image_url.url",
+        ),
+        (
+            {
+                "model": "m",
+                "messages": [
+                    USER,
+                    {
+                        "role": "assistant",
+                        "content": None,
+                        "tool_calls": [{"id": "c", "type": "function", "function": {"name": "Read", "arguments": {}}}],
+                    },
+                    tool_msg("c"),
+                ],
+            },
+            "arguments must be strings",
+        ),
+        (
+            {"model": "m", "messages": [USER], "tools": [{"type": "function", "function": {"name": "bad name"}}]},
+            "a function tool with a name",
+        ),
+    ],
+)
 def test_validation_rejects(body, problem):
     assert any(problem in p for p in validate_chat(body)), validate_chat(body)
 

@@ -17,15 +17,58 @@ DATA = Path(__file__).parent / "data"
 
 # The prefixes the attacks try to ride on: read-only tools, test runners, wrappers.
 ADVERSARIAL_RULES = [
-    "Bash(git status:*)", "Bash(git log:*)", "Bash(git diff:*)", "Bash(git show:*)", "Bash(git branch:*)",
-    "Bash(git grep:*)", "Bash(ls:*)", "Bash(npm run test:*)", "Bash(npm test:*)", "Bash(echo:*)",
-    "Bash(printf:*)", "Bash(cat:*)", "Bash(head:*)", "Bash(tail:*)", "Bash(wc:*)", "Bash(find:*)",
-    "Bash(grep:*)", "Bash(rg:*)", "Bash(sed:*)", "Bash(awk:*)", "Bash(gawk:*)", "Bash(sort:*)", "Bash(uniq:*)",
-    "Bash(tree:*)", "Bash(file:*)", "Bash(date:*)", "Bash(fd:*)", "Bash(xargs:*)", "Bash(env:*)",
-    "Bash(timeout:*)", "Bash(nice:*)", "Bash(nohup:*)", "Bash(time:*)", "Bash(command:*)", "Bash(true:*)",
-    "Bash(test:*)", "Bash(cd:*)", "Bash(diff:*)", "Bash(tee:*)", "Bash(mv:*)", "Bash(sudo:*)", "Bash(read:*)",
-    "Bash(tar:*)", "Bash(zip:*)", "Bash(man:*)", "Bash(less:*)", "Bash(vim:*)", "Bash(rsync -av:*)",
-    "Bash(python -m pytest:*)", "Bash(make test:*)", "Bash(cargo test:*)", "Bash(base64:*)",
+    "Bash(git status:*)",
+    "Bash(git log:*)",
+    "Bash(git diff:*)",
+    "Bash(git show:*)",
+    "Bash(git branch:*)",
+    "Bash(git grep:*)",
+    "Bash(ls:*)",
+    "Bash(npm run test:*)",
+    "Bash(npm test:*)",
+    "Bash(echo:*)",
+    "Bash(printf:*)",
+    "Bash(cat:*)",
+    "Bash(head:*)",
+    "Bash(tail:*)",
+    "Bash(wc:*)",
+    "Bash(find:*)",
+    "Bash(grep:*)",
+    "Bash(rg:*)",
+    "Bash(sed:*)",
+    "Bash(awk:*)",
+    "Bash(gawk:*)",
+    "Bash(sort:*)",
+    "Bash(uniq:*)",
+    "Bash(tree:*)",
+    "Bash(file:*)",
+    "Bash(date:*)",
+    "Bash(fd:*)",
+    "Bash(xargs:*)",
+    "Bash(env:*)",
+    "Bash(timeout:*)",
+    "Bash(nice:*)",
+    "Bash(nohup:*)",
+    "Bash(time:*)",
+    "Bash(command:*)",
+    "Bash(true:*)",
+    "Bash(test:*)",
+    "Bash(cd:*)",
+    "Bash(diff:*)",
+    "Bash(tee:*)",
+    "Bash(mv:*)",
+    "Bash(sudo:*)",
+    "Bash(read:*)",
+    "Bash(tar:*)",
+    "Bash(zip:*)",
+    "Bash(man:*)",
+    "Bash(less:*)",
+    "Bash(vim:*)",
+    "Bash(rsync -av:*)",
+    "Bash(python -m pytest:*)",
+    "Bash(make test:*)",
+    "Bash(cargo test:*)",
+    "Bash(base64:*)",
 ]
 # …and the Read deny rule they try to get around (the workspace holds .env and config/.env).
 ADVERSARIAL_DENY = ["Read(**/.env)"]
@@ -34,8 +77,11 @@ MODES = ("default", "acceptEdits", "plan")
 
 def decode(line: str) -> str:
     named = {"NL": "\n", "CR": "\r", "TAB": "\t", "NUL": "\x00"}
-    return re.sub(r"\{\{(NL|CR|TAB|NUL|U\+([0-9A-Fa-f]{4,6}))\}\}",
-                  lambda m: chr(int(m.group(2), 16)) if m.group(2) else named[m.group(1)], line)
+    return re.sub(
+        r"\{\{(NL|CR|TAB|NUL|U\+([0-9A-Fa-f]{4,6}))\}\}",
+        lambda m: chr(int(m.group(2), 16)) if m.group(2) else named[m.group(1)],
+        line,
+    )
 
 
 def adversarial() -> list[str]:
@@ -101,8 +147,11 @@ def test_corpora_are_big_enough():
 def test_no_adversarial_command_is_allowed(tmp_path, mode):
     ws, home = workspace(tmp_path)
     policy = policy_for(ws, home, ADVERSARIAL_RULES, mode)
-    allowed = [(c, policy.decide("Bash", {"command": c}, ws).reason) for c in adversarial()
-               if policy.decide("Bash", {"command": c}, ws).behavior == "allow"]
+    allowed = [
+        (c, policy.decide("Bash", {"command": c}, ws).reason)
+        for c in adversarial()
+        if policy.decide("Bash", {"command": c}, ws).behavior == "allow"
+    ]
     assert allowed == []
 
 

@@ -4,8 +4,8 @@ between the permission check and the write (here, while the person is being aske
 import os
 
 from drivetrain import Agent, Allow
-from drivetrain.models.anthropic import AnthropicModel
 from drivetrain.control.permissions import Policy
+from drivetrain.models.anthropic import AnthropicModel
 from drivetrain.testing import ScriptedServer, reply, respond, tool_call
 from drivetrain.tools import Bash, Glob, Grep, Write
 
@@ -37,8 +37,10 @@ async def test_parent_swapped_for_a_symlink_during_approval_does_not_escape(tmp_
 async def test_approved_write_inside_the_workspace_still_works(tmp_path):
     ws = tmp_path / "ws"
     ws.mkdir()
-    steps = [respond([tool_call("Write", {"file_path": "deep/er/new.txt", "content": "hello\n"})]),
-             reply("ok", expect=lambda b: not b["messages"][-1]["content"][0].get("is_error"))]
+    steps = [
+        respond([tool_call("Write", {"file_path": "deep/er/new.txt", "content": "hello\n"})]),
+        reply("ok", expect=lambda b: not b["messages"][-1]["content"][0].get("is_error")),
+    ]
     with ScriptedServer(steps) as server:
         model = AnthropicModel.from_env(None, {"ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_API_KEY": "k"})
         policy = Policy.load(ws, mode="acceptEdits", env={"DRIVETRAIN_HOME": str(tmp_path / "home")})
@@ -50,7 +52,8 @@ def secret_project(tmp_path):
     ws = tmp_path / "ws"
     (ws / ".drivetrain").mkdir(parents=True)
     (ws / ".drivetrain" / "settings.json").write_text(
-        '{"permissions": {"deny": ["Read(**/.env)"], "allow": ["Bash(grep:*)", "Bash(cat:*)"]}}')
+        '{"permissions": {"deny": ["Read(**/.env)"], "allow": ["Bash(grep:*)", "Bash(cat:*)"]}}'
+    )
     (ws / ".env").write_text("API_KEY=sk-live-123\n")
     (ws / "app.py").write_text("key = os.environ['API_KEY']\n")
     return ws
@@ -60,8 +63,9 @@ async def run_one(tmp_path, ws, call, tools, check):
     steps = [respond([call]), reply("ok", expect=check)]
     with ScriptedServer(steps) as server:
         model = AnthropicModel.from_env(None, {"ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_API_KEY": "k"})
-        policy = Policy.load(ws, interactive=False, env={"DRIVETRAIN_HOME": str(tmp_path / "home")},
-                             home=tmp_path / "home")
+        policy = Policy.load(
+            ws, interactive=False, env={"DRIVETRAIN_HOME": str(tmp_path / "home")}, home=tmp_path / "home"
+        )
         await Agent(model=model, tools=tools, cwd=ws, policy=policy).run("find the key")
 
 
@@ -90,6 +94,7 @@ async def test_glob_leaves_out_a_denied_file(tmp_path):
 async def test_a_shell_command_reading_a_denied_file_is_denied(tmp_path):
     ws = secret_project(tmp_path)
     for command in ("grep -r API_KEY .", "cat .env", "grep -rn KEY", "cat app.py .e*"):
+
         def check(body, command=command):
             (result,) = body["messages"][-1]["content"]
             assert result.get("is_error") and "sk-live" not in result["content"], command

@@ -27,20 +27,29 @@ def box(tmp_path):
 
 
 def policy(box, mode="acceptEdits", rules=()):
-    ws, out, home = box
+    ws, _out, home = box
     return Policy(mode=mode, home=home, rules=[parse_rule(r, b, "test", ws, home) for b, r in rules])
 
 
 ESCAPES = [
-    "../outside/secret.txt", "src/../../outside/secret.txt", "{out}/secret.txt", "~/.ssh/id_rsa",
-    "link_out/secret.txt", "link_out/new.txt", "secret_link", "link_in/../../outside/secret.txt",
-    "src/../link_out/x", "/etc/passwd", "./../outside/x", "link_out/sub/deeper/new.txt",
+    "../outside/secret.txt",
+    "src/../../outside/secret.txt",
+    "{out}/secret.txt",
+    "~/.ssh/id_rsa",
+    "link_out/secret.txt",
+    "link_out/new.txt",
+    "secret_link",
+    "link_in/../../outside/secret.txt",
+    "src/../link_out/x",
+    "/etc/passwd",
+    "./../outside/x",
+    "link_out/sub/deeper/new.txt",
 ]
 
 
 @pytest.mark.parametrize("tool", ["Read", "Edit", "Write"])
 def test_no_escape_through_dots_home_absolute_or_symlinks(box, tool):
-    ws, out, home = box
+    ws, out, _home = box
     p = policy(box)
     escapes = []
     for raw in ESCAPES:
@@ -68,7 +77,7 @@ def test_resolve_gives_what_the_path_says_and_where_it_leads(box):
 
 
 def test_deny_rules_match_the_path_or_where_it_leads(box):
-    ws, out, home = box
+    ws, out, _home = box
     deny_target = policy(box, rules=[("allow", "Read(//**)"), ("deny", f"Read(/{out}/**)")])
     assert deny_target.decide("Read", {"file_path": "secret_link"}, ws).behavior == "deny"
     deny_link = policy(box, rules=[("deny", "Read(secret_link)")])
@@ -77,7 +86,7 @@ def test_deny_rules_match_the_path_or_where_it_leads(box):
 
 
 def test_allow_rules_extend_the_workspace_by_where_paths_lead(box):
-    ws, out, home = box
+    ws, out, _home = box
     p = policy(box, mode="default", rules=[("allow", "Read(link_out/**)")])
     # the allow rule names the symlink, but the file really lives outside: not allowed by it
     assert p.decide("Read", {"file_path": "link_out/secret.txt"}, ws).behavior == "ask"
@@ -175,7 +184,7 @@ def test_final_name_swapped_for_a_symlink_is_replaced_not_followed(box, monkeypa
 
 def test_a_battery_of_escapes_writes_nothing_outside(box):
     ws, out, home = box
-    files = lambda: {p: p.read_bytes() for d in (out, home) for p in d.rglob("*") if p.is_file()}  # noqa: E731
+    files = lambda: {p: p.read_bytes() for d in (out, home) for p in d.rglob("*") if p.is_file()}
     before, refused = files(), 0
     for raw in ESCAPES:
         path = raw.format(out=out)
@@ -185,11 +194,19 @@ def test_a_battery_of_escapes_writes_nothing_outside(box):
     assert refused == len(ESCAPES) and files() == before
 
 
-@pytest.mark.parametrize("pattern, path, outcome", [
-    ("**/*.py", None, "allow"), ("src/**/*.py", ".", "allow"), ("../outside/*", None, "ask"),
-    ("../../*", "src", "ask"), ("/etc/*", None, "ask"), ("link_out/*", None, "ask"), ("*", "link_out", "ask"),
-    ("./src/*.py", None, "allow"),
-])
+@pytest.mark.parametrize(
+    "pattern, path, outcome",
+    [
+        ("**/*.py", None, "allow"),
+        ("src/**/*.py", ".", "allow"),
+        ("../outside/*", None, "ask"),
+        ("../../*", "src", "ask"),
+        ("/etc/*", None, "ask"),
+        ("link_out/*", None, "ask"),
+        ("*", "link_out", "ask"),
+        ("./src/*.py", None, "allow"),
+    ],
+)
 def test_glob_patterns_cannot_walk_out(box, pattern, path, outcome):
     ws, _, _ = box
     input = {"pattern": pattern, **({"path": path} if path else {})}

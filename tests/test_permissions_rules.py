@@ -7,10 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from drivetrain.errors import ConfigError
 from drivetrain.control.permissions import (
-    Policy, RuleError, SettingsError, decode_word, load_settings, parse_rule, split_tool_list,
+    Policy,
+    RuleError,
+    SettingsError,
+    decode_word,
+    load_settings,
+    parse_rule,
+    split_tool_list,
 )
+from drivetrain.errors import ConfigError
 
 ROOT, HOME = Path("/proj"), Path("/home/u")
 
@@ -44,24 +50,27 @@ def test_bash_exact_and_prefix_rules_match_words_not_text():
     assert rule('Bash(grep -r "TODO":*)').match_words(ws("grep", "-r", "TODO", "src"))
 
 
-@pytest.mark.parametrize("text, why", [
-    ("Bash(npm:* test)", ":* is only allowed at the end"),
-    ("Bash()", "empty parentheses"),
-    ("Bash(git status && rm:*)", "one simple command"),
-    ("Bash(ls > x)", "one simple command"),
-    ("Bash(FOO=1 ls)", "one simple command"),
-    ("Bash($x:*)", "not a literal word"),
-    ("Bash(git diff *)", "lone * is not a wildcard"),
-    ("Bash(echo 'x)", "does not understand"),
-    ("Grep(src/**)", "Read(...) covers Grep and Glob"),
-    ("MyTool(arg)", "takes no specifier"),
-    ("WebFetch(example.com)", "domain:HOST"),
-    ("Read(!secret)", "negated patterns"),
-    ("Edit(~bob/x)", "~user paths are not supported"),
-    ("Edit(../x)", "'..' is not allowed"),
-    ("Bash(git status", "expected ToolName"),
-    ("not a rule!", "expected ToolName"),
-])
+@pytest.mark.parametrize(
+    "text, why",
+    [
+        ("Bash(npm:* test)", ":* is only allowed at the end"),
+        ("Bash()", "empty parentheses"),
+        ("Bash(git status && rm:*)", "one simple command"),
+        ("Bash(ls > x)", "one simple command"),
+        ("Bash(FOO=1 ls)", "one simple command"),
+        ("Bash($x:*)", "not a literal word"),
+        ("Bash(git diff *)", "lone * is not a wildcard"),
+        ("Bash(echo 'x)", "does not understand"),
+        ("Grep(src/**)", "Read(...) covers Grep and Glob"),
+        ("MyTool(arg)", "takes no specifier"),
+        ("WebFetch(example.com)", "domain:HOST"),
+        ("Read(!secret)", "negated patterns"),
+        ("Edit(~bob/x)", "~user paths are not supported"),
+        ("Edit(../x)", "'..' is not allowed"),
+        ("Bash(git status", "expected ToolName"),
+        ("not a rule!", "expected ToolName"),
+    ],
+)
 def test_malformed_rules_are_errors_naming_source_and_rule(text, why):
     with pytest.raises(RuleError) as e:
         rule(text)
@@ -69,26 +78,29 @@ def test_malformed_rules_are_errors_naming_source_and_rule(text, why):
     assert isinstance(e.value, ConfigError)
 
 
-@pytest.mark.parametrize("pattern, path, cwd, hit", [
-    ("//etc/passwd", "/etc/passwd", "/proj", True),
-    ("//etc/**", "/etc/ssh/sshd_config", "/proj", True),
-    ("~/.ssh/**", "/home/u/.ssh/id_rsa", "/proj", True),
-    ("~/.ssh/**", "/home/u/.ssh", "/proj", True),
-    ("~/.ssh", "/home/u/.ssh/id_rsa", "/proj", True),  # a matched folder covers what is inside
-    ("/src/**", "/proj/src/a/b.py", "/elsewhere", True),  # /path: from the settings file's project root
-    ("/src/**", "/elsewhere/src/a.py", "/elsewhere", False),
-    ("src/**", "/work/src/a.py", "/work", True),  # path: from the working directory
-    ("src/*.py", "/work/src/a.py", "/work", True),
-    ("src/*.py", "/work/src/sub/a.py", "/work", False),  # * stays inside one folder
-    ("src/**/*.py", "/work/src/sub/deep/a.py", "/work", True),
-    ("src/**/*.py", "/work/src/a.py", "/work", True),
-    (".env", "/work/a/b/.env", "/work", True),  # no slash: any depth
-    ("*.pem", "/work/keys/x.pem", "/work", True),
-    (".env", "/other/.env", "/work", False),
-    ("secret?.txt", "/work/secret1.txt", "/work", True),
-    ("[ab].txt", "/work/c.txt", "/work", False),
-    ("**", "/work/anything/at/all", "/work", True),
-])
+@pytest.mark.parametrize(
+    "pattern, path, cwd, hit",
+    [
+        ("//etc/passwd", "/etc/passwd", "/proj", True),
+        ("//etc/**", "/etc/ssh/sshd_config", "/proj", True),
+        ("~/.ssh/**", "/home/u/.ssh/id_rsa", "/proj", True),
+        ("~/.ssh/**", "/home/u/.ssh", "/proj", True),
+        ("~/.ssh", "/home/u/.ssh/id_rsa", "/proj", True),  # a matched folder covers what is inside
+        ("/src/**", "/proj/src/a/b.py", "/elsewhere", True),  # /path: from the settings file's project root
+        ("/src/**", "/elsewhere/src/a.py", "/elsewhere", False),
+        ("src/**", "/work/src/a.py", "/work", True),  # path: from the working directory
+        ("src/*.py", "/work/src/a.py", "/work", True),
+        ("src/*.py", "/work/src/sub/a.py", "/work", False),  # * stays inside one folder
+        ("src/**/*.py", "/work/src/sub/deep/a.py", "/work", True),
+        ("src/**/*.py", "/work/src/a.py", "/work", True),
+        (".env", "/work/a/b/.env", "/work", True),  # no slash: any depth
+        ("*.pem", "/work/keys/x.pem", "/work", True),
+        (".env", "/other/.env", "/work", False),
+        ("secret?.txt", "/work/secret1.txt", "/work", True),
+        ("[ab].txt", "/work/c.txt", "/work", False),
+        ("**", "/work/anything/at/all", "/work", True),
+    ],
+)
 def test_path_patterns_are_gitignore_style(pattern, path, cwd, hit):
     assert rule(f"Read({pattern})").pattern.matches(Path(path), Path(cwd)) is hit
 
@@ -107,7 +119,11 @@ def test_webfetch_rules_take_a_domain():
 
 def test_tool_lists_split_at_commas_and_spaces_outside_parentheses():
     assert split_tool_list(["Bash(git log:*),Edit", "Read Bash(npm run test, fast:*)"], "--allowedTools") == [
-        "Bash(git log:*)", "Edit", "Read", "Bash(npm run test, fast:*)"]
+        "Bash(git log:*)",
+        "Edit",
+        "Read",
+        "Bash(npm run test, fast:*)",
+    ]
     with pytest.raises(RuleError, match="--allowedTools"):
         split_tool_list(["Bash(git log:*"], "--allowedTools")
 
@@ -128,16 +144,22 @@ def env(tmp_path):
 
 def test_settings_merge_user_project_local(tmp_path, env):
     proj = tmp_path / "proj"
-    write(tmp_path / "dthome" / "settings.json",
-          {"permissions": {"allow": ["Bash(ls:*)"], "defaultMode": "plan", "additionalDirectories": ["~/lib"]}})
-    write(proj / ".drivetrain" / "settings.json", {"permissions": {"deny": ["Read(.env)"],
-                                                                   "defaultMode": "acceptEdits"}})
-    write(proj / ".drivetrain" / "settings.local.json", {"permissions": {"ask": ["Bash(git push:*)"]},
-                                                         "other": "ignored"})
+    write(
+        tmp_path / "dthome" / "settings.json",
+        {"permissions": {"allow": ["Bash(ls:*)"], "defaultMode": "plan", "additionalDirectories": ["~/lib"]}},
+    )
+    write(
+        proj / ".drivetrain" / "settings.json", {"permissions": {"deny": ["Read(.env)"], "defaultMode": "acceptEdits"}}
+    )
+    write(
+        proj / ".drivetrain" / "settings.local.json", {"permissions": {"ask": ["Bash(git push:*)"]}, "other": "ignored"}
+    )
     s = load_settings(proj, env, home=tmp_path / "home")
     assert [(r.text, r.behavior, Path(r.source).name) for r in s.rules] == [
-        ("Bash(git push:*)", "ask", "settings.local.json"), ("Read(.env)", "deny", "settings.json"),
-        ("Bash(ls:*)", "allow", "settings.json")]
+        ("Bash(git push:*)", "ask", "settings.local.json"),
+        ("Read(.env)", "deny", "settings.json"),
+        ("Bash(ls:*)", "allow", "settings.json"),
+    ]
     assert s.default_mode == "acceptEdits"  # the most specific file that sets it
     assert s.additional_dirs == [tmp_path / "home" / "lib"]
     assert len(s.files) == 3
@@ -152,17 +174,20 @@ def test_missing_files_are_simply_absent(tmp_path, env):
     assert load_settings(tmp_path, env, home=tmp_path).rules == []
 
 
-@pytest.mark.parametrize("content, message", [
-    ("{not json", "is not valid JSON: Expecting property name enclosed in double quotes at line 1, column 2"),
-    ("[]", "must hold a JSON object"),
-    ({"permissions": []}, "\"permissions\" must be an object"),
-    ({"permissions": {"alow": []}}, "unknown key(s) under \"permissions\": alow"),
-    ({"permissions": {"allow": "Bash"}}, "permissions.allow must be a list of strings"),
-    ({"permissions": {"deny": ["Read", 3]}}, "permissions.deny[1] must be a string"),
-    ({"permissions": {"allow": ["Bash(rm:* -rf)"]}}, "Invalid permission rule 'Bash(rm:* -rf)'"),
-    ({"permissions": {"defaultMode": "yolo"}}, "Unknown permission mode 'yolo'"),
-    ({"permissions": {"additionalDirectories": "lib"}}, "additionalDirectories must be a list"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("{not json", "is not valid JSON: Expecting property name enclosed in double quotes at line 1, column 2"),
+        ("[]", "must hold a JSON object"),
+        ({"permissions": []}, '"permissions" must be an object'),
+        ({"permissions": {"alow": []}}, 'unknown key(s) under "permissions": alow'),
+        ({"permissions": {"allow": "Bash"}}, "permissions.allow must be a list of strings"),
+        ({"permissions": {"deny": ["Read", 3]}}, "permissions.deny[1] must be a string"),
+        ({"permissions": {"allow": ["Bash(rm:* -rf)"]}}, "Invalid permission rule 'Bash(rm:* -rf)'"),
+        ({"permissions": {"defaultMode": "yolo"}}, "Unknown permission mode 'yolo'"),
+        ({"permissions": {"additionalDirectories": "lib"}}, "additionalDirectories must be a list"),
+    ],
+)
 def test_malformed_settings_name_the_file(tmp_path, env, content, message):
     path = write(tmp_path / ".drivetrain" / "settings.json", content)
     with pytest.raises(SettingsError) as e:
@@ -171,13 +196,20 @@ def test_malformed_settings_name_the_file(tmp_path, env, content, message):
 
 
 def test_policy_load_combines_flags_and_files(tmp_path, env):
-    write(tmp_path / ".drivetrain" / "settings.json", {"permissions": {"allow": ["Bash(ls:*)"],
-                                                                       "defaultMode": "plan"}})
-    p = Policy.load(tmp_path, allowed_tools=["Bash(git log:*),Edit"], disallowed_tools=["WebFetch"],
-                    add_dirs=["../lib"], env=env, home=tmp_path / "home")
+    write(tmp_path / ".drivetrain" / "settings.json", {"permissions": {"allow": ["Bash(ls:*)"], "defaultMode": "plan"}})
+    p = Policy.load(
+        tmp_path,
+        allowed_tools=["Bash(git log:*),Edit"],
+        disallowed_tools=["WebFetch"],
+        add_dirs=["../lib"],
+        env=env,
+        home=tmp_path / "home",
+    )
     assert [(r.text, r.behavior, r.source) for r in p.rules[:3]] == [
-        ("WebFetch", "deny", "--disallowedTools"), ("Bash(git log:*)", "allow", "--allowedTools"),
-        ("Edit", "allow", "--allowedTools")]
+        ("WebFetch", "deny", "--disallowedTools"),
+        ("Bash(git log:*)", "allow", "--allowedTools"),
+        ("Edit", "allow", "--allowedTools"),
+    ]
     assert p.mode == "plan" and p.additional_dirs == [tmp_path.parent / "lib"]
     assert p.drivetrain_home == tmp_path / "dthome"
     assert Policy.load(tmp_path, mode="bypassPermissions", env=env).mode == "bypassPermissions"

@@ -50,7 +50,8 @@ def test_cache_writes_and_reads_cost_their_own_prices():
     assert cost_usd("claude-sonnet-4-5", Usage(0, 0, 1_000_000, 0)) == 3.75
     assert cost_usd("claude-sonnet-4-5", Usage(0, 0, 0, 1_000_000)) == 0.30
     assert cost_usd("claude-sonnet-4-5", Usage(1234, 87, 2000, 5000)) == pytest.approx(
-        (1234 * 3 + 87 * 15 + 2000 * 3.75 + 5000 * 0.30) / 1e6)
+        (1234 * 3 + 87 * 15 + 2000 * 3.75 + 5000 * 0.30) / 1e6
+    )
     # OpenAI: cached input at its discount, no write premium
     assert cost_usd("gpt-4o", Usage(0, 0, 0, 1_000_000)) == 1.25
     assert cost_usd("gpt-4o", Usage(0, 0, 1_000_000, 0)) == 2.5
@@ -71,8 +72,21 @@ def test_settings_add_and_override_prices(tmp_path):
     user, project = tmp_path / "user.json", tmp_path / "project.json"
     files = [  # most specific first, as Settings.raw holds them
         (project, {"pricing": {"my-model": {"output": 4.0}, "claude-sonnet-4-5": {"context_window": 1_000_000}}}),
-        (user, {"pricing": {"my-model": {"input": 1.0, "output": 2.0, "cache_write": 1.25, "cache_read": 0.1,
-                                         "context_window": 32_000}, "claude-opus-4-8": {"context_window": 500_000}}}),
+        (
+            user,
+            {
+                "pricing": {
+                    "my-model": {
+                        "input": 1.0,
+                        "output": 2.0,
+                        "cache_write": 1.25,
+                        "cache_read": 0.1,
+                        "context_window": 32_000,
+                    },
+                    "claude-opus-4-8": {"context_window": 500_000},
+                }
+            },
+        ),
     ]
     set_prices(prices_from_settings(files))
     assert cost_usd("my-model", Usage(1_000_000, 1_000_000, 1_000_000, 1_000_000)) == 1.0 + 4.0 + 1.25 + 0.1
@@ -84,14 +98,17 @@ def test_settings_add_and_override_prices(tmp_path):
     assert cost_usd("my-model", Usage(1)) is None
 
 
-@pytest.mark.parametrize("section, message", [
-    ({"m": {"input": 1.0, "output": 2.0}}, "lacks cache_write, cache_read"),
-    ({"m": {"input": -1}}, "number ≥ 0"),
-    ({"m": {"input": "3"}}, "number ≥ 0"),
-    ({"m": {"context_window": 0}}, "positive integer"),
-    ({"m": {"inputs": 1}}, "keys among"),
-    ([], '"pricing" must be an object'),
-])
+@pytest.mark.parametrize(
+    "section, message",
+    [
+        ({"m": {"input": 1.0, "output": 2.0}}, "lacks cache_write, cache_read"),
+        ({"m": {"input": -1}}, "number ≥ 0"),
+        ({"m": {"input": "3"}}, "number ≥ 0"),
+        ({"m": {"context_window": 0}}, "positive integer"),
+        ({"m": {"inputs": 1}}, "keys among"),
+        ([], '"pricing" must be an object'),
+    ],
+)
 def test_malformed_pricing_settings_name_the_file(tmp_path, section, message):
     path = tmp_path / "settings.json"
     with pytest.raises(ConfigError, match=message) as e:
@@ -104,10 +121,15 @@ def test_cli_takes_prices_from_the_settings_files(tmp_path):
     from test_cli import cli
 
     (tmp_path / ".drivetrain").mkdir()
-    (tmp_path / ".drivetrain" / "settings.json").write_text(json.dumps({"pricing": {"my-own-model": {
-        "input": 2.0, "output": 10.0, "cache_write": 2.5, "cache_read": 0.2}}}))
-    usage = {"input_tokens": 1000, "output_tokens": 100, "cache_creation_input_tokens": 2000,
-             "cache_read_input_tokens": 3000}
+    (tmp_path / ".drivetrain" / "settings.json").write_text(
+        json.dumps({"pricing": {"my-own-model": {"input": 2.0, "output": 10.0, "cache_write": 2.5, "cache_read": 0.2}}})
+    )
+    usage = {
+        "input_tokens": 1000,
+        "output_tokens": 100,
+        "cache_creation_input_tokens": 2000,
+        "cache_read_input_tokens": 3000,
+    }
     with ScriptedServer([reply("hello", usage=usage)]) as server:
         proc = cli(server.url, "-p", "hi", "--output-format", "json", "--model", "my-own-model", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr

@@ -22,8 +22,13 @@ def equipped(agent):
 def shape(agent, cwd: Path):
     a = equipped(agent)
     inner = a.model.inner if isinstance(a.model, CodeActionModel) else a.model
-    return (type(a.model).__name__, [t.name for t in a.tools], a.system, [n.name for n in a.nodes],
-            type(inner).__name__)
+    return (
+        type(a.model).__name__,
+        [t.name for t in a.tools],
+        a.system,
+        [n.name for n in a.nodes],
+        type(inner).__name__,
+    )
 
 
 def test_the_library_agent_with_the_small_profile_is_the_cli_agent(tmp_path, monkeypatch):
@@ -59,8 +64,9 @@ def test_the_full_profile_adds_nothing_but_an_empty_system_prompt(tmp_path):
 def test_a_change_to_the_agent_after_a_run_started_reaches_it(tmp_path):
     """The run reads the agent's own settings live, beside what the profile made: a plan raising a retry's turn
     limit (or an observer raising a budget) reaches the running loop, with a profile as without."""
-    agent = Agent(model=AnthropicModel.from_env(env=ENV), tools=builtin_tools(), cwd=tmp_path, profile=SMALL,
-                  max_turns=2)
+    agent = Agent(
+        model=AnthropicModel.from_env(env=ENV), tools=builtin_tools(), cwd=tmp_path, profile=SMALL, max_turns=2
+    )
     run = agent.start("x")
     agent.max_turns = 7
     assert run.deps.agent.max_turns == 7 and run.deps.system.startswith("You are a coding agent")

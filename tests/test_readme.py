@@ -14,8 +14,10 @@ README = Path(__file__).resolve().parent.parent / "README.md"
 
 def python_blocks(text: str) -> list[tuple[int, str]]:
     """(line number of the block's first line, code) for each ```python block."""
-    return [(text.count("\n", 0, m.start(1)) + 1, m.group(1))
-            for m in re.finditer(r"^```python\n(.*?)^```$", text, re.DOTALL | re.MULTILINE)]
+    return [
+        (text.count("\n", 0, m.start(1)) + 1, m.group(1))
+        for m in re.finditer(r"^```python\n(.*?)^```$", text, re.DOTALL | re.MULTILINE)
+    ]
 
 
 def last_results(body) -> list[dict]:

@@ -18,8 +18,14 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 
 def git(ws: Path, *args: str) -> str:
     env = {**os.environ, "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1", "GIT_OPTIONAL_LOCKS": "0"}
-    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=ws, env=env, check=True,
-                          capture_output=True, text=True).stdout
+    return subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+        cwd=ws,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
 
 
 def state(ws: Path) -> dict[str, tuple]:
@@ -38,8 +44,11 @@ def state(ws: Path) -> dict[str, tuple]:
 
 
 def dot_git(ws: Path) -> dict[str, str]:
-    return {p.relative_to(ws).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in (ws / ".git").rglob("*") if p.is_file()}
+    return {
+        p.relative_to(ws).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in (ws / ".git").rglob("*")
+        if p.is_file()
+    }
 
 
 @pytest.fixture
@@ -65,8 +74,12 @@ def test_restores_edits_and_shell_changes_and_removes_created_files(ws, cp):
     before = state(ws)
     commit = cp.snapshot("s1", 1)
     (ws / "a.txt").write_text("alpha, edited\n")  # what Edit does
-    subprocess.run("sed -i 's/two/TWO/' sub/b.txt; rm c.txt; echo new > new.txt; mkdir -p made/deep;"
-                   " echo x > made/deep/f.txt", shell=True, cwd=ws, check=True)
+    subprocess.run(
+        "sed -i 's/two/TWO/' sub/b.txt; rm c.txt; echo new > new.txt; mkdir -p made/deep; echo x > made/deep/f.txt",
+        shell=True,
+        cwd=ws,
+        check=True,
+    )
     assert state(ws) != before
 
     report = cp.restore("s1", 1)
@@ -151,8 +164,12 @@ def test_the_workspace_git_repository_is_untouched(ws, cp):
     git(ws, "add", "-f", "forced.log")
     git(ws, "commit", "-qm", "forced")
     git(ws, "tag", "v1")
-    status, head, refs, files = (git(ws, "status", "--porcelain", "--ignored"), git(ws, "rev-parse", "HEAD"),
-                                 git(ws, "for-each-ref"), dot_git(ws))
+    status, head, refs, files = (
+        git(ws, "status", "--porcelain", "--ignored"),
+        git(ws, "rev-parse", "HEAD"),
+        git(ws, "for-each-ref"),
+        dot_git(ws),
+    )
     cp.snapshot("s1", 1)
     (ws / "forced.log").write_text("changed\n")
     subprocess.run("echo more >> a.txt; echo n > untracked.txt", shell=True, cwd=ws, check=True)
@@ -297,8 +314,14 @@ def test_cli_end_to_end(ws, tmp_path, monkeypatch):
     (ws / "new.txt").write_text("new\n")
 
     def rewind(*args):
-        return subprocess.run([sys.executable, "-m", "drivetrain", "rewind", *args], cwd=tmp_path, env=env,
-                              capture_output=True, text=True, timeout=60)
+        return subprocess.run(
+            [sys.executable, "-m", "drivetrain", "rewind", *args],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
 
     listed = rewind("sess-1", "--cwd", str(ws))
     assert listed.returncode == 0 and listed.stdout.startswith("1\t")
@@ -332,8 +355,12 @@ def test_nested_repositories_and_dot_git_paths_are_neither_stored_nor_removed(ws
     (nested / "code.py").write_text("x = 1\n")
     git(nested, "init", "-q")
     commit = cp.snapshot("s1", 1, also=[ws / ".git" / "config", ws / "vendor" / "lib" / ".git" / "HEAD"])
-    stored = subprocess.run(["git", "--git-dir", str(cp.repo), "ls-tree", "-r", "--name-only", commit],
-                            capture_output=True, text=True, check=True).stdout.split()
+    stored = subprocess.run(
+        ["git", "--git-dir", str(cp.repo), "ls-tree", "-r", "--name-only", commit],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     assert stored == [".gitignore", "a.txt", "c.txt", "sub/b.txt"]
     (ws / "later").mkdir()
     git(ws / "later", "init", "-q")  # a repository cloned during the session: not ours to delete

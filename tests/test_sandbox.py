@@ -30,8 +30,9 @@ def _sandbox_problem() -> str:
 
 PROBLEM = _sandbox_problem()
 # CI can set DRIVETRAIN_REQUIRE_SANDBOX=1 so a broken sandbox fails these tests instead of skipping them.
-needs_bwrap = pytest.mark.skipif(bool(PROBLEM) and not os.environ.get("DRIVETRAIN_REQUIRE_SANDBOX"),
-                                 reason=f"no working sandbox here: {PROBLEM}")
+needs_bwrap = pytest.mark.skipif(
+    bool(PROBLEM) and not os.environ.get("DRIVETRAIN_REQUIRE_SANDBOX"), reason=f"no working sandbox here: {PROBLEM}"
+)
 
 
 @pytest.fixture
@@ -147,19 +148,31 @@ async def test_absent_hooks_and_settings_cannot_be_created(ws, tmp_path, monkeyp
     (repo / ".git").mkdir(parents=True)
     (repo / ".git" / "HEAD").write_text("ref: refs/heads/main\n")  # a repository without hooks/ or config
     attempts = {
-        ws: ["mkdir -p .git/hooks && echo evil > .git/hooks/pre-commit", "git init -q .",
-             "mkdir -p .drivetrain && echo '{}' > .drivetrain/settings.json", "mkdir -p dthome/sessions"],
-        repo: ["mkdir -p .git/hooks && touch .git/hooks/pre-commit",
-               "printf '[core]\\n\\tfsmonitor = evil\\n' > .git/config",
-               "mkdir -p .drivetrain && touch .drivetrain/settings.json"],
+        ws: [
+            "mkdir -p .git/hooks && echo evil > .git/hooks/pre-commit",
+            "git init -q .",
+            "mkdir -p .drivetrain && echo '{}' > .drivetrain/settings.json",
+            "mkdir -p dthome/sessions",
+        ],
+        repo: [
+            "mkdir -p .git/hooks && touch .git/hooks/pre-commit",
+            "printf '[core]\\n\\tfsmonitor = evil\\n' > .git/config",
+            "mkdir -p .drivetrain && touch .drivetrain/settings.json",
+        ],
     }
     for where, commands in attempts.items():
         sandbox = Sandbox(where)
         for command in commands:
             r = await run(sandbox, command, where)
             assert r.is_error and "Read-only file system" in r.content, (where, command, r.content)
-    for path in (ws / ".git/hooks", ws / ".git/HEAD", ws / ".drivetrain/settings.json", ws / "dthome/sessions",
-                 repo / ".git/hooks/pre-commit", repo / ".drivetrain/settings.json"):
+    for path in (
+        ws / ".git/hooks",
+        ws / ".git/HEAD",
+        ws / ".drivetrain/settings.json",
+        ws / "dthome/sessions",
+        repo / ".git/hooks/pre-commit",
+        repo / ".drivetrain/settings.json",
+    ):
         assert not path.exists(), path
     # and the empty mount points bubblewrap made for the stand-ins are gone again
     assert sorted(p.name for p in ws.iterdir()) == [] and sorted(p.name for p in (repo / ".git").iterdir()) == ["HEAD"]
@@ -183,19 +196,21 @@ async def test_stand_ins_stay_while_any_sandboxed_command_runs(ws):
 async def test_private_writable_cache_for_the_session(ws):
     sandbox = Sandbox(ws)
     home_cache = Path.home() / ".cache"
-    put = 'mkdir -p "${XDG_CACHE_HOME:-$HOME/.cache}/drivetrain-probe" && echo hit > "$XDG_CACHE_HOME/drivetrain-probe/f"'
+    put = (
+        'mkdir -p "${XDG_CACHE_HOME:-$HOME/.cache}/drivetrain-probe" && echo hit > "$XDG_CACHE_HOME/drivetrain-probe/f"'
+    )
     r = await run(sandbox, put, ws)
     assert not r.is_error, r.content
     r = await run(sandbox, 'cat "$XDG_CACHE_HOME/drivetrain-probe/f"', ws)  # still there for the next command
     assert not r.is_error and r.content == "hit"
     assert not (home_cache / "drivetrain-probe").exists()  # the real cache is untouched
     if shutil.which("npm"):  # a real tool that keeps its cache under $HOME
-        r = await asyncio.wait_for(Bash(sandbox=sandbox).call({"command": "npm cache verify"}, ToolContext(cwd=ws)),
-                                   60)
+        r = await asyncio.wait_for(Bash(sandbox=sandbox).call({"command": "npm cache verify"}, ToolContext(cwd=ws)), 60)
         assert not r.is_error, r.content
     folder = Path(sandbox.environment()["XDG_CACHE_HOME"]).parent
     del sandbox
     import gc
+
     gc.collect()
     assert not folder.exists()  # gone with the Sandbox
 
@@ -220,11 +235,11 @@ async def test_network_is_off_unless_allowed(ws):
 async def test_timeout_kills_everything_inside(ws):
     # A shell and a child that both ignore SIGTERM, the child writing a heartbeat to the workspace.
     beat = ws / "beat"
-    cmd = ("trap '' TERM; (trap '' TERM; while true; do date +%s%N > beat; sleep 0.05; done) & "
-           "echo started; wait")
+    cmd = "trap '' TERM; (trap '' TERM; while true; do date +%s%N > beat; sleep 0.05; done) & echo started; wait"
     start = time.monotonic()
-    r = await asyncio.wait_for(Bash(kill_grace=0.3, sandbox=Sandbox(ws)).call(
-        {"command": cmd, "timeout": 700}, ToolContext(cwd=ws)), 10)
+    r = await asyncio.wait_for(
+        Bash(kill_grace=0.3, sandbox=Sandbox(ws)).call({"command": cmd, "timeout": 700}, ToolContext(cwd=ws)), 10
+    )
     assert r.is_error and r.content.startswith("Command timed out after 700 ms")
     assert "started" in r.content and r.meta["timed_out"] is True and r.meta["sandboxed"] is True
     assert time.monotonic() - start < 5
@@ -264,8 +279,9 @@ async def test_broken_bwrap_fails_closed_and_is_tried_once(ws, tmp_path, monkeyp
     bindir.mkdir()
     calls = tmp_path / "calls"
     fake = bindir / "bwrap"
-    fake.write_text(f"#!/bin/sh\necho \"$@\" >> {calls}\n"
-                    "echo 'bwrap: setting up uid map: Permission denied' >&2\nexit 1\n")
+    fake.write_text(
+        f"#!/bin/sh\necho \"$@\" >> {calls}\necho 'bwrap: setting up uid map: Permission denied' >&2\nexit 1\n"
+    )
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
     marker = ws / "ran"
@@ -298,9 +314,16 @@ def test_cli_sandboxed_bash_starts_from_an_allow_list(tmp_path):
     ws, home = tmp_path / "ws", tmp_path / "dthome"
     (ws / ".drivetrain").mkdir(parents=True)
     (ws / ".drivetrain" / "settings.local.json").write_text(
-        '{"shellEnvironment": {"passthrough": ["GITHUB_TOKEN", "MY_TOOL_*"]}}')
-    env = {"ANTHROPIC_API_KEY": key, "DRIVETRAIN_HOME": str(home), "GITHUB_TOKEN": "ghp_sandboxtoken0123456789",
-           "MY_TOOL_DIR": "/opt/tool", "SOME_PLAIN_SETTING": "not on the list", "LANG": "C.UTF-8"}
+        '{"shellEnvironment": {"passthrough": ["GITHUB_TOKEN", "MY_TOOL_*"]}}'
+    )
+    env = {
+        "ANTHROPIC_API_KEY": key,
+        "DRIVETRAIN_HOME": str(home),
+        "GITHUB_TOKEN": "ghp_sandboxtoken0123456789",
+        "MY_TOOL_DIR": "/opt/tool",
+        "SOME_PLAIN_SETTING": "not on the list",
+        "LANG": "C.UTF-8",
+    }
 
     def check(body):
         result = body["messages"][-1]["content"][0]
@@ -311,11 +334,23 @@ def test_cli_sandboxed_bash_starts_from_an_allow_list(tmp_path):
         assert {"PATH", "HOME", "LANG", "GITHUB_TOKEN", "MY_TOOL_DIR", "XDG_CACHE_HOME"} <= names, names
         assert not names & {"ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "SOME_PLAIN_SETTING", "DRIVETRAIN_HOME"}
 
-    steps = [respond([tool_call("Bash", {"command": 'echo "key=[$ANTHROPIC_API_KEY]"; env'})]),
-             reply("done", expect=check)]
+    steps = [
+        respond([tool_call("Bash", {"command": 'echo "key=[$ANTHROPIC_API_KEY]"; env'})]),
+        reply("done", expect=check),
+    ]
     with ScriptedServer(steps) as server:
-        proc = cli(server.url, "-p", "show the key", "--output-format", "stream-json", "--permission-mode",
-                   "bypassPermissions", "--sandbox", cwd=ws, env_extra=env)
+        proc = cli(
+            server.url,
+            "-p",
+            "show the key",
+            "--output-format",
+            "stream-json",
+            "--permission-mode",
+            "bypassPermissions",
+            "--sandbox",
+            cwd=ws,
+            env_extra=env,
+        )
     assert proc.returncode == 0, proc.stderr
     audit = "".join(p.read_text() for p in (home / "sessions").glob("*.jsonl"))
     assert "key=[]" in proc.stdout and audit

@@ -30,11 +30,17 @@ def served(steps, upstream_class=ScriptedServer, **server_kw):
     log: list[str] = []
     with upstream_class(steps) as upstream:
         if upstream_class is ScriptedServer:
-            model = AnthropicModel.from_env("claude-upstream", {"ANTHROPIC_BASE_URL": upstream.url,
-                                                                "ANTHROPIC_API_KEY": "sk-upstream"}, max_retries=0)
+            model = AnthropicModel.from_env(
+                "claude-upstream",
+                {"ANTHROPIC_BASE_URL": upstream.url, "ANTHROPIC_API_KEY": "sk-upstream"},
+                max_retries=0,
+            )
         else:
-            model = OpenAIModel.from_env("gpt-upstream", {"OPENAI_BASE_URL": upstream.url + "/v1",
-                                                          "OPENAI_API_KEY": "sk-upstream"}, max_retries=0)
+            model = OpenAIModel.from_env(
+                "gpt-upstream",
+                {"OPENAI_BASE_URL": upstream.url + "/v1", "OPENAI_API_KEY": "sk-upstream"},
+                max_retries=0,
+            )
         with ModelServer(model, log=log.append, **server_kw) as server:
             server.upstream, server.lines = upstream, log
             yield server
@@ -85,11 +91,14 @@ def test_api_key_x_api_key_bearer_none_and_wrong():
             gpt(server, "sk-wrong").chat.completions.create(model="m", messages=HI)
         assert caught.value.code == "invalid_api_key" and set(caught.value.body) >= {"message", "type", "code"}
         status, err = post(server, "/v1/messages", {"model": "m", "max_tokens": 5, "messages": HI})  # no key at all
-        assert status == 401 and err["error"]["type"] == "authentication_error" and "no API key" in err["error"]["message"]
+        assert (
+            status == 401 and err["error"]["type"] == "authentication_error" and "no API key" in err["error"]["message"]
+        )
         status, err = post(server, "/v1/chat/completions", {"model": "m", "messages": HI})
         assert status == 401 and err["error"]["code"] == "invalid_api_key"
-        status, _ = post(server, "/v1/messages/count_tokens", {"model": "m", "messages": HI},
-                         {"authorization": f"Bearer {KEY}"})
+        status, _ = post(
+            server, "/v1/messages/count_tokens", {"model": "m", "messages": HI}, {"authorization": f"Bearer {KEY}"}
+        )
         assert status == 200
         with pytest.raises(urllib.error.HTTPError) as caught:
             urllib.request.urlopen(server.url + "/health", timeout=5)
@@ -125,12 +134,13 @@ def test_queue_full_is_429_in_each_shape_and_the_queue_drains():
         second.join(5)
         assert got1["result"].content[0].text == "first" and got2["result"].choices[0].message.content == "second"
         assert server.calls_in_flight == 0
-        assert 'drivetrain_serve_rejected_total{pid=' in urllib.request.urlopen(server.url + "/metrics").read().decode()
+        assert "drivetrain_serve_rejected_total{pid=" in urllib.request.urlopen(server.url + "/metrics").read().decode()
 
 
 def test_shutdown_finishes_what_is_in_flight_and_turns_new_requests_away():
     release = threading.Event()
     with served([reply("finished in flight", hold=release)]) as server:
+
         def streamed():
             with claude(server).messages.stream(model="m", max_tokens=5, messages=HI) as stream:
                 return stream.get_final_text()
@@ -175,29 +185,51 @@ def test_anthropic_fields_reach_the_provider_as_sent():
 
     with served([respond([tool_call("get_weather", {"city": "Oslo"})], expect=as_sent)]) as server:
         msg = claude(server).messages.create(
-            model="m", max_tokens=50, tools=[WEATHER], tool_choice={"type": "tool", "name": "get_weather"},
-            extra_body={"temperature": 0.3, "top_k": 5}, stop_sequences=["END"], metadata={"user_id": "u1"},
+            model="m",
+            max_tokens=50,
+            tools=[WEATHER],
+            tool_choice={"type": "tool", "name": "get_weather"},
+            extra_body={"temperature": 0.3, "top_k": 5},
+            stop_sequences=["END"],
+            metadata={"user_id": "u1"},
             system=[{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}],
-            messages=[{"role": "user", "content": [image, {"type": "text", "text": "What is this?"}]}])
+            messages=[{"role": "user", "content": [image, {"type": "text", "text": "What is this?"}]}],
+        )
         assert msg.stop_reason == "tool_use" and msg.content[0].input == {"city": "Oslo"}
         # the access line is written once the response is sent: the client may read it first
-        until(lambda: any("POST /v1/messages 200" in line and " in=" in line and " out=" in line
-                          for line in server.lines))
+        until(
+            lambda: any("POST /v1/messages 200" in line and " in=" in line and " out=" in line for line in server.lines)
+        )
 
 
 def test_openai_fields_translated_for_the_anthropic_provider():
     def translated(body):
         assert body["tool_choice"] == {"type": "any"} and [t["name"] for t in body["tools"]] == ["get_weather"]
         assert body["temperature"] == 0.5 and body["stop_sequences"] == ["END"] and body["system"] == "Be brief."
-        assert body["messages"][0]["content"][1] == {"type": "image", "source": {"type": "url", "url": "https://x/y.png"}}
+        assert body["messages"][0]["content"][1] == {
+            "type": "image",
+            "source": {"type": "url", "url": "https://x/y.png"},
+        }
 
     other = {"type": "function", "function": {"name": "other", "parameters": {"type": "object"}}}
     with served([respond([tool_call("get_weather", {"city": "Oslo"}, id="toolu_1")], expect=translated)]) as server:
         done = gpt(server).chat.completions.create(
-            model="m", temperature=0.5, stop="END", tools=[CHAT_WEATHER, other],
+            model="m",
+            temperature=0.5,
+            stop="END",
+            tools=[CHAT_WEATHER, other],
             tool_choice={"type": "function", "function": {"name": "get_weather"}},
-            messages=[{"role": "system", "content": "Be brief."}, {"role": "user", "content": [
-                {"type": "text", "text": "Weather?"}, {"type": "image_url", "image_url": {"url": "https://x/y.png"}}]}])
+            messages=[
+                {"role": "system", "content": "Be brief."},
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "text", "text": "Weather?"},
+                        {"type": "image_url", "image_url": {"url": "https://x/y.png"}},
+                    ],
+                },
+            ],
+        )
         assert done.choices[0].message.tool_calls[0].function.name == "get_weather"
         assert done.usage.prompt_tokens > 0
 
@@ -209,8 +241,11 @@ def test_metrics_count_requests_latency_and_tokens():
             stream.get_final_message()
         page = urllib.request.urlopen(server.url + "/metrics", timeout=5).read().decode()
     assert 'drivetrain_serve_requests_total{method="POST",route="/v1/messages",status="200"' in page
-    count = [line for line in page.splitlines() if line.startswith("drivetrain_serve_request_seconds_count")
-             and 'route="/v1/messages"' in line]
+    count = [
+        line
+        for line in page.splitlines()
+        if line.startswith("drivetrain_serve_request_seconds_count") and 'route="/v1/messages"' in line
+    ]
     assert count and count[0].endswith(" 2")
     output = [line for line in page.splitlines() if line.startswith('drivetrain_serve_tokens_total{kind="output"')]
     assert int(output[0].rsplit(" ", 1)[1]) >= 2
@@ -220,8 +255,11 @@ def test_metrics_count_requests_latency_and_tokens():
 
 
 def test_openai_provider_passthrough_and_translation():
-    steps = [reply("Hello."), respond([text("Checking."), tool_call("get_weather", {"city": "Oslo"}, id="call_1")]),
-             reply("Sunny.")]
+    steps = [
+        reply("Hello."),
+        respond([text("Checking."), tool_call("get_weather", {"city": "Oslo"}, id="call_1")]),
+        reply("Sunny."),
+    ]
     with served(steps, ScriptedOpenAIServer) as server:
         client = gpt(server)
         done = client.chat.completions.create(model="anything", messages=HI, temperature=0.2, seed=7)
@@ -253,10 +291,28 @@ def test_command_with_a_key_off_loopback_and_two_workers(tmp_path):
     key_file.write_text(KEY + "\n")
     with ScriptedServer([reply("from a worker")]) as upstream:
         serve = subprocess.Popen(
-            [DRIVETRAIN, "serve", "--provider", "anthropic", "--host", "0.0.0.0", "--port", str(port),
-             "--api-key-file", str(key_file), "--workers", "2", "--grace", "5"],  # (within the wait below)
+            [
+                DRIVETRAIN,
+                "serve",
+                "--provider",
+                "anthropic",
+                "--host",
+                "0.0.0.0",
+                "--port",
+                str(port),
+                "--api-key-file",
+                str(key_file),
+                "--workers",
+                "2",
+                "--grace",
+                "5",
+            ],  # (within the wait below)
             env=clean_env(ANTHROPIC_BASE_URL=upstream.url, ANTHROPIC_API_KEY="sk-upstream"),
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         try:
             url = f"http://127.0.0.1:{port}"
             health = urllib.request.Request(url + "/health", headers={"x-api-key": KEY})
@@ -298,10 +354,12 @@ def test_local_model_takes_turns_and_reuses_the_shared_prefix():
     system = "You answer in one word. " + "Facts: the sky is blue, grass is green, snow is white. " * 8
     with ModelServer(model) as server:
         assert server.state.admission.limit == 1  # one llama.cpp context, taken in turns
-        first = claude(server).messages.create(model="m", max_tokens=3, system=system,
-                                                messages=[{"role": "user", "content": "Colour of the sky?"}])
-        second = claude(server).messages.create(model="m", max_tokens=3, system=system,
-                                                 messages=[{"role": "user", "content": "Colour of grass?"}])
+        first = claude(server).messages.create(
+            model="m", max_tokens=3, system=system, messages=[{"role": "user", "content": "Colour of the sky?"}]
+        )
+        second = claude(server).messages.create(
+            model="m", max_tokens=3, system=system, messages=[{"role": "user", "content": "Colour of grass?"}]
+        )
     assert first.usage.cache_read_input_tokens == 0
     # the second prompt shares the system turn: llama.cpp evaluated only what differs
     assert second.usage.cache_read_input_tokens > 100 and second.usage.input_tokens < 30

@@ -11,10 +11,10 @@ from types import SimpleNamespace
 import pytest
 
 from drivetrain import Agent, tool
-from drivetrain.models.anthropic import AnthropicModel
-from drivetrain.sessions.log import load
 from drivetrain.loop.state import AwaitApproval, CallModel, Done, RunTools
+from drivetrain.models.anthropic import AnthropicModel
 from drivetrain.sessions.file import FileStore
+from drivetrain.sessions.log import load
 from drivetrain.testing import ScriptedServer, reply, respond, tool_call
 
 ran: list[str] = []
@@ -50,8 +50,9 @@ def store(tmp_path):
 
 
 def agent_for(server, store, **kw):
-    model = AnthropicModel.from_env("claude-sonnet-4-6", {"ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_API_KEY": "k"},
-                                    backoff=0.01)
+    model = AnthropicModel.from_env(
+        "claude-sonnet-4-6", {"ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_API_KEY": "k"}, backoff=0.01
+    )
     kw.setdefault("tools", [note, wait])
     return Agent(model=model, strict=True, store=store, **kw)
 
@@ -61,7 +62,9 @@ def kinds(store, sid):
 
 
 def texts(body):
-    return [b.get("text") for m in body["messages"] for b in m["content"] if isinstance(b, dict) and b.get("type") == "text"]
+    return [
+        b.get("text") for m in body["messages"] for b in m["content"] if isinstance(b, dict) and b.get("type") == "text"
+    ]
 
 
 async def test_every_step_is_saved_and_loads_back_equal(store):
@@ -140,8 +143,20 @@ async def test_a_crash_during_tools_is_repaired_and_says_what_may_have_happened(
         await run.step()  # -> RunTools saved, no tool run yet
     assert isinstance(run.value.state, RunTools)
     sid = run.session_id
-    store.append(sid, [{"kind": "intent", "call_id": "toolu_a", "tool": "note", "input": {"text": "a"},
-                        "decision": "allow", "decided_by": "rule", "reason": ""}])
+    store.append(
+        sid,
+        [
+            {
+                "kind": "intent",
+                "call_id": "toolu_a",
+                "tool": "note",
+                "input": {"text": "a"},
+                "decision": "allow",
+                "decided_by": "rule",
+                "reason": "",
+            }
+        ],
+    )
 
     def check(body):
         results = {b["tool_use_id"]: b for b in body["messages"][-1]["content"]}
@@ -223,8 +238,12 @@ async def test_checkpoints_before_each_prompt_let_rewind_undo_tool_changes(store
         return "ok"
 
     cp = Checkpoints(ws, tmp_path / "home")
-    steps = [respond([tool_call("put", {"text": "v2"})]), reply("one"), respond([tool_call("put", {"text": "v3"})]),
-             reply("two")]
+    steps = [
+        respond([tool_call("put", {"text": "v2"})]),
+        reply("one"),
+        respond([tool_call("put", {"text": "v3"})]),
+        reply("two"),
+    ]
     with ScriptedServer(steps) as server:
         run = agent_for(server, store, tools=[put], cwd=ws, checkpoints=cp).start("first")
         await run.finish()
@@ -247,7 +266,9 @@ async def test_a_crash_during_a_pause_turn_continuation_resends_it(store):
     assert isinstance(run.value.state, CallModel) and run.value.history[-1].role == "assistant"
 
     def resent(body):
-        assert body["messages"][-1]["role"] == "assistant" and body["messages"][-1]["content"][0]["text"] == "Searching…"
+        assert (
+            body["messages"][-1]["role"] == "assistant" and body["messages"][-1]["content"][0]["text"] == "Searching…"
+        )
 
     with ScriptedServer([reply("Found it.", expect=resent)]) as server:
         result = await agent_for(server, store).resume(run.session_id).finish()

@@ -46,8 +46,15 @@ def python_env(**extra):
 
 
 def sessions(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "drivetrain", "sessions", *args], cwd=cwd, env=python_env(),
-                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [sys.executable, "-m", "drivetrain", "sessions", *args],
+        cwd=cwd,
+        env=python_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def show_json(sid, cwd):
@@ -59,30 +66,39 @@ def show_json(sid, cwd):
 async def run_session(tmp_path, steps, prompt="go", session_id=None, **kw):
     kw.setdefault("tools", [note, inspect, dump])
     with ScriptedServer(steps) as server:
-        model = AnthropicModel.from_env("claude-sonnet-4-6", {"ANTHROPIC_BASE_URL": server.url,
-                                                              "ANTHROPIC_API_KEY": "k"}, backoff=0.01)
+        model = AnthropicModel.from_env(
+            "claude-sonnet-4-6", {"ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_API_KEY": "k"}, backoff=0.01
+        )
         agent = Agent(model=model, strict=True, store=open_store(), cwd=tmp_path, **kw)
-        result = await agent.start(prompt, session_id=session_id).finish()
-    return result
+        return await agent.start(prompt, session_id=session_id).finish()
 
 
 async def test_a_repeated_identical_call_is_reported(tmp_path):
-    steps = [respond([tool_call("note", {"text": "a"})]), respond([tool_call("note", {"text": "a"})]),
-             respond([tool_call("note", {"text": "b"})]), reply("Noted.")]
+    steps = [
+        respond([tool_call("note", {"text": "a"})]),
+        respond([tool_call("note", {"text": "a"})]),
+        respond([tool_call("note", {"text": "b"})]),
+        reply("Noted."),
+    ]
     result = await run_session(tmp_path, steps)
     report = show_json(result.session_id, tmp_path)
     assert report["health"]["repeated_calls"] == [{"tool": "note", "input": {"text": "a"}, "count": 2}]
     assert report["trajectory"] == ["tool_use"] * 3 + ["end_turn"]
-    assert [c["result_head"].split("\n")[0] for t in report["turns"] for c in t["calls"]] == \
-        ["noted a", "noted a", "noted b"]
+    assert [c["result_head"].split("\n")[0] for t in report["turns"] for c in t["calls"]] == [
+        "noted a",
+        "noted a",
+        "noted b",
+    ]
     out = sessions("show", result.session_id, cwd=tmp_path).stdout
     assert 'repeated identical calls: note {"text": "a"} ×2' in out
     assert "trajectory: tool_use → tool_use → tool_use → end_turn" in out
 
 
 async def test_an_answer_citing_a_tool_result_and_the_turn_log(tmp_path):
-    steps = [respond([text("Looking."), tool_call("inspect", {"path": "src/index.py"}), tool_call("dump", {})]),
-             reply("src/index.py has 137 lines; build_index is at index.py:42.")]
+    steps = [
+        respond([text("Looking."), tool_call("inspect", {"path": "src/index.py"}), tool_call("dump", {})]),
+        reply("src/index.py has 137 lines; build_index is at index.py:42."),
+    ]
     result = await run_session(tmp_path, steps, prompt="How long is src/index.py?")
     report = show_json(result.session_id, tmp_path)
     grounding = report["health"]["answer_grounding"]
@@ -120,8 +136,9 @@ async def test_the_trajectory_signals(tmp_path):
     assert health["ended_at_once"] is True and health["tool_use_to_cap"] is False
     assert health["answer_grounding"]["verdict"] == "no checkable claims"
 
-    capped = await run_session(tmp_path, [respond([tool_call("note", {"text": str(i)})]) for i in range(2)],
-                               max_turns=2)
+    capped = await run_session(
+        tmp_path, [respond([tool_call("note", {"text": str(i)})]) for i in range(2)], max_turns=2
+    )
     assert capped.subtype == "error_max_turns"
     report = show_json(capped.session_id, tmp_path)
     assert report["health"]["tool_use_to_cap"] is True and report["health"]["ended_at_once"] is False
@@ -139,12 +156,17 @@ async def test_list_filters_and_ids_by_prefix(tmp_path):
     rows = json.loads(sessions("list", "--json", cwd=here).stdout)
     assert [r["session_id"] for r in rows] == ["abc-2", "abc-1"]  # this directory's, newest first
     assert (rows[0]["num_turns"], rows[0]["status"], rows[0]["first_prompt"]) == (1, "success", "second task here")
-    assert {r["session_id"] for r in json.loads(sessions("list", "--all", "--json", cwd=here).stdout)} >= \
-        {"abc-1", "abc-2", "xyz-3"}
-    assert [r["session_id"] for r in json.loads(sessions("list", "--cwd", str(there), "--json", cwd=here).stdout)] \
-        == ["xyz-3"]
-    assert [r["session_id"] for r in json.loads(sessions("list", "--query", "FIRST", "--json", cwd=here).stdout)] \
-        == ["abc-1"]
+    assert {r["session_id"] for r in json.loads(sessions("list", "--all", "--json", cwd=here).stdout)} >= {
+        "abc-1",
+        "abc-2",
+        "xyz-3",
+    }
+    assert [r["session_id"] for r in json.loads(sessions("list", "--cwd", str(there), "--json", cwd=here).stdout)] == [
+        "xyz-3"
+    ]
+    assert [r["session_id"] for r in json.loads(sessions("list", "--query", "FIRST", "--json", cwd=here).stdout)] == [
+        "abc-1"
+    ]
     assert len(json.loads(sessions("list", "--limit", "1", "--json", cwd=here).stdout)) == 1
 
     table = sessions("list", cwd=here).stdout.splitlines()
@@ -163,14 +185,29 @@ async def test_list_filters_and_ids_by_prefix(tmp_path):
 
 def test_a_session_made_by_the_real_cli(tmp_path):
     (tmp_path / "a.py").write_text("import os\nprint(os.getcwd())\n# end\n")
-    steps = [respond([text("Reading it."), tool_call("Read", {"file_path": "a.py"}, id="toolu_a"),
-                      tool_call("Write", {"file_path": "n.txt", "content": "3"}, id="toolu_w")]),
-             reply("a.py has 3 lines; line 2 calls os.getcwd.")]
+    steps = [
+        respond(
+            [
+                text("Reading it."),
+                tool_call("Read", {"file_path": "a.py"}, id="toolu_a"),
+                tool_call("Write", {"file_path": "n.txt", "content": "3"}, id="toolu_w"),
+            ]
+        ),
+        reply("a.py has 3 lines; line 2 calls os.getcwd."),
+    ]
     with ScriptedServer(steps) as server:
-        env = python_env(ANTHROPIC_BASE_URL=server.url, ANTHROPIC_API_KEY="sk-test",
-                         ANTHROPIC_MODEL="claude-sonnet-4-6")
-        ran = subprocess.run([sys.executable, "-m", "drivetrain", "-p", "How many lines has a.py?"], cwd=tmp_path,
-                             env=env, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+        env = python_env(
+            ANTHROPIC_BASE_URL=server.url, ANTHROPIC_API_KEY="sk-test", ANTHROPIC_MODEL="claude-sonnet-4-6"
+        )
+        ran = subprocess.run(
+            [sys.executable, "-m", "drivetrain", "-p", "How many lines has a.py?"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            stdin=subprocess.DEVNULL,
+        )
     assert ran.returncode == 0, ran.stderr
 
     [row] = json.loads(sessions("list", "--json", cwd=tmp_path).stdout)
@@ -181,8 +218,12 @@ def test_a_session_made_by_the_real_cli(tmp_path):
 
     report = show_json(row["session_id"][:8], tmp_path)
     call, write = report["turns"][0]["calls"]
-    assert (call["tool"], call["input"], call["is_error"], call["decision"]) == \
-        ("Read", {"file_path": "a.py"}, False, "allow")  # the audit log's intent record
+    assert (call["tool"], call["input"], call["is_error"], call["decision"]) == (
+        "Read",
+        {"file_path": "a.py"},
+        False,
+        "allow",
+    )  # the audit log's intent record
     assert call["decided_by"] and "import os" in call["result_head"]
     assert (write["tool"], write["decision"], write["is_error"]) == ("Write", "deny", True)  # -p cannot ask
     assert report["health"]["answer_grounding"]["verdict"] == "cites tool results"

@@ -10,7 +10,9 @@ async def _run(tmp_path, prompt: str, command: str, output: str, write: dict[str
     await checks.on_prompt({"prompt": prompt})
     for name, text in write.items():
         (tmp_path / name).write_text(text)
-    await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": command}, "tool_response": {"content": output}})
+    await checks.on_tool(
+        {"tool_name": "Bash", "tool_input": {"command": command}, "tool_response": {"content": output}}
+    )
     return checks
 
 
@@ -31,8 +33,10 @@ async def test_a_number_no_command_printed_goes_back_with_the_facts(tmp_path):
     sent = await checks.run(_Ctx("score(7) returns 42."))
     assert "Your answer reports 42, but no command printed it and no file holds it." in sent.text
     assert sent.answer_only
-    assert "What this run did (as the harness saw it):\n- no file was created or changed\n" \
-           "- ran `python3 -c 'import calc'`: exit 0, printed nothing" in sent.text
+    assert (
+        "What this run did (as the harness saw it):\n- no file was created or changed\n"
+        "- ran `python3 -c 'import calc'`: exit 0, printed nothing" in sent.text
+    )
     checks.calls[-1].output = checks.calls[-1].text = "42"
     assert await checks.failures("score(7) returns 42.") == []
 
@@ -50,6 +54,7 @@ def test_facts_list_files_with_what_they_hold_and_commands_with_how_they_exited(
     class Call:
         def __init__(self, command, failed, output):
             self.command, self.failed, self.output, self.text = command, failed, output, output
+
     before = {"a.py": b"x = 1\n", "old.txt": b"gone"}
     now = {"a.py": b"x = 2\n", "total.txt": b"18\n", "big.py": b"\n".join([b"y = 1"] * 80)}
     text = facts(before, now, [Call("wc -l *.py", False, "18 total\n"), Call("python3 a.py", True, "Traceback")])
@@ -60,7 +65,8 @@ def test_facts_list_files_with_what_they_hold_and_commands_with_how_they_exited(
         "- deleted old.txt",
         "- created total.txt, which now holds: '18'",
         "- ran `wc -l *.py`: exit 0, printed '18 total'",
-        "- ran `python3 a.py`: failed, printed 'Traceback'"]
+        "- ran `python3 a.py`: failed, printed 'Traceback'",
+    ]
     assert facts({}, {}, []) == ""
 
 
@@ -85,6 +91,7 @@ class _Ctx:
 
 async def test_the_aid_switched_off_lets_any_answer_through(tmp_path):
     from drivetrain.small.profile import SMALL
+
     assert "answer" in SMALL.aids and "answer" not in SMALL.without("answer").aids
     checks = await _run(tmp_path, "Fix app.py", "python3 app.py", "ok", {"app.py": "print('ok')\n"})
     checks.agree = False
@@ -110,11 +117,13 @@ async def test_an_answer_that_copies_the_harness_note_on_the_last_call_is_asked_
     (tmp_path / "app.py").write_text("print(1)\n")
     checks = WorkChecks(tmp_path)
     await checks.on_prompt({"prompt": "Count the lines of each .py file, write the total to total.txt, report it."})
-    await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": "wc -l *.py"},
-                          "tool_response": {"content": " 18 total"}})
+    await checks.on_tool(
+        {"tool_name": "Bash", "tool_input": {"command": "wc -l *.py"}, "tool_response": {"content": " 18 total"}}
+    )
     (tmp_path / "total.txt").write_text("18\n")
-    hook = await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": "echo 18 > total.txt"},
-                                 "tool_response": {"content": ""}})
+    hook = await checks.on_tool(
+        {"tool_name": "Bash", "tool_input": {"command": "echo 18 > total.txt"}, "tool_response": {"content": ""}}
+    )
     assert hook["hookSpecificOutput"]["additionalContext"] == "Created total.txt (1 line):\n   1| 18"
     sent = await checks.run(_Ctx("Created totaltxt (1 line): 18"))
     assert sent.answer_only and "Your answer copies what the harness said of your last call" in sent.text
@@ -130,10 +139,16 @@ async def test_an_answer_that_copies_the_edit_tools_own_report_is_asked_for_agai
     checks = WorkChecks(tmp_path, report_changes=False)
     await checks.on_prompt({"prompt": "payments.py 的 total 多加了 1，改掉。"})
     (tmp_path / "payments.py").write_text("def total(xs):\n    return sum(xs)\n")
-    report = f"Replaced 1 occurrence in {tmp_path}/payments.py. Lines around the (first) change now read:\n" \
-             "   1| def total(xs):\n   2|     return sum(xs)"
-    assert await checks.on_tool({"tool_name": "Edit", "tool_input": {"file_path": "payments.py"},
-                                 "tool_response": {"content": report}}) is None  # nothing added to the result
+    report = (
+        f"Replaced 1 occurrence in {tmp_path}/payments.py. Lines around the (first) change now read:\n"
+        "   1| def total(xs):\n   2|     return sum(xs)"
+    )
+    assert (
+        await checks.on_tool(
+            {"tool_name": "Edit", "tool_input": {"file_path": "payments.py"}, "tool_response": {"content": report}}
+        )
+        is None
+    )  # nothing added to the result
     sent = await checks.run(_Ctx(f"Replaced 1 instance in {tmp_path}/payments.py. Lines around the change now read:"))
     assert sent.answer_only and "Your answer copies what the harness said of your last call" in sent.text
     assert await checks.failures("已修正 payments.py：total 现在返回 sum(xs)，不再多加 1。") == []
@@ -149,15 +164,19 @@ def test_what_counts_as_a_copy_of_the_note():
 
 
 async def test_a_file_name_capitalised_at_the_start_of_the_answer_is_the_file_the_run_changed(tmp_path):
-    """"Recipients.txt has been updated…" after a run that changed recipients.txt was told it reported a file no
+    """ "Recipients.txt has been updated…" after a run that changed recipients.txt was told it reported a file no
     command printed; a name that is not the workspace's, whatever its case, still is."""
     (tmp_path / "recipients.txt").write_text("b\na\nb\n")
     checks = WorkChecks(tmp_path)
     await checks.on_prompt({"prompt": "recipients.txt 里有重复的行，去掉重复。"})
     (tmp_path / "recipients.txt").write_text("b\na\n")
-    await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": "awk '!s[$0]++' recipients.txt > t && "
-                                                                         "mv t recipients.txt"},
-                          "tool_response": {"content": "(no output)"}})
+    await checks.on_tool(
+        {
+            "tool_name": "Bash",
+            "tool_input": {"command": "awk '!s[$0]++' recipients.txt > t && mv t recipients.txt"},
+            "tool_response": {"content": "(no output)"},
+        }
+    )
     assert await checks.failures("Recipients.txt has been updated to remove duplicate lines.") == []
     [unseen] = await checks.failures("Contacts.txt has been updated to remove duplicate lines.")
     assert unseen.startswith("Your answer reports Contacts.txt, but no command printed it")

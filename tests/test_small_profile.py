@@ -2,8 +2,8 @@
 
 import json
 import os
-import shutil
 import re
+import shutil
 import subprocess
 import sys
 from dataclasses import replace
@@ -12,13 +12,21 @@ from pathlib import Path
 import pytest
 
 from drivetrain import Agent
-from drivetrain.loop.nodes import Proceed
-from drivetrain.small.checks import WorkChecks
 from drivetrain.control.hooks import Hooks
+from drivetrain.loop.nodes import Proceed
 from drivetrain.loop.step import FINAL_ASK
 from drivetrain.models.anthropic import AnthropicModel
-from drivetrain.small.codeact import (CodeActionModel, denied_programs, does_nothing, grammar, parse_reply,
-                                       render_assistant, to_block, to_command)
+from drivetrain.small.checks import WorkChecks
+from drivetrain.small.codeact import (
+    CodeActionModel,
+    denied_programs,
+    does_nothing,
+    grammar,
+    parse_reply,
+    render_assistant,
+    to_block,
+    to_command,
+)
 from drivetrain.small.profile import FULL, SMALL, equip, is_small, select_profile
 from drivetrain.testing import ScriptedServer, reply, respond, tool_call
 from drivetrain.tools import builtin_tools
@@ -36,8 +44,9 @@ class Recording:
 
 
 def anthropic(server):
-    return AnthropicModel.from_env("claude-sonnet-4-6", {"ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_API_KEY": "k"},
-                                   backoff=0.01)
+    return AnthropicModel.from_env(
+        "claude-sonnet-4-6", {"ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_API_KEY": "k"}, backoff=0.01
+    )
 
 
 def small_agent(server, tmp_path, profile=SMALL, codeact=True, record=False, **kw):
@@ -60,8 +69,11 @@ def texts(body):
     out = []
     for m in body["messages"]:
         content = m["content"]
-        out.append(content if isinstance(content, str) else "\n".join(
-            b.get("text", "") or json.dumps(b.get("input", b.get("content", ""))) for b in content))
+        out.append(
+            content
+            if isinstance(content, str)
+            else "\n".join(b.get("text", "") or json.dumps(b.get("input", b.get("content", ""))) for b in content)
+        )
     return out
 
 
@@ -70,9 +82,11 @@ def texts(body):
 
 async def test_a_code_block_runs_as_a_bash_call_and_the_model_sees_text(tmp_path):
     (tmp_path / "a.txt").write_text("one\ntwo\n")
-    steps = [reply("Count the lines.\n```bash\nwc -l < a.txt\n```"),
-             reply("Say it with python.\n```python\nprint(len(open('a.txt').read().splitlines()) * 10)\n```"),
-             reply("DONE: a.txt has 2 lines.")]
+    steps = [
+        reply("Count the lines.\n```bash\nwc -l < a.txt\n```"),
+        reply("Say it with python.\n```python\nprint(len(open('a.txt').read().splitlines()) * 10)\n```"),
+        reply("DONE: a.txt has 2 lines."),
+    ]
     with ScriptedServer(steps) as server:
         result = await small_agent(server, tmp_path, profile=SMALL.without("checks")).run("How many lines in a.txt?")
     assert (result.subtype, result.result) == ("success", "a.txt has 2 lines.")
@@ -91,8 +105,10 @@ async def test_a_code_block_runs_as_a_bash_call_and_the_model_sees_text(tmp_path
 async def test_a_python_block_headed_by_a_bare_file_name_changes_that_file(tmp_path):
     """The 1.5B, asked to fix report.py, ran "report.py" and then the fixed script (a NameError) eight times."""
     (tmp_path / "report.py").write_text("def total(rows)\n    return sum(rows)\n\n\nprint(total([1, 2]))\n")
-    steps = [reply("Fix it.\n```python\nreport.py\ndef total(rows):\n    return sum(rows)\n```"),
-             reply("DONE: added the colon.")]
+    steps = [
+        reply("Fix it.\n```python\nreport.py\ndef total(rows):\n    return sum(rows)\n```"),
+        reply("DONE: added the colon."),
+    ]
     with ScriptedServer(steps) as server:
         result = await small_agent(server, tmp_path, profile=SMALL.without("checks")).run("Fix report.py.")
     [use] = tool_uses(result)
@@ -103,8 +119,11 @@ async def test_a_python_block_headed_by_a_bare_file_name_changes_that_file(tmp_p
 async def test_a_python_block_holding_a_shell_command_runs_as_that_command(tmp_path):
     """The 1.5B ran "python3 report.py  # add this line …" as python (a SyntaxError) eleven times."""
     (tmp_path / "a.py").write_text("print('hi')\n")
-    steps = [reply("Run it.\n```python\npython3 a.py  # run the script\n```"),
-             reply("Print.\n```python\nprint(2)\n```"), reply("DONE: it prints hi.")]
+    steps = [
+        reply("Run it.\n```python\npython3 a.py  # run the script\n```"),
+        reply("Print.\n```python\nprint(2)\n```"),
+        reply("DONE: it prints hi."),
+    ]
     with ScriptedServer(steps) as server:
         result = await small_agent(server, tmp_path, profile=SMALL.without("checks")).run("What does a.py print?")
     uses = tool_uses(result)
@@ -116,35 +135,48 @@ async def test_a_python_block_holding_a_shell_command_runs_as_that_command(tmp_p
 async def test_an_answer_ends_where_the_model_makes_up_the_next_turn(tmp_path):
     """The 1.5B went on after its answer: a made-up "User:" turn, its answer again and again, a code block. The
     answer is what came before; it is not read as calls described in prose (no nudge), and the run ends."""
-    steps = [reply("DONE: Counted 271 lines; wrote 271 to lines.txt.\n\nUser: Create a new file\nAssistant: ```bash\n"
-                   "ls\n```")]
+    steps = [
+        reply(
+            "DONE: Counted 271 lines; wrote 271 to lines.txt.\n\nUser: Create a new file\nAssistant: ```bash\nls\n```"
+        )
+    ]
     with ScriptedServer(steps) as server:
         result = await small_agent(server, tmp_path, profile=SMALL.without("checks")).run("How many lines?")
     assert (result.subtype, result.result) == ("success", "Counted 271 lines; wrote 271 to lines.txt.")
     assert len(server.requests) == 1
     assert server.requests[0].body["stop_sequences"] == ["\nUser:", "\nAssistant:"]
-    assert parse_reply("DONE: It is 1198. I wrote it. Done: It is 1198. I wrote it. Done: It")[0] == "It is 1198. I wrote it."
+    assert (
+        parse_reply("DONE: It is 1198. I wrote it. Done: It is 1198. I wrote it. Done: It")[0]
+        == "It is 1198. I wrote it."
+    )
     assert parse_reply("DONE: 4 files\n```python\n# placeholder\n```")[0] == "4 files"
     kept = 'DONE: Fixed (checked: `python3 greet.py Ann` prints "Hello, Ann!"). Done: see greet.py'
     assert parse_reply(kept)[0] == 'Fixed (checked: `python3 greet.py Ann` prints "Hello, Ann!").'
 
 
 async def test_a_block_naming_a_file_is_an_edit_of_it_and_reads_back_as_the_block(tmp_path):
-    (tmp_path / "acc.py").write_text("import sys\n\n\ndef largest(xs):\n    return min(xs)\n\n\nprint(largest([1, 3]))\n")
-    steps = [reply("Fix largest.\n```python acc.py\ndef largest(xs):\n    return max(xs)\n```"),
-             reply("Create the notes.\n```text notes.txt\nfixed\n```"),
-             reply("Create helpers.py.\n```python\n# helpers.py\ndef twice(x):\n    return 2 * x\n```"),
-             reply("Run a check.\n```python\n# check\nprint(1)\n```"),
-             reply("Write it.\n```text total.txt\necho 18 > total.txt\n```"),
-             reply("DONE: largest now returns the maximum.")]
+    (tmp_path / "acc.py").write_text(
+        "import sys\n\n\ndef largest(xs):\n    return min(xs)\n\n\nprint(largest([1, 3]))\n"
+    )
+    steps = [
+        reply("Fix largest.\n```python acc.py\ndef largest(xs):\n    return max(xs)\n```"),
+        reply("Create the notes.\n```text notes.txt\nfixed\n```"),
+        reply("Create helpers.py.\n```python\n# helpers.py\ndef twice(x):\n    return 2 * x\n```"),
+        reply("Run a check.\n```python\n# check\nprint(1)\n```"),
+        reply("Write it.\n```text total.txt\necho 18 > total.txt\n```"),
+        reply("DONE: largest now returns the maximum."),
+    ]
     with ScriptedServer(steps) as server:
         result = await small_agent(server, tmp_path, profile=SMALL.without("checks")).run("Fix largest in acc.py.")
     assert result.subtype == "success"
     uses = tool_uses(result)
     assert [u.name for u in uses] == ["Edit", "Write", "Write", "Bash", "Bash"]  # ordinary calls, permissions as usual
     assert uses[-1].input == {"command": "echo 18 > total.txt"}  # a block holding the command that writes it: run
-    assert uses[0].input == {"file_path": "acc.py", "old_string": "def largest(xs):\n    return min(xs)",
-                             "new_string": "def largest(xs):\n    return max(xs)"}
+    assert uses[0].input == {
+        "file_path": "acc.py",
+        "old_string": "def largest(xs):\n    return min(xs)",
+        "new_string": "def largest(xs):\n    return max(xs)",
+    }
     assert (tmp_path / "acc.py").read_text().count("max(xs)") == 1 and (tmp_path / "notes.txt").read_text() == "fixed\n"
     assert (tmp_path / "helpers.py").read_text() == "def twice(x):\n    return 2 * x\n"  # headed "# helpers.py"
     second = texts(server.requests[1].body)
@@ -157,8 +189,9 @@ async def test_a_file_block_that_changes_nothing_says_so_in_words_about_the_bloc
     steps = [reply("Fix.\n```python a.py\nx = 1\n```"), reply("DONE: fixed")]
     with ScriptedServer(steps) as server:
         await small_agent(server, tmp_path, profile=SMALL.without("checks")).run("Fix a.py.")
-    assert texts(server.requests[1].body)[2] == ("Error:\nThe file already holds exactly this block: nothing changed. "
-                                                 "Write the lines as they must be.")
+    assert texts(server.requests[1].body)[2] == (
+        "Error:\nThe file already holds exactly this block: nothing changed. Write the lines as they must be."
+    )
 
 
 async def test_a_second_block_the_file_already_holds_ends_the_turn_with_it(tmp_path):
@@ -179,15 +212,19 @@ def test_blocks_and_commands_convert_both_ways():
     text, block = parse_reply(raw)
     assert (text, block) == ("List the files.", ("bash", "ls", None))
     from drivetrain.messages import Message, TextBlock, ToolUseBlock
+
     msg = Message("assistant", (TextBlock(text), ToolUseBlock("t1", "Bash", {"command": to_command(*block[:2])})))
     assert render_assistant(msg) == raw
     assert parse_reply("DONE: all good") == ("all good", None)
     assert parse_reply("```python\nx = 1 \t\nprint(x)  \r\n```")[1] == ("python", "x = 1\nprint(x)", None)
-    assert parse_reply("Fix it.\n```python greet.py\ndef f():\n    pass\n```") == \
-        ("Fix it.", ("python", "def f():\n    pass", "greet.py"))
+    assert parse_reply("Fix it.\n```python greet.py\ndef f():\n    pass\n```") == (
+        "Fix it.",
+        ("python", "def f():\n    pass", "greet.py"),
+    )
     assert parse_reply("```json\n{}\n```\n```bash\nls\n```")[1] == ("bash", "ls", None)  # json without a file: text
     from drivetrain.messages import ToolResultBlock
     from drivetrain.small.codeact import render_result
+
     assert render_result(ToolResultBlock("t1", "(no output)")) == "(no output, exit code 0)"
     note = "(no output)\n\nCreated t.txt (1 line):\n   1| 2"
     assert render_result(ToolResultBlock("t1", note)) == "(no output, exit code 0)\n\nCreated t.txt (1 line):\n   1| 2"
@@ -198,7 +235,9 @@ def test_the_grammar_leaves_out_only_the_echoed_starts():
     assert "root ::= act | done" in g
     assert grammar("any").startswith("root ::= act\n") and grammar("none").startswith("root ::= done\n")
     # the trie over the starts a body may not have: "sudo", "vi ", "apt …", and the echoed line
-    assert re.search(r'bash-body ::= .*"t" bash-body-\d', g) and not re.search(r'python-body ::= .*"s" python-body-\d', g)
+    assert re.search(r'bash-body ::= .*"t" bash-body-\d', g) and not re.search(
+        r'python-body ::= .*"s" python-body-\d', g
+    )
     with pytest.raises(ValueError):
         SMALL.without("nonsense")
 
@@ -239,7 +278,8 @@ async def test_a_stuck_models_answer_is_checked_and_can_be_sent_back_to_work(tmp
     steps = [reply("Count.\n```bash\nwc -l a.py\n```")] * 5 + [
         reply("DONE: a.py has 2 lines."),  # stuck: the answer without tools, and total.txt is missing
         reply("Write it.\n```text total.txt\n2\n```"),
-        reply("DONE: a.py has 2 lines; I wrote 2 to total.txt.")]
+        reply("DONE: a.py has 2 lines; I wrote 2 to total.txt."),
+    ]
     with ScriptedServer(steps) as server:
         agent = small_agent(server, tmp_path, record=True)
         result = await agent.run("Count the lines of a.py, write the total to total.txt and report it.")
@@ -275,12 +315,14 @@ async def test_an_empty_output_gets_the_code_the_model_only_ran(tmp_path):
     """The 1.5B created utils.py with touch, then "wrote" it by running a python block that only defined the function:
     the file stayed empty, told twice. The block it ran is the file's content: the send-back shows the block that
     writes it."""
-    steps = [reply("Create it.\n```bash\ntouch utils.py\n```"),
-             reply("DONE: utils.py created."),
-             reply("Write it.\n```python\ndef dedupe(items):\n    return list(dict.fromkeys(items))\n```"),
-             reply("DONE: utils.py created."),
-             reply("Write it.\n```python utils.py\ndef dedupe(items):\n    return list(dict.fromkeys(items))\n```"),
-             reply("DONE: utils.py defines dedupe.")]
+    steps = [
+        reply("Create it.\n```bash\ntouch utils.py\n```"),
+        reply("DONE: utils.py created."),
+        reply("Write it.\n```python\ndef dedupe(items):\n    return list(dict.fromkeys(items))\n```"),
+        reply("DONE: utils.py created."),
+        reply("Write it.\n```python utils.py\ndef dedupe(items):\n    return list(dict.fromkeys(items))\n```"),
+        reply("DONE: utils.py defines dedupe."),
+    ]
     with ScriptedServer(steps) as server:
         agent = small_agent(server, tmp_path, record=True)
         result = await agent.run("Create utils.py with a function dedupe(items) that drops duplicates.")
@@ -289,7 +331,8 @@ async def test_an_empty_output_gets_the_code_the_model_only_ran(tmp_path):
     assert texts(server.requests[2].body)[-1].endswith("utils.py is empty. Write the result the task asks for into it.")
     assert texts(server.requests[4].body)[-1].endswith(
         "utils.py is empty. Write the result the task asks for into it. Your last python block only defined it, and "
-        f"wrote no file. This writes it:\n```python utils.py\n{code}\n```")
+        f"wrote no file. This writes it:\n```python utils.py\n{code}\n```"
+    )
     assert (tmp_path / "utils.py").read_text() == code + "\n"
 
 
@@ -299,16 +342,23 @@ async def test_a_missing_py_output_gets_the_code_written_to_another_new_file(tmp
     (tmp_path / "utils").mkdir()
     code = "def digit_sum(n): return sum(int(d) for d in str(n))"
     (tmp_path / "utils" / "digit_sum.py").write_text(code + "\n")
-    await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": f"mkdir -p utils\necho '{code}' > "
-                                                                         "utils/digit_sum.py"}, "tool_response": {}})
+    await checks.on_tool(
+        {
+            "tool_name": "Bash",
+            "tool_input": {"command": f"mkdir -p utils\necho '{code}' > utils/digit_sum.py"},
+            "tool_response": {},
+        }
+    )
 
     class Ctx:
         answer = "utils/digit_sum.py:1 line"
 
         history = []
+
     sent = await checks.run(Ctx())
-    assert sent.text.endswith(f"You wrote the code to utils/digit_sum.py, not utils.py. This writes it:\n"
-                              f"```python utils.py\n{code}\n```")
+    assert sent.text.endswith(
+        f"You wrote the code to utils/digit_sum.py, not utils.py. This writes it:\n```python utils.py\n{code}\n```"
+    )
     (tmp_path / "utils" / "more.py").write_text("x = 1\n")
     await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": "true"}, "tool_response": {}})
     assert "This writes it" not in (await checks.run(Ctx())).text  # two new files: which one is meant is not known
@@ -316,12 +366,14 @@ async def test_a_missing_py_output_gets_the_code_written_to_another_new_file(tmp
 
 async def test_checks_send_back_a_missing_output_file_then_a_wrong_value_at_most_twice(tmp_path):
     (tmp_path / "a.py").write_text("x = 1\ny = 2\n")
-    steps = [reply("Count.\n```bash\nwc -l a.py\n```"),
-             reply("DONE: the total is 2"),  # total.txt never written
-             reply("Write it.\n```bash\necho 3 > total.txt\n```"),
-             reply("DONE: the total is 2"),  # the file says 3
-             reply("Write it again.\n```bash\necho 4 > total.txt\n```"),
-             reply("DONE: the total is 2")]  # still wrong, but the checks only refuse twice
+    steps = [
+        reply("Count.\n```bash\nwc -l a.py\n```"),
+        reply("DONE: the total is 2"),  # total.txt never written
+        reply("Write it.\n```bash\necho 3 > total.txt\n```"),
+        reply("DONE: the total is 2"),  # the file says 3
+        reply("Write it again.\n```bash\necho 4 > total.txt\n```"),
+        reply("DONE: the total is 2"),
+    ]  # still wrong, but the checks only refuse twice
     with ScriptedServer(steps) as server:
         agent = small_agent(server, tmp_path, record=True)
         result = await agent.run("Count the lines of the .py files and write the total to total.txt")
@@ -333,6 +385,7 @@ async def test_checks_send_back_a_missing_output_file_then_a_wrong_value_at_most
         answer = "I looked at a.csv."
 
         history = []
+
     assert "this writes it" not in (await checks.run(Ctx())).text
     second_try, third_try = texts(server.requests[2].body)[-1], texts(server.requests[4].body)[-1]
     assert "total.txt, but it does not exist" in second_try
@@ -344,15 +397,18 @@ async def test_checks_send_back_a_missing_output_file_then_a_wrong_value_at_most
 async def test_checks_rerun_the_tests_the_model_ran_and_flag_unread_rewrites(tmp_path):
     (tmp_path / "calc.py").write_text("def add(a, b):\n    return a - b\n")
     (tmp_path / "test_calc.py").write_text("from calc import add\nassert add(2, 2) == 4, 'add is wrong'\n")
-    steps = [reply("Run the test.\n```bash\npython3 test_calc.py\n```"),
-             reply("Rewrite calc.py.\n```bash\necho 'def add(a, b): return a * b' > calc.py\n```"),
-             reply("DONE: fixed, the tests pass"),
-             reply("Fix for real.\n```bash\necho 'def add(a, b): return a + b' > calc.py\n```"),
-             reply("DONE: fixed calc.py")]
+    steps = [
+        reply("Run the test.\n```bash\npython3 test_calc.py\n```"),
+        reply("Rewrite calc.py.\n```bash\necho 'def add(a, b): return a * b' > calc.py\n```"),
+        reply("DONE: fixed, the tests pass"),
+        reply("Fix for real.\n```bash\necho 'def add(a, b): return a + b' > calc.py\n```"),
+        reply("DONE: fixed calc.py"),
+    ]
     with ScriptedServer(steps) as server:
         # (calc.py not shown with the task: a file named in it would count as seen)
         result = await small_agent(server, tmp_path, profile=SMALL.without("show")).run(
-            "The test fails. Fix the bug in calc.py.")
+            "The test fails. Fix the bug in calc.py."
+        )
     feedback = texts(server.requests[3].body)[-1]
     assert "You rewrote calc.py without looking at its content first" in feedback
     assert "`python3 test_calc.py` fails now" not in feedback  # 2*2 == 4: the test passes with the wrong fix
@@ -362,21 +418,30 @@ async def test_checks_rerun_the_tests_the_model_ran_and_flag_unread_rewrites(tmp
     await checks.on_prompt({"prompt": "make test_calc.py pass"})  # (a test file the task names, in any language)
     (tmp_path / "settings.ini").write_text("[a]\nx = 1\ny = 5\nz = 3\n")  # a targeted edit invents nothing
     await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": "sed -i 's/y = 2/y = 5/' settings.ini"}})
-    assert await checks.failures("") == ["The task is about tests, but you have not run them. Run them and make "
-                                         "sure they pass."]
+    assert await checks.failures("") == [
+        "The task is about tests, but you have not run them. Run them and make sure they pass."
+    ]
 
 
 async def test_showing_a_test_file_is_not_running_the_tests(tmp_path):
     (tmp_path / "pricing.py").write_text("def to_f(c):\n    return c * 9 / 5 - 32\n")
     (tmp_path / "tests").mkdir()
-    (tmp_path / "tests" / "test_pricing.py").write_text("from pricing import to_f\n\n\ndef test_f():\n"
-                                                        "    assert to_f(0) == 32\n")
+    (tmp_path / "tests" / "test_pricing.py").write_text(
+        "from pricing import to_f\n\n\ndef test_f():\n    assert to_f(0) == 32\n"
+    )
     checks = WorkChecks(tmp_path)
     await checks.on_prompt({"prompt": "pytest reports failures in tests/test_pricing.py. Fix pricing.py?"})
-    await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": "cat -n tests/test_pricing.py"},
-                          "tool_response": {"content": "1\tfrom pricing import to_f"}})
-    assert "The task is about tests, but you have not run them. Run them (`pytest`) and make sure they pass." in \
-        await checks.failures("Nothing to change.")
+    await checks.on_tool(
+        {
+            "tool_name": "Bash",
+            "tool_input": {"command": "cat -n tests/test_pricing.py"},
+            "tool_response": {"content": "1\tfrom pricing import to_f"},
+        }
+    )
+    assert (
+        "The task is about tests, but you have not run them. Run them (`pytest`) and make sure they pass."
+        in await checks.failures("Nothing to change.")
+    )
 
 
 async def test_tests_whose_last_run_failed_go_back_when_the_run_changed_nothing(tmp_path):
@@ -386,28 +451,43 @@ async def test_tests_whose_last_run_failed_go_back_when_the_run_changed_nothing(
     (tmp_path / "test_accounts.py").write_text("from accounts import clamp\nassert clamp(5, 0, 10) == 5\n")
     checks = WorkChecks(tmp_path)
     await checks.on_prompt({"prompt": "test_accounts.py 跑不过，帮我看看 accounts.py 哪里写错了并修掉（别改测试）。"})
-    await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": "python3 test_accounts.py"},
-                          "tool_response": {"content": "AssertionError\nExit code: 1", "is_error": True}})
+    await checks.on_tool(
+        {
+            "tool_name": "Bash",
+            "tool_input": {"command": "python3 test_accounts.py"},
+            "tool_response": {"content": "AssertionError\nExit code: 1", "is_error": True},
+        }
+    )
     [failure] = await checks.failures("The tests passed.")
-    assert failure.startswith("The test command `python3 test_accounts.py` still fails (exit code 1), and this run "
-                              "changed no file:") and "AssertionError" in failure
+    assert (
+        failure.startswith(
+            "The test command `python3 test_accounts.py` still fails (exit code 1), and this run changed no file:"
+        )
+        and "AssertionError" in failure
+    )
     # once they pass (fixed by hand here), the tests are not what is said
     (tmp_path / "accounts.py").write_text("def clamp(x, lo, hi):\n    return max(lo, min(x, hi))\n")
     assert not any("test" in f for f in await checks.failures("Fixed clamp in accounts.py: it used lo for hi."))
 
 
 async def test_an_unquoted_runner_takes_paths_and_options_not_the_prose_after_it(tmp_path):
-    """"The pytest suite fails. Fix …" named the command `pytest suite fails. Fix alerts.py …`, which the model ran."""
+    """ "The pytest suite fails. Fix …" named the command `pytest suite fails. Fix alerts.py …`, which the model ran."""
     (tmp_path / "alerts.py").write_text("def is_even(n):\n    return n % 2 == 1\n")
     (tmp_path / "tests").mkdir()
-    (tmp_path / "tests" / "test_alerts.py").write_text("from alerts import is_even\n\n\ndef test_even():\n"
-                                                       "    assert is_even(2)\n")
+    (tmp_path / "tests" / "test_alerts.py").write_text(
+        "from alerts import is_even\n\n\ndef test_even():\n    assert is_even(2)\n"
+    )
     checks = WorkChecks(tmp_path)
-    await checks.on_prompt({"prompt": "The pytest suite fails. Fix alerts.py so that the tests pass; do not change "
-                                      "the tests. Or run pytest tests/test_alerts.py::test_even -q for one."})
+    await checks.on_prompt(
+        {
+            "prompt": "The pytest suite fails. Fix alerts.py so that the tests pass; do not change "
+            "the tests. Or run pytest tests/test_alerts.py::test_even -q for one."
+        }
+    )
     assert checks._named() == ["pytest", "pytest tests/test_alerts.py::test_even -q"]
-    assert await checks.failures("") == ["The task is about tests, but you have not run them. Run them (`pytest`) "
-                                         "and make sure they pass."]
+    assert await checks.failures("") == [
+        "The task is about tests, but you have not run them. Run them (`pytest`) and make sure they pass."
+    ]
 
 
 async def test_a_named_command_never_run_is_sent_back(tmp_path):
@@ -420,11 +500,17 @@ async def test_a_named_command_never_run_is_sent_back(tmp_path):
         answer = "Fixed."
 
         history = []
+
     sent = await checks.run(Ctx())
     assert "Run them (`python3 test_calc.py`) and make sure they pass." in sent.text
     (tmp_path / "calc.py").write_text("def add(a, b):\n    return a * b - 1\n")  # a change, still wrong
-    await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": "python3 test_calc.py 2>&1"},
-                          "tool_response": {"content": "AssertionError", "is_error": True}})
+    await checks.on_tool(
+        {
+            "tool_name": "Bash",
+            "tool_input": {"command": "python3 test_calc.py 2>&1"},
+            "tool_response": {"content": "AssertionError", "is_error": True},
+        }
+    )
     sent = await checks.run(Ctx())
     assert "`python3 test_calc.py 2>&1` fails now" in sent.text  # ran: what to change is its call
 
@@ -450,16 +536,27 @@ async def test_a_check_the_answer_claims_was_run(tmp_path):
     (tmp_path / "a.py").write_text("x = 1\n")
     checks = WorkChecks(tmp_path)
     await checks.on_prompt({"prompt": "How many lines do the .py files have?"})
-    await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": "wc -l *.py"},
-                          "tool_response": {"content": "Permission denied: `wc -l *.py`", "is_error": True}})
-    await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": "cd . && python3 count.py | tail -1"},
-                          "tool_response": {"content": "7"}})
+    await checks.on_tool(
+        {
+            "tool_name": "Bash",
+            "tool_input": {"command": "wc -l *.py"},
+            "tool_response": {"content": "Permission denied: `wc -l *.py`", "is_error": True},
+        }
+    )
+    await checks.on_tool(
+        {
+            "tool_name": "Bash",
+            "tool_input": {"command": "cd . && python3 count.py | tail -1"},
+            "tool_response": {"content": "7"},
+        }
+    )
     [claim] = await checks.failures("7 lines (checked: `wc -l *.py` prints 7).")
     assert claim.startswith("Your answer says what `wc -l *.py` showed, but you did not run wc (or it failed).")
     # what the policy denied (read from the history by the node: a denied call never reaches PostToolUse)
     [claim] = await checks.failures("7 lines (checked: `wc -l *.py` prints 7).", denied=frozenset({"wc"}))
-    assert claim.startswith("Your answer says what `wc -l *.py` showed, but wc is denied here and never ran. Do not "
-                            "claim it")  # (told to run it, the 1.5B tried "wc," five times)
+    assert claim.startswith(
+        "Your answer says what `wc -l *.py` showed, but wc is denied here and never ran. Do not claim it"
+    )  # (told to run it, the 1.5B tried "wc," five times)
     [claim] = await checks.failures("7 lines (checked: `grep -c . *.py` prints 7).")
     assert claim.startswith("Your answer says what `grep -c . *.py` showed, but you did not run grep (or it failed).")
     assert await checks.failures("7 lines (checked: `python3 count.py` prints 7, `tail -1` gives 7).") == []
@@ -472,8 +569,9 @@ async def test_a_claimed_output_is_what_the_command_printed(tmp_path):
     (tmp_path / "f.py").write_text("import sys\n\ndef f(n):\n    return n * 2 - 2\n")
     checks = WorkChecks(tmp_path)
     await checks.on_prompt({"prompt": "f.py 里的 f(5) 返回多少？"})
-    await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": "python3 f.py 5"},
-                          "tool_response": {"content": "(no output)"}})
+    await checks.on_tool(
+        {"tool_name": "Bash", "tool_input": {"command": "python3 f.py 5"}, "tool_response": {"content": "(no output)"}}
+    )
     [call, claim] = await checks.failures("f(5) 返回 8（检查：`python3 f.py 5` 返回 8）。")
     assert claim.startswith("Your answer says `python3 f.py 5` gave 8, but it printed '(no output)'.")
     # `python3 f.py 5` never called f: the harness made the call, so the value is seen now, not the claim
@@ -481,20 +579,31 @@ async def test_a_claimed_output_is_what_the_command_printed(tmp_path):
     assert call.endswith("Exit code 0; it printed:\n8\nUse what it printed.")
     [claim] = await checks.failures("f(5) 返回 8（检查：`python3 f.py 5` 返回 8）。")
     assert claim.startswith("Your answer says `python3 f.py 5` gave 8, but it printed '(no output)'.")
-    await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": "python3 -c 'from f import f; print(f(5))'"},
-                          "tool_response": {"content": "8"}})
+    await checks.on_tool(
+        {
+            "tool_name": "Bash",
+            "tool_input": {"command": "python3 -c 'from f import f; print(f(5))'"},
+            "tool_response": {"content": "8"},
+        }
+    )
     assert await checks.failures("f(5) 返回 8（`python3 -c 'from f import f; print(f(5))'` 打印 8）。") == []
-    await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": "du -sh ."}, "tool_response": {"content": "56K\t."}})
+    await checks.on_tool(
+        {"tool_name": "Bash", "tool_input": {"command": "du -sh ."}, "tool_response": {"content": "56K\t."}}
+    )
     assert await checks.failures("f(5) 返回 8；`du -sh .` 显示 56K。") == []  # a number with its unit is the number
-    assert (await checks.failures("f(5) 返回 8；`du -sh .` 显示 5。"))[0].startswith("Your answer says `du -sh .` gave 5")
+    assert (await checks.failures("f(5) 返回 8；`du -sh .` 显示 5。"))[0].startswith(
+        "Your answer says `du -sh .` gave 5"
+    )
 
 
 async def test_a_sum_in_the_answer_is_right_and_adds_no_total_to_its_parts(tmp_path):
     checks = WorkChecks(tmp_path)
     await checks.on_prompt({"prompt": "Count the lines of the .py files and report the total."})
     [twice] = await checks.failures("The total is 20 + 5 + 25 = 50.")  # wc's total line added to its parts
-    assert twice == ("Your answer adds 20 + 5 + 25 = 50, but 25 is already the sum of the other numbers (a total line "
-                     "counted as a part), so the total is 25. Fix what you wrote and your answer.")
+    assert twice == (
+        "Your answer adds 20 + 5 + 25 = 50, but 25 is already the sum of the other numbers (a total line "
+        "counted as a part), so the total is 25. Fix what you wrote and your answer."
+    )
     [wrong] = await checks.failures("The total is 12.5 + 4 = 17.")
     assert wrong == "Your answer says 12.5 + 4 = 17, but that sum is 16.5. Fix what you wrote and your answer."
     assert await checks.failures("The total is 20 + 5 = 25; 5 + 5 = 10.") == []
@@ -506,27 +615,45 @@ async def test_a_failed_conversion_of_a_csv_column_name_is_called_a_header(tmp_p
     await checks.on_prompt({"prompt": "Add up the amount column of orders.csv."})
     command = "python3 -c \"import csv; print(sum(float(r[2]) for r in csv.reader(open('orders.csv'))))\""
     error = "Traceback (most recent call last):\nValueError: could not convert string to float: 'amount'\nExit code: 1"
-    out = await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": command},
-                                "tool_response": {"content": error, "is_error": True}})
+    out = await checks.on_tool(
+        {"tool_name": "Bash", "tool_input": {"command": command}, "tool_response": {"content": error, "is_error": True}}
+    )
     assert out["hookSpecificOutput"]["additionalContext"] == (
         "Note: 'amount' is a column name: line 1 of orders.csv is its header (id,name,amount). Skip that line "
-        "(next(reader) first, or csv.DictReader), then convert the values.")
-    out = await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": command}, "tool_response": {
-        "content": "ValueError: could not convert string to float: '2,50'", "is_error": True}})
+        "(next(reader) first, or csv.DictReader), then convert the values."
+    )
+    out = await checks.on_tool(
+        {
+            "tool_name": "Bash",
+            "tool_input": {"command": command},
+            "tool_response": {"content": "ValueError: could not convert string to float: '2,50'", "is_error": True},
+        }
+    )
     assert out is None  # a value that is no column name: nothing to say
 
 
 async def test_an_indentation_error_shows_the_lines_with_their_leading_spaces(tmp_path):
-    (tmp_path / "stats.py").write_text("def total(rows):\n    result = 0\n    for v in rows:\n        result += v\n"
-                                       "      return result\n\n\nprint(total([1]))\n")
+    (tmp_path / "stats.py").write_text(
+        "def total(rows):\n    result = 0\n    for v in rows:\n        result += v\n"
+        "      return result\n\n\nprint(total([1]))\n"
+    )
     checks = WorkChecks(tmp_path)
     await checks.on_prompt({"prompt": "python3 stats.py fails with a syntax error. Fix it so the script runs."})
-    shown = ("Note: stats.py around line 5, each leading space shown as ·:\n   1| def total(rows):\n   2| ····result = 0"
-             "\n   3| ····for v in rows:\n   4| ········result += v\n   5| ······return result\n   6| ")
-    error = ('  File "stats.py", line 5\n    return result\n                 ^\nIndentationError: unindent does not match '
-             'any outer indentation level\nExit code: 1')
-    out = await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": "python3 stats.py"},
-                                "tool_response": {"content": error, "is_error": True}})
+    shown = (
+        "Note: stats.py around line 5, each leading space shown as ·:\n   1| def total(rows):\n   2| ····result = 0"
+        "\n   3| ····for v in rows:\n   4| ········result += v\n   5| ······return result\n   6| "
+    )
+    error = (
+        '  File "stats.py", line 5\n    return result\n                 ^\nIndentationError: unindent does not match '
+        "any outer indentation level\nExit code: 1"
+    )
+    out = await checks.on_tool(
+        {
+            "tool_name": "Bash",
+            "tool_input": {"command": "python3 stats.py"},
+            "tool_response": {"content": error, "is_error": True},
+        }
+    )
     assert out["hookSpecificOutput"]["additionalContext"] == shown
     (tmp_path / "stats.py").write_text((tmp_path / "stats.py").read_text() + "\n")  # a change that fixes nothing
     failures = await checks.failures("Fixed.")  # run again by the check: the same lines come with its output
@@ -537,14 +664,16 @@ async def test_lines_asked_without_duplicates_keeping_their_order_are_not_sent_t
     """Which order a task wants is in its words; the checks do not guess it (sort -u reordered what was asked kept)."""
     (tmp_path / "hosts.txt").write_text("b.internal\na.internal\nb.internal\n")
     checks = WorkChecks(tmp_path)
-    await checks.on_prompt({"prompt": "Write the lines of hosts.txt to unique_hosts.txt with duplicates removed, "
-                                      "keeping their order."})
+    await checks.on_prompt(
+        {"prompt": "Write the lines of hosts.txt to unique_hosts.txt with duplicates removed, keeping their order."}
+    )
     (tmp_path / "unique_hosts.txt").write_text("b.internal\na.internal\n")
 
     class Ctx:
         answer = "Done: 2 lines in unique_hosts.txt."
 
         history = []
+
     assert await checks.failures("Done: 2 lines in unique_hosts.txt.") == []
     assert await checks.run(Ctx()) == Proceed()
     (tmp_path / "unique_hosts.txt").write_text("b.internal\na.internal\nb.internal\n")
@@ -566,9 +695,11 @@ async def test_placeholders_in_written_files_are_sent_back(tmp_path):
     await checks.on_prompt({"prompt": "Add a function f to orders.py"})
     (tmp_path / "orders.py").write_text("def f(rows):\n    # Your implementation here\n    pass\n")
     (tmp_path / "old.py").write_text("def g():\n    pass  # your code here\n\n\nX = 1\n")
-    assert await checks.failures("done") == ["orders.py contains the stub 'Your implementation here' instead of real "
-                                             "code. Write the code, or remove what you added if the task does not need "
-                                             "it."]  # (old.py's stub was there before the run)
+    assert await checks.failures("done") == [
+        "orders.py contains the stub 'Your implementation here' instead of real "
+        "code. Write the code, or remove what you added if the task does not need "
+        "it."
+    ]  # (old.py's stub was there before the run)
 
 
 # ---------------------------------------------------------------- profile selection
@@ -588,13 +719,34 @@ def test_profile_selection_by_provider_and_model_name():
 def test_cli_profile_flag_and_automatic_choice(tmp_path):
     exe = Path(sys.executable).parent / "drivetrain"
     for flag, expect_choice in ((["--profile", "small"], True), ([], False)):
-        with ScriptedServer([reply("Look.\n```bash\necho hi\n```") if flag else reply("hi"),
-                             *([reply("DONE: hi")] if flag else [])]) as server:
-            env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "DRIVETRAIN_HOME": str(tmp_path / "home"),
-                   "ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_API_KEY": "k"}
-            proc = subprocess.run([str(exe), "-p", "say hi", "--output-format", "json", "--permission-mode",
-                                   "bypassPermissions", "--verbose", *flag], cwd=tmp_path, env=env, capture_output=True, text=True,
-                                  timeout=60)
+        with ScriptedServer(
+            [reply("Look.\n```bash\necho hi\n```") if flag else reply("hi"), *([reply("DONE: hi")] if flag else [])]
+        ) as server:
+            env = {
+                "PATH": "/usr/bin:/bin",
+                "HOME": str(tmp_path),
+                "DRIVETRAIN_HOME": str(tmp_path / "home"),
+                "ANTHROPIC_BASE_URL": server.url,
+                "ANTHROPIC_API_KEY": "k",
+            }
+            proc = subprocess.run(
+                [
+                    str(exe),
+                    "-p",
+                    "say hi",
+                    "--output-format",
+                    "json",
+                    "--permission-mode",
+                    "bypassPermissions",
+                    "--verbose",
+                    *flag,
+                ],
+                cwd=tmp_path,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
             assert proc.returncode == 0, proc.stderr
             first = server.requests[0].body
         assert json.loads(proc.stdout)["result"] == "hi"
@@ -626,8 +778,10 @@ def test_long_outputs_are_clipped_and_old_rounds_stubbed_a_few_rounds_at_a_time(
     def history(n, size):
         out = [Message.user("go")]
         for k in range(n):
-            out += [Message("assistant", (ToolUseBlock(f"t{k}", "Bash", {"command": f"c{k}"}),)),
-                    Message("user", (ToolResultBlock(f"t{k}", f"r{k}:" + "x" * size),))]
+            out += [
+                Message("assistant", (ToolUseBlock(f"t{k}", "Bash", {"command": f"c{k}"}),)),
+                Message("user", (ToolResultBlock(f"t{k}", f"r{k}:" + "x" * size),)),
+            ]
         return out
 
     one = shorten_outputs(history(1, 10_000))[2].content[0].text
@@ -660,10 +814,14 @@ def test_describe_says_which_lines_changed_which_files_came_and_went_and_when_an
 
 
 async def test_the_model_sees_what_its_command_changed_and_that_a_wrong_edit_changed_nothing(tmp_path):
-    (tmp_path / "shipping.py").write_text("def parse(rows):\n    return rows\n\n\ndef largest(xs):\n    return min(xs)\n")
-    steps = [reply("Fix line 4.\n```bash\nsed -i '4s/min(xs)/max(xs)/' shipping.py\n```"),
-             reply("Fix line 6.\n```bash\nsed -i '6s/min(xs)/max(xs)/' shipping.py\n```"),
-             reply("DONE: fixed calc.py")]
+    (tmp_path / "shipping.py").write_text(
+        "def parse(rows):\n    return rows\n\n\ndef largest(xs):\n    return min(xs)\n"
+    )
+    steps = [
+        reply("Fix line 4.\n```bash\nsed -i '4s/min(xs)/max(xs)/' shipping.py\n```"),
+        reply("Fix line 6.\n```bash\nsed -i '6s/min(xs)/max(xs)/' shipping.py\n```"),
+        reply("DONE: fixed calc.py"),
+    ]
     with ScriptedServer(steps) as server:
         await small_agent(server, tmp_path, profile=SMALL.without("checks")).run("Make largest return the largest.")
     assert texts(server.requests[1].body)[-1].endswith("No file changed.")
@@ -675,8 +833,10 @@ async def test_the_model_sees_what_its_command_changed_and_that_a_wrong_edit_cha
 
 async def test_a_python_block_redefining_a_files_function_changes_that_file(tmp_path):
     (tmp_path / "reports.py").write_text("def largest(xs):\n    return min(xs)\n")
-    steps = [reply("Correct largest.\n```python\n# Corrected largest function\ndef largest(xs):\n    return max(xs)\n```"),
-             reply("DONE: fixed calc.py")]
+    steps = [
+        reply("Correct largest.\n```python\n# Corrected largest function\ndef largest(xs):\n    return max(xs)\n```"),
+        reply("DONE: fixed calc.py"),
+    ]
     with ScriptedServer(steps) as server:
         result = await small_agent(server, tmp_path, profile=SMALL.without("checks")).run("Fix largest.")
     [use] = tool_uses(result)
@@ -695,8 +855,9 @@ async def test_a_rename_must_leave_no_old_name_behind(tmp_path):
     await checks.on_prompt({"prompt": "把函数 compute_ticket 全部改名为 format_product。"})  # read from the run
     (tmp_path / "a.py").write_text("def format_product():\n    return 1\n")
     [failure] = await checks.failures("Renamed it.")
-    assert failure.startswith("You renamed compute_ticket to format_product, but compute_ticket still occurs at b.py:1, "
-                              "b.py:2.")
+    assert failure.startswith(
+        "You renamed compute_ticket to format_product, but compute_ticket still occurs at b.py:1, b.py:2."
+    )
     assert "```bash\nperl -pi -e 's/\\bcompute_ticket\\b/format_product/g' b.py\n```" in failure
     (tmp_path / "b.py").write_text("from a import format_product\nprint(format_product())\n")
     assert await checks.failures("Renamed it in a.py and b.py.") == []
@@ -713,7 +874,9 @@ async def test_a_rename_of_another_name_than_the_task_names_is_not_finished_for_
     assert not any("still occurs" in f for f in failures)  # not finished for it, but said to be the wrong one:
     assert any(f.startswith("You renamed report to summarize_order, but the task does not name it") for f in failures)
     (tmp_path / "main.py").write_text("from notify import report\nprint(report([1]))\n")
-    (tmp_path / "notify.py").write_text("def summarize_order(x):\n    return x\n\n\ndef report(rows):\n    return rows\n")
+    (tmp_path / "notify.py").write_text(
+        "def summarize_order(x):\n    return x\n\n\ndef report(rows):\n    return rows\n"
+    )
     (tmp_path / "main.py").write_text("from notify import report\nprint(report([1]))\nprint(merge_note(2))\n")
     [failure] = [f for f in await checks.failures("改好了。") if f.startswith("You renamed")]
     assert failure.startswith("You renamed merge_note to summarize_order, but merge_note still occurs at main.py:3")
@@ -723,14 +886,18 @@ async def test_a_half_done_rename_is_sent_back_with_the_command_that_finishes_it
     (tmp_path / "a.py").write_text("def compute_ticket():\n    return 1\n")
     (tmp_path / "b.py").write_text("from a import compute_ticket\nprint(compute_ticket())\n")
     sed = "perl -pi -e 's/\\bcompute_ticket\\b/format_product/g' b.py"
-    steps = [reply("Rename the definition.\n```bash\nsed -i 's/compute_ticket/format_product/' a.py\n```"),
-             reply("DONE: renamed"),
-             reply(f"Finish it.\n```bash\n{sed}\n```"),  # what the grammar allows, locally
-             reply("DONE: renamed in a.py and b.py")]
+    steps = [
+        reply("Rename the definition.\n```bash\nsed -i 's/compute_ticket/format_product/' a.py\n```"),
+        reply("DONE: renamed"),
+        reply(f"Finish it.\n```bash\n{sed}\n```"),  # what the grammar allows, locally
+        reply("DONE: renamed in a.py and b.py"),
+    ]
     with ScriptedServer(steps) as server:
         agent = small_agent(server, tmp_path, record=True)
         result = await agent.run("Rename the function compute_ticket to format_product everywhere.")
-    assert texts(server.requests[2].body)[-1].endswith(f"This changes every one of them:\n```bash\n{sed}\n```\nThen check again.")
+    assert texts(server.requests[2].body)[-1].endswith(
+        f"This changes every one of them:\n```bash\n{sed}\n```\nThen check again."
+    )
     assert result.subtype == "success" and "compute_ticket" not in (tmp_path / "b.py").read_text()
 
 
@@ -759,12 +926,14 @@ async def test_a_named_file_a_read_rule_denies_is_not_shown(tmp_path):
     (tmp_path / "secrets.json").write_text('{"token": "abc123"}\n')
     (tmp_path / "notes.txt").write_text("hello\n")
     env = {"DRIVETRAIN_HOME": str(tmp_path / "home")}
-    policy = Policy.load(tmp_path, mode="acceptEdits", disallowed_tools=["Read(secrets.json)"], interactive=False,
-                         env=env)
+    policy = Policy.load(
+        tmp_path, mode="acceptEdits", disallowed_tools=["Read(secrets.json)"], interactive=False, env=env
+    )
     hooks = Hooks()
-    readable = lambda path: policy.decide("Read", {"file_path": path}, tmp_path).behavior == "allow"  # noqa: E731
-    model = AnthropicModel.from_env("claude-sonnet-4-6", {"ANTHROPIC_BASE_URL": "http://127.0.0.1:9",
-                                                           "ANTHROPIC_API_KEY": "k"})  # never asked here
+    readable = lambda path: policy.decide("Read", {"file_path": path}, tmp_path).behavior == "allow"
+    model = AnthropicModel.from_env(
+        "claude-sonnet-4-6", {"ANTHROPIC_BASE_URL": "http://127.0.0.1:9", "ANTHROPIC_API_KEY": "k"}
+    )  # never asked here
     equip(SMALL, model, builtin_tools(), hooks, tmp_path, readable=readable)
     out = await hooks.run("UserPromptSubmit", {"prompt": "Copy the token of secrets.json into notes.txt."})
     context = "\n".join(out.additional_context)
@@ -777,7 +946,9 @@ async def test_a_cited_path_line_must_exist_and_mention_what_was_asked(tmp_path)
     checks = WorkChecks(tmp_path)
     await checks.on_prompt({"prompt": "Which file and line define the function fetch_account? Answer as path:line."})
     assert "cites none" in (await checks.failures("It is defined in accounts."))[0]
-    assert "that line is 'import os', which does not mention fetch_account" in (await checks.failures("accounts.py:1"))[0]
+    assert (
+        "that line is 'import os', which does not mention fetch_account" in (await checks.failures("accounts.py:1"))[0]
+    )
     assert "accounts.py has 5 lines" in (await checks.failures("accounts.py:150"))[0]
     assert "there is no file notify.py" in (await checks.failures("notify.py:12"))[0]
     assert await checks.failures("fetch_account is defined at accounts.py:4") == []
@@ -798,10 +969,14 @@ async def test_a_command_the_task_names_is_run_again_or_asked_for_once_the_run_c
     (tmp_path / "report.py").write_text("def total(rows)\n    return 1\n")
     checks = WorkChecks(tmp_path)
     await checks.on_prompt({"prompt": "python3 report.py fails with a syntax error. Fix it so the script runs."})
-    assert await checks.failures("fixed report.py") == []  # nothing changed: it may have been a question about the failure
+    assert (
+        await checks.failures("fixed report.py") == []
+    )  # nothing changed: it may have been a question about the failure
     (tmp_path / "report.py").write_text("def total(rows)\n    return 2\n")  # a change, still broken
-    assert ("The task names `python3 report.py`, and you have not run it. Run it to check that it works."
-            in await checks.failures("fixed"))
+    assert (
+        "The task names `python3 report.py`, and you have not run it. Run it to check that it works."
+        in await checks.failures("fixed")
+    )
     await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": "python report.py"}, "tool_response": {}})
     [failure] = [f for f in await checks.failures("fixed") if "report.py" in f]
     assert failure.startswith("`python3 report.py` fails now (exit code 1)") and "SyntaxError" in failure
@@ -813,8 +988,9 @@ async def test_a_test_run_chained_after_an_edit_is_run_again_without_the_edit(tm
     (tmp_path / "test_x.py").write_text("import pathlib\nassert pathlib.Path('log').read_text().count('+') <= 1\n")
     checks = WorkChecks(tmp_path)
     await checks.on_prompt({"prompt": "make the test pass"})
-    await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": "echo + >> log && python3 test_x.py"},
-                          "tool_response": {}})
+    await checks.on_tool(
+        {"tool_name": "Bash", "tool_input": {"command": "echo + >> log && python3 test_x.py"}, "tool_response": {}}
+    )
     (tmp_path / "log").write_text("+\n")
     assert await checks.failures("done: test_x.py passes") == []  # the append is not run a second time
 
@@ -827,15 +1003,22 @@ async def test_a_list_of_path_line_must_hold_only_path_line(tmp_path):
     [failure] = await checks.failures("done")
     assert "Each line of todo.txt should be just path:line" in failure and "'a.py:1:x = 1  # TODO: y'" in failure
     assert failure.endswith("```bash\ngrep -rn PATTERN . | cut -d: -f1,2 > todo.txt\n```")  # no search seen yet
-    await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": "grep -n TODO *.py"},
-                          "tool_response": {"content": "a.py:1:x = 1  # TODO: y"}})
+    await checks.on_tool(
+        {
+            "tool_name": "Bash",
+            "tool_input": {"command": "grep -n TODO *.py"},
+            "tool_response": {"content": "a.py:1:x = 1  # TODO: y"},
+        }
+    )
     [failure] = await checks.failures("done")
     # the model's own search, not reading the list as it is written
     assert failure.endswith("```bash\ngrep --exclude=todo.txt -n TODO *.py | cut -d: -f1,2 > todo.txt\n```")
     (tmp_path / "todo.txt").unlink()
     [failure] = await checks.failures("done")  # missing, and the answer cites nothing: the search writes it
-    assert failure.endswith("Your search found them; this writes them as path:line:\n```bash\ngrep --exclude=todo.txt "
-                            "-n TODO *.py | cut -d: -f1,2 > todo.txt\n```")
+    assert failure.endswith(
+        "Your search found them; this writes them as path:line:\n```bash\ngrep --exclude=todo.txt "
+        "-n TODO *.py | cut -d: -f1,2 > todo.txt\n```"
+    )
     (tmp_path / "b.py").write_text("# TODO: z\n")
     [failure] = await checks.failures("The TODOs are at a.py:1 and b.py:1.")
     assert failure.endswith("```bash\nprintf '%s\\n' a.py:1 b.py:1 > todo.txt\n```")
@@ -845,9 +1028,11 @@ async def test_a_list_of_path_line_must_hold_only_path_line(tmp_path):
 
 async def test_an_answer_that_only_lacks_the_value_is_asked_for_again_without_forcing_a_command(tmp_path):
     (tmp_path / "a.py").write_text("x = 1\ny = 2\n")
-    steps = [reply("Write it.\n```bash\nwc -l < a.py > total.txt\n```"),
-             reply("DONE: I wrote the total to total.txt."),
-             reply("DONE: The total is 2, in total.txt.")]
+    steps = [
+        reply("Write it.\n```bash\nwc -l < a.py > total.txt\n```"),
+        reply("DONE: I wrote the total to total.txt."),
+        reply("DONE: The total is 2, in total.txt."),
+    ]
     with ScriptedServer(steps) as server:
         agent = small_agent(server, tmp_path, record=True)
         result = await agent.run("Count the lines of a.py, write the total to total.txt and tell me")
@@ -859,7 +1044,10 @@ async def test_an_answer_that_only_lacks_the_value_is_asked_for_again_without_fo
 async def test_a_question_that_must_change_nothing_is_not_told_nothing_changed(tmp_path):
     (tmp_path / "config.ini").write_text("[server]\nport = 8080\n")
     checks = WorkChecks(tmp_path)
-    for prompt in ("What port does config.ini set? Do not change anything.", "config.ini 设置的端口是多少？不要修改任何文件。"):
+    for prompt in (
+        "What port does config.ini set? Do not change anything.",
+        "config.ini 设置的端口是多少？不要修改任何文件。",
+    ):
         await checks.on_prompt({"prompt": prompt})
         assert await checks.failures("8080") == []
 
@@ -870,8 +1058,9 @@ async def test_a_block_that_does_nothing_makes_its_line_the_answer(tmp_path):
     (tmp_path / "scheduler.py").write_text("import os\n\n\ndef render_payment(values):\n    return values\n")
     steps = [reply("scheduler.py:4:def render_payment(values):\n```python\n# Your code here\n```")]
     with ScriptedServer(steps) as server:
-        result = await small_agent(server, tmp_path).run("Question: where is render_payment defined?\n"
-                                                          "Answer format: path:line")
+        result = await small_agent(server, tmp_path).run(
+            "Question: where is render_payment defined?\nAnswer format: path:line"
+        )
     assert tool_uses(result) == [] and result.num_turns == 1
     assert (result.subtype, result.result) == ("success", "scheduler.py:4:def render_payment(values):")
     assert does_nothing("\n# a comment\n  pass\n...\n") and not does_nothing("# show it\nprint(1)")
@@ -883,12 +1072,20 @@ async def test_a_program_the_policy_denies_leaves_the_grammar(tmp_path):
     (tmp_path / "a.py").write_text("x = 1\n")
     env = {"DRIVETRAIN_HOME": str(tmp_path / "home")}
     policy = Policy.load(tmp_path, mode="acceptEdits", disallowed_tools=["Bash(wc:*)"], interactive=False, env=env)
-    steps = [reply("Count.\n```bash\nwc -l a.py\n```"), reply("Count.\n```python\nprint(len(open('a.py').readlines()))\n```"),
-             reply("DONE: 1")]
+    steps = [
+        reply("Count.\n```bash\nwc -l a.py\n```"),
+        reply("Count.\n```python\nprint(len(open('a.py').readlines()))\n```"),
+        reply("DONE: 1"),
+    ]
     with ScriptedServer(steps) as server:
         inner = Recording(anthropic(server))
-        agent = Agent(model=CodeActionModel(inner), tools=[t for t in builtin_tools() if t.name == "Bash"],
-                      cwd=tmp_path, profile=SMALL, policy=policy)
+        agent = Agent(
+            model=CodeActionModel(inner),
+            tools=[t for t in builtin_tools() if t.name == "Bash"],
+            cwd=tmp_path,
+            profile=SMALL,
+            policy=policy,
+        )
         await agent.run("How many lines has a.py?")
     first, second, third = (r.grammar for r in inner.requests)
     wc = re.compile(r'"w" bash-body-f\d+')  # the automaton's step on the w of wc
@@ -903,32 +1100,47 @@ async def test_a_claim_about_a_denied_command_and_an_answer_sent_back_after_the_
 
     (tmp_path / "a.py").write_text("x = 1\ny = 2\n")
     env = {"DRIVETRAIN_HOME": str(tmp_path / "home")}
-    policy = Policy.load(tmp_path, mode="bypassPermissions", disallowed_tools=["Bash(wc:*)"], interactive=False, env=env)
-    steps = [reply("Count.\n```bash\nwc -l a.py\n```"),
-             reply("Count.\n```python\nprint(len(open('a.py').readlines()))\n```"),
-             reply("DONE: 2 lines (checked: `wc -l a.py` prints 2)."),  # total.txt missing, wc never ran
-             reply("Write it.\n```text total.txt\n3\n```"),
-             reply("DONE: 2 lines."),  # total.txt says 3
-             reply("Write it.\n```text total.txt\n2\n```"),
-             reply("DONE: total.txt written."),  # no value: the work is done, the answer is not
-             reply("DONE: a.py has 2 lines; total.txt holds 2.")]
+    policy = Policy.load(
+        tmp_path, mode="bypassPermissions", disallowed_tools=["Bash(wc:*)"], interactive=False, env=env
+    )
+    steps = [
+        reply("Count.\n```bash\nwc -l a.py\n```"),
+        reply("Count.\n```python\nprint(len(open('a.py').readlines()))\n```"),
+        reply("DONE: 2 lines (checked: `wc -l a.py` prints 2)."),  # total.txt missing, wc never ran
+        reply("Write it.\n```text total.txt\n3\n```"),
+        reply("DONE: 2 lines."),  # total.txt says 3
+        reply("Write it.\n```text total.txt\n2\n```"),
+        reply("DONE: total.txt written."),  # no value: the work is done, the answer is not
+        reply("DONE: a.py has 2 lines; total.txt holds 2."),
+    ]
     with ScriptedServer(steps) as server:
-        agent = Agent(model=Recording(CodeActionModel(anthropic(server), tmp_path)), tools=builtin_tools(),
-                      cwd=tmp_path, profile=SMALL, policy=policy)
+        agent = Agent(
+            model=Recording(CodeActionModel(anthropic(server), tmp_path)),
+            tools=builtin_tools(),
+            cwd=tmp_path,
+            profile=SMALL,
+            policy=policy,
+        )
         result = await agent.run("Count the lines of a.py, write the total to total.txt and report it.")
     sent = [texts(r.body)[-1] for r in server.requests[3:8:2]]
     assert "Your answer says what `wc -l a.py` showed, but wc is denied here and never ran." in sent[0]
     assert "You wrote 3 to total.txt, but your answer says 2" in sent[1]
-    assert "Your answer does not give the value you wrote to total.txt (2). Answer again, with the value.\n\nWhat this run " \
+    assert (
+        "Your answer does not give the value you wrote to total.txt (2). Answer again, with the value.\n\nWhat this run "
         "did (as the harness saw it):\n- created total.txt, which now holds: '2'" in sent[2]
-    assert [r.tool_choice for r in agent.model.requests][3:8:2] == [None, None, "none"]  # the last: answer only, no tools
+    )
+    assert [r.tool_choice for r in agent.model.requests][3:8:2] == [
+        None,
+        None,
+        "none",
+    ]  # the last: answer only, no tools
     assert (result.subtype, result.result) == ("success", "a.py has 2 lines; total.txt holds 2.")
     assert (tmp_path / "total.txt").read_text() == "2\n"  # a text block is the whole file (merged, it held "3\n2")
 
 
 def test_the_denied_programs_come_from_the_policys_own_messages():
-    from drivetrain.messages import Message, ToolResultBlock
     from drivetrain.control.permissions import Policy
+    from drivetrain.messages import Message, ToolResultBlock
 
     policy = Policy.load(".", mode="acceptEdits", disallowed_tools=["Bash(rm -rf:*)"], interactive=False, env={})
     said = [policy.decide("Bash", {"command": c}, ".").reason for c in ("rm -rf build", "curl -s x", "cat /etc/hosts")]
@@ -941,8 +1153,10 @@ async def test_a_fix_written_to_a_new_file_is_sent_back_to_the_file_that_defines
     checks = WorkChecks(tmp_path)
     await checks.on_prompt({"prompt": "countdown in catalog.py is off by one. Please fix it."})
     (tmp_path / "countdown.py").write_text("def countdown(n):\n    return list(range(n, 0, -1))\n")
-    assert any(f.startswith("You created countdown.py, but countdown is defined in catalog.py")
-               for f in await checks.failures("Fixed."))
+    assert any(
+        f.startswith("You created countdown.py, but countdown is defined in catalog.py")
+        for f in await checks.failures("Fixed.")
+    )
     (tmp_path / "countdown.py").unlink()
     (tmp_path / "helpers.py").write_text("def other():\n    return 1\n")  # a new file of its own: fine
     assert not any("You created" in f for f in await checks.failures("Fixed."))
@@ -956,8 +1170,10 @@ async def test_a_changed_file_that_no_longer_parses_is_sent_back_with_where(tmp_
     (tmp_path / "config.json").write_text('{\n  "theme": "solarized"\n  "debug": false\n}\n')
     (tmp_path / "old.py").write_text("def f(:\n    pass\n")
     failures = await checks.failures("Changed it.")
-    assert any(f.startswith("config.json no longer parses after your change: Expecting ',' delimiter at line 3")
-               for f in failures)
+    assert any(
+        f.startswith("config.json no longer parses after your change: Expecting ',' delimiter at line 3")
+        for f in failures
+    )
     assert not any("old.py" in f for f in failures)
     (tmp_path / "config.json").write_text('{\n  "theme": "solarized",\n  "debug": false\n}\n')
     assert not any("parses" in f for f in await checks.failures("Changed it."))
@@ -967,12 +1183,22 @@ async def test_a_script_that_only_defined_the_asked_for_module_is_offered_as_its
     checks = WorkChecks(tmp_path, file_blocks=True)
     await checks.on_prompt({"prompt": "Create textutils.py with a function digit_sum(n)."})
     code = "def digit_sum(n):\n    return sum(int(d) for d in str(n))"
-    await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": f"python3 - <<'PY'\n{code}\nPY"},
-                          "tool_response": {"content": "(no output)"}})
+    await checks.on_tool(
+        {
+            "tool_name": "Bash",
+            "tool_input": {"command": f"python3 - <<'PY'\n{code}\nPY"},
+            "tool_response": {"content": "(no output)"},
+        }
+    )
     [missing] = await checks.failures("Created textutils.py.")
     assert missing.endswith(f"This writes it:\n```python textutils.py\n{code}\n```")
-    await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": f"python3 - <<'PY'\n{code}\nprint(digit_sum(12))\nPY"},
-                          "tool_response": {"content": "3"}})
+    await checks.on_tool(
+        {
+            "tool_name": "Bash",
+            "tool_input": {"command": f"python3 - <<'PY'\n{code}\nprint(digit_sum(12))\nPY"},
+            "tool_response": {"content": "3"},
+        }
+    )
     assert "This writes it" not in (await checks.failures("Created textutils.py."))[0]  # it ran something: no
 
 
@@ -982,14 +1208,24 @@ async def test_the_hint_for_a_missing_value_file_is_a_command_unless_the_model_w
         await checks.on_prompt({"prompt": "Count the lines, write the total to total.txt and report it."})
         [missing] = await checks.failures("The total is 18. I wrote 18 to total.txt.")
         assert missing.endswith("Create it with the right content.")  # no command printed 18: a guess, not handed
-        await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": "wc -l *.py"},
-                              "tool_response": {"content": "  7 a.py\n 11 b.py\n 18 total"}})
+        await checks.on_tool(
+            {
+                "tool_name": "Bash",
+                "tool_input": {"command": "wc -l *.py"},
+                "tool_response": {"content": "  7 a.py\n 11 b.py\n 18 total"},
+            }
+        )
         [missing] = await checks.failures("The total is 18. I wrote 18 to total.txt.")
         assert missing.endswith(f"this writes it:\n{hint}")
     failures = await checks.failures("The total is 18 (a.py:7, b.py:11). I wrote 18 to total.txt.")
     assert failures[0].endswith("this writes it:\n```text total.txt\n18\n```")  # the per-file parts are not the value
-    await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": "find . -name '*.md'"},
-                          "tool_response": {"content": "./a.md\n./docs/b.md"}})
+    await checks.on_tool(
+        {
+            "tool_name": "Bash",
+            "tool_input": {"command": "find . -name '*.md'"},
+            "tool_response": {"content": "./a.md\n./docs/b.md"},
+        }
+    )
     [missing] = await checks.failures("There are 2 .md files.")  # as many as the lines it was shown: counted
     assert missing.endswith("this writes it:\n```text total.txt\n2\n```")
 
@@ -999,8 +1235,10 @@ def test_a_run_saved_with_calls_a_turn_had_to_choose_from_still_loads():
     run resumes, without them."""
     from drivetrain.loop.state import CallModel, state_from_json, state_to_json
 
-    for old in ({"type": "CallModel", "tool_choice": "any", "must_write": ["total.txt"]},
-                {"type": "CallModel", "tool_choice": "any", "must_call": [["Bash", {"command": "ls"}]]}):
+    for old in (
+        {"type": "CallModel", "tool_choice": "any", "must_write": ["total.txt"]},
+        {"type": "CallModel", "tool_choice": "any", "must_call": [["Bash", {"command": "ls"}]]},
+    ):
         assert state_from_json(old) == CallModel(tool_choice="any")
     assert state_from_json(state_to_json(CallModel(tool_choice="none"))) == CallModel(tool_choice="none")
 
@@ -1009,14 +1247,25 @@ async def test_a_quoted_output_is_compared_with_what_the_command_prints(tmp_path
     (tmp_path / "greet.py").write_text('print("Hello, Ada")\n')
     checks = WorkChecks(tmp_path)
     await checks.on_prompt({"prompt": '让 greet.py 输出 "Hello, Ada."，一个字符都不能差。'})
-    await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": "cat greet.py"},
-                          "tool_response": {"content": 'print("Hello, Ada")'}})
+    await checks.on_tool(
+        {
+            "tool_name": "Bash",
+            "tool_input": {"command": "cat greet.py"},
+            "tool_response": {"content": 'print("Hello, Ada")'},
+        }
+    )
     (tmp_path / "greet.py").write_text('print("Hello, Ada!")\n')
-    await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": "python3 greet.py"},
-                          "tool_response": {"content": "Hello, Ada!"}})
+    await checks.on_tool(
+        {
+            "tool_name": "Bash",
+            "tool_input": {"command": "python3 greet.py"},
+            "tool_response": {"content": "Hello, Ada!"},
+        }
+    )
     assert await checks.failures("完成。") == [
         "The task asks for exactly 'Hello, Ada.', but `python3 greet.py` prints 'Hello, Ada!'. Line 1 of greet.py "
-        "prints it: `print(\"Hello, Ada!\")`. Make it print exactly that line, then run it again."]
+        'prints it: `print("Hello, Ada!")`. Make it print exactly that line, then run it again.'
+    ]
     (tmp_path / "greet.py").write_text('print("Hello, Ada.")\n')
     assert await checks.failures("完成：greet.py 现在输出 Hello, Ada.") == []
 
@@ -1026,21 +1275,29 @@ async def test_a_file_of_test_functions_run_by_a_bare_interpreter_ran_no_test(tm
     (tmp_path / "test_m.py").write_text("from m import f\n\n\ndef test_f():\n    assert f() == 2\n")
     checks = WorkChecks(tmp_path)
     await checks.on_prompt({"prompt": "让 test_m.py 通过。"})
-    out = await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": "python3 test_m.py"},
-                                "tool_response": {"content": "(no output)"}})
+    out = await checks.on_tool(
+        {
+            "tool_name": "Bash",
+            "tool_input": {"command": "python3 test_m.py"},
+            "tool_response": {"content": "(no output)"},
+        }
+    )
     assert out["hookSpecificOutput"]["additionalContext"] == (
         "Note: that ran no test. test_m.py only defines test functions, and only a test runner calls them: run "
-        "`python3 -m pytest test_m.py`.")
+        "`python3 -m pytest test_m.py`."
+    )
     assert await checks.failures("测试通过了。") == [
-        "The task is about tests, but you have not run them. Run them and make sure they pass."]
+        "The task is about tests, but you have not run them. Run them and make sure they pass."
+    ]
 
 
 async def test_a_new_prompt_leaves_the_last_prompts_calls_behind(tmp_path):
     (tmp_path / "a.py").write_text("x = 1\ny = 2\nz = 3\n")
     checks = WorkChecks(tmp_path)
     await checks.on_prompt({"prompt": "How many lines has a.py?"})
-    await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": "wc -l a.py"},
-                          "tool_response": {"content": "3 a.py"}})
+    await checks.on_tool(
+        {"tool_name": "Bash", "tool_input": {"command": "wc -l a.py"}, "tool_response": {"content": "3 a.py"}}
+    )
     assert await checks.failures("3 (`wc -l a.py` prints 3)") == []
     (tmp_path / "b.py").write_text("x = 1\n")
     await checks.on_prompt({"prompt": "And b.py?"})
@@ -1049,8 +1306,11 @@ async def test_a_new_prompt_leaves_the_last_prompts_calls_behind(tmp_path):
 
 
 def _check_calls(events):
-    return [e for e in events if type(e).__name__ in ("ToolStarted", "ToolFinished")
-            and e.call.id.startswith("drivetrain_check_")]
+    return [
+        e
+        for e in events
+        if type(e).__name__ in ("ToolStarted", "ToolFinished") and e.call.id.startswith("drivetrain_check_")
+    ]
 
 
 async def test_a_check_runs_a_test_again_as_the_harness_own_bash_call_in_the_audit_log(tmp_path):
@@ -1060,44 +1320,68 @@ async def test_a_check_runs_a_test_again_as_the_harness_own_bash_call_in_the_aud
     ws.mkdir()
     (ws / "calc.py").write_text("def add(a, b):\n    return a - b\n")
     (ws / "test_calc.py").write_text("from calc import add\nassert add(2, 2) == 4, 'add is wrong'\n")
-    steps = [reply("Fix.\n```bash\nprintf 'def add(a, b):\\n    return a + b + 1\\n' > calc.py\n"
-                   "python3 test_calc.py || true\n```"), reply("DONE: the test passes"),
-             reply("Fix.\n```bash\nprintf 'def add(a, b):\\n    return a + b\\n' > calc.py\n```"), reply("DONE: fixed calc.py")]
+    steps = [
+        reply(
+            "Fix.\n```bash\nprintf 'def add(a, b):\\n    return a + b + 1\\n' > calc.py\n"
+            "python3 test_calc.py || true\n```"
+        ),
+        reply("DONE: the test passes"),
+        reply("Fix.\n```bash\nprintf 'def add(a, b):\\n    return a + b\\n' > calc.py\n```"),
+        reply("DONE: fixed calc.py"),
+    ]
     seen = []
     audit = AuditLog.for_session("s-check", home=tmp_path / "home")
     with ScriptedServer(steps) as server:
-        await small_agent(server, ws, profile=SMALL.without("show"), observers=[seen.append, audit.observe]
-                          ).run("Fix calc.py so that test_calc.py passes.")
+        await small_agent(server, ws, profile=SMALL.without("show"), observers=[seen.append, audit.observe]).run(
+            "Fix calc.py so that test_calc.py passes."
+        )
     audit.close()
     assert "`python3 test_calc.py` fails now (exit code 1)" in texts(server.requests[2].body)[-1]
     started, finished, *_ = _check_calls(seen)
     assert started.input["command"] == "python3 test_calc.py" and finished.meta["exit_code"] == 1
     records = [json.loads(line) for line in (tmp_path / "home" / "sessions" / "s-check.jsonl").read_text().splitlines()]
     assert any(r.get("kind") == "intent" and r.get("call_id") == started.call.id for r in records)
-    assert not any(b.get("id") == started.call.id for body in (r.body for r in server.requests)
-                   for m in body["messages"] if isinstance(m["content"], list) for b in m["content"])
+    assert not any(
+        b.get("id") == started.call.id
+        for body in (r.body for r in server.requests)
+        for m in body["messages"]
+        if isinstance(m["content"], list)
+        for b in m["content"]
+    )
 
 
-@pytest.mark.skipif(shutil.which("bwrap") is None and not os.environ.get("DRIVETRAIN_NO_SKIP"),
-                    reason="bubblewrap is not installed")
+@pytest.mark.skipif(
+    shutil.which("bwrap") is None and not os.environ.get("DRIVETRAIN_NO_SKIP"), reason="bubblewrap is not installed"
+)
 async def test_a_checks_rerun_runs_inside_the_sandbox_when_the_run_has_one(tmp_path):
     from drivetrain.host.sandbox import Sandbox
 
     (tmp_path / "test_calc.py").write_text("assert False\n")
-    steps = [reply("Run it.\n```bash\necho tried > notes.txt; python3 test_calc.py || true\n```"),
-             reply("DONE: passes"), reply("DONE: fails"), reply("DONE: fails")]
+    steps = [
+        reply("Run it.\n```bash\necho tried > notes.txt; python3 test_calc.py || true\n```"),
+        reply("DONE: passes"),
+        reply("DONE: fails"),
+        reply("DONE: fails"),
+    ]
     seen = []
     with ScriptedServer(steps) as server:
-        agent = Agent(model=anthropic(server), tools=builtin_tools(sandbox=Sandbox(tmp_path)), cwd=tmp_path,
-                      profile=SMALL.without("show"), observers=[seen.append])
+        agent = Agent(
+            model=anthropic(server),
+            tools=builtin_tools(sandbox=Sandbox(tmp_path)),
+            cwd=tmp_path,
+            profile=SMALL.without("show"),
+            observers=[seen.append],
+        )
         await agent.run("Does test_calc.py pass?")
     _, finished, *_ = _check_calls(seen)
     assert finished.meta == {"exit_code": 1, "sandboxed": True}
 
 
 def test_an_answer_that_repeats_itself_is_cut():
-    text, block = parse_reply("DONE: The total is 18 (checked: `wc -l *.py`). The total is 18 (checked: `wc -l *.py`)."
-                              " The total is 18 (checked:")
+    text, block = parse_reply(
+        "DONE: The total is 18 (checked: `wc -l *.py`). The total is 18 (checked: `wc -l *.py`)."
+        " The total is 18 (checked:"
+    )
     assert (text, block) == ("The total is 18 (checked: `wc -l *.py`).", None)
     assert parse_reply("DONE: 总数是 18。已写入 total.txt。总数是 18。")[0] == "总数是 18。已写入 total.txt。"
     assert parse_reply("DONE: Yes. Yes.")[0] == "Yes. Yes."  # too short to be a loop
@@ -1109,16 +1393,25 @@ async def test_a_config_file_that_no_longer_parses_is_said_at_once_and_at_the_en
     checks = WorkChecks(tmp_path)
     await checks.on_prompt({"prompt": "settings.ini: host → db.internal"})
     (tmp_path / "settings.ini").write_text("[server]\nport = 8000\nhost = db.internal\nhost = localhost\n")
-    note = await checks.on_tool({"tool_name": "Write", "tool_input": {"file_path": "settings.ini"},
-                                 "tool_response": {"content": "Overwrote settings.ini"}})
-    said = "settings.ini no longer parses: While reading from 'settings.ini' [line 4]: option 'host' in section " \
-           "'server' already exists"
+    note = await checks.on_tool(
+        {
+            "tool_name": "Write",
+            "tool_input": {"file_path": "settings.ini"},
+            "tool_response": {"content": "Overwrote settings.ini"},
+        }
+    )
+    said = (
+        "settings.ini no longer parses: While reading from 'settings.ini' [line 4]: option 'host' in section "
+        "'server' already exists"
+    )
     assert said in note["hookSpecificOutput"]["additionalContext"]
-    assert any(f.startswith(said.replace("parses:", "parses after your change:")) for f in await checks.failures("Done."))
+    assert any(
+        f.startswith(said.replace("parses:", "parses after your change:")) for f in await checks.failures("Done.")
+    )
 
 
 def test_a_file_of_the_folder_named_in_the_task_is_shown_whatever_it_ends_in(tmp_path):
-    """"In app.env, change TIMEOUT to 95": .env is no known extension, so the 1.5B never saw the file, and typed
+    """ "In app.env, change TIMEOUT to 95": .env is no known extension, so the 1.5B never saw the file, and typed
     `vi(app.env)` until the turn cap."""
     from drivetrain.small.prompts import task_context
 
@@ -1137,13 +1430,20 @@ async def test_a_change_the_run_meant_that_changed_nothing_goes_back(tmp_path):
     (tmp_path / "payments.py").write_text("def page_count(total, per_page):\n    return total // per_page + 1\n")
     checks = WorkChecks(tmp_path)
     await checks.on_prompt({"prompt": "Bug: page_count (payments.py) is off by one. Please fix the function."})
-    await checks.on_tool({"tool_name": "Edit", "tool_input": {"file_path": "payments.py", "old_string": "x",
-                                                               "new_string": "x"},
-                          "tool_response": {"content": "old_string and new_string are identical, so there is nothing "
-                                                       "to change.", "is_error": True}})
+    await checks.on_tool(
+        {
+            "tool_name": "Edit",
+            "tool_input": {"file_path": "payments.py", "old_string": "x", "new_string": "x"},
+            "tool_response": {
+                "content": "old_string and new_string are identical, so there is nothing to change.",
+                "is_error": True,
+            },
+        }
+    )
     assert await checks.failures("The file already holds exactly this block: nothing changed.") == [
         "Your change to payments.py wrote what it already held, and this run changed no file. If the task asks for a "
-        "change, write the lines of payments.py as they must be (not as they are now)."]
+        "change, write the lines of payments.py as they must be (not as they are now)."
+    ]
     (tmp_path / "payments.py").write_text("def page_count(total, per_page):\n    return -(-total // per_page)\n")
     assert not any("already held" in f for f in await checks.failures("Fixed page_count in payments.py."))
 
@@ -1153,10 +1453,17 @@ async def test_a_path_written_to_a_file_names_a_file_that_exists(tmp_path):
     checks = WorkChecks(tmp_path)
     await checks.on_prompt({"prompt": "Which file is the largest? Write its path to result.txt and tell me."})
     (tmp_path / "result.txt").write_text("/storage.txt\n")
-    await checks.on_tool({"tool_name": "Write", "tool_input": {"file_path": "result.txt"},
-                          "tool_response": {"content": "Created result.txt"}})
-    assert "result.txt holds '/storage.txt', but there is no such file (the folder has storage.txt: a path from the " \
-           "folder has no leading /). Write the path of a file that exists." in await checks.failures("storage.txt")
+    await checks.on_tool(
+        {
+            "tool_name": "Write",
+            "tool_input": {"file_path": "result.txt"},
+            "tool_response": {"content": "Created result.txt"},
+        }
+    )
+    assert (
+        "result.txt holds '/storage.txt', but there is no such file (the folder has storage.txt: a path from the "
+        "folder has no leading /). Write the path of a file that exists." in await checks.failures("storage.txt")
+    )
     for fine in ("storage.txt", "./storage.txt", "42", "3/4", "https://example.com/a.txt", "2026/12/02", "a.py:3"):
         (tmp_path / "result.txt").write_text(fine + "\n")
         assert not any("no such file" in f for f in await checks.failures(f"It is {fine}.")), fine
@@ -1168,18 +1475,31 @@ async def test_a_number_the_model_typed_into_a_file_is_one_the_run_computed(tmp_
     checks = WorkChecks(tmp_path)
     await checks.on_prompt({"prompt": "How many ERROR lines are in server.log? Write the count to errors.txt."})
     grep = "".join(f"{2 * i + 1}:2024-05-1{i} ERROR x\n" for i in range(6))  # lines 1, 3, …: the count is 6
-    await checks.on_tool({"tool_name": "Bash", "tool_input": {"command": "grep -n ERROR server.log"},
-                          "tool_response": {"content": grep}})
+    await checks.on_tool(
+        {"tool_name": "Bash", "tool_input": {"command": "grep -n ERROR server.log"}, "tool_response": {"content": grep}}
+    )
     (tmp_path / "errors.txt").write_text("4\n")
-    await checks.on_tool({"tool_name": "Write", "tool_input": {"file_path": "errors.txt", "content": "4\n"},
-                          "tool_response": {"content": "Created errors.txt"}})
+    await checks.on_tool(
+        {
+            "tool_name": "Write",
+            "tool_input": {"file_path": "errors.txt", "content": "4\n"},
+            "tool_response": {"content": "Created errors.txt"},
+        }
+    )
     failures = await checks.failures("Four ERROR lines (checked: `grep -n ERROR server.log` prints " + grep + ")")
-    assert failures == ["You wrote 4 to errors.txt, but no command of this run printed 4, or 4 lines (`grep -n ERROR "
-                        "server.log` printed 6 lines). Compute it with a command that prints the number, then write "
-                        "that."]  # and not "your answer says 01, 02, …, 2024": it quotes output
+    assert failures == [
+        "You wrote 4 to errors.txt, but no command of this run printed 4, or 4 lines (`grep -n ERROR "
+        "server.log` printed 6 lines). Compute it with a command that prints the number, then write "
+        "that."
+    ]  # and not "your answer says 01, 02, …, 2024": it quotes output
     (tmp_path / "errors.txt").write_text("6\n")
-    await checks.on_tool({"tool_name": "Write", "tool_input": {"file_path": "errors.txt", "content": "6\n"},
-                          "tool_response": {"content": "Overwrote errors.txt"}})
+    await checks.on_tool(
+        {
+            "tool_name": "Write",
+            "tool_input": {"file_path": "errors.txt", "content": "6\n"},
+            "tool_response": {"content": "Overwrote errors.txt"},
+        }
+    )
     assert await checks.failures("There are 6 ERROR lines; errors.txt holds 6.") == []
 
 
@@ -1189,27 +1509,41 @@ def test_what_the_harness_just_said_is_where_a_plan_or_answer_must_not_start():
 
     task = Message.user("Fix page_count in payments.py so that the tests pass, please.")
     assert said([task]) == []  # the task itself: a plan may restate it
-    call = Message("assistant", (ToolUseBlock("t1", "Edit", {"file_path": "p.py", "old_string": "x", "new_string": "x"}),))
-    result = Message("user", (ToolResultBlock("t1", "old_string and new_string are identical, so there is nothing to "
-                                                    "change.", True),
-                              TextBlock("Fix page_count in payments.py so that the tests pass, please.")))
-    assert said([task, call, result]) == ["The file already holds exactly this block: nothing changed. Write the "
-                                          "lines as they must be."]  # as the model reads it; the task's line is not
+    call = Message(
+        "assistant", (ToolUseBlock("t1", "Edit", {"file_path": "p.py", "old_string": "x", "new_string": "x"}),)
+    )
+    result = Message(
+        "user",
+        (
+            ToolResultBlock("t1", "old_string and new_string are identical, so there is nothing to change.", True),
+            TextBlock("Fix page_count in payments.py so that the tests pass, please."),
+        ),
+    )
+    assert said([task, call, result]) == [
+        "The file already holds exactly this block: nothing changed. Write the lines as they must be."
+    ]  # as the model reads it; the task's line is not
 
 
 async def test_a_rename_of_another_function_than_the_one_the_task_names_goes_back(tmp_path):
     """Asked (in Chinese) to rename filter_cart, the 1.5B renamed report and too_big to the new name."""
-    (tmp_path / "orders.py").write_text("def report(rows):\n    return sum(rows)\n\n\ndef filter_cart(rows):\n"
-                                        "    return rows\n")
+    (tmp_path / "orders.py").write_text(
+        "def report(rows):\n    return sum(rows)\n\n\ndef filter_cart(rows):\n    return rows\n"
+    )
     (tmp_path / "main.py").write_text("from orders import report\n\nprint(report([5, 3]))\n")
     checks = WorkChecks(tmp_path)
     await checks.on_prompt({"prompt": "项目里的 filter_cart 统一改名叫 summarize_message，保证 main.py 还能跑。"})
     for name in ("orders.py", "main.py"):
         (tmp_path / name).write_text((tmp_path / name).read_text().replace("report", "summarize_message"))
     failures = await checks.failures("Renamed to summarize_message in orders.py and main.py.")
-    assert "You renamed report to summarize_message, but the task does not name it: it names filter_cart, which is " \
-           "still there. Put report back as it was, and make the change the task asks for to filter_cart." in failures
+    assert (
+        "You renamed report to summarize_message, but the task does not name it: it names filter_cart, which is "
+        "still there. Put report back as it was, and make the change the task asks for to filter_cart." in failures
+    )
     for name in ("orders.py", "main.py"):  # done right: nothing of the kind
-        (tmp_path / name).write_text((tmp_path / name).read_text().replace("summarize_message", "report")
-                                     .replace("filter_cart", "summarize_message"))
+        (tmp_path / name).write_text(
+            (tmp_path / name)
+            .read_text()
+            .replace("summarize_message", "report")
+            .replace("filter_cart", "summarize_message")
+        )
     assert not any("does not name" in f for f in await checks.failures("Renamed filter_cart in orders.py."))

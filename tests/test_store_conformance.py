@@ -10,8 +10,8 @@ from datetime import datetime
 import pytest
 
 from drivetrain.sessions.audit import AuditLog
-from drivetrain.sessions.store import HEADER, SessionInfo, SessionNotFound, SessionRecords
 from drivetrain.sessions.open import open_store
+from drivetrain.sessions.store import HEADER, SessionInfo, SessionNotFound, SessionRecords
 
 
 @pytest.fixture
@@ -50,14 +50,31 @@ def store(make_store):
 
 
 def session(cwd="/work/a", model="claude-x", parent_id=None):
-    return {"kind": "session", "cwd": cwd, "model": model, "provider": "anthropic", "parent_id": parent_id,
-            "forked_from_seq": None}
+    return {
+        "kind": "session",
+        "cwd": cwd,
+        "model": model,
+        "provider": "anthropic",
+        "parent_id": parent_id,
+        "forked_from_seq": None,
+    }
 
 
 def turn(n, cost):
-    return {"kind": "turn", "turn": n, "stop_reason": "tool_use", "cost_usd": cost, "model": "claude-x",
-            "duration_ms": 120, "usage": {"input_tokens": 10, "output_tokens": 5, "cache_creation_input_tokens": 0,
-                                          "cache_read_input_tokens": 0}}
+    return {
+        "kind": "turn",
+        "turn": n,
+        "stop_reason": "tool_use",
+        "cost_usd": cost,
+        "model": "claude-x",
+        "duration_ms": 120,
+        "usage": {
+            "input_tokens": 10,
+            "output_tokens": 5,
+            "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": 0,
+        },
+    }
 
 
 def tick():
@@ -105,7 +122,7 @@ def test_concurrent_appends_never_share_a_seq(make_store, shared):
         try:
             for i in range(25):
                 store.append("busy", [{"kind": "note", "writer": writer, "i": i, "part": p} for p in range(i % 3 + 1)])
-        except Exception as e:  # noqa: BLE001 (reported below)
+        except Exception as e:
             errors.append(e)
 
     threads = [threading.Thread(target=write, args=(s, w)) for w, s in enumerate(stores)]
@@ -124,7 +141,7 @@ def test_concurrent_appends_never_share_a_seq(make_store, shared):
 
 
 def test_any_text_and_big_records_round_trip(store):
-    text = "naïve café 🚀 ‮RTL‬ e\u0301 \u2028 line\nbreak\ttab \"quoted\" back\\slash {\"seq\": 99} 中文"
+    text = 'naïve café 🚀 ‮RTL‬ e\u0301 \u2028 line\nbreak\ttab "quoted" back\\slash {"seq": 99} 中文'
     big = "x" * 2_000_000
     nested = {"list": [1, 2.5, None, True, {"deep": ["a", {"b": text}]}], "empty": {}, "n": 10**15}
     store.append("u", [{"kind": "prompt", "text": text}, {"kind": "note", "big": big, "nested": nested}])
@@ -177,8 +194,9 @@ def test_unknown_session(store):
 
 def test_an_audit_log_writes_through_the_store(store):
     audit = AuditLog(store, "audited")
-    audit.intent("toolu_1", "Bash", {"command": "curl -H 'Authorization: Bearer abc123def456ghi789jkl' x"},
-                 "allow", "person")
+    audit.intent(
+        "toolu_1", "Bash", {"command": "curl -H 'Authorization: Bearer abc123def456ghi789jkl' x"}, "allow", "person"
+    )
     audit.outcome("toolu_1", "Bash", 0.0, 0.5, is_error=False, exit_code=0)
     records = store.read("audited")
     assert [(r["kind"], r["seq"]) for r in records] == [("intent", 1), ("outcome", 2)]
@@ -189,12 +207,21 @@ def test_an_audit_log_writes_through_the_store(store):
 
 
 def test_the_index_follows_the_records(store):
-    store.append("s", [session(cwd="/proj", model="m1", parent_id="p0"),
-                       {"kind": "prompt", "text": "p" * 250}])
+    store.append("s", [session(cwd="/proj", model="m1", parent_id="p0"), {"kind": "prompt", "text": "p" * 250}])
     info = store.info("s")
-    assert info == SessionInfo(session_id="s", cwd="/proj", model="m1", parent_id="p0",
-                               created_at=info.created_at, updated_at=info.updated_at, first_prompt="p" * 200,
-                               num_turns=0, total_cost_usd=None, status="running", records=2)
+    assert info == SessionInfo(
+        session_id="s",
+        cwd="/proj",
+        model="m1",
+        parent_id="p0",
+        created_at=info.created_at,
+        updated_at=info.updated_at,
+        first_prompt="p" * 200,
+        num_turns=0,
+        total_cost_usd=None,
+        status="running",
+        records=2,
+    )
     tick()
     store.append("s", [turn(1, 0.25), {"kind": "history", "at": 0, "messages": []}, turn(2, None)])
     tick()
@@ -276,7 +303,10 @@ def test_reindex_gives_the_index_the_appends_built(make_store):
     store.append("gamma-3", [turn(1, None), {"kind": "interrupted", "signal": "SIGTERM", "during": "RunTools"}])
     before = store.list()
     assert [(s.session_id, s.status) for s in before] == [
-        ("gamma-3", "interrupted"), ("alpha-1", "success"), ("beta-2", "running")]
+        ("gamma-3", "interrupted"),
+        ("alpha-1", "success"),
+        ("beta-2", "running"),
+    ]
     store.reindex()
     assert store.list() == before
     make_store().reindex()  # another writer's reindex: the same
@@ -291,8 +321,9 @@ def test_reindex_gives_the_index_the_appends_built(make_store):
 def test_postgres_stores_what_jsonb_cannot_hold_as_replacements(postgres_schema):
     store = open_store({"DRIVETRAIN_SESSION_STORE": postgres_schema})
     try:
-        [written] = store.append("odd", [{"kind": "note", "text": "nul\x00 lone\ud800 fine🚀", "x": float("nan"),
-                                          "key\x00": 1}])
+        [written] = store.append(
+            "odd", [{"kind": "note", "text": "nul\x00 lone\ud800 fine🚀", "x": float("nan"), "key\x00": 1}]
+        )
         assert written["text"] == "nul\ufffd lone\ufffd fine🚀" and written["x"] is None and written["key\ufffd"] == 1
         assert store.read("odd") == [written]
     finally:

@@ -5,21 +5,29 @@ import json
 import logging
 import sqlite3
 import warnings
+from dataclasses import replace
 
 import pytest
 
-from dataclasses import replace
-
-from drivetrain.sessions.store import (
-    FOLDED_KINDS, CorruptLogWarning, SessionLogWarning, SessionNotFound, fold,
-)
-from drivetrain.sessions.open import open_store
 from drivetrain.sessions.file import FileStore, read_log
+from drivetrain.sessions.open import open_store
+from drivetrain.sessions.store import (
+    FOLDED_KINDS,
+    CorruptLogWarning,
+    SessionLogWarning,
+    SessionNotFound,
+    fold,
+)
 
 
 def _sessions(store):
-    store.append("one", [{"kind": "session", "cwd": "/a", "model": "m", "provider": "p", "parent_id": None,
-                          "forked_from_seq": None}, {"kind": "prompt", "text": "first"}])
+    store.append(
+        "one",
+        [
+            {"kind": "session", "cwd": "/a", "model": "m", "provider": "p", "parent_id": None, "forked_from_seq": None},
+            {"kind": "prompt", "text": "first"},
+        ],
+    )
     store.append("two", [{"kind": "prompt", "text": "second"}, {"kind": "turn", "turn": 1, "cost_usd": 0.5}])
     return store.list()
 
@@ -32,8 +40,12 @@ def test_files_live_under_home_and_nothing_is_made_before_use(tmp_path):
         store.read("abc")
     assert not home.exists()
     store.append("abc", [{"kind": "note"}])
-    assert sorted(p.name for p in home.iterdir()) == ["sessions", "sessions.sqlite3", "sessions.sqlite3-shm",
-                                                      "sessions.sqlite3-wal"]
+    assert sorted(p.name for p in home.iterdir()) == [
+        "sessions",
+        "sessions.sqlite3",
+        "sessions.sqlite3-shm",
+        "sessions.sqlite3-wal",
+    ]
 
 
 def test_only_the_owner_may_read_or_write(tmp_path):
@@ -72,7 +84,7 @@ def test_a_line_no_crash_leaves_is_warned_about_loudly(tmp_path, caplog):
     store = FileStore(tmp_path)
     store.append("g", [{"kind": "a"}])
     with open(store.path("g"), "ab") as f:
-        f.write(b"not json\n[1, 2]\n\n{\"seq\": 7}\n")
+        f.write(b'not json\n[1, 2]\n\n{"seq": 7}\n')
     store.append("g", [{"kind": "b"}])
     with pytest.warns(CorruptLogWarning) as caught, caplog.at_level(logging.ERROR):
         records = read_log(store.path("g"))
@@ -87,9 +99,11 @@ def test_an_index_of_the_older_schema_is_rebuilt(tmp_path):
     store.close()
     with sqlite3.connect(tmp_path / "sessions.sqlite3") as db:  # schema 1: a rowid table and two indexes
         db.execute("DROP TABLE sessions")
-        db.execute("CREATE TABLE sessions (session_id TEXT PRIMARY KEY, cwd TEXT, model TEXT, parent_id TEXT, "
-                   "created_at TEXT NOT NULL, updated_at TEXT NOT NULL, first_prompt TEXT, num_turns INTEGER NOT NULL, "
-                   "total_cost_usd REAL, status TEXT NOT NULL, records INTEGER NOT NULL, last_seq INTEGER NOT NULL)")
+        db.execute(
+            "CREATE TABLE sessions (session_id TEXT PRIMARY KEY, cwd TEXT, model TEXT, parent_id TEXT, "
+            "created_at TEXT NOT NULL, updated_at TEXT NOT NULL, first_prompt TEXT, num_turns INTEGER NOT NULL, "
+            "total_cost_usd REAL, status TEXT NOT NULL, records INTEGER NOT NULL, last_seq INTEGER NOT NULL)"
+        )
         db.execute("CREATE INDEX sessions_by_update ON sessions (updated_at)")
         db.execute("PRAGMA user_version = 1")
     with pytest.warns(SessionLogWarning, match="has schema 1, not 2"):
@@ -136,8 +150,10 @@ def test_an_index_behind_its_log_catches_up_on_the_next_append(tmp_path):
     store = FileStore(tmp_path)
     store.append("s", [{"kind": "prompt", "text": "hi"}])
     with open(store.path("s"), "ab") as f:  # written, and then the process died before the index saw it
-        f.write(b'{"ts": "2025-01-01T00:00:00.000Z", "session_id": "s", "seq": 2, "kind": "turn", "v": 1, '
-                b'"turn": 1, "cost_usd": 0.5}\n')
+        f.write(
+            b'{"ts": "2025-01-01T00:00:00.000Z", "session_id": "s", "seq": 2, "kind": "turn", "v": 1, '
+            b'"turn": 1, "cost_usd": 0.5}\n'
+        )
     assert store.info("s").records == 1
     store.append("s", [{"kind": "turn", "turn": 2, "cost_usd": 0.25}])
     info = store.info("s")
@@ -149,8 +165,9 @@ def test_reindex_forgets_deleted_logs_and_finds_new_ones(tmp_path):
     store = FileStore(tmp_path)
     _sessions(store)
     store.path("two").unlink()
-    store.path("three").write_bytes(store.path("one").read_bytes().replace(b'"session_id": "one"',
-                                                                         b'"session_id": "three"'))
+    store.path("three").write_bytes(
+        store.path("one").read_bytes().replace(b'"session_id": "one"', b'"session_id": "three"')
+    )
     store.reindex()
     assert sorted(s.session_id for s in store.list()) == ["one", "three"]
     assert store.info("three").first_prompt == "first"
@@ -187,8 +204,13 @@ def test_records_fold_only_counts_move_the_row_on_as_folding_the_whole_log_would
 def test_fold_reads_the_kinds_it_names_and_only_counts_the_others():
     start = fold(None, [{"session_id": "s", "ts": "2025-01-01T00:00:00.000Z", "seq": 1, "kind": "note"}])
     later = {"session_id": "s", "ts": "2025-01-02T00:00:00.000Z", "seq": 2}
-    samples = {"session": {"cwd": "/a"}, "prompt": {"text": "hi"}, "turn": {"cost_usd": 1.0},
-               "result": {"subtype": "success"}, "interrupted": {}}
+    samples = {
+        "session": {"cwd": "/a"},
+        "prompt": {"text": "hi"},
+        "turn": {"cost_usd": 1.0},
+        "result": {"subtype": "success"},
+        "interrupted": {},
+    }
     assert samples.keys() == FOLDED_KINDS
     for kind in [*FOLDED_KINDS, "intent", "outcome", "denied", "state", "history", "repair", "checkpoint", "x"]:
         after = fold(start, [{**later, "kind": kind, **samples.get(kind, {"cwd": "/b", "text": "t", "subtype": "s"})}])

@@ -35,6 +35,7 @@ async def test_two_task_calls_run_concurrently_and_the_parent_gets_only_their_an
             if release:  # the second child asks while the first one's answer is still held back
                 overlapped.append(not server.requests[1].answered)
                 released.set()
+
         return check
 
     def parent_results(body):
@@ -42,16 +43,19 @@ async def test_two_task_calls_run_concurrently_and_the_parent_gets_only_their_an
         assert results == {"toolu_a": children["count the a's"], "toolu_b": children["count the b's"]}
         assert [t["name"] for t in body["tools"]] == ["Read", "Task"]
 
-    steps = [respond([task("count the a's", "toolu_a"), task("count the b's", "toolu_b")]),
-             reply("first child's answer", expect=child("first child's answer"), hold=released),
-             reply("second child's answer", expect=child("second child's answer", release=True)),
-             reply("both counted", expect=parent_results)]
+    steps = [
+        respond([task("count the a's", "toolu_a"), task("count the b's", "toolu_b")]),
+        reply("first child's answer", expect=child("first child's answer"), hold=released),
+        reply("second child's answer", expect=child("second child's answer", release=True)),
+        reply("both counted", expect=parent_results),
+    ]
     store = FileStore(tmp_path / "home")
     safety.start()
     try:
         with ScriptedServer(steps) as server:
-            model = AnthropicModel.from_env("claude-sonnet-4-6", {"ANTHROPIC_BASE_URL": server.url,
-                                                                  "ANTHROPIC_API_KEY": "k"})
+            model = AnthropicModel.from_env(
+                "claude-sonnet-4-6", {"ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_API_KEY": "k"}
+            )
             agent = Agent(model=model, tools=[Read()], cwd=tmp_path, store=store, strict=True)
             agent.tools.append(TaskTool(agent, {"general-purpose": GENERAL_PURPOSE}))
             result = await agent.start("count both", session_id="parent").finish()
@@ -70,15 +74,17 @@ async def test_two_task_calls_run_concurrently_and_the_parent_gets_only_their_an
 def test_agent_files_and_their_front_matter(tmp_path):
     folder = tmp_path / ".drivetrain" / "agents"
     folder.mkdir(parents=True)
-    (folder / "reader.md").write_text("---\nname: reader\ndescription: Reads files. Use to look.\ntools: Read, Grep\n"
-                                      "model: inherit\n---\nYou only read.\n")
+    (folder / "reader.md").write_text(
+        "---\nname: reader\ndescription: Reads files. Use to look.\ntools: Read, Grep\n"
+        "model: inherit\n---\nYou only read.\n"
+    )
     types = load_types(tmp_path)
     assert set(types) == {"general-purpose", "reader"}
     assert types["reader"].tools == ("Read", "Grep") and types["reader"].model is None
     assert types["reader"].prompt == "You only read."
     try:
         parse_agent_file("no front matter", "x.md")
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         assert "front matter" in str(e)
     else:
         raise AssertionError("a file without front matter must be refused")
@@ -94,20 +100,23 @@ def test_cli_task_with_an_agent_file_and_sessions_show_nests_the_child(tmp_path)
         assert [t["name"] for t in body["tools"]] == ["Read"], body["tools"]
         assert "You read." in json.dumps(body["system"])
 
-    steps = [respond([task("read notes.txt and say what it says", "toolu_t", kind="reader")]),
-             respond([tool_call("Read", {"file_path": "notes.txt"}, id="toolu_r")], expect=child_sees_its_tools),
-             reply("notes.txt says the answer is 41+1"),
-             reply("The answer is 42.", expect=lambda b: "41+1" in b["messages"][-1]["content"][0]["content"])]
+    steps = [
+        respond([task("read notes.txt and say what it says", "toolu_t", kind="reader")]),
+        respond([tool_call("Read", {"file_path": "notes.txt"}, id="toolu_r")], expect=child_sees_its_tools),
+        reply("notes.txt says the answer is 41+1"),
+        reply("The answer is 42.", expect=lambda b: "41+1" in b["messages"][-1]["content"][0]["content"]),
+    ]
     with ScriptedServer(steps) as server:
         proc = cli(server.url, "-p", "what do the notes say?", "--output-format", "json", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     session = json.loads(proc.stdout)["session_id"]
-    shown = subprocess.run([DRIVETRAIN, "sessions", "show", session[:8]], cwd=tmp_path, capture_output=True,
-                           text=True, timeout=60)
+    shown = subprocess.run(
+        [DRIVETRAIN, "sessions", "show", session[:8]], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
     assert shown.returncode == 0, shown.stderr
     lines = shown.stdout.splitlines()
     at = next(i for i, line in enumerate(lines) if line.startswith("  → Task "))
-    nested = lines[at + 2:at + 8]
+    nested = lines[at + 2 : at + 8]
     assert nested[0].startswith("    session ") and any(line.startswith("      → Read ") for line in nested), lines
 
 

@@ -80,7 +80,7 @@ def same(a, b) -> bool:
 def test_stream_and_plain_give_the_same_message():
     with ScriptedServer([rich_step(), rich_step()]) as server:
         c = client(server)
-        kw = dict(model=MODEL, max_tokens=100, tools=[READ_TOOL], messages=[USER])
+        kw = {"model": MODEL, "max_tokens": 100, "tools": [READ_TOOL], "messages": [USER]}
         plain = c.messages.create(**kw)
         with c.messages.stream(**kw) as stream:
             streamed = stream.get_final_message()
@@ -112,7 +112,7 @@ def test_stream_emits_the_real_event_sequence():
 async def test_async_client_stream_and_plain_agree():
     with ScriptedServer([rich_step(), rich_step()]) as server:
         async with async_client(server) as c:
-            kw = dict(model=MODEL, max_tokens=100, tools=[READ_TOOL], messages=[USER])
+            kw = {"model": MODEL, "max_tokens": 100, "tools": [READ_TOOL], "messages": [USER]}
             plain = await c.messages.create(**kw)
             async with c.messages.stream(**kw) as stream:
                 streamed = await stream.get_final_message()
@@ -135,10 +135,13 @@ def test_tool_use_round_trip_and_recorded_requests():
         assert [b.id for b in first.content] == ["toolu_1", "toolu_2"]  # auto id skips the explicit one
         history += [
             {"role": "assistant", "content": first.content},
-            {"role": "user", "content": [
-                {"type": "tool_result", "tool_use_id": b.id, "content": f"contents of {b.input['file_path']}"}
-                for b in first.content
-            ]},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": b.id, "content": f"contents of {b.input['file_path']}"}
+                    for b in first.content
+                ],
+            },
         ]
         final = c.messages.create(model=MODEL, max_tokens=100, tools=[READ_TOOL], messages=history)
         assert final.content[0].text == "The answer is 42." and final.stop_reason == "end_turn"
@@ -193,9 +196,11 @@ def test_concurrent_requests_each_get_one_step():
     with ScriptedServer([reply(f"answer {i}") for i in range(8)]) as server:
         c = client(server)
         with ThreadPoolExecutor(8) as pool:
-            texts = list(pool.map(
-                lambda _: c.messages.create(model=MODEL, max_tokens=10, messages=[USER]).content[0].text, range(8)
-            ))
+            texts = list(
+                pool.map(
+                    lambda _: c.messages.create(model=MODEL, max_tokens=10, messages=[USER]).content[0].text, range(8)
+                )
+            )
     assert sorted(texts) == sorted(f"answer {i}" for i in range(8))
 
 
@@ -289,37 +294,51 @@ def result(id="toolu_a"):
     [
         pytest.param(
             [USER, {"role": "assistant", "content": [use()]}, {"role": "user", "content": "go on"}],
-            "'toolu_a' must be answered by exactly one tool_result", id="missing-tool_result",
+            "'toolu_a' must be answered by exactly one tool_result",
+            id="missing-tool_result",
         ),
         pytest.param(
             [USER, {"role": "assistant", "content": [use()]}],
-            "'toolu_a' must be answered by exactly one tool_result", id="tool_use-last",
+            "'toolu_a' must be answered by exactly one tool_result",
+            id="tool_use-last",
         ),
         pytest.param(
             [USER, {"role": "assistant", "content": [use()]}, {"role": "user", "content": [result(), result()]}],
-            "(found 2)", id="answered-twice",
+            "(found 2)",
+            id="answered-twice",
         ),
         pytest.param(
             [USER, {"role": "assistant", "content": [use()]}, {"role": "user", "content": [text("note"), result()]}],
-            "tool_result blocks must come before any other content", id="tool_result-not-first",
+            "tool_result blocks must come before any other content",
+            id="tool_result-not-first",
         ),
         pytest.param(
             [USER, {"role": "assistant", "content": "ok"}, {"role": "user", "content": [result("toolu_x")]}],
-            "tool_result for 'toolu_x', which is not a tool_use", id="stray-id",
+            "tool_result for 'toolu_x', which is not a tool_use",
+            id="stray-id",
         ),
         pytest.param([{"role": "user", "content": [text("")]}], "non-whitespace text", id="empty-text"),
         pytest.param([{"role": "user", "content": [text(" \n")]}], "non-whitespace text", id="blank-text"),
         pytest.param([{"role": "user", "content": []}], "content must be a non-empty", id="empty-content"),
         pytest.param(
-            [USER, {"role": "assistant", "content": [use()]}, {"role": "user", "content": [result()]},
-             {"role": "assistant", "content": [use()]}, {"role": "user", "content": [result()]}],
-            "tool_use ids must be unique", id="duplicate-ids",
+            [
+                USER,
+                {"role": "assistant", "content": [use()]},
+                {"role": "user", "content": [result()]},
+                {"role": "assistant", "content": [use()]},
+                {"role": "user", "content": [result()]},
+            ],
+            "tool_use ids must be unique",
+            id="duplicate-ids",
         ),
         pytest.param(
             [USER, {"role": "assistant", "content": [use(name="Bash")]}, {"role": "user", "content": [result()]}],
-            "unknown tool 'Bash'", id="unknown-tool",
+            "unknown tool 'Bash'",
+            id="unknown-tool",
         ),
-        pytest.param([{"role": "assistant", "content": "hi"}], "first message must use the user role", id="first-assistant"),
+        pytest.param(
+            [{"role": "assistant", "content": "hi"}], "first message must use the user role", id="first-assistant"
+        ),
         pytest.param([{"role": "system", "content": "hi"}], "role must be 'user' or 'assistant'", id="bad-role"),
     ],
 )
@@ -333,8 +352,12 @@ def test_tool_use_without_tools_fails():
 
 
 def post_raw(server, body, path="/v1/messages", method="POST"):
-    req = urllib.request.Request(server.url + path, data=json.dumps(body).encode() if body is not None else None,
-                                 method=method, headers={"content-type": "application/json"})
+    req = urllib.request.Request(
+        server.url + path,
+        data=json.dumps(body).encode() if body is not None else None,
+        method=method,
+        headers={"content-type": "application/json"},
+    )
     try:
         with urllib.request.urlopen(req, timeout=5) as resp:
             return resp.status, json.loads(resp.read())
@@ -349,8 +372,15 @@ def post_raw(server, body, path="/v1/messages", method="POST"):
         ({"model": MODEL, "max_tokens": 0, "messages": [USER]}, "max_tokens: field required"),
         ({"max_tokens": 5, "messages": [USER]}, "model: field required"),
         ({"model": MODEL, "max_tokens": 5, "messages": []}, "messages: field required"),
-        ({"model": MODEL, "max_tokens": 2000, "messages": [USER], "thinking": {"type": "enabled", "budget_tokens": 4000}},
-         "must be greater than thinking.budget_tokens"),
+        (
+            {
+                "model": MODEL,
+                "max_tokens": 2000,
+                "messages": [USER],
+                "thinking": {"type": "enabled", "budget_tokens": 4000},
+            },
+            "must be greater than thinking.budget_tokens",
+        ),
         ({"model": MODEL, "max_tokens": 5, "messages": [USER], "tools": [{"name": "Read"}]}, "input_schema required"),
     ],
 )
@@ -368,9 +398,15 @@ def test_pause_turn_resubmission_with_extra_user_text_fails():
             c = client(server)
             first = c.messages.create(model=MODEL, max_tokens=100, messages=[USER])
             with pytest.raises(anthropic.BadRequestError):
-                c.messages.create(model=MODEL, max_tokens=100, messages=[
-                    USER, {"role": "assistant", "content": first.content}, {"role": "user", "content": "continue"},
-                ])
+                c.messages.create(
+                    model=MODEL,
+                    max_tokens=100,
+                    messages=[
+                        USER,
+                        {"role": "assistant", "content": first.content},
+                        {"role": "user", "content": "continue"},
+                    ],
+                )
 
 
 def test_expect_failure_is_recorded():
@@ -424,17 +460,23 @@ def test_a_failing_body_reports_causes_not_leftovers():
 
 
 def test_each_conversation_gets_its_own_script_in_any_order():
-    scripts = {"task a": [respond([tool_call("Read", {"file_path": "a"})]), reply("a done")],
-               "task b": [reply("b done")]}
+    scripts = {
+        "task a": [respond([tool_call("Read", {"file_path": "a"})]), reply("a done")],
+        "task b": [reply("b done")],
+    }
     with ScriptedServer(scripts) as server:
         c = client(server)
-        ask = lambda prompt, *more: c.messages.create(  # noqa: E731
-            model=MODEL, max_tokens=50, tools=[READ_TOOL], messages=[{"role": "user", "content": prompt}, *more])
+        ask = lambda prompt, *more: c.messages.create(
+            model=MODEL, max_tokens=50, tools=[READ_TOOL], messages=[{"role": "user", "content": prompt}, *more]
+        )
         first_a = ask("task a")
         assert ask("task b").content[0].text == "b done"  # b's script, though a's is not finished
         call = first_a.content[0]
-        done = ask("task a", {"role": "assistant", "content": [call.model_dump()]},
-                   {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.id, "content": "x"}]})
+        done = ask(
+            "task a",
+            {"role": "assistant", "content": [call.model_dump()]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.id, "content": "x"}]},
+        )
         assert done.content[0].text == "a done"
     assert [r.conversation for r in server.requests] == ["task a", "task b", "task a"]
 

@@ -23,7 +23,9 @@ def test_parameter_descriptions_come_from_the_args_section():
     props = move.input_schema["properties"]
     assert props["src"]["description"] == "the file to move, relative to the workspace."
     assert props["dest"]["description"] == "where it goes."
-    assert props["overwrite"]["description"] == "replace ``dest`` if it exists." and props["overwrite"]["default"] is False
+    assert (
+        props["overwrite"]["description"] == "replace ``dest`` if it exists." and props["overwrite"]["default"] is False
+    )
     assert move.input_schema["required"] == ["src", "dest"]
 
 

@@ -109,8 +109,9 @@ async def test_stderr_survives_huge_stdout(ctx):
     assert r.is_error and "stderr:\nimportant" in r.content and r.content.endswith("Exit code: 1")
 
 
-@pytest.mark.parametrize("bad", [{}, {"command": " "}, {"command": "ls", "timeout": -5},
-                                 {"command": "ls", "timeout": "soon"}])
+@pytest.mark.parametrize(
+    "bad", [{}, {"command": " "}, {"command": "ls", "timeout": -5}, {"command": "ls", "timeout": "soon"}]
+)
 async def test_bad_input(ctx, bad):
     r = await Bash().call(bad, ctx)
     assert r.is_error and ("command" in r.content or "timeout" in r.content)
@@ -120,13 +121,22 @@ async def test_bad_input(ctx, bad):
 
 
 async def test_credentials_are_withheld_unless_passed_through(ctx, monkeypatch):
-    secrets = {"ANTHROPIC_API_KEY": "sk-ant-bash-0123456789", "ANTHROPIC_BASE_URL": "https://u:p@gw.example",
-               "OPENAI_API_KEY": "sk-openai-bash-0123456789", "GITHUB_TOKEN": "ghp_bashtoken0123456789",
-               "AWS_SECRET_ACCESS_KEY": "awssecret0123456789", "PGPASSWORD": "pgpass0123456789",
-               "GOOGLE_APPLICATION_CREDENTIALS": "/etc/creds.json",
-               "DRIVETRAIN_SESSION_STORE": "postgresql://app:pgstore0123456789@db.example/dt"}
-    for name, value in {**secrets, "BASH_PLAIN_SETTING": "visible", "SSH_AUTH_SOCK": "/run/agent.sock",
-                        "TOKENIZERS_PARALLELISM": "false"}.items():
+    secrets = {
+        "ANTHROPIC_API_KEY": "sk-ant-bash-0123456789",
+        "ANTHROPIC_BASE_URL": "https://u:p@gw.example",
+        "OPENAI_API_KEY": "sk-openai-bash-0123456789",
+        "GITHUB_TOKEN": "ghp_bashtoken0123456789",
+        "AWS_SECRET_ACCESS_KEY": "awssecret0123456789",
+        "PGPASSWORD": "pgpass0123456789",
+        "GOOGLE_APPLICATION_CREDENTIALS": "/etc/creds.json",
+        "DRIVETRAIN_SESSION_STORE": "postgresql://app:pgstore0123456789@db.example/dt",
+    }
+    for name, value in {
+        **secrets,
+        "BASH_PLAIN_SETTING": "visible",
+        "SSH_AUTH_SOCK": "/run/agent.sock",
+        "TOKENIZERS_PARALLELISM": "false",
+    }.items():
         monkeypatch.setenv(name, value)
     r = await Bash().call({"command": "env"}, ctx)
     env = dict(line.split("=", 1) for line in r.content.splitlines() if "=" in line)
@@ -141,11 +151,13 @@ async def test_credentials_are_withheld_unless_passed_through(ctx, monkeypatch):
 
 def test_the_harness_environment_is_private_from_its_children():
     # Else `cat /proc/$PPID/environ` in Bash would show the key the environment no longer holds.
-    code = ("import ctypes, os, subprocess\n"
-            "from drivetrain.host.procs import keep_environment_private\n"
-            "assert keep_environment_private()\n"
-            "print(ctypes.CDLL(None).prctl(3, 0, 0, 0, 0))\n"  # PR_GET_DUMPABLE
-            "print(subprocess.run(['cat', f'/proc/{os.getpid()}/environ'], capture_output=True).returncode)\n")
+    code = (
+        "import ctypes, os, subprocess\n"
+        "from drivetrain.host.procs import keep_environment_private\n"
+        "assert keep_environment_private()\n"
+        "print(ctypes.CDLL(None).prctl(3, 0, 0, 0, 0))\n"  # PR_GET_DUMPABLE
+        "print(subprocess.run(['cat', f'/proc/{os.getpid()}/environ'], capture_output=True).returncode)\n"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     dumpable, cat = done.stdout.split()
     assert dumpable == "0", done.stderr
@@ -158,8 +170,12 @@ def test_cli_bash_never_sees_the_api_key(tmp_path):
 
     key = "sk-ant-api03-" + secrets.token_hex(20)
     ws, home = tmp_path / "ws", tmp_path / "dthome"
-    env = {"ANTHROPIC_API_KEY": key, "DRIVETRAIN_HOME": str(home), "GITHUB_TOKEN": "ghp_clitoken0123456789",
-           "MY_SERVICE_PASSWORD": "service-pass-0123456789"}
+    env = {
+        "ANTHROPIC_API_KEY": key,
+        "DRIVETRAIN_HOME": str(home),
+        "GITHUB_TOKEN": "ghp_clitoken0123456789",
+        "MY_SERVICE_PASSWORD": "service-pass-0123456789",
+    }
     (ws / ".drivetrain").mkdir(parents=True)
     (ws / ".drivetrain" / "settings.local.json").write_text('{"shellEnvironment": {"passthrough": ["GITHUB_TOKEN"]}}')
     command = 'echo "key=[$ANTHROPIC_API_KEY] gh=[$GITHUB_TOKEN]"; env | grep -c -e API_KEY -e PASSWORD'
@@ -171,8 +187,17 @@ def test_cli_bash_never_sees_the_api_key(tmp_path):
 
     steps = [respond([tool_call("Bash", {"command": command})]), reply("done", expect=check)]
     with ScriptedServer(steps) as server:
-        proc = cli(server.url, "-p", "show the key", "--output-format", "stream-json", "--permission-mode",
-                   "bypassPermissions", cwd=ws, env_extra=env)
+        proc = cli(
+            server.url,
+            "-p",
+            "show the key",
+            "--output-format",
+            "stream-json",
+            "--permission-mode",
+            "bypassPermissions",
+            cwd=ws,
+            env_extra=env,
+        )
     assert proc.returncode == 0, proc.stderr
     audit = "".join(p.read_text() for p in (home / "sessions").glob("*.jsonl"))
     assert "key=[]" in proc.stdout and audit  # the tool result went out, and the audit log was written
@@ -202,18 +227,24 @@ def test_cli_killed_with_sigkill_takes_its_commands_with_it(tmp_path):
     command = "sleep 300 & echo $! > bg.pid; echo $$ > sh.pid; sleep 300"
     server = ScriptedServer([respond([tool_call("Bash", {"command": command})]), reply("never sent")]).start()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "OPENAI_"))}
-    env.update({"ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_API_KEY": "sk-test",
-                "DRIVETRAIN_HOME": str(tmp_path / "home")})
+    env.update(
+        {"ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_API_KEY": "sk-test", "DRIVETRAIN_HOME": str(tmp_path / "home")}
+    )
     ws = tmp_path / "ws"
     ws.mkdir()
-    proc = subprocess.Popen([DRIVETRAIN, "-p", "sleep", "--permission-mode", "bypassPermissions"], cwd=ws,
-                            env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [DRIVETRAIN, "-p", "sleep", "--permission-mode", "bypassPermissions"],
+        cwd=ws,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     pids: list[int] = []
     try:
         deadline = time.monotonic() + 60
         while len(pids) < 2 and time.monotonic() < deadline:
-            pids = [int(p.read_text()) for p in (ws / "bg.pid", ws / "sh.pid")
-                    if p.exists() and p.read_text().strip()]
+            pids = [int(p.read_text()) for p in (ws / "bg.pid", ws / "sh.pid") if p.exists() and p.read_text().strip()]
             time.sleep(0.05)
         assert len(pids) == 2 and all(alive(p) for p in pids), "the Bash command did not start"
         proc.kill()  # SIGKILL: no handler of drivetrain's runs

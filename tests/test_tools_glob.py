@@ -84,6 +84,7 @@ def test_helpers():
 
 async def test_files_a_read_deny_rule_covers_are_skipped_and_counted(ctx):
     from drivetrain.control.permissions import Policy, parse_rule
+
     make(ctx.cwd, "src/.env", 7_000, "API_KEY=x")
     make(ctx.cwd, "src/pkg/.env", 7_000, "API_KEY=y")
     rules = [parse_rule("Read(**/.env)", "deny", "test", ctx.cwd, ctx.cwd)]

@@ -8,9 +8,10 @@ import pytest
 from drivetrain.tools import Grep, ToolContext
 from drivetrain.tools.glob import IgnoreStack, parse_gitignore
 
-BACKENDS = [pytest.param(False, id="python"),
-            pytest.param(True, id="rg", marks=pytest.mark.skipif(
-                shutil.which("rg") is None, reason="ripgrep not installed"))]
+BACKENDS = [
+    pytest.param(False, id="python"),
+    pytest.param(True, id="rg", marks=pytest.mark.skipif(shutil.which("rg") is None, reason="ripgrep not installed")),
+]
 
 
 @pytest.fixture(params=BACKENDS)
@@ -44,8 +45,7 @@ async def test_files_with_matches_respects_gitignore(grep, tree):
     r = await grep.call({"pattern": "hello"}, tree)
     assert not r.is_error
     # Not build/ (dir rule), secret.log (*.log), blob.bin (binary) or .git; keep.log (negation).
-    assert r.content.splitlines() == [
-        "Found 4 files", ".hidden.py", "keep.log", "lib/notes.md", "lib/util.py"]
+    assert r.content.splitlines() == ["Found 4 files", ".hidden.py", "keep.log", "lib/notes.md", "lib/util.py"]
 
 
 async def test_ignore_case(grep, tree):
@@ -58,29 +58,34 @@ async def test_ignore_case(grep, tree):
 async def test_content_mode_with_line_numbers(grep, tree):
     r = await grep.call({"pattern": r"return \d", "output_mode": "content"}, tree)
     assert r.content == "app.py:5:    return 0"
-    r = await grep.call({"pattern": "return", "output_mode": "content", "-n": False,
-                         "path": "lib"}, tree)
+    r = await grep.call({"pattern": "return", "output_mode": "content", "-n": False, "path": "lib"}, tree)
     assert r.content == "lib/util.py:    return 'hello world'"
 
 
 async def test_content_context(grep, tree):
     r = await grep.call({"pattern": "def", "output_mode": "content", "-A": 1, "type": "py"}, tree)
     assert r.content.splitlines() == [
-        "app.py:3:def main():", "app.py-4-    print('Hello')", "--",
-        "lib/util.py:1:def helper():", "lib/util.py-2-    return 'hello world'",
+        "app.py:3:def main():",
+        "app.py-4-    print('Hello')",
+        "--",
+        "lib/util.py:1:def helper():",
+        "lib/util.py-2-    return 'hello world'",
     ]
-    r = await grep.call({"pattern": "print", "output_mode": "content", "-C": 1, "path": "app.py"},
-                        tree)
-    assert r.content.splitlines() == [
-        "app.py-3-def main():", "app.py:4:    print('Hello')", "app.py-5-    return 0"]
+    r = await grep.call({"pattern": "print", "output_mode": "content", "-C": 1, "path": "app.py"}, tree)
+    assert r.content.splitlines() == ["app.py-3-def main():", "app.py:4:    print('Hello')", "app.py-5-    return 0"]
 
 
 async def test_count_mode(grep, tree):
     (tree.cwd / "many.txt").write_text("x hello\nhello hello\nnone\n")
     r = await grep.call({"pattern": "hello", "output_mode": "count"}, tree)
     assert r.content.splitlines() == [
-        "Found 6 matching lines in 5 files", ".hidden.py:1", "keep.log:1", "lib/notes.md:1",
-        "lib/util.py:1", "many.txt:2"]
+        "Found 6 matching lines in 5 files",
+        ".hidden.py:1",
+        "keep.log:1",
+        "lib/notes.md:1",
+        "lib/util.py:1",
+        "many.txt:2",
+    ]
 
 
 async def test_glob_with_folder_and_braces(grep, tree):
@@ -89,8 +94,7 @@ async def test_glob_with_folder_and_braces(grep, tree):
 
 
 async def test_explicit_ignored_file_is_searched(grep, tree):
-    r = await grep.call({"pattern": "generated", "path": "build/gen.py",
-                         "output_mode": "content"}, tree)
+    r = await grep.call({"pattern": "generated", "path": "build/gen.py", "output_mode": "content"}, tree)
     assert r.content == "build/gen.py:1:hello = 'generated'"
 
 
@@ -122,21 +126,21 @@ async def test_nested_gitignore_and_parent_rules(grep, tree):
 
 
 def test_gitignore_rules():
-    stack = IgnoreStack().push("/r", parse_gitignore(
-        "/top.txt\ndocs/*.md\n**/tmp\n*.o\n!keep.o\nout/\n"))
+    stack = IgnoreStack().push("/r", parse_gitignore("/top.txt\ndocs/*.md\n**/tmp\n*.o\n!keep.o\nout/\n"))
     assert stack.ignored("/r/top.txt", False)
-    assert not stack.ignored("/r/sub/top.txt", False)   # anchored
+    assert not stack.ignored("/r/sub/top.txt", False)  # anchored
     assert stack.ignored("/r/docs/a.md", False)
-    assert not stack.ignored("/r/docs/x/a.md", False)   # * stays in one folder
+    assert not stack.ignored("/r/docs/x/a.md", False)  # * stays in one folder
     assert stack.ignored("/r/a/b/tmp", True)
     assert stack.ignored("/r/deep/x.o", False)
-    assert not stack.ignored("/r/keep.o", False)        # negation, last rule wins
+    assert not stack.ignored("/r/keep.o", False)  # negation, last rule wins
     assert stack.ignored("/r/out", True) and not stack.ignored("/r/out", False)  # dir only
 
 
 def guarded(ctx: ToolContext, *deny: str, ask: tuple[str, ...] = ()) -> ToolContext:
     """The tree with the real Policy's search filter, as the loop hands it to the tools."""
     from drivetrain.control.permissions import Policy, parse_rule
+
     rules = [parse_rule(r, "deny", "test", ctx.cwd, ctx.cwd) for r in deny]
     rules += [parse_rule(r, "ask", "test", ctx.cwd, ctx.cwd) for r in ask]
     return ToolContext(cwd=ctx.cwd, read_filter=Policy(rules=rules, home=ctx.cwd).search_filter(ctx.cwd))

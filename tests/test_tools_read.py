@@ -88,8 +88,9 @@ async def test_empty_file(tmp_path, ctx):
     assert not r.is_error and "empty" in r.content
 
 
-@pytest.mark.parametrize("bad", [{}, {"file_path": ""}, {"file_path": "a", "offset": 0},
-                                 {"file_path": "a", "limit": "ten"}])
+@pytest.mark.parametrize(
+    "bad", [{}, {"file_path": ""}, {"file_path": "a", "offset": 0}, {"file_path": "a", "limit": "ten"}]
+)
 async def test_bad_input(ctx, bad):
     r = await Read().call(bad, ctx)
     assert r.is_error and ("file_path" in r.content or "must be an integer" in r.content)

@@ -17,6 +17,7 @@ def ctx(tmp_path: Path) -> ToolContext:
 
 # --- Write ---------------------------------------------------------------------------------
 
+
 async def test_write_creates_parents_and_reports_size(tmp_path, ctx):
     r = await Write().call({"file_path": "a/b/c.txt", "content": "héllo\nworld\n"}, ctx)
     assert not r.is_error
@@ -41,6 +42,7 @@ async def test_write_failure_keeps_original_and_cleans_temp(tmp_path, ctx, monke
 
     def failing_replace(src, dst):
         raise OSError(28, "No space left on device")
+
     monkeypatch.setattr(write_module.os, "replace", failing_replace)
     r = await Write().call({"file_path": "keep.txt", "content": "new"}, ctx)
     assert r.is_error and "No space left" in r.content
@@ -71,8 +73,9 @@ SOURCE = "def f():\n    return 1\n\n\ndef g():\n    return 1\n"
 async def test_edit_replaces_once_and_shows_snippet(tmp_path, ctx):
     p = tmp_path / "m.py"
     p.write_text(SOURCE)
-    r = await Edit().call({"file_path": "m.py", "old_string": "def g():\n    return 1",
-                           "new_string": "def g():\n    return 2"}, ctx)
+    r = await Edit().call(
+        {"file_path": "m.py", "old_string": "def g():\n    return 1", "new_string": "def g():\n    return 2"}, ctx
+    )
     assert not r.is_error, r.content
     assert p.read_text() == "def f():\n    return 1\n\n\ndef g():\n    return 2\n"
     assert "Replaced 1 occurrence" in r.content
@@ -83,8 +86,7 @@ async def test_edit_replaces_once_and_shows_snippet(tmp_path, ctx):
 async def test_edit_not_unique_reports_count_and_lines(tmp_path, ctx):
     p = tmp_path / "m.py"
     p.write_text(SOURCE)
-    r = await Edit().call({"file_path": "m.py", "old_string": "return 1", "new_string": "return 2"},
-                          ctx)
+    r = await Edit().call({"file_path": "m.py", "old_string": "return 1", "new_string": "return 2"}, ctx)
     assert r.is_error
     assert "2 occurrences" in r.content and "lines 2, 6" in r.content
     assert "replace_all" in r.content
@@ -94,8 +96,9 @@ async def test_edit_not_unique_reports_count_and_lines(tmp_path, ctx):
 async def test_edit_replace_all(tmp_path, ctx):
     p = tmp_path / "m.py"
     p.write_text(SOURCE)
-    r = await Edit().call({"file_path": "m.py", "old_string": "return 1", "new_string": "return 2",
-                           "replace_all": True}, ctx)
+    r = await Edit().call(
+        {"file_path": "m.py", "old_string": "return 1", "new_string": "return 2", "replace_all": True}, ctx
+    )
     assert not r.is_error
     assert "Replaced 2 occurrences" in r.content
     assert p.read_text() == SOURCE.replace("return 1", "return 2")
@@ -109,8 +112,9 @@ async def test_edit_not_found(tmp_path, ctx):
 
 async def test_edit_not_found_but_whitespace_differs(tmp_path, ctx):
     (tmp_path / "m.py").write_text(SOURCE)
-    r = await Edit().call({"file_path": "m.py", "old_string": "def g():\n  return 1",
-                           "new_string": "def g():\n  return 2"}, ctx)
+    r = await Edit().call(
+        {"file_path": "m.py", "old_string": "def g():\n  return 1", "new_string": "def g():\n  return 2"}, ctx
+    )
     assert r.is_error
     assert "whitespace" in r.content and "lines 5-6" in r.content
     assert "     6\t    return 1" in r.content  # shows the exact text to copy

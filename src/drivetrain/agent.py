@@ -9,27 +9,27 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import AsyncIterator, Callable
 
 from drivetrain.control.approval import Approver, PendingCall, PermissionDecider, Verdict
+from drivetrain.control.gate import Gate, HookRunner
+from drivetrain.errors import HarnessError
 from drivetrain.loop.budget import Budget
 from drivetrain.loop.context import ContextSettings
-from drivetrain.errors import HarnessError
-from drivetrain.loop.events import Event, Finished
-from drivetrain.control.gate import Gate, HookRunner
 from drivetrain.loop.draft import Deps
+from drivetrain.loop.events import Event, Finished
+from drivetrain.loop.nodes import Node
+from drivetrain.loop.profile import FULL, Profile
 from drivetrain.loop.result import RunResult
+from drivetrain.loop.state import AwaitApproval, CallModel, Compact, Done, RunState, State, SubmitPrompt
 from drivetrain.loop.step import resume_approval, step, with_prompt
 from drivetrain.messages import Message, Usage
 from drivetrain.models.base import Model
-from drivetrain.loop.nodes import Node
 from drivetrain.pricing import cost_usd
-from drivetrain.loop.profile import FULL, Profile
-from drivetrain.sessions.rewind import Checkpoints
 from drivetrain.sessions.log import Loaded, SessionLog, load
-from drivetrain.loop.state import AwaitApproval, CallModel, Compact, Done, RunState, State, SubmitPrompt
+from drivetrain.sessions.rewind import Checkpoints
 from drivetrain.sessions.store import SessionStore
 from drivetrain.tools.base import Tool
 
@@ -69,10 +69,13 @@ class Agent:
     store: SessionStore | None = None  # where each run is saved after every step (None: not saved)
     checkpoints: Checkpoints | None = None  # the workspace snapshotted before each prompt, for rewind
     nodes: list[Node] = field(default_factory=list)  # added to the loop at their points (nodes.py): Verify, Plan …
-    context_settings: ContextSettings = ContextSettings()  # output caps and clearing old results (context.py)
+    context_settings: ContextSettings = field(
+        default_factory=ContextSettings
+    )  # output caps and clearing old results (context.py)
 
-    def start(self, prompt: str | None = None, history: list[Message] | None = None,
-              session_id: str | None = None) -> Run:
+    def start(
+        self, prompt: str | None = None, history: list[Message] | None = None, session_id: str | None = None
+    ) -> Run:
         state: State = SubmitPrompt(prompt) if prompt is not None else CallModel()
         value = RunState(session_id or str(uuid.uuid4()), tuple(history or ()), state)
         run = Run(self, value, self._log(value.session_id))
@@ -81,8 +84,9 @@ class Agent:
             run.log.save(RunState(value.session_id), value)
         return run
 
-    def resume(self, session_id: str, prompt: str | None = None, *, fork: bool = False,
-               fork_id: str | None = None) -> Run:
+    def resume(
+        self, session_id: str, prompt: str | None = None, *, fork: bool = False, fork_id: str | None = None
+    ) -> Run:
         """A saved session, repaired if it was cut short, continued (``fork``: as a new session, ``fork_id`` or a
         new id, the old one untouched). With ``prompt``, it is the next user turn; without, an interrupted run
         goes on where it stopped (a model call that never answered is made again)."""
@@ -173,8 +177,11 @@ class Run:
         except asyncio.CancelledError as e:
             self.value = getattr(e, "run_state", before)  # every open call answered as interrupted
             if self.log is not None:
-                self.log.save(before, self.value, extra=[{"kind": "interrupted", "signal": self.cancelled_by,
-                                                           "during": type(before.state).__name__}])
+                self.log.save(
+                    before,
+                    self.value,
+                    extra=[{"kind": "interrupted", "signal": self.cancelled_by, "during": type(before.state).__name__}],
+                )
             raise
         if self.log is not None:
             self.log.save(before, self.value, events, extra=extra)
@@ -182,13 +189,18 @@ class Run:
 
     async def _checkpoint(self, value: RunState) -> dict:
         """The workspace as it is before this prompt, with every file Write/Edit touched so far (``rewind.py``)."""
-        touched = {c.input.get("file_path") for m in value.history for c in m.tool_uses
-                   if c.name in ("Write", "Edit") and isinstance(c.input.get("file_path"), str)}
+        touched = {
+            c.input.get("file_path")
+            for m in value.history
+            for c in m.tool_uses
+            if c.name in ("Write", "Edit") and isinstance(c.input.get("file_path"), str)
+        }
         prompt = value.prompts + 1
         cp = self.agent.checkpoints
         try:
-            commit = await asyncio.to_thread(cp.snapshot, value.session_id, prompt,
-                                             [self.agent.cwd / t for t in sorted(touched)])
+            commit = await asyncio.to_thread(
+                cp.snapshot, value.session_id, prompt, [self.agent.cwd / t for t in sorted(touched)]
+            )
         except HarnessError as e:  # no git, say: the run goes on without a checkpoint, and the log says why
             return {"kind": "checkpoint", "prompt": prompt, "ref": None, "error": str(e)}
         return {"kind": "checkpoint", "prompt": prompt, "ref": cp.ref(value.session_id, prompt), "commit": commit}
@@ -231,8 +243,9 @@ class Run:
         s = self.value.state
         if not isinstance(s, (Done, CallModel)):
             raise RuntimeError(f"cannot compact in the middle of a step (the run is in {type(s).__name__})")
-        self.value = self.value.evolve(state=Compact("manual", s if isinstance(s, Done) else None, focus),
-                                       path=self.value.path + ("Compact",))
+        self.value = self.value.evolve(
+            state=Compact("manual", s if isinstance(s, Done) else None, focus), path=self.value.path + ("Compact",)
+        )
         self._result = None
         events = await self.step()
         if isinstance(self.value.state, Done):
@@ -299,8 +312,16 @@ class Run:
     def _finish(self, s: Done) -> RunResult:
         v = self.value
         return RunResult(
-            subtype=s.subtype, stop_reason=s.stop_reason, result=s.result, num_turns=v.num_turns,
-            session_id=v.session_id, duration_ms=int((time.monotonic() - self._started) * 1000),
-            usage=v.usage, total_cost_usd=cost_usd(self.agent.model.name, v.usage),
-            history=list(v.history), trajectory=list(v.trajectory), note=s.note, pending=self.pending,
+            subtype=s.subtype,
+            stop_reason=s.stop_reason,
+            result=s.result,
+            num_turns=v.num_turns,
+            session_id=v.session_id,
+            duration_ms=int((time.monotonic() - self._started) * 1000),
+            usage=v.usage,
+            total_cost_usd=cost_usd(self.agent.model.name, v.usage),
+            history=list(v.history),
+            trajectory=list(v.trajectory),
+            note=s.note,
+            pending=self.pending,
         )

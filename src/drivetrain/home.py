@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 
 def drivetrain_home(env: Mapping[str, str] | None = None, home: Path | None = None) -> Path:

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Collection, Iterable, Literal, Union
+from typing import Any, Literal
 
 log = logging.getLogger("drivetrain.messages")
 
@@ -93,7 +94,7 @@ class RawBlock:
         return self.data
 
 
-Block = Union[TextBlock, ToolUseBlock, ToolResultBlock, ThinkingBlock, RedactedThinkingBlock, RawBlock]
+Block = TextBlock | ToolUseBlock | ToolResultBlock | ThinkingBlock | RedactedThinkingBlock | RawBlock
 
 _PARSERS = {
     "text": lambda d: TextBlock(text=d["text"], citations=d.get("citations") or None),
@@ -302,12 +303,15 @@ def repair(history: list[Message]) -> list[Message]:
         out.append(Message(msg.role, tuple(blocks)))
         # an assistant tool_use with no following user message: answer it
         if msg.role == "assistant" and out[-1].tool_uses and (i + 1 == len(history) or history[i + 1].role != "user"):
-            out.append(Message("user", tuple(ToolResultBlock(u.id, TRUNCATED_PLACEHOLDER, True) for u in out[-1].tool_uses)))
+            out.append(
+                Message("user", tuple(ToolResultBlock(u.id, TRUNCATED_PLACEHOLDER, True) for u in out[-1].tool_uses))
+            )
     return out
 
 
-def ensure_valid(history: list[Message], *, strict: bool, start: int = 0,
-                 seen: Collection[str] | None = None) -> list[Message]:
+def ensure_valid(
+    history: list[Message], *, strict: bool, start: int = 0, seen: Collection[str] | None = None
+) -> list[Message]:
     """Lint before sending (``lint``). Strict (tests): raise. Otherwise repair and log loudly."""
     report = lint(history, start, seen)
     if not report:

@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import re
 import typing
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from drivetrain.errors import ConfigError
 from drivetrain.messages import Usage
@@ -50,9 +51,12 @@ class Price:
     def cost_usd(self, usage: Usage) -> float | None:
         if not self.priced:
             return None
-        total = (usage.input_tokens * self.input + usage.output_tokens * self.output
-                 + usage.cache_creation_input_tokens * self.cache_write
-                 + usage.cache_read_input_tokens * self.cache_read)
+        total = (
+            usage.input_tokens * self.input
+            + usage.output_tokens * self.output
+            + usage.cache_creation_input_tokens * self.cache_write
+            + usage.cache_read_input_tokens * self.cache_read
+        )
         return round(total / 1_000_000, 6)
 
 
@@ -67,11 +71,32 @@ _OPUS_45 = Price(5.0, 25.0, 6.25, 0.50, 200_000)
 _SONNET = Price(3.0, 15.0, 3.75, 0.30, 200_000)
 ANTHROPIC = _table(
     (("claude-opus-4-6", "claude-opus-4-5", "claude-opus-4-5-20251101"), _OPUS_45),
-    (("claude-opus-4-1", "claude-opus-4-1-20250805", "claude-opus-4-0", "claude-opus-4-20250514",
-      "claude-3-opus-latest", "claude-3-opus-20240229"), _OPUS_OLD),
-    (("claude-sonnet-4-6", "claude-sonnet-4-5", "claude-sonnet-4-5-20250929", "claude-sonnet-4-0",
-      "claude-sonnet-4-20250514", "claude-3-7-sonnet-latest", "claude-3-7-sonnet-20250219",
-      "claude-3-5-sonnet-latest", "claude-3-5-sonnet-20241022", "claude-3-5-sonnet-20240620"), _SONNET),
+    (
+        (
+            "claude-opus-4-1",
+            "claude-opus-4-1-20250805",
+            "claude-opus-4-0",
+            "claude-opus-4-20250514",
+            "claude-3-opus-latest",
+            "claude-3-opus-20240229",
+        ),
+        _OPUS_OLD,
+    ),
+    (
+        (
+            "claude-sonnet-4-6",
+            "claude-sonnet-4-5",
+            "claude-sonnet-4-5-20250929",
+            "claude-sonnet-4-0",
+            "claude-sonnet-4-20250514",
+            "claude-3-7-sonnet-latest",
+            "claude-3-7-sonnet-20250219",
+            "claude-3-5-sonnet-latest",
+            "claude-3-5-sonnet-20241022",
+            "claude-3-5-sonnet-20240620",
+        ),
+        _SONNET,
+    ),
     (("claude-haiku-4-5", "claude-haiku-4-5-20251001"), Price(1.0, 5.0, 1.25, 0.10, 200_000)),
     (("claude-3-5-haiku-latest", "claude-3-5-haiku-20241022"), Price(0.80, 4.0, 1.0, 0.08, 200_000)),
     (("claude-3-haiku-20240307",), Price(0.25, 1.25, 0.30, 0.03, 200_000)),
@@ -98,8 +123,10 @@ OPENAI = _table(
     (("o4-mini",), _openai(1.10, 4.40, 0.275, 200_000)),
     (("o3-mini",), _openai(1.10, 4.40, 0.55, 200_000)),
     (("o1",), _openai(15.0, 60.0, 7.50, 200_000)),
-    (("gpt-4-turbo", "gpt-4-turbo-2024-04-09", "gpt-4-turbo-preview", "gpt-4-0125-preview", "gpt-4-1106-preview"),
-     _openai(10.0, 30.0, None, 128_000)),
+    (
+        ("gpt-4-turbo", "gpt-4-turbo-2024-04-09", "gpt-4-turbo-preview", "gpt-4-0125-preview", "gpt-4-1106-preview"),
+        _openai(10.0, 30.0, None, 128_000),
+    ),
     (("gpt-4", "gpt-4-0613", "gpt-4-0314"), _openai(30.0, 60.0, None, 8_192)),
     (("gpt-4-32k", "gpt-4-32k-0613", "gpt-4-32k-0314"), _openai(60.0, 120.0, None, 32_768)),
     (("gpt-3.5-turbo", "gpt-3.5-turbo-0125"), _openai(0.50, 1.50, None, 16_385)),
@@ -109,30 +136,101 @@ PRICES: dict[str, Price] = {**ANTHROPIC, **OPENAI}
 
 # Named by the installed SDKs, but with no published price this table is sure of: they report tokens and a null
 # cost. Move a name to PRICES once its price is known (or give it in settings).
-UNPRICED: frozenset[str] = frozenset({
-    # anthropic 2.14
-    "claude-fable-5", "claude-fable-5-1", "claude-fable-5-2", "claude-haiku-5-5", "claude-mythos-5",
-    "claude-mythos-5-1", "claude-mythos-5-2", "claude-mythos-preview", "claude-opus-4-7", "claude-opus-4-8",
-    "claude-opus-5", "claude-opus-5-5", "claude-sonnet-5", "claude-sonnet-5-5",
-    # openai 3.57: newer than this table, audio/search previews (audio tokens bill differently), retired snapshots
-    "gpt-6-astra", "gpt-6.2-astra", "gpt-6.2-astra-law", "gpt-6.1-sol", "gpt-6.2-sol", "gpt-6.1-terra", "gpt-6-sol",
-    "gpt-6-luna", "gpt-6-cyber", "gpt-6-rosalind", "gpt-5.6-sol", "gpt-5.6-terra", "gpt-5.6-luna", "gpt-5.6-cyber",
-    "gpt-5.5", "gpt-5.5-2026-04-23", "gpt-5.5-pro", "gpt-5.5-pro-2026-04-23", "gpt-5.4", "gpt-5.4-mini",
-    "gpt-5.4-nano", "gpt-5.4-mini-2026-03-17", "gpt-5.4-nano-2026-03-17", "gpt-5.3-chat-latest", "gpt-5.2",
-    "gpt-5.2-2025-12-11", "gpt-5.2-chat-latest", "gpt-5.2-pro", "gpt-5.2-pro-2025-12-11", "gpt-5.1-mini",
-    "gpt-5.1-codex-max", "gpt-5-pro", "gpt-5-pro-2025-10-06", "gpt-daybreak-blue-latest", "gpt-daybreak-red-latest",
-    "gpt-rosalind-research", "o1-preview", "o1-preview-2024-09-12", "o1-mini", "o1-mini-2024-09-12", "o1-pro",
-    "o1-pro-2025-03-19", "o3-pro", "o3-pro-2025-06-10", "o3-deep-research", "o3-deep-research-2025-06-26",
-    "o4-mini-deep-research", "o4-mini-deep-research-2025-06-26", "computer-use-preview",
-    "computer-use-preview-2025-03-11", "codex-mini-latest", "chatgpt-4o-latest", "gpt-audio-mini",
-    "gpt-audio-mini-2025-12-15", "gpt-4o-audio-preview", "gpt-4o-audio-preview-2024-10-01",
-    "gpt-4o-audio-preview-2024-12-17", "gpt-4o-audio-preview-2025-06-03", "gpt-4o-mini-audio-preview",
-    "gpt-4o-mini-audio-preview-2024-12-17", "gpt-4o-search-preview", "gpt-4o-mini-search-preview",
-    "gpt-4o-search-preview-2025-03-11", "gpt-4o-mini-search-preview-2025-03-11", "gpt-4-vision-preview",
-    "gpt-3.5-turbo-16k", "gpt-3.5-turbo-0301", "gpt-3.5-turbo-0613", "gpt-3.5-turbo-1106", "gpt-3.5-turbo-16k-0613",
-    # openai 3.60: newer than this table
-    "gpt-6-astra-healthcare", "gpt-6.1-sol-healthcare", "gpt-6.2-astra-healthcare", "gpt-6.2-sol-healthcare",
-})
+UNPRICED: frozenset[str] = frozenset(
+    {
+        # anthropic 2.14
+        "claude-fable-5",
+        "claude-fable-5-1",
+        "claude-fable-5-2",
+        "claude-haiku-5-5",
+        "claude-mythos-5",
+        "claude-mythos-5-1",
+        "claude-mythos-5-2",
+        "claude-mythos-preview",
+        "claude-opus-4-7",
+        "claude-opus-4-8",
+        "claude-opus-5",
+        "claude-opus-5-5",
+        "claude-sonnet-5",
+        "claude-sonnet-5-5",
+        # openai 3.57: newer than this table, audio/search previews (audio tokens bill differently), retired snapshots
+        "gpt-6-astra",
+        "gpt-6.2-astra",
+        "gpt-6.2-astra-law",
+        "gpt-6.1-sol",
+        "gpt-6.2-sol",
+        "gpt-6.1-terra",
+        "gpt-6-sol",
+        "gpt-6-luna",
+        "gpt-6-cyber",
+        "gpt-6-rosalind",
+        "gpt-5.6-sol",
+        "gpt-5.6-terra",
+        "gpt-5.6-luna",
+        "gpt-5.6-cyber",
+        "gpt-5.5",
+        "gpt-5.5-2026-04-23",
+        "gpt-5.5-pro",
+        "gpt-5.5-pro-2026-04-23",
+        "gpt-5.4",
+        "gpt-5.4-mini",
+        "gpt-5.4-nano",
+        "gpt-5.4-mini-2026-03-17",
+        "gpt-5.4-nano-2026-03-17",
+        "gpt-5.3-chat-latest",
+        "gpt-5.2",
+        "gpt-5.2-2025-12-11",
+        "gpt-5.2-chat-latest",
+        "gpt-5.2-pro",
+        "gpt-5.2-pro-2025-12-11",
+        "gpt-5.1-mini",
+        "gpt-5.1-codex-max",
+        "gpt-5-pro",
+        "gpt-5-pro-2025-10-06",
+        "gpt-daybreak-blue-latest",
+        "gpt-daybreak-red-latest",
+        "gpt-rosalind-research",
+        "o1-preview",
+        "o1-preview-2024-09-12",
+        "o1-mini",
+        "o1-mini-2024-09-12",
+        "o1-pro",
+        "o1-pro-2025-03-19",
+        "o3-pro",
+        "o3-pro-2025-06-10",
+        "o3-deep-research",
+        "o3-deep-research-2025-06-26",
+        "o4-mini-deep-research",
+        "o4-mini-deep-research-2025-06-26",
+        "computer-use-preview",
+        "computer-use-preview-2025-03-11",
+        "codex-mini-latest",
+        "chatgpt-4o-latest",
+        "gpt-audio-mini",
+        "gpt-audio-mini-2025-12-15",
+        "gpt-4o-audio-preview",
+        "gpt-4o-audio-preview-2024-10-01",
+        "gpt-4o-audio-preview-2024-12-17",
+        "gpt-4o-audio-preview-2025-06-03",
+        "gpt-4o-mini-audio-preview",
+        "gpt-4o-mini-audio-preview-2024-12-17",
+        "gpt-4o-search-preview",
+        "gpt-4o-mini-search-preview",
+        "gpt-4o-search-preview-2025-03-11",
+        "gpt-4o-mini-search-preview-2025-03-11",
+        "gpt-4-vision-preview",
+        "gpt-3.5-turbo-16k",
+        "gpt-3.5-turbo-0301",
+        "gpt-3.5-turbo-0613",
+        "gpt-3.5-turbo-1106",
+        "gpt-3.5-turbo-16k-0613",
+        # openai 3.60: newer than this table
+        "gpt-6-astra-healthcare",
+        "gpt-6.1-sol-healthcare",
+        "gpt-6.2-astra-healthcare",
+        "gpt-6.2-sol-healthcare",
+    }
+)
 
 FREE_PREFIXES = ("local/",)  # the embedded model runs on this machine
 _DATED = re.compile(r"-(\d{8}|\d{4}-\d{2}-\d{2})$")
@@ -188,16 +286,20 @@ def prices_from_settings(files: Iterable[tuple[Path, dict]]) -> dict[str, Price]
     for path, data in reversed(list(files)):  # least specific first, so more specific files win
         section = data.get("pricing", {})
         if not isinstance(section, dict):
-            raise ConfigError(f'In {path}: "pricing" must be an object like {{"my-model": {{"input": 1.0, '
-                              f'"output": 2.0, "cache_write": 1.25, "cache_read": 0.1, "context_window": 128000}}}}')
+            raise ConfigError(
+                f'In {path}: "pricing" must be an object like {{"my-model": {{"input": 1.0, '
+                f'"output": 2.0, "cache_write": 1.25, "cache_read": 0.1, "context_window": 128000}}}}'
+            )
         for model, entry in section.items():
             out[model] = _merge(out.get(model), _entry(path, model, entry))
     for model, entry in out.items():
         merged = _merge(PRICES.get(model), entry)
         if any(getattr(merged, f) is not None for f in PRICE_FIELDS) and not merged.priced:
             missing = [f for f in PRICE_FIELDS if getattr(merged, f) is None]
-            raise ConfigError(f"pricing for {model!r} in the settings files lacks {', '.join(missing)}: give all of "
-                              f"{', '.join(PRICE_FIELDS)} (USD per million tokens)")
+            raise ConfigError(
+                f"pricing for {model!r} in the settings files lacks {', '.join(missing)}: give all of "
+                f"{', '.join(PRICE_FIELDS)} (USD per million tokens)"
+            )
     return out
 
 
@@ -206,11 +308,16 @@ def _entry(path: Path, model: str, entry: object) -> Price:
     if not isinstance(entry, dict) or set(entry) - set(known):
         raise ConfigError(f"In {path}: pricing[{model!r}] must be an object with keys among {', '.join(known)}")
     for key, value in entry.items():
-        ok = (isinstance(value, int) and value > 0 if key == "context_window"
-              else isinstance(value, (int, float)) and value >= 0)
+        ok = (
+            isinstance(value, int) and value > 0
+            if key == "context_window"
+            else isinstance(value, (int, float)) and value >= 0
+        )
         if isinstance(value, bool) or not ok:
-            raise ConfigError(f"In {path}: pricing[{model!r}].{key} must be a "
-                              f"{'positive integer' if key == 'context_window' else 'number ≥ 0'}, not {value!r}")
+            raise ConfigError(
+                f"In {path}: pricing[{model!r}].{key} must be a "
+                f"{'positive integer' if key == 'context_window' else 'number ≥ 0'}, not {value!r}"
+            )
     return Price(**{k: float(v) if k != "context_window" else v for k, v in entry.items()})
 
 
@@ -221,28 +328,48 @@ def sdk_models() -> set[str]:
 
     def literals(t: object) -> set[str]:
         return {a for a in typing.get_args(t) if isinstance(a, str)} | {
-            s for a in typing.get_args(t) if not isinstance(a, str) for s in literals(a)}
+            s for a in typing.get_args(t) if not isinstance(a, str) for s in literals(a)
+        }
 
-    return set().union(*(literals(t) for t in (anthropic.types.Model, anthropic.types.ModelParam,
-                                                openai.types.shared.ChatModel, openai.types.shared.AllModels)))
+    return set().union(
+        *(
+            literals(t)
+            for t in (
+                anthropic.types.Model,
+                anthropic.types.ModelParam,
+                openai.types.shared.ChatModel,
+                openai.types.shared.AllModels,
+            )
+        )
+    )
 
 
 def turn_usage(model: str, usage: Usage) -> dict:
     """One model response's accounting, as the stream-json ``turn_usage`` event carries it. The context is what
     the request sent: input plus cache writes plus cache reads."""
     ctx = usage.input_tokens + usage.cache_creation_input_tokens + usage.cache_read_input_tokens
-    return {"model": model, "usage": usage.to_wire(), "context_tokens": ctx, "context_window": context_window(model),
-            "cost_usd": cost_usd(model, usage)}
+    return {
+        "model": model,
+        "usage": usage.to_wire(),
+        "context_tokens": ctx,
+        "context_window": context_window(model),
+        "cost_usd": cost_usd(model, usage),
+    }
 
 
 def usage_line(t: dict) -> str:
     """``in 1,234 (+5,000 cached, +2,000 cache write) out 87  ctx 8,234/200,000  $0.0140`` for the turn log."""
     u = t["usage"]
-    cache = [f"+{n:,} {what}" for n, what in ((u["cache_read_input_tokens"], "cached"),
-                                              (u["cache_creation_input_tokens"], "cache write")) if n]
+    cache = [
+        f"+{n:,} {what}"
+        for n, what in ((u["cache_read_input_tokens"], "cached"), (u["cache_creation_input_tokens"], "cache write"))
+        if n
+    ]
     window = f"/{t['context_window']:,}" if t.get("context_window") else ""
-    return (f"in {u['input_tokens']:,}{' (' + ', '.join(cache) + ')' if cache else ''} out {u['output_tokens']:,}"
-            f"  ctx {t['context_tokens']:,}{window}  {format_usd(t['cost_usd'])}")
+    return (
+        f"in {u['input_tokens']:,}{' (' + ', '.join(cache) + ')' if cache else ''} out {u['output_tokens']:,}"
+        f"  ctx {t['context_tokens']:,}{window}  {format_usd(t['cost_usd'])}"
+    )
 
 
 def format_usd(cost: float | None) -> str:
@@ -257,7 +384,12 @@ def format_usd(cost: float | None) -> str:
 # The price table's windows come first (context_window); this is the fallback for models it lacks.
 WINDOWS: dict[str, int] = {
     "claude-": 200_000,  # every Claude model (1M for some only with a beta header drivetrain does not send)
-    "gpt-4o": 128_000, "gpt-4.1": 1_047_576, "gpt-5": 400_000, "o1": 200_000, "o3": 200_000, "o4-mini": 200_000,
+    "gpt-4o": 128_000,
+    "gpt-4.1": 1_047_576,
+    "gpt-5": 400_000,
+    "o1": 200_000,
+    "o3": 200_000,
+    "o4-mini": 200_000,
 }
 DEFAULT_WINDOW = {"anthropic": 200_000, "openai": 128_000}
 
@@ -268,7 +400,6 @@ def known_window(model: str, provider: str = "anthropic") -> int:
         return window
     match = max((p for p in WINDOWS if model.startswith(p)), key=len, default=None)
     return WINDOWS[match] if match is not None else DEFAULT_WINDOW.get(provider, 128_000)
-
 
 
 def window_of(model: Any) -> int:

@@ -32,8 +32,10 @@ def workspace_context(cwd: Path, limit: int = 40) -> str:
     shown = [p.name + ("/" if p.is_dir() else "") for p in entries[:limit]]
     more = f"\n  … and {len(entries) - limit} more" if len(entries) > limit else ""
     listing = "\n".join(f"  {name}" for name in shown) or "  (empty)"
-    return (f"Working directory: {cwd}\nPlatform: {platform.system()}\nToday: {datetime.date.today()}\n"
-            f"Files in the working directory:\n{listing}{more}")
+    return (
+        f"Working directory: {cwd}\nPlatform: {platform.system()}\nToday: {datetime.date.today()}\n"
+        f"Files in the working directory:\n{listing}{more}"
+    )
 
 
 def default_system_prompt(cwd: Path) -> str:

@@ -7,8 +7,8 @@ from __future__ import annotations
 import asyncio
 import os
 
-from drivetrain.batch.results import TaskResult
 from drivetrain.batch.execute import AgentFactory, Scratch, execute_task
+from drivetrain.batch.results import TaskResult
 from drivetrain.batch.sweep import Executor, Tally
 from drivetrain.batch.tasks import Task
 from drivetrain.batch.workspace import scratch_root
@@ -36,8 +36,7 @@ def ray_executor(address: str | None, agents: AgentFactory, scratch: Scratch) ->
     if not ray.is_initialized():
         env = {k: v for k, v in os.environ.items() if k.startswith(FORWARDED)}
         try:
-            ray.init(address=address, include_dashboard=False, log_to_driver=False,
-                     runtime_env={"env_vars": env})
+            ray.init(address=address, include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": env})
         except (ConnectionError, RuntimeError, ValueError) as e:
             raise ConfigError(f"cannot reach the Ray cluster at {address or 'a new local instance'}: {e}") from None
     remote = ray.remote(max_retries=1)(_in_worker)  # a dead worker's task is run once more, then fails
@@ -55,6 +54,7 @@ def ray_executor(address: str | None, agents: AgentFactory, scratch: Scratch) ->
             # not this task's doing (the cluster is gone, a worker cannot load drivetrain …): stop the sweep, and
             # leave the task without a result line, so that the same command runs it again
             raise ClusterError(f"Ray failed on task {task.id} ({type(e).__name__}): {str(e)[-1000:]}") from None
+
     return execute
 
 

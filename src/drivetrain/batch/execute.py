@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import Any, Protocol
 
 from drivetrain.agent import Agent
 from drivetrain.batch.results import TaskResult
@@ -83,7 +84,7 @@ async def execute_task(task: Task, agents: AgentFactory, scratch: Scratch, watch
         raise
     except WorkspaceError as e:
         result = TaskResult(task.id, "error", e.subtype, detail=str(e))
-    except Exception as e:  # noqa: BLE001 - one task's failure, whatever it is, must not end the sweep
+    except Exception as e:
         result = TaskResult(task.id, "error", "harness_error", detail=f"{type(e).__name__}: {e}")
     result.wall_s = round(time.monotonic() - started, 3)
     if scratch.keep:
@@ -122,7 +123,15 @@ def _from_run(task_id: str, run: RunResult) -> TaskResult:
     u = run.usage
     status = "error" if run.subtype == "error_during_execution" else "pass" if run.subtype == "success" else "fail"
     return TaskResult(
-        task_id, status, run.subtype, turns=run.num_turns, input_tokens=u.input_tokens, output_tokens=u.output_tokens,
-        cache_creation_input_tokens=u.cache_creation_input_tokens, cache_read_input_tokens=u.cache_read_input_tokens,
-        cost_usd=run.total_cost_usd, session_id=run.session_id,
-        detail=run.result[-OUTPUT_TAIL:] if status == "error" else "")
+        task_id,
+        status,
+        run.subtype,
+        turns=run.num_turns,
+        input_tokens=u.input_tokens,
+        output_tokens=u.output_tokens,
+        cache_creation_input_tokens=u.cache_creation_input_tokens,
+        cache_read_input_tokens=u.cache_read_input_tokens,
+        cost_usd=run.total_cost_usd,
+        session_id=run.session_id,
+        detail=run.result[-OUTPUT_TAIL:] if status == "error" else "",
+    )

@@ -15,23 +15,45 @@ W, H, LEFT, TOP, BOTTOM = 880, 220, 70, 16, 24  # a per-run chart's size and mar
 
 def render(title: str, results: list[TaskResult]) -> str:
     s = summarize(results)
-    usd = lambda x: "–" if x is None else f"${x:.4f}"  # noqa: E731
+    usd = lambda x: "–" if x is None else f"${x:.4f}"
     rate = "–" if s["pass_rate"] is None else f"{s['pass_rate']:.1%}"
-    rows = [("tasks", s["total"]), ("passed", f"{s['passed']} ({rate})"), ("failed", s["failed"]),
-            ("errors", s["errors"]), ("tokens", f"{s['tokens']:,}"), ("cost", usd(s["cost_usd"])),
-            ("wall time of the runs", f"{s['wall_s']:.1f} s")]
+    rows = [
+        ("tasks", s["total"]),
+        ("passed", f"{s['passed']} ({rate})"),
+        ("failed", s["failed"]),
+        ("errors", s["errors"]),
+        ("tokens", f"{s['tokens']:,}"),
+        ("cost", usd(s["cost_usd"])),
+        ("wall time of the runs", f"{s['wall_s']:.1f} s"),
+    ]
     for side in ("passes", "failures"):
         d = s[side]
-        rows.append((side, f"{d['count']} runs · {usd(d['cost_usd'])} (mean {usd(d['mean_cost_usd'])}) · "
-                           f"{d['turns']} turns (mean {d['mean_turns'] if d['count'] else '–'})"))
+        rows.append(
+            (
+                side,
+                f"{d['count']} runs · {usd(d['cost_usd'])} (mean {usd(d['mean_cost_usd'])}) · "
+                f"{d['turns']} turns (mean {d['mean_turns'] if d['count'] else '–'})",
+            )
+        )
     summary = "".join(f"<tr><th>{escape(str(k))}</th><td>{escape(str(v))}</td></tr>" for k, v in rows)
-    kinds = "".join(f"<tr><td>{escape(k)}</td><td>{len(ids)}</td><td>{escape(', '.join(ids))}</td></tr>"
-                    for k, ids in s["failures_by_subtype"].items()) or "<tr><td colspan=3>none</td></tr>"
+    kinds = (
+        "".join(
+            f"<tr><td>{escape(k)}</td><td>{len(ids)}</td><td>{escape(', '.join(ids))}</td></tr>"
+            for k, ids in s["failures_by_subtype"].items()
+        )
+        or "<tr><td colspan=3>none</td></tr>"
+    )
     return _PAGE.format(
-        title=escape(title), summary=summary, outcomes=outcomes_svg(s), kinds=kinds,
+        title=escape(title),
+        summary=summary,
+        outcomes=outcomes_svg(s),
+        kinds=kinds,
         wall=bars_svg("wall", [(r, r.wall_s) for r in results], lambda v: f"{v:.1f} s"),
         cost=bars_svg("cost", [(r, r.cost_usd or 0.0) for r in results], lambda v: f"${v:.4f}"),
-        slowest=_rows(s["slowest"], usd), expensive=_rows(s["most_expensive"], usd), runs=_runs(results, usd))
+        slowest=_rows(s["slowest"], usd),
+        expensive=_rows(s["most_expensive"], usd),
+        runs=_runs(results, usd),
+    )
 
 
 def outcomes_svg(s: dict) -> str:
@@ -39,13 +61,17 @@ def outcomes_svg(s: dict) -> str:
     width, x, parts = W - 2 * LEFT, float(LEFT), []
     for status, n in (("pass", s["passed"]), ("fail", s["failed"]), ("error", s["errors"])):
         w = width * n / s["total"] if s["total"] else 0.0
-        parts.append(f"<rect class='outcome' data-status='{status}' x='{x:.2f}' y='8' width='{w:.2f}' height='28' "
-                     f"fill='{COLOR[status]}'><title>{status}: {n}</title></rect>")
+        parts.append(
+            f"<rect class='outcome' data-status='{status}' x='{x:.2f}' y='8' width='{w:.2f}' height='28' "
+            f"fill='{COLOR[status]}'><title>{status}: {n}</title></rect>"
+        )
         if n:
             parts.append(f"<text x='{x + 4:.2f}' y='58' class='axis'>{status} {n}</text>")
         x += w
-    return (f"<svg id='outcomes' xmlns='http://www.w3.org/2000/svg' width='{W}' height='66' viewBox='0 0 {W} 66' "
-            f"role='img' aria-label='runs by outcome'>{''.join(parts)}</svg>")
+    return (
+        f"<svg id='outcomes' xmlns='http://www.w3.org/2000/svg' width='{W}' height='66' viewBox='0 0 {W} 66' "
+        f"role='img' aria-label='runs by outcome'>{''.join(parts)}</svg>"
+    )
 
 
 def bars_svg(name: str, values: list[tuple[TaskResult, float]], fmt) -> str:
@@ -56,24 +82,31 @@ def bars_svg(name: str, values: list[tuple[TaskResult, float]], fmt) -> str:
     top = max(v for _, v in values) or 1.0
     slot = pw / len(values)
     bar = max(1.0, slot * 0.75)
-    parts = [f"<svg id='{name}' xmlns='http://www.w3.org/2000/svg' width='{W}' height='{H}' viewBox='0 0 {W} {H}' "
-             f"role='img' aria-label='{name} per run'>",
-             f"<rect x='{LEFT}' y='{TOP}' width='{pw}' height='{ph}' fill='#fafafa' stroke='#ccc'/>"]
+    parts = [
+        f"<svg id='{name}' xmlns='http://www.w3.org/2000/svg' width='{W}' height='{H}' viewBox='0 0 {W} {H}' "
+        f"role='img' aria-label='{name} per run'>",
+        f"<rect x='{LEFT}' y='{TOP}' width='{pw}' height='{ph}' fill='#fafafa' stroke='#ccc'/>",
+    ]
     for i in range(3):
         y = TOP + ph - ph * i / 2
         parts.append(f"<text x='{LEFT - 6}' y='{y + 4:.1f}' text-anchor='end' class='axis'>{fmt(top * i / 2)}</text>")
     for i, (r, v) in enumerate(values):
         h = ph * v / top
-        parts.append(f"<rect class='run-bar' data-id='{escape(r.id)}' x='{LEFT + slot * i + (slot - bar) / 2:.2f}' "
-                     f"y='{TOP + ph - h:.2f}' width='{bar:.2f}' height='{h:.2f}' fill='{COLOR[r.status]}'>"
-                     f"<title>{escape(r.id)}: {r.status}, {fmt(v)}</title></rect>")
+        parts.append(
+            f"<rect class='run-bar' data-id='{escape(r.id)}' x='{LEFT + slot * i + (slot - bar) / 2:.2f}' "
+            f"y='{TOP + ph - h:.2f}' width='{bar:.2f}' height='{h:.2f}' fill='{COLOR[r.status]}'>"
+            f"<title>{escape(r.id)}: {r.status}, {fmt(v)}</title></rect>"
+        )
     parts.append(f"<text x='{LEFT}' y='{H - 6}' class='axis'>runs, in the order they finished</text></svg>")
     return "".join(parts)
 
 
 def _rows(rows: list[dict], usd) -> str:
-    return "".join(f"<tr><td>{escape(r['id'])}</td><td>{r['status']}</td><td>{r['wall_s']:.1f} s</td>"
-                   f"<td>{usd(r['cost_usd'])}</td><td>{r['turns']}</td></tr>" for r in rows)
+    return "".join(
+        f"<tr><td>{escape(r['id'])}</td><td>{r['status']}</td><td>{r['wall_s']:.1f} s</td>"
+        f"<td>{usd(r['cost_usd'])}</td><td>{r['turns']}</td></tr>"
+        for r in rows
+    )
 
 
 def _runs(results: list[TaskResult], usd) -> str:
@@ -81,10 +114,13 @@ def _runs(results: list[TaskResult], usd) -> str:
         f"<tr class='{r.status}'><td>{escape(r.id)}</td><td>{r.status}</td><td>{escape(failure_kind(r))}</td>"
         f"<td>{'' if r.check_exit is None else r.check_exit}</td><td>{r.turns}</td><td>{r.tokens:,}</td>"
         f"<td>{usd(r.cost_usd)}</td><td>{r.wall_s:.1f} s</td><td>{escape(r.session_id or '')}</td></tr>"
-        for r in results)
+        for r in results
+    )
 
 
-_PAGE = PAGE_HEAD + """tr.fail td:nth-child(2) {{ color: #b35900; }} tr.error td:nth-child(2) {{ color: #c9302c; }}
+_PAGE = (
+    PAGE_HEAD
+    + """tr.fail td:nth-child(2) {{ color: #b35900; }} tr.error td:nth-child(2) {{ color: #c9302c; }}
 svg .axis {{ font-size: 11px; fill: #555; }}
 </style></head>
 <body>
@@ -109,3 +145,4 @@ svg .axis {{ font-size: 11px; fill: #555; }}
 <th>cost</th><th>wall</th><th>session</th></tr></thead><tbody>{runs}</tbody></table>
 </body></html>
 """
+)

@@ -13,9 +13,14 @@ TOP = 5  # slowest and most expensive runs listed
 def _side(rs: list[TaskResult]) -> dict:
     known = [r.cost_usd for r in rs if r.cost_usd is not None]
     turns = sum(r.turns for r in rs)
-    return {"count": len(rs), "cost_usd": round(sum(known), 6), "cost_unknown": len(rs) - len(known),
-            "turns": turns, "mean_turns": round(turns / len(rs), 2) if rs else None,
-            "mean_cost_usd": round(sum(known) / len(known), 6) if known else None}
+    return {
+        "count": len(rs),
+        "cost_usd": round(sum(known), 6),
+        "cost_unknown": len(rs) - len(known),
+        "turns": turns,
+        "mean_turns": round(turns / len(rs), 2) if rs else None,
+        "mean_cost_usd": round(sum(known) / len(known), 6) if known else None,
+    }
 
 
 def failure_kind(r: TaskResult) -> str:
@@ -30,19 +35,26 @@ def summarize(results: list[TaskResult]) -> dict:
     by_subtype: dict[str, list[str]] = defaultdict(list)
     for r in others:
         by_subtype[failure_kind(r)].append(r.id)
-    row = lambda r: {"id": r.id, "status": r.status, "wall_s": r.wall_s, "cost_usd": r.cost_usd,  # noqa: E731
-                     "turns": r.turns}
+    row = lambda r: {
+        "id": r.id,
+        "status": r.status,
+        "wall_s": r.wall_s,
+        "cost_usd": r.cost_usd,
+        "turns": r.turns,
+    }
     return {
-        "total": len(results), "passed": len(passes),
-        "failed": sum(r.status == "fail" for r in results), "errors": sum(r.status == "error" for r in results),
+        "total": len(results),
+        "passed": len(passes),
+        "failed": sum(r.status == "fail" for r in results),
+        "errors": sum(r.status == "error" for r in results),
         "pass_rate": round(len(passes) / len(results), 4) if results else None,
         "cost_usd": round(sum(r.cost_usd or 0.0 for r in results), 6),
         "tokens": sum(r.tokens for r in results),
         "wall_s": round(sum(r.wall_s for r in results), 3),
-        "passes": _side(passes), "failures": _side(others),
+        "passes": _side(passes),
+        "failures": _side(others),
         "slowest": [row(r) for r in sorted(results, key=lambda r: -r.wall_s)[:TOP]],
-        "most_expensive": [row(r) for r in sorted(results, key=lambda r: -(r.cost_usd or 0.0))[:TOP]
-                           if r.cost_usd],
+        "most_expensive": [row(r) for r in sorted(results, key=lambda r: -(r.cost_usd or 0.0))[:TOP] if r.cost_usd],
         "failures_by_subtype": dict(sorted(by_subtype.items(), key=lambda kv: -len(kv[1]))),
     }
 
@@ -51,13 +63,17 @@ def text(s: dict) -> str:
     """The report for a terminal."""
     if not s["total"]:
         return "no results yet"
-    usd = lambda x: "–" if x is None else f"${x:.4f}"  # noqa: E731
-    lines = [f"{s['passed']}/{s['total']} passed ({s['pass_rate']:.1%}), {s['failed']} failed, {s['errors']} "
-             f"errors · {s['tokens']:,} tokens · {usd(s['cost_usd'])} · {s['wall_s']:.1f} s of runs"]
+    usd = lambda x: "–" if x is None else f"${x:.4f}"
+    lines = [
+        f"{s['passed']}/{s['total']} passed ({s['pass_rate']:.1%}), {s['failed']} failed, {s['errors']} "
+        f"errors · {s['tokens']:,} tokens · {usd(s['cost_usd'])} · {s['wall_s']:.1f} s of runs"
+    ]
     for name in ("passes", "failures"):
         side = s[name]
-        lines.append(f"{name:>9}: {side['count']} runs, {usd(side['cost_usd'])} (mean {usd(side['mean_cost_usd'])}), "
-                     f"{side['turns']} turns (mean {side['mean_turns'] if side['count'] else '–'})")
+        lines.append(
+            f"{name:>9}: {side['count']} runs, {usd(side['cost_usd'])} (mean {usd(side['mean_cost_usd'])}), "
+            f"{side['turns']} turns (mean {side['mean_turns'] if side['count'] else '–'})"
+        )
     lines.append("slowest: " + ", ".join(f"{r['id']} {r['wall_s']:.1f} s" for r in s["slowest"]))
     if s["most_expensive"]:
         lines.append("most expensive: " + ", ".join(f"{r['id']} {usd(r['cost_usd'])}" for r in s["most_expensive"]))

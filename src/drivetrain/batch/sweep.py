@@ -10,13 +10,13 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Awaitable, Callable
 
 from drivetrain.agent import Agent
-from drivetrain.batch.results import ResultsFile, TaskResult, read_results
 from drivetrain.batch.execute import AgentFactory, Scratch, Watch, execute_task
+from drivetrain.batch.results import ResultsFile, TaskResult, read_results
 from drivetrain.batch.tasks import Task
 from drivetrain.loop.budget import total_tokens
 from drivetrain.loop.events import Event, ModelResponded
@@ -51,6 +51,7 @@ class Tally:
 
     def watch(self, task_id: str) -> Watch:
         """For a task's run: an observer that counts each model response as it comes."""
+
         def watching(agent: Agent) -> Callable[[Event], None]:
             def observe(event: Event) -> None:
                 if isinstance(event, ModelResponded):
@@ -60,7 +61,9 @@ class Tally:
                     self._live[task_id] = (tokens + n, cost + c)
                     self.tokens += n
                     self.cost_usd += c
+
             return observe
+
         return watching
 
     @property
@@ -76,8 +79,10 @@ class Tally:
 
 def local(agents: AgentFactory, scratch: Scratch) -> Executor:
     """Tasks run in this process's event loop, their model responses counted as they come."""
+
     async def execute(task: Task, tally: Tally) -> TaskResult:
         return await execute_task(task, agents, scratch, tally.watch(task.id))
+
     return execute
 
 
@@ -109,8 +114,9 @@ class Sweep:
         """Run ``todo``; returns how many tasks were left unstarted because the budget was spent."""
         queue = deque(todo)
         results = ResultsFile(self.out)
-        workers = [asyncio.create_task(self._worker(queue, tally, results))
-                   for _ in range(min(self.concurrency, len(todo)))]
+        workers = [
+            asyncio.create_task(self._worker(queue, tally, results)) for _ in range(min(self.concurrency, len(todo)))
+        ]
         try:
             await asyncio.gather(*workers)
         finally:  # interrupted, or one worker failed: the others stop too, their runs saved as interrupted
@@ -131,4 +137,3 @@ class Sweep:
             results.append(result)
             tally.count(result)
             self.on_result(result, tally)
-

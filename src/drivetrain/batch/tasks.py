@@ -66,8 +66,10 @@ def load_tasks(path: Path) -> list[Task]:
     if problems:
         raise TaskFileError(f"{path}: {len(problems)} problem(s), nothing was run:\n  " + "\n  ".join(problems))
     if not tasks:
-        raise TaskFileError(f"{path} has no tasks: write one JSON object a line, e.g. "
-                            '{"id": "t1", "prompt": "…", "check": "pytest -q"}')
+        raise TaskFileError(
+            f"{path} has no tasks: write one JSON object a line, e.g. "
+            '{"id": "t1", "prompt": "…", "check": "pytest -q"}'
+        )
     return tasks
 
 

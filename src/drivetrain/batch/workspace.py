@@ -7,12 +7,12 @@ import os
 import shutil
 import signal
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 from drivetrain.batch.tasks import is_git_source
-from drivetrain.host.procs import child_env, kill_group, signal_group, watch_group
 from drivetrain.errors import HarnessError
+from drivetrain.host.procs import child_env, kill_group, signal_group, watch_group
 
 COMMAND_TIMEOUT_S = 600.0  # for setup, check and a git clone
 OUTPUT_TAIL = 2000  # characters of a failed command's output kept in its result line
@@ -59,18 +59,25 @@ async def _git(args: list[str], cwd: Path, env: Mapping[str, str]) -> None:
         raise WorkspaceError(f"git {' '.join(args)} failed (exit {code}): {out[-OUTPUT_TAIL:]}")
 
 
-async def run_shell(command: str | list[str], cwd: Path, env: Mapping[str, str],
-                    timeout: float = COMMAND_TIMEOUT_S) -> tuple[int, str]:
+async def run_shell(
+    command: str | list[str], cwd: Path, env: Mapping[str, str], timeout: float = COMMAND_TIMEOUT_S
+) -> tuple[int, str]:
     """(exit code, stdout and stderr) of ``command`` (a string goes to bash -c) in its own process group,
     without the harness's credentials, plus ``env``. Timed out: 124, as timeout(1) says; cancelled: killed."""
     argv = ["/bin/bash", "-c", command] if isinstance(command, str) else command
     proc = await asyncio.create_subprocess_exec(
-        *argv, cwd=cwd, env={**child_env(), **env}, stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, start_new_session=True)
+        *argv,
+        cwd=cwd,
+        env={**child_env(), **env},
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        start_new_session=True,
+    )
     watch_group(proc.pid)  # what it leaves running ends with us, even on kill -9
     try:
         out, _ = await asyncio.wait_for(proc.communicate(), timeout)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         await kill_group(proc.pid, 2.0)
         await proc.wait()
         return 124, f"timed out after {timeout:g} s"

@@ -79,8 +79,12 @@ def file_diff(call: PendingCall, cwd: Path) -> str:
     else:
         old, new = inp.get("old_string", ""), inp.get("new_string", "")
         after = before.replace(old, new) if inp.get("replace_all") else before.replace(old, new, 1)
-    lines = difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True),
-                                 f"a/{inp['file_path']}", f"b/{inp['file_path']}")
+    lines = difflib.unified_diff(
+        before.splitlines(keepends=True),
+        after.splitlines(keepends=True),
+        f"a/{inp['file_path']}",
+        f"b/{inp['file_path']}",
+    )
     return "".join(lines).rstrip("\n") or f"  (no change to {inp['file_path']})"
 
 
@@ -90,6 +94,7 @@ def add_project_rule(cwd: Path, rule: str, home: Path) -> Path:
     The new file is read back with the settings loader before it atomically replaces the old one, so a file
     the next start could not load is never left behind. Raises SettingsError or OSError saying why.
     """
+
     def add(allow: list) -> None:
         if rule not in allow:
             allow.append(rule)
@@ -148,8 +153,10 @@ def options(rule: str | None) -> list[tuple[str, str]]:
     """(what it does, label) in Claude Code's order; without a checked rule only yes and no."""
     yes = [("once", "Yes")]
     if rule is not None:
-        yes += [("session", f"Yes, and don't ask again for {rule} this session"),
-                ("project", f"Yes, and always allow {rule} in this project")]
+        yes += [
+            ("session", f"Yes, and don't ask again for {rule} this session"),
+            ("project", f"Yes, and always allow {rule} in this project"),
+        ]
     return yes + [("no", "No, and tell the model what to do differently")]
 
 
@@ -180,15 +187,15 @@ class TerminalApprover:
             return self._add_to_project(rule)
         # Esc is "no" with nothing to add; the digit or Enter asks what to do instead
         message = "" if picked is None else (await self.ui.ask("What should the model do instead? ")).strip()
-        return Deny(f"The user denied this {call.name} call." + (f" They said: {message}" if message else ""),
-                    by="person")
+        return Deny(
+            f"The user denied this {call.name} call." + (f" They said: {message}" if message else ""), by="person"
+        )
 
     def _add_to_project(self, rule: str) -> Verdict:
         try:
             path = add_project_rule(self.cwd, rule, self.policy.home)
         except Exception as e:  # a full disk, a read-only folder, a settings file edited meanwhile
-            self.ui.say(f"Could not add {rule} to {local_settings(self.cwd)}: {e}. "
-                        "Allowed once instead.")
+            self.ui.say(f"Could not add {rule} to {local_settings(self.cwd)}: {e}. Allowed once instead.")
             return Allow(by="person")
         self.policy.allow_rule(rule, source=str(path))
         self.ui.say(f"Added {rule} to {path}")

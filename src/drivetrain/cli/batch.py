@@ -24,26 +24,47 @@ from drivetrain.sessions.store import SessionStore
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="drivetrain batch", conflict_handler="resolve",
+        prog="drivetrain batch",
+        conflict_handler="resolve",
         description="Run every task of TASKS.jsonl (one JSON object a line: id, prompt, and optionally setup, "
-                    "workspace, check, max_turns, model, provider, max_budget_usd, env) as its own session in a "
-                    "fresh workspace; one result line per task in DIR/results.jsonl. Run the same command again "
-                    "to continue an interrupted sweep. `drivetrain batch report DIR` sums it up.")
+        "workspace, check, max_turns, model, provider, max_budget_usd, env) as its own session in a "
+        "fresh workspace; one result line per task in DIR/results.jsonl. Run the same command again "
+        "to continue an interrupted sweep. `drivetrain batch report DIR` sums it up.",
+    )
     p.add_argument("tasks", type=Path, metavar="TASKS.jsonl")
     p.add_argument("--out", type=Path, required=True, metavar="DIR", help="where results.jsonl goes")
     p.add_argument("--concurrency", type=int, default=4, help="tasks running at once (default 4)")
-    p.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
-                   help="run the tasks as Ray tasks on the cluster at ADDRESS (none: a local Ray instance)")
-    p.add_argument("--keep-workspaces", action="store_true",
-                   help="keep each task's workspace (DIR/workspaces/ID) and name it in its result line")
+    p.add_argument(
+        "--ray",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="ADDRESS",
+        help="run the tasks as Ray tasks on the cluster at ADDRESS (none: a local Ray instance)",
+    )
+    p.add_argument(
+        "--keep-workspaces",
+        action="store_true",
+        help="keep each task's workspace (DIR/workspaces/ID) and name it in its result line",
+    )
     p.add_argument("--rerun-failed", action="store_true", help="run again the tasks whose result is fail or error")
     add_run_arguments(p)
     build.add_arguments(p)
     # in a sweep, --max-budget-usd is the whole sweep's; a task's own is --task-max-budget-usd (or its line's)
-    p.add_argument("--max-budget-usd", dest="sweep_budget_usd", type=float, default=None,
-                   help="across all tasks: no task starts once the sweep has cost this")
-    p.add_argument("--task-max-budget-usd", dest="max_budget_usd", type=float, default=None,
-                   help="each task stops before a request once it cost this (a task's max_budget_usd wins)")
+    p.add_argument(
+        "--max-budget-usd",
+        dest="sweep_budget_usd",
+        type=float,
+        default=None,
+        help="across all tasks: no task starts once the sweep has cost this",
+    )
+    p.add_argument(
+        "--task-max-budget-usd",
+        dest="max_budget_usd",
+        type=float,
+        default=None,
+        help="each task stops before a request once it cost this (a task's max_budget_usd wins)",
+    )
     return p
 
 
@@ -80,14 +101,16 @@ class FlagAgents:
         args = argparse.Namespace(**{**vars(self.args), **{k: v for k, v in own.items() if v is not None}})
         if self._store is None:
             self._store = open_store()
-        return build.build_agent(args, cwd, session_id, store=Held(self._store),
-                                 model=self.model(args.provider, args.model), env=task.env)
+        return build.build_agent(
+            args, cwd, session_id, store=Held(self._store), model=self.model(args.provider, args.model), env=task.env
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[2:] if argv is None else argv
     if argv[:1] == ["report"]:
         from drivetrain.cli.batch_report import main as report_main
+
         return report_main(argv[1:])
     args = build_parser().parse_args(argv)
     if args.concurrency < 1:
@@ -100,8 +123,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     todo, tally = pending(tasks, args.out, args.rerun_failed)
     if not todo:
-        print(f"drivetrain batch: all {len(tasks)} tasks have a result in {args.out / 'results.jsonl'}"
-              + ("" if args.rerun_failed else " (--rerun-failed runs the failed ones again)") + ".", file=sys.stderr)
+        print(
+            f"drivetrain batch: all {len(tasks)} tasks have a result in {args.out / 'results.jsonl'}"
+            + ("" if args.rerun_failed else " (--rerun-failed runs the failed ones again)")
+            + ".",
+            file=sys.stderr,
+        )
         return 0
     if not args.keep_workspaces:
         args.no_checkpoints = True  # a workspace thrown away after its run has nothing to rewind
@@ -112,27 +139,42 @@ def main(argv: list[str] | None = None) -> int:
         print(f"drivetrain batch: {e}", file=sys.stderr)
         return 1
     progress = Progress(sys.stderr)
-    sweep = Sweep(args.out, execute, concurrency=args.concurrency, max_budget_usd=args.sweep_budget_usd,
-                  on_result=progress.finished)
+    sweep = Sweep(
+        args.out,
+        execute,
+        concurrency=args.concurrency,
+        max_budget_usd=args.sweep_budget_usd,
+        on_result=progress.finished,
+    )
     try:
         with progress.showing(tally, len(todo)):
             unstarted = asyncio.run(_run(sweep, agents, todo, tally))
     except KeyboardInterrupt:
-        print(f"drivetrain batch: interrupted; {tally.done} of {tally.total} tasks have a result. Run the same "
-              "command again to go on.", file=sys.stderr)
+        print(
+            f"drivetrain batch: interrupted; {tally.done} of {tally.total} tasks have a result. Run the same "
+            "command again to go on.",
+            file=sys.stderr,
+        )
         return 130
     except HarnessError as e:
-        print(f"drivetrain batch: {e}\n{tally.done} of {tally.total} tasks have a result. Run the same command "
-              "again to go on.", file=sys.stderr)
+        print(
+            f"drivetrain batch: {e}\n{tally.done} of {tally.total} tasks have a result. Run the same command "
+            "again to go on.",
+            file=sys.stderr,
+        )
         return 1
     finally:
         if args.ray is not None:
             from drivetrain.batch.cluster import shutdown
+
             shutdown()
     progress.summary(tally, args.out)
     if unstarted:
-        print(f"drivetrain batch: the sweep's budget (${args.sweep_budget_usd:g}) is spent: {unstarted} tasks were "
-              "not started. Raise --max-budget-usd and run the same command again to run them.", file=sys.stderr)
+        print(
+            f"drivetrain batch: the sweep's budget (${args.sweep_budget_usd:g}) is spent: {unstarted} tasks were "
+            "not started. Raise --max-budget-usd and run the same command again to run them.",
+            file=sys.stderr,
+        )
         return 1
     return 0
 
@@ -147,6 +189,7 @@ async def _run(sweep: Sweep, agents: FlagAgents, todo: list[Task], tally: Tally)
 def _executor(args: argparse.Namespace, agents: FlagAgents, tasks: list[Task]):
     if args.ray is not None:
         from drivetrain.batch.cluster import ray_executor
+
         return ray_executor(args.ray or None, agents, Scratch(args.out.resolve() / "workspaces", args.keep_workspaces))
     for task in tasks:  # a missing key or an unknown provider is said once, before anything runs
         agents.model(task.provider or args.provider, task.model or args.model)

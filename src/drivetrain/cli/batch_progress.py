@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO
 
 from rich.console import Console
 from rich.live import Live
@@ -26,8 +27,10 @@ def _clock(seconds: float | None) -> str:
 
 
 def status_line(t: Tally) -> str:
-    return (f"done {t.done}/{t.total} · running {len(t.running)} · failed {t.failed} · {t.tokens:,} tokens · "
-            f"${t.cost_usd:.4f} · {t.runs_per_minute:.1f} runs/min · ETA {_clock(t.eta_s)}")
+    return (
+        f"done {t.done}/{t.total} · running {len(t.running)} · failed {t.failed} · {t.tokens:,} tokens · "
+        f"${t.cost_usd:.4f} · {t.runs_per_minute:.1f} runs/min · ETA {_clock(t.eta_s)}"
+    )
 
 
 def result_line(r: TaskResult, t: Tally) -> str:
@@ -65,6 +68,10 @@ class Progress:
             self.console.print(Text(result_line(r, tally), style=STYLE[r.status]))
 
     def summary(self, tally: Tally, out: Path) -> None:
-        self.console.print(f"drivetrain batch: {tally.done} of {tally.total} tasks have a result, {tally.failed} "
-                           f"failed, ${tally.cost_usd:.4f}; see {out / 'results.jsonl'} and "
-                           f"`drivetrain batch report {out}`", markup=False, soft_wrap=True)
+        self.console.print(
+            f"drivetrain batch: {tally.done} of {tally.total} tasks have a result, {tally.failed} "
+            f"failed, ${tally.cost_usd:.4f}; see {out / 'results.jsonl'} and "
+            f"`drivetrain batch report {out}`",
+            markup=False,
+            soft_wrap=True,
+        )

@@ -6,28 +6,28 @@ import argparse
 import os
 import shutil
 import sys
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Awaitable, Callable, Mapping
 
-from drivetrain.control.approval import Approver
-from drivetrain.sessions.audit import AuditLog
-from drivetrain.loop.budget import Budget
-from drivetrain.errors import ConfigError
-from drivetrain.control.hooks import Hooks
 from drivetrain.agent import Agent
-from drivetrain.models.base import Model
-from drivetrain.models.resolve import detect_provider, resolve_model
-from drivetrain.loop.nodes import Verify
-from drivetrain.control.permissions import Policy, Settings, SettingsError, load_settings, make_sandbox
+from drivetrain.control.approval import Approver
+from drivetrain.control.hooks import Hooks
+from drivetrain.control.permissions import Policy, load_settings, make_sandbox
+from drivetrain.errors import ConfigError
 from drivetrain.host.procs import keep_environment_private
-from drivetrain.pricing import prices_from_settings, set_prices
-from drivetrain.small.profile import select_profile
-from drivetrain.prompts import default_system_prompt
-from drivetrain.sessions.rewind import Checkpoints
-from drivetrain.sessions.store import SessionStore
-from drivetrain.sessions.open import open_store
+from drivetrain.loop.budget import Budget
+from drivetrain.loop.nodes import Verify
 from drivetrain.mcp.config import ServerSpec, configured, remember_approval, scope_file
 from drivetrain.mcp.group import McpServers
+from drivetrain.models.base import Model
+from drivetrain.models.resolve import detect_provider, resolve_model
+from drivetrain.pricing import prices_from_settings, set_prices
+from drivetrain.prompts import default_system_prompt
+from drivetrain.sessions.audit import AuditLog
+from drivetrain.sessions.open import open_store
+from drivetrain.sessions.rewind import Checkpoints
+from drivetrain.sessions.store import SessionStore
+from drivetrain.small.profile import select_profile
 from drivetrain.subagents.definitions import load_types
 from drivetrain.subagents.task import TaskTool
 from drivetrain.tools import builtin_tools
@@ -44,18 +44,31 @@ def system_prompt(args: argparse.Namespace, cwd: Path, profile_default: str | No
     return system
 
 
-def build_agent(args: argparse.Namespace, cwd: Path, session_id: str, *,
-                approver_factory: ApproverFactory | None = None, store: SessionStore | None = None,
-                servers: McpServers | None = None, model: Model | None = None,
-                env: Mapping[str, str] | None = None) -> Agent:
+def build_agent(
+    args: argparse.Namespace,
+    cwd: Path,
+    session_id: str,
+    *,
+    approver_factory: ApproverFactory | None = None,
+    store: SessionStore | None = None,
+    servers: McpServers | None = None,
+    model: Model | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Agent:
     """Raises HarnessError (ConfigError, SettingsError …) with a message for the person. ``model``: one already
     made for these flags (a batch sweep shares it between its runs); ``env``: set for every Bash command."""
     keep_environment_private()  # tools get no credentials in their environment; nor may they read ours
     settings = load_settings(cwd)
     set_prices(prices_from_settings(settings.raw))  # the settings files' "pricing" entries, over the price table
-    policy = Policy.load(cwd, mode=args.permission_mode, allowed_tools=args.allowed_tools,
-                         disallowed_tools=args.disallowed_tools, add_dirs=args.add_dir,
-                         interactive=approver_factory is not None, settings=settings)
+    policy = Policy.load(
+        cwd,
+        mode=args.permission_mode,
+        allowed_tools=args.allowed_tools,
+        disallowed_tools=args.disallowed_tools,
+        add_dirs=args.add_dir,
+        interactive=approver_factory is not None,
+        settings=settings,
+    )
     sandbox = make_sandbox(args.sandbox, cwd, policy.additional_dirs, settings)
     store = store or open_store()  # $DRIVETRAIN_SESSION_STORE, or files under $DRIVETRAIN_HOME
     audit = AuditLog(store, session_id)
@@ -63,8 +76,11 @@ def build_agent(args: argparse.Namespace, cwd: Path, session_id: str, *,
     if model is None:
         model = resolve_model(args.provider, args.model)
         if args.provider is None and provider == "local":
-            print(f"drivetrain: no ANTHROPIC_* or OPENAI_* settings, so using the embedded local model "
-                  f"({model.name}).", file=sys.stderr, flush=True)
+            print(
+                f"drivetrain: no ANTHROPIC_* or OPENAI_* settings, so using the embedded local model ({model.name}).",
+                file=sys.stderr,
+                flush=True,
+            )
     try:
         profile = select_profile(model.name, provider, args.profile, os.environ)
     except ValueError as e:
@@ -73,11 +89,23 @@ def build_agent(args: argparse.Namespace, cwd: Path, session_id: str, *,
     tools = builtin_tools(sandbox=sandbox, env_passthrough=settings.env_passthrough, env=env)
     tools += servers.tools(policy) if servers is not None else []
     agent = Agent(  # the profile adds its own model wrapper, tools, hooks and nodes when a run starts
-        model=model, tools=tools, system=system_prompt(args, cwd, profile.default_system()), max_turns=args.max_turns,
-        cwd=cwd, policy=policy, hooks=hooks, observers=[audit.observe], profile=profile, store=store,
-        budget=Budget(usd=args.max_budget_usd, tokens=args.max_tokens_total,
-                      wall_time_s=args.max_wall_time, tool_calls=args.max_tool_calls,
-                      wrap_up=args.wrap_up_on_limit),
+        model=model,
+        tools=tools,
+        system=system_prompt(args, cwd, profile.default_system()),
+        max_turns=args.max_turns,
+        cwd=cwd,
+        policy=policy,
+        hooks=hooks,
+        observers=[audit.observe],
+        profile=profile,
+        store=store,
+        budget=Budget(
+            usd=args.max_budget_usd,
+            tokens=args.max_tokens_total,
+            wall_time_s=args.max_wall_time,
+            tool_calls=args.max_tool_calls,
+            wrap_up=args.wrap_up_on_limit,
+        ),
     )
     # the subagent's tools are the parent's as it stands now (MCP tools included), less Task itself
     agent.tools.append(TaskTool(agent, load_types(cwd), model_for=lambda name: resolve_model(args.provider, name)))
@@ -90,8 +118,9 @@ def build_agent(args: argparse.Namespace, cwd: Path, session_id: str, *,
     return agent
 
 
-async def start_servers(args: argparse.Namespace, cwd: Path,
-                        ask: Callable[[ServerSpec], Awaitable[bool]] | None = None) -> McpServers:
+async def start_servers(
+    args: argparse.Namespace, cwd: Path, ask: Callable[[ServerSpec], Awaitable[bool]] | None = None
+) -> McpServers:
     """The run's MCP servers, started. A project server (``.mcp.json``) not yet approved is asked about (``ask``,
     interactive: the answer is kept in the local settings) or, without ``ask``, skipped with a line saying how
     to enable it."""
@@ -99,10 +128,13 @@ async def start_servers(args: argparse.Namespace, cwd: Path,
     specs = list(found.servers)
     for spec in found.unapproved:
         if ask is None:
-            print(f"drivetrain: skipped MCP server {spec.name!r} from {spec.source} ({spec.command_line()}): "
-                  "project servers start only once approved. To approve it, add "
-                  f'"enabledMcpjsonServers": ["{spec.name}"] (or "enableAllProjectMcpServers": true) to '
-                  f"{scope_file('local', cwd)}, or run drivetrain interactively once.", file=sys.stderr)
+            print(
+                f"drivetrain: skipped MCP server {spec.name!r} from {spec.source} ({spec.command_line()}): "
+                "project servers start only once approved. To approve it, add "
+                f'"enabledMcpjsonServers": ["{spec.name}"] (or "enableAllProjectMcpServers": true) to '
+                f"{scope_file('local', cwd)}, or run drivetrain interactively once.",
+                file=sys.stderr,
+            )
             continue
         approved = await ask(spec)
         remember_approval(cwd, spec.name, approved)
@@ -120,32 +152,86 @@ def _in_git_work_tree(cwd: Path) -> bool:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The permission and sandbox flags, with Claude Code's names (and kebab-case twins)."""
-    p.add_argument("--allowedTools", "--allowed-tools", dest="allowed_tools", nargs="+", action="extend", default=[],
-                   metavar="RULE", help='rules to allow, e.g. "Bash(git status:*)" Edit')
-    p.add_argument("--disallowedTools", "--disallowed-tools", dest="disallowed_tools", nargs="+", action="extend",
-                   default=[], metavar="RULE", help="rules to deny")
-    p.add_argument("--add-dir", dest="add_dir", nargs="+", action="extend", default=[], metavar="DIR",
-                   help="more folders the file tools may use")
-    p.add_argument("--profile", choices=["small", "full"], default=None,
-                   help="how much the loop helps the model; default: small for the embedded model and small "
-                        "OpenAI-compatible models (by name), full otherwise")
-    p.add_argument("--max-budget-usd", type=float, default=None,
-                   help="stop before a request once this invocation cost this")
-    p.add_argument("--max-tokens-total", type=int, default=None,
-                   help="stop once this invocation's requests read and wrote this many tokens (cache tokens included)")
+    p.add_argument(
+        "--allowedTools",
+        "--allowed-tools",
+        dest="allowed_tools",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="RULE",
+        help='rules to allow, e.g. "Bash(git status:*)" Edit',
+    )
+    p.add_argument(
+        "--disallowedTools",
+        "--disallowed-tools",
+        dest="disallowed_tools",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="RULE",
+        help="rules to deny",
+    )
+    p.add_argument(
+        "--add-dir",
+        dest="add_dir",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="DIR",
+        help="more folders the file tools may use",
+    )
+    p.add_argument(
+        "--profile",
+        choices=["small", "full"],
+        default=None,
+        help="how much the loop helps the model; default: small for the embedded model and small "
+        "OpenAI-compatible models (by name), full otherwise",
+    )
+    p.add_argument(
+        "--max-budget-usd", type=float, default=None, help="stop before a request once this invocation cost this"
+    )
+    p.add_argument(
+        "--max-tokens-total",
+        type=int,
+        default=None,
+        help="stop once this invocation's requests read and wrote this many tokens (cache tokens included)",
+    )
     p.add_argument("--max-wall-time", type=float, default=None, metavar="SECONDS", help="stop after this long")
     p.add_argument("--max-tool-calls", type=int, default=None, help="stop once the model asked for this many calls")
-    p.add_argument("--verify", metavar="COMMAND", default=None,
-                   help="when the model wants to finish, run COMMAND (e.g. \"pytest -q\"); on failure it goes back "
-                        "to work with the output (twice at most)")
-    p.add_argument("--wrap-up-on-limit", action="store_true",
-                   help="on reaching a limit, one last request without tools for a summary of what was done")
-    p.add_argument("--no-checkpoints", action="store_true",
-                   help="do not snapshot the workspace before each prompt (on by default inside a git repository)")
-    p.add_argument("--mcp-config", dest="mcp_config", nargs="+", action="extend", default=[], metavar="FILE_OR_JSON",
-                   help='MCP servers, as a file or JSON text like \'{"mcpServers": {"calc": {"command": "…"}}}\'')
-    p.add_argument("--strict-mcp-config", action="store_true",
-                   help="use only the --mcp-config servers (not .mcp.json nor the settings files')")
-    p.add_argument("--sandbox", action="store_true",
-                   help="run Bash inside bubblewrap: workspace writable, the rest read-only, no network")
-
+    p.add_argument(
+        "--verify",
+        metavar="COMMAND",
+        default=None,
+        help='when the model wants to finish, run COMMAND (e.g. "pytest -q"); on failure it goes back '
+        "to work with the output (twice at most)",
+    )
+    p.add_argument(
+        "--wrap-up-on-limit",
+        action="store_true",
+        help="on reaching a limit, one last request without tools for a summary of what was done",
+    )
+    p.add_argument(
+        "--no-checkpoints",
+        action="store_true",
+        help="do not snapshot the workspace before each prompt (on by default inside a git repository)",
+    )
+    p.add_argument(
+        "--mcp-config",
+        dest="mcp_config",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="FILE_OR_JSON",
+        help='MCP servers, as a file or JSON text like \'{"mcpServers": {"calc": {"command": "…"}}}\'',
+    )
+    p.add_argument(
+        "--strict-mcp-config",
+        action="store_true",
+        help="use only the --mcp-config servers (not .mcp.json nor the settings files')",
+    )
+    p.add_argument(
+        "--sandbox",
+        action="store_true",
+        help="run Bash inside bubblewrap: workspace writable, the rest read-only, no network",
+    )

@@ -16,8 +16,8 @@ import os
 import re
 import signal
 import uuid
+from collections.abc import Awaitable
 from pathlib import Path
-from typing import Awaitable
 
 from prompt_toolkit import PromptSession
 
@@ -26,13 +26,13 @@ from drivetrain.cli import build, slash
 from drivetrain.cli.approve import TerminalApprover, file_diff
 from drivetrain.cli.screen import Screen, make_console
 from drivetrain.cli.terminal import RunKeys, choose, kept_terminal, prompt_session, terminal_output
-from drivetrain.sessions.audit import AuditLog
 from drivetrain.loop.compaction import estimate_tokens
 from drivetrain.loop.events import ModelResponded
+from drivetrain.mcp.group import McpServers
 from drivetrain.models.base import ModelRequest, ModelResponse
 from drivetrain.models.resolve import detect_provider
 from drivetrain.pricing import cost_usd, format_usd, window_of
-from drivetrain.mcp.group import McpServers
+from drivetrain.sessions.audit import AuditLog
 from drivetrain.sessions.open import open_store
 from drivetrain.small.prompts import named_files
 
@@ -121,9 +121,14 @@ class Session:
         self.screen = Screen(make_console(), diff_of=lambda call: file_diff(call, cwd))
         self.screen.status = self.status
         self.ui = TerminalUI(self)
-        self.agent: Agent = build.build_agent(args, cwd, self.session_id, store=self.store, servers=servers,
-                                              approver_factory=lambda cwd, policy: TerminalApprover(self.ui, cwd,
-                                                                                                    policy))
+        self.agent: Agent = build.build_agent(
+            args,
+            cwd,
+            self.session_id,
+            store=self.store,
+            servers=servers,
+            approver_factory=lambda cwd, policy: TerminalApprover(self.ui, cwd, policy),
+        )
         self.agent.model = Streamed(self.agent.model, self.screen)
         self.modes = MODES + ((self.agent.policy.mode,) if self.agent.policy.mode not in MODES else ())
         self.run: Run | None = None
@@ -136,8 +141,11 @@ class Session:
     def status(self) -> str:
         sep = f" {self.screen.glyphs.sep} "
         model = self.agent.model.name
-        parts = [model if model.startswith(self.provider) else f"{self.provider}/{model}", self.session_id[:8],
-                 f"ctx {_k(self.context_tokens())}/{_k(window_of(self.agent.model))}"]
+        parts = [
+            model if model.startswith(self.provider) else f"{self.provider}/{model}",
+            self.session_id[:8],
+            f"ctx {_k(self.context_tokens())}/{_k(window_of(self.agent.model))}",
+        ]
         if self.provider == "local":
             rate = self.screen.last_rate
             parts.append(f"{rate:.1f} tok/s" if rate else "- tok/s")
@@ -179,8 +187,11 @@ class Session:
 
     async def main(self, first_prompt: str) -> int:
         a = self.agent
-        self.screen.say(f"drivetrain {self.screen.glyphs.sep} {a.model.name} {self.screen.glyphs.sep} "
-                        f"{a.policy.mode} mode {self.screen.glyphs.sep} {self.cwd}", "bold")
+        self.screen.say(
+            f"drivetrain {self.screen.glyphs.sep} {a.model.name} {self.screen.glyphs.sep} "
+            f"{a.policy.mode} mode {self.screen.glyphs.sep} {self.cwd}",
+            "bold",
+        )
         self.screen.note("/help for commands, @ to attach a file, Esc to stop a turn, /exit to leave")
         if self.args.resume or self.args.continue_latest:  # as /resume, before the first prompt
             if await slash.run(self, f"/resume {self.args.resume or '--latest'}") is slash.FAILED:
@@ -299,8 +310,10 @@ async def _session(session: Session) -> int:
 
 async def trust_project_server(spec) -> bool:
     """Asked once per project MCP server, before it ever runs: a cloned repository must not run code on open."""
-    question = (f"The project's {spec.source} wants to start the MCP server {spec.name!r}:\n  {spec.command_line()}\n"
-                "Start it (now and in later sessions here)? [y/N] ")
+    question = (
+        f"The project's {spec.source} wants to start the MCP server {spec.name!r}:\n  {spec.command_line()}\n"
+        "Start it (now and in later sessions here)? [y/N] "
+    )
     try:
         answer = await asyncio.to_thread(input, question)
     except EOFError:

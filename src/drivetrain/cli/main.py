@@ -14,18 +14,27 @@ import uuid
 from dataclasses import asdict
 from pathlib import Path
 
+from drivetrain.agent import Run
 from drivetrain.cli import build
 from drivetrain.cli.describe import describe
 from drivetrain.errors import HarnessError
 from drivetrain.loop.events import (
-    INTERVENTIONS, Compacted, Finished, LimitApproaching, LimitReached, LoopDetected, ModelResponded, PermissionDecided, ResultsSent,
-    ToolCalled, ToolFinished,
+    INTERVENTIONS,
+    Compacted,
+    Finished,
+    LimitApproaching,
+    LimitReached,
+    LoopDetected,
+    ModelResponded,
+    PermissionDecided,
+    ResultsSent,
+    ToolCalled,
+    ToolFinished,
 )
-from drivetrain.agent import Run
 from drivetrain.models.resolve import PROVIDERS
 from drivetrain.pricing import turn_usage, usage_line
-from drivetrain.sessions.store import SessionNotFound
 from drivetrain.sessions.open import open_store
+from drivetrain.sessions.store import SessionNotFound
 
 PERMISSION_MODES = ("default", "acceptEdits", "plan", "bypassPermissions")
 SUBCOMMANDS = {  # name -> "module:function" in drivetrain.cli, run with the rest of argv; imported only when used
@@ -45,31 +54,61 @@ OUTPUT_FORMATS = ("text", "json", "stream-json")
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="drivetrain", description="A coding agent: the LLM agent loop, done properly.")
     p.add_argument("prompt", nargs="?", help="the task (stdin is appended when piped)")
-    p.add_argument("-p", "--print", dest="print_mode", action="store_true",
-                   help="run the task non-interactively and print the result")
+    p.add_argument(
+        "-p",
+        "--print",
+        dest="print_mode",
+        action="store_true",
+        help="run the task non-interactively and print the result",
+    )
     p.add_argument("--output-format", choices=OUTPUT_FORMATS, default="text")
     add_run_arguments(p)
     p.add_argument("--verbose", action="store_true", help="print the turn log on stderr")
-    p.add_argument("-r", "--resume", metavar="SESSION_ID", default=None,
-                   help="continue a saved session (repaired first if it was cut short)")
-    p.add_argument("-c", "--continue", dest="continue_latest", action="store_true",
-                   help="continue the latest session in this directory")
-    p.add_argument("--fork-session", action="store_true",
-                   help="with --resume/--continue: continue as a new session, leaving the old one as it was")
+    p.add_argument(
+        "-r",
+        "--resume",
+        metavar="SESSION_ID",
+        default=None,
+        help="continue a saved session (repaired first if it was cut short)",
+    )
+    p.add_argument(
+        "-c",
+        "--continue",
+        dest="continue_latest",
+        action="store_true",
+        help="continue the latest session in this directory",
+    )
+    p.add_argument(
+        "--fork-session",
+        action="store_true",
+        help="with --resume/--continue: continue as a new session, leaving the old one as it was",
+    )
     build.add_arguments(p)
     return p
 
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
     """The flags that say how a run runs (model, turns, permissions, system prompt); ``batch`` takes them too."""
-    p.add_argument("--max-turns", type=int, default=None,
-                   help="cap on model requests; this and the other --max-* limits count from the prompt that "
-                        "starts this invocation (a resumed session gets them whole, as in Claude Code)")
+    p.add_argument(
+        "--max-turns",
+        type=int,
+        default=None,
+        help="cap on model requests; this and the other --max-* limits count from the prompt that "
+        "starts this invocation (a resumed session gets them whole, as in Claude Code)",
+    )
     p.add_argument("--model", default=None)
-    p.add_argument("--provider", choices=PROVIDERS, default=None,
-                   help="default: anthropic if ANTHROPIC_* is set, openai if OPENAI_* is set, else local")
-    p.add_argument("--permission-mode", choices=PERMISSION_MODES, default=None,
-                   help="default: the settings files' defaultMode, else default")
+    p.add_argument(
+        "--provider",
+        choices=PROVIDERS,
+        default=None,
+        help="default: anthropic if ANTHROPIC_* is set, openai if OPENAI_* is set, else local",
+    )
+    p.add_argument(
+        "--permission-mode",
+        choices=PERMISSION_MODES,
+        default=None,
+        help="default: the settings files' defaultMode, else default",
+    )
     p.add_argument("--system-prompt", default=None, help="replace the default system prompt")
     p.add_argument("--append-system-prompt", default=None, help="add to the system prompt")
 
@@ -78,8 +117,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["graph"]:  # the loop's states and edges, as Mermaid, from the code
         if argv[1:] == ["--layers"]:  # the package's layers are a development check now, beside the tests
-            print("drivetrain: the package's layers are drawn by `python tests/layers.py` in a source checkout.",
-                  file=sys.stderr)
+            print(
+                "drivetrain: the package's layers are drawn by `python tests/layers.py` in a source checkout.",
+                file=sys.stderr,
+            )
             return 2
         from drivetrain.loop.graph import mermaid
 
@@ -138,7 +179,7 @@ async def _print_run(args: argparse.Namespace, prompt: str, servers: build.McpSe
         if args.continue_latest:
             latest = store.latest(str(cwd))
             if latest is None:
-                return _fail(args, f"no saved session in {cwd} to continue; start one with -p \"PROMPT\".")
+                return _fail(args, f'no saved session in {cwd} to continue; start one with -p "PROMPT".')
             resume_id = latest.session_id
         session_id = str(uuid.uuid4()) if resume_id is None or args.fork_session else resume_id
         agent = build.build_agent(args, cwd, session_id, store=store, servers=servers)
@@ -159,11 +200,24 @@ async def _print_run(args: argparse.Namespace, prompt: str, servers: build.McpSe
             raise
         # Run.step saved the run (every open call answered as interrupted): say how to go on, and leave now,
         # without waiting for a model thread or anything else still finishing.
-        print(f"drivetrain: interrupted ({signals[0]}); session saved. Continue it with: "
-              f"drivetrain -p --resume {run.session_id} \"…\"", file=sys.stderr, flush=True)
+        print(
+            f"drivetrain: interrupted ({signals[0]}); session saved. Continue it with: "
+            f'drivetrain -p --resume {run.session_id} "…"',
+            file=sys.stderr,
+            flush=True,
+        )
         if args.output_format != "text":
-            out._emit({"type": "result", "subtype": "error_interrupted", "is_error": True, "result": "",
-                       "num_turns": run.num_turns, "session_id": run.session_id, "signal": signals[0]})
+            out._emit(
+                {
+                    "type": "result",
+                    "subtype": "error_interrupted",
+                    "is_error": True,
+                    "result": "",
+                    "num_turns": run.num_turns,
+                    "session_id": run.session_id,
+                    "signal": signals[0],
+                }
+            )
         sys.stdout.flush()
         os._exit(130 if signals[0] == "SIGINT" else 143)
     return 1 if run.result.is_error else 0
@@ -187,8 +241,10 @@ async def _compact(argv: list[str]) -> int:
     if not done or done[0].failed:
         print(f"drivetrain: compaction failed: {done[0].failed if done else 'nothing happened'}", file=sys.stderr)
         return 1
-    print(f"compacted {argv[0]}: {before} messages, about {done[0].tokens_before:,} tokens → "
-          f"{len(run.history)} messages, about {done[0].tokens_after:,} tokens")
+    print(
+        f"compacted {argv[0]}: {before} messages, about {done[0].tokens_before:,} tokens → "
+        f"{len(run.history)} messages, about {done[0].tokens_after:,} tokens"
+    )
     return 0
 
 
@@ -222,7 +278,7 @@ def _interactive(args: argparse.Namespace) -> int:
     from drivetrain.cli.interactive import run_interactive
 
     if not sys.stdin.isatty():
-        print("drivetrain: interactive mode needs a terminal; use -p \"PROMPT\" in scripts.", file=sys.stderr)
+        print('drivetrain: interactive mode needs a terminal; use -p "PROMPT" in scripts.', file=sys.stderr)
         return 2
     if args.fork_session:
         print("drivetrain: --fork-session works with -p only, for now.", file=sys.stderr)
@@ -238,8 +294,17 @@ def _fail(args: argparse.Namespace, message: str) -> int:
     if args.output_format == "text":
         print(f"drivetrain: {message}", file=sys.stderr)
     else:
-        print(json.dumps({"type": "result", "subtype": "error_during_execution", "is_error": True,
-                          "result": message, "num_turns": 0}))
+        print(
+            json.dumps(
+                {
+                    "type": "result",
+                    "subtype": "error_during_execution",
+                    "is_error": True,
+                    "result": message,
+                    "num_turns": 0,
+                }
+            )
+        )
     return 1
 
 
@@ -271,9 +336,17 @@ class Output(Printer):
         agent = self.run.agent
         self._log(f"drivetrain: model {agent.model.name}, cwd {agent.cwd}")
         if self.format == "stream-json":
-            self._emit({"type": "system", "subtype": "init", "session_id": self.run.session_id,
-                        "model": agent.model.name, "cwd": str(agent.cwd), "tools": list(self.run.deps.tools),
-                        "permissionMode": agent.policy.mode if agent.policy is not None else "bypassPermissions"})
+            self._emit(
+                {
+                    "type": "system",
+                    "subtype": "init",
+                    "session_id": self.run.session_id,
+                    "model": agent.model.name,
+                    "cwd": str(agent.cwd),
+                    "tools": list(self.run.deps.tools),
+                    "permissionMode": agent.policy.mode if agent.policy is not None else "bypassPermissions",
+                }
+            )
 
     def event(self, event) -> None:
         sid = self.run.session_id
@@ -282,14 +355,33 @@ class Output(Printer):
                 usage = turn_usage(self.run.agent.model.name, r.usage)
                 self._log(f"[turn {turn}] stop_reason={r.stop_reason}  {usage_line(usage)}")
                 if r.message.text.strip():  # the plan line before a call, or the answer
-                    self._log(f"  \" {' '.join(r.message.text.split())[:160]}")
+                    self._log(f'  " {" ".join(r.message.text.split())[:160]}')
                 if self.format == "stream-json":
-                    self._emit({"type": "assistant", "message": {
-                        "id": r.id, "type": "message", "role": "assistant", "model": r.model,
-                        "content": [b.to_wire() for b in r.content], "stop_reason": r.stop_reason,
-                        "usage": r.usage.to_wire()}, "session_id": sid})
-                    self._emit({"type": "system", "subtype": "turn_usage", "turn": turn, "stop_reason": r.stop_reason,
-                                **usage, "session_id": sid})
+                    self._emit(
+                        {
+                            "type": "assistant",
+                            "message": {
+                                "id": r.id,
+                                "type": "message",
+                                "role": "assistant",
+                                "model": r.model,
+                                "content": [b.to_wire() for b in r.content],
+                                "stop_reason": r.stop_reason,
+                                "usage": r.usage.to_wire(),
+                            },
+                            "session_id": sid,
+                        }
+                    )
+                    self._emit(
+                        {
+                            "type": "system",
+                            "subtype": "turn_usage",
+                            "turn": turn,
+                            "stop_reason": r.stop_reason,
+                            **usage,
+                            "session_id": sid,
+                        }
+                    )
             case ToolCalled(call=c):
                 self._log(f"  → {c.name} {json.dumps(c.input, ensure_ascii=False)[:200]}")
             case PermissionDecided(call=c, behavior=behavior, by=by, reason=reason):
@@ -297,8 +389,18 @@ class Output(Printer):
                     self._log(f"  ! {c.name} {behavior} by {by}: {reason[:200]}")
                     self.denials.append({"tool_name": c.name, "tool_use_id": c.id, "tool_input": c.input})
                 if self.format == "stream-json":
-                    self._emit({"type": "system", "subtype": "permission", "tool_use_id": c.id, "tool_name": c.name,
-                                "decision": behavior, "decided_by": by, "reason": reason, "session_id": sid})
+                    self._emit(
+                        {
+                            "type": "system",
+                            "subtype": "permission",
+                            "tool_use_id": c.id,
+                            "tool_name": c.name,
+                            "decision": behavior,
+                            "decided_by": by,
+                            "reason": reason,
+                            "session_id": sid,
+                        }
+                    )
             case ToolFinished(result=res):
                 mark = "✗" if res.is_error else "←"
                 self._log(f"  {mark} {res.text[:100]!r}")
@@ -308,8 +410,9 @@ class Output(Printer):
             case LoopDetected() | LimitApproaching() | LimitReached() | Compacted():
                 self._log(f"  ! {describe(event)}")
                 if self.format == "stream-json":
-                    self._emit({"type": "system", "subtype": INTERVENTIONS[type(event)], **asdict(event),
-                                "session_id": sid})
+                    self._emit(
+                        {"type": "system", "subtype": INTERVENTIONS[type(event)], **asdict(event), "session_id": sid}
+                    )
             case Finished(result=res):
                 self._finish(res)
 

@@ -22,7 +22,14 @@ from pathlib import Path
 
 from drivetrain.errors import HarnessError
 from drivetrain.mcp.config import (
-    TRANSPORTS, ServerSpec, configured, parse_server, project_verdict, read_json, scope_file, write_json,
+    TRANSPORTS,
+    ServerSpec,
+    configured,
+    parse_server,
+    project_verdict,
+    read_json,
+    scope_file,
+    write_json,
 )
 from drivetrain.mcp.group import McpServers
 
@@ -55,11 +62,12 @@ def main(argv: list[str]) -> int:
     command: list[str] = []
     if "--" in argv:  # what follows is the server's command line, never drivetrain's flags
         at = argv.index("--")
-        argv, command = argv[:at], argv[at + 1:]
+        argv, command = argv[:at], argv[at + 1 :]
     args = build_parser().parse_args(argv)
     try:
         if args.command == "serve":
             from drivetrain.mcp.serve import serve
+
             return asyncio.run(serve(args))
         if args.command == "list":
             return asyncio.run(_list(Path.cwd()))
@@ -89,8 +97,10 @@ async def _list(cwd: Path) -> int:
             state = f"✗ {c.failed}" if c.failed else f"✓ connected, {len(c.tools)} tool(s)"
             print(f"{c.spec.name}: {c.spec.command_line()} ({c.spec.scope}) - {state}")
     for spec in found.unapproved:
-        print(f"{spec.name}: {spec.command_line()} (project) - not approved: not started (set "
-              f'"enabledMcpjsonServers": ["{spec.name}"] in {scope_file("local", cwd)})')
+        print(
+            f"{spec.name}: {spec.command_line()} (project) - not approved: not started (set "
+            f'"enabledMcpjsonServers": ["{spec.name}"] in {scope_file("local", cwd)})'
+        )
     return 0
 
 
@@ -123,8 +133,9 @@ def _add(cwd: Path, args: argparse.Namespace, command: list[str]) -> int:
         entry: dict = {"type": "stdio", "command": command[0], "args": command[1:], "env": env}
     else:
         if len(args.target) != 1 or command:
-            raise HarnessError(f"an {args.transport} server takes one URL: drivetrain mcp add --transport "
-                               f"{args.transport} NAME URL")
+            raise HarnessError(
+                f"an {args.transport} server takes one URL: drivetrain mcp add --transport {args.transport} NAME URL"
+            )
         headers = dict(_pair(h, ":", "--header 'Name: value'") for h in args.header)
         entry = {"type": args.transport, "url": args.target[0], "headers": headers}
     path = scope_file(args.scope, cwd)

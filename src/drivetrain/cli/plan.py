@@ -4,7 +4,8 @@ Usage::
 
     drivetrain plan "add a --json flag to the report command" -o plan.json
         # one request, no tools: the plan as a list and as Mermaid; the file is yours to read and edit
-    drivetrain apply plan.json                    # carry it out: ready steps at once (--concurrency 2), each its own loop
+    drivetrain apply plan.json                    # carry it out: ready steps at once (--concurrency 2),
+                                                  # each its own loop
     drivetrain apply plan.json --resume           # the latest unfinished run of plan.json in this directory
     drivetrain apply plan.json -p --output-format json   # one result object: statuses, timings, Mermaid
     drivetrain apply plan.json --html report.html # the graph, statuses and timings as a page
@@ -27,16 +28,16 @@ import time
 import uuid
 from pathlib import Path
 
-from drivetrain.sessions.audit import AuditLog
-from drivetrain.loop.budget import Budget
 from drivetrain.cli import build
 from drivetrain.cli.main import Printer, _fail
 from drivetrain.errors import HarnessError
-from drivetrain.loop.events import ModelResponded, ResultsSent, ToolCalled
 from drivetrain.home import drivetrain_home
+from drivetrain.loop.budget import Budget
+from drivetrain.loop.events import ModelResponded, ResultsSent, ToolCalled
 from drivetrain.models.resolve import PROVIDERS
 from drivetrain.plans.plan import Plan, PlanError, Step, make_plan, step_agent
 from drivetrain.plans.scheduler import PlanEvent, PlanResult, apply_plan, write_atomic
+from drivetrain.sessions.audit import AuditLog
 from drivetrain.sessions.open import open_store
 
 OUTPUT_FORMATS = ("text", "json", "stream-json")
@@ -67,8 +68,13 @@ def apply_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="drivetrain apply", description="Carry out a plan file as a DAG of agent loops.")
     p.add_argument("plan", type=Path)
     p.add_argument("--resume", action="store_true", help="continue the latest unfinished run of this plan here")
-    p.add_argument("-p", "--print", dest="print_mode", action="store_true",
-                   help="never ask the person: a step that fails its escalations fails the plan")
+    p.add_argument(
+        "-p",
+        "--print",
+        dest="print_mode",
+        action="store_true",
+        help="never ask the person: a step that fails its escalations fails the plan",
+    )
     p.add_argument("--concurrency", type=int, default=2, help="steps run at once (2)")
     p.add_argument("--check-timeout", type=float, default=300.0, help="seconds a step's check may take (300)")
     p.add_argument("--html", type=Path, default=None, help="also write the graph and statuses as an HTML page")
@@ -111,8 +117,10 @@ def apply_main(argv: list[str]) -> int:
 
 def run_main(argv: list[str]) -> int:
     """``drivetrain run PLAN``: the old name of ``drivetrain apply`` ("a run" is one walk of the agent loop)."""
-    print("drivetrain: `drivetrain run PLAN` is now `drivetrain apply PLAN`; the old name goes in the next release.",
-          file=sys.stderr)
+    print(
+        "drivetrain: `drivetrain run PLAN` is now `drivetrain apply PLAN`; the old name goes in the next release.",
+        file=sys.stderr,
+    )
     return apply_main(argv)
 
 
@@ -140,8 +148,9 @@ async def _run(args: argparse.Namespace) -> int:
         plan = Plan.from_json(args.plan.read_text())
         store = open_store()
         base = build.build_agent(args, cwd, str(uuid.uuid4()), store=store)
-        problems = plan.validate([t.name for t in base.tools], Budget(tokens=args.max_tokens_total),
-                                 max_turns=args.max_turns)
+        problems = plan.validate(
+            [t.name for t in base.tools], Budget(tokens=args.max_tokens_total), max_turns=args.max_turns
+        )
         if problems:
             raise PlanError(f"{args.plan} is not a plan that can run:\n" + "\n".join(f"  - {p}" for p in problems))
         folder = runs_dir(args.plan, cwd)
@@ -159,8 +168,9 @@ async def _run(args: argparse.Namespace) -> int:
     def make_agent(step: Step):
         step_args = argparse.Namespace(**{**vars(args), "model": step.model or args.model, "no_checkpoints": True})
         agent = build.build_agent(step_args, cwd, str(uuid.uuid4()), store=store)
-        audits.update({step.id: o.__self__ for o in agent.observers if isinstance(getattr(o, "__self__", None),
-                                                                                  AuditLog)})
+        for o in agent.observers:
+            if isinstance(getattr(o, "__self__", None), AuditLog):
+                audits[step.id] = o.__self__
         return step_agent(agent, step)
 
     def on_event(e: PlanEvent) -> None:
@@ -174,14 +184,25 @@ async def _run(args: argparse.Namespace) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         asyncio.get_running_loop().add_signal_handler(sig, lambda n=sig.name: (got.append(n), task.cancel()))
     try:
-        result = await apply_plan(plan, make_agent, state_path=state_path, concurrency=args.concurrency,
-                                on_event=on_event, resume=args.resume, ask=None if args.print_mode else _ask_person(),
-                                check_timeout=args.check_timeout)
+        result = await apply_plan(
+            plan,
+            make_agent,
+            state_path=state_path,
+            concurrency=args.concurrency,
+            on_event=on_event,
+            resume=args.resume,
+            ask=None if args.print_mode else _ask_person(),
+            check_timeout=args.check_timeout,
+        )
     except asyncio.CancelledError:
         if not got:
             raise
-        print(f"drivetrain: interrupted ({got[0]}); the plan's state is saved. Continue it with: "
-              f"drivetrain apply {args.plan} --resume", file=sys.stderr, flush=True)
+        print(
+            f"drivetrain: interrupted ({got[0]}); the plan's state is saved. Continue it with: "
+            f"drivetrain apply {args.plan} --resume",
+            file=sys.stderr,
+            flush=True,
+        )
         return 130 if got[0] == "SIGINT" else 143
     except (HarnessError, ValueError) as e:
         return _fail(args, str(e))
@@ -210,15 +231,19 @@ class PlanOutput(Printer):
     def init(self, plan: Plan, state_path: Path) -> None:
         self._log(f"drivetrain: plan of {len(plan.steps)} steps; state in {state_path}")
         if self.format == "stream-json":
-            self._emit({"type": "system", "subtype": "plan_init", "plan": plan.to_json(),
-                        "state_path": str(state_path)})
+            self._emit(
+                {"type": "system", "subtype": "plan_init", "plan": plan.to_json(), "state_path": str(state_path)}
+            )
 
     def event(self, e: PlanEvent) -> None:
         if e.kind == "agent":
             self._agent_event(e.step_id, e.event)
             return
-        shown = " ".join(f"{k}={round(v, 2) if isinstance(v, float) else v}" for k, v in e.data.items()
-                         if k in ("status", "level", "exit_code", "duration_s", "session_id"))
+        shown = " ".join(
+            f"{k}={round(v, 2) if isinstance(v, float) else v}"
+            for k, v in e.data.items()
+            if k in ("status", "level", "exit_code", "duration_s", "session_id")
+        )
         self._log(f"[{e.step_id or 'plan'}] {e.kind} {shown}")
         if self.format == "stream-json" and e.kind != "plan_finished":
             self._emit({"type": "system", "subtype": e.kind, "step_id": e.step_id, **e.data})
@@ -228,10 +253,21 @@ class PlanOutput(Printer):
             case ModelResponded(turn=turn, response=r):
                 self._log(f"  [{step_id} turn {turn}] stop_reason={r.stop_reason}")
                 if self.format == "stream-json":
-                    self._emit({"type": "assistant", "step_id": step_id, "message": {
-                        "id": r.id, "type": "message", "role": "assistant", "model": r.model,
-                        "content": [b.to_wire() for b in r.content], "stop_reason": r.stop_reason,
-                        "usage": r.usage.to_wire()}})
+                    self._emit(
+                        {
+                            "type": "assistant",
+                            "step_id": step_id,
+                            "message": {
+                                "id": r.id,
+                                "type": "message",
+                                "role": "assistant",
+                                "model": r.model,
+                                "content": [b.to_wire() for b in r.content],
+                                "stop_reason": r.stop_reason,
+                                "usage": r.usage.to_wire(),
+                            },
+                        }
+                    )
             case ToolCalled(call=c):
                 self._log(f"  [{step_id}] → {c.name} {json.dumps(c.input, ensure_ascii=False)[:160]}")
             case ResultsSent(message=m):
@@ -256,12 +292,14 @@ def render_html(result: PlanResult) -> str:
     rows = "".join(
         f"<tr class='{n.status}'><td>{html.escape(i)}</td><td>{n.status}</td><td>{_secs(n.duration_s)}</td>"
         f"<td>{n.attempts}</td><td>{html.escape(', '.join(n.escalations))}</td><td>{n.num_turns}</td>"
-        f"<td>{html.escape((n.result or n.error)[:300])}</td></tr>" for i, n in result.nodes.items())
+        f"<td>{html.escape((n.result or n.error)[:300])}</td></tr>"
+        for i, n in result.nodes.items()
+    )
     return f"""<!doctype html><meta charset="utf-8"><title>drivetrain plan {html.escape(result.run_id)}</title>
 <style>body{{font-family:sans-serif;margin:2em}}td,th{{border:1px solid #ccc;padding:4px 8px;vertical-align:top}}
 table{{border-collapse:collapse}}.done{{background:#c8f0c8}}.failed{{background:#f8c8c8}}.skipped{{color:#999}}
 .running{{background:#fff3b0}}</style>
-<h1>{html.escape(result.plan.task or 'plan')} — {result.subtype}</h1><p>{result.duration_ms / 1000:.1f} s</p>
+<h1>{html.escape(result.plan.task or "plan")} — {result.subtype}</h1><p>{result.duration_ms / 1000:.1f} s</p>
 {_svg(result)}
 <details><summary>Mermaid</summary><pre>{html.escape(result.mermaid())}</pre></details>
 <table><tr><th>step</th><th>status</th><th>time</th><th>attempts</th><th>escalations</th><th>turns</th>
@@ -295,20 +333,25 @@ def _svg(result: PlanResult) -> str:
         for d in s.depends_on:
             if d in where:
                 (x1, y1), (x2, y2) = where[d], where[i]
-                parts.append(f'<line x1="{x1 + 150}" y1="{y1 + 22}" x2="{x2}" y2="{y2 + 22}" stroke="#666" '
-                             'marker-end="url(#arrow)"/>')
+                parts.append(
+                    f'<line x1="{x1 + 150}" y1="{y1 + 22}" x2="{x2}" y2="{y2 + 22}" stroke="#666" '
+                    'marker-end="url(#arrow)"/>'
+                )
     for i, (x, y) in where.items():
         node = result.nodes.get(i)
         status = node.status if node else "pending"
         label = f"{i} · {status}" + (f" · {_secs(node.duration_s)}" if node and node.duration_s is not None else "")
-        parts.append(f'<g class="step {status}"><rect x="{x}" y="{y}" width="150" height="44" rx="6" '
-                     f'fill="{_FILL.get(status, "#fff")}" stroke="#333"/><text x="{x + 8}" y="{y + 27}" '
-                     f'font-size="12">{html.escape(label)}</text></g>')
-    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}"><defs><marker id="arrow" '
-            'viewBox="0 0 10 10" refX="10" refY="5" markerWidth="6" markerHeight="6" orient="auto"><path '
-            'd="M0,0 L10,5 L0,10 z" fill="#666"/></marker></defs>' + "".join(parts) + "</svg>")
+        parts.append(
+            f'<g class="step {status}"><rect x="{x}" y="{y}" width="150" height="44" rx="6" '
+            f'fill="{_FILL.get(status, "#fff")}" stroke="#333"/><text x="{x + 8}" y="{y + 27}" '
+            f'font-size="12">{html.escape(label)}</text></g>'
+        )
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}"><defs><marker id="arrow" '
+        'viewBox="0 0 10 10" refX="10" refY="5" markerWidth="6" markerHeight="6" orient="auto"><path '
+        'd="M0,0 L10,5 L0,10 z" fill="#666"/></marker></defs>' + "".join(parts) + "</svg>"
+    )
 
 
 def _secs(s: float | None) -> str:
     return "" if s is None else f"{s:.1f} s"
-

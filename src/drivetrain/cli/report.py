@@ -9,16 +9,17 @@ from pathlib import Path
 
 from drivetrain.errors import HarnessError
 from drivetrain.sessions.html import render
-from drivetrain.sessions.store import SessionNotFound
 from drivetrain.sessions.open import open_store
+from drivetrain.sessions.store import SessionNotFound
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="drivetrain report",
         description="Write a session's report: per turn the stop reason, the tools called, input, cache-write, "
-                    "cache-read and output tokens, context size and cost, with a chart of context size and "
-                    "cumulative cost. The page needs no network.")
+        "cache-read and output tokens, context size and cost, with a chart of context size and "
+        "cumulative cost. The page needs no network.",
+    )
     p.add_argument("session_id")
     p.add_argument("--html", metavar="FILE", required=True, type=Path, help="where to write the page (- for stdout)")
     return p

@@ -10,8 +10,8 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from rich.console import Console, Group
 from rich.live import Live
@@ -21,8 +21,16 @@ from rich.text import Text
 
 from drivetrain.cli.describe import describe
 from drivetrain.loop.events import (
-    ApprovalRequired, Compacted, Finished, LimitApproaching, LimitReached, LoopDetected, ModelResponded,
-    PermissionDecided, ToolCalled, ToolFinished,
+    ApprovalRequired,
+    Compacted,
+    Finished,
+    LimitApproaching,
+    LimitReached,
+    LoopDetected,
+    ModelResponded,
+    PermissionDecided,
+    ToolCalled,
+    ToolFinished,
 )
 from drivetrain.messages import ToolUseBlock
 
@@ -63,18 +71,20 @@ def make_console() -> Console:
         return Console(highlight=False, soft_wrap=True)  # a file or a pipe: a line is a line, however long
     if unicode_terminal():
         return Console(highlight=False)
-    stream = open(sys.stdout.fileno(), "w", encoding="ascii", errors="replace", closefd=False, buffering=1)
+    # the console keeps the stream for the process; closefd=False leaves stdout itself open
+    stream = open(sys.stdout.fileno(), "w", encoding="ascii", errors="replace", closefd=False, buffering=1)  # noqa: SIM115
     return Console(file=stream, highlight=False, force_terminal=True)
 
 
 def call_title(call: ToolUseBlock, width: int = 60) -> str:
     """``Bash(ls -la)``, ``Edit(src/app.py)``: the tool and its main argument, on one line."""
     inp = call.input
-    main = next((inp[k] for k in ("command", "file_path", "pattern", "path", "url") if isinstance(inp.get(k), str)),
-                None)
+    main = next(
+        (inp[k] for k in ("command", "file_path", "pattern", "path", "url") if isinstance(inp.get(k), str)), None
+    )
     arg = main if main is not None else json.dumps(inp, ensure_ascii=False)
     arg = " ".join(arg.split())
-    return f"{call.name}({arg[:width - 3] + '...' if len(arg) > width else arg})"
+    return f"{call.name}({arg[: width - 3] + '...' if len(arg) > width else arg})"
 
 
 class Screen:
@@ -113,8 +123,17 @@ class Screen:
             return
         out = Text()
         for line in text.splitlines():
-            style = ("bold" if line.startswith(("+++", "---")) else "green" if line.startswith("+") else
-                     "red" if line.startswith("-") else "cyan" if line.startswith("@@") else "")
+            style = (
+                "bold"
+                if line.startswith(("+++", "---"))
+                else "green"
+                if line.startswith("+")
+                else "red"
+                if line.startswith("-")
+                else "cyan"
+                if line.startswith("@@")
+                else ""
+            )
             out.append(line + "\n", style=style)
         self.console.print(out, end="")
 
@@ -184,8 +203,12 @@ class Screen:
             self.say(f"{'✗' if res.is_error else '←'} {head}")
         elif res.is_error:
             self.say(f"{g.call} {call_title(call)}", "red")
-            self.error("\n".join(f"  {g.result} {line}" if i == 0 else f"    {line}"
-                                 for i, line in enumerate(lines[:RESULT_LINES] or ["(no output)"])))
+            self.error(
+                "\n".join(
+                    f"  {g.result} {line}" if i == 0 else f"    {line}"
+                    for i, line in enumerate(lines[:RESULT_LINES] or ["(no output)"])
+                )
+            )
         else:
             took = f" {g.sep} {ms / 1000:.1f}s" if started else ""
             self.console.print(Text.assemble((f"{g.call} ", "green"), (call_title(call), "bold"), (took, "dim")))
@@ -222,8 +245,14 @@ class Screen:
             return
         busy = self._model_since is not None or self._running
         if busy and self._live is None:
-            self._live = Live(console=self.console, get_renderable=self._activity, transient=True,
-                              refresh_per_second=8, redirect_stdout=False, redirect_stderr=False)
+            self._live = Live(
+                console=self.console,
+                get_renderable=self._activity,
+                transient=True,
+                refresh_per_second=8,
+                redirect_stdout=False,
+                redirect_stderr=False,
+            )
             self._live.start()
         elif not busy:
             self.pause()
@@ -236,11 +265,14 @@ class Screen:
             rate = self._rate() or (self._pieces / took if self._pieces > 4 and took > 0 else None)
             if rate:
                 label += f" {g.sep} {rate:.1f} tok/s"
-            tail = " ".join(self._streamed.split())[-max(self.console.width - len(label) - 8, 0):]
+            tail = " ".join(self._streamed.split())[-max(self.console.width - len(label) - 8, 0) :]
             rows.append(self._spinner("model", Text(label + (f" {g.sep} {tail}" if tail else ""), style="dim")))
         for call, since in self._running.values():
-            rows.append(self._spinner(call.id, Text.assemble((call_title(call), "bold"),
-                                                             (f" {g.sep} {now - since:.0f}s", "dim"))))
+            rows.append(
+                self._spinner(
+                    call.id, Text.assemble((call_title(call), "bold"), (f" {g.sep} {now - since:.0f}s", "dim"))
+                )
+            )
         status = self.status()
         if status:
             rows.append(Text(status, style="dim", overflow="ellipsis", no_wrap=True))

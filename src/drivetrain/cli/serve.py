@@ -19,21 +19,38 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="drivetrain serve",
         description="Serve the model as POST /v1/messages (Anthropic) and POST /v1/chat/completions (OpenAI), "
-                    "plus GET /v1/models, GET /health and GET /metrics. Then: ANTHROPIC_BASE_URL=http://127.0.0.1:8080 "
-                    f"drivetrain -p ..., or OPENAI_BASE_URL=http://127.0.0.1:8080/v1. With {KEY_VAR} set, every "
-                    "request must carry that key (x-api-key or Authorization: Bearer).")
-    p.add_argument("--provider", choices=PROVIDERS, default=None,
-                   help="default: anthropic if ANTHROPIC_* is set, openai if OPENAI_* is set, else local")
+        "plus GET /v1/models, GET /health and GET /metrics. Then: ANTHROPIC_BASE_URL=http://127.0.0.1:8080 "
+        f"drivetrain -p ..., or OPENAI_BASE_URL=http://127.0.0.1:8080/v1. With {KEY_VAR} set, every "
+        "request must carry that key (x-api-key or Authorization: Bearer).",
+    )
+    p.add_argument(
+        "--provider",
+        choices=PROVIDERS,
+        default=None,
+        help="default: anthropic if ANTHROPIC_* is set, openai if OPENAI_* is set, else local",
+    )
     p.add_argument("--model", default=None)
-    p.add_argument("--host", default="127.0.0.1",
-                   help=f"address to listen on (default 127.0.0.1); any other needs an API key ({KEY_VAR})")
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help=f"address to listen on (default 127.0.0.1); any other needs an API key ({KEY_VAR})",
+    )
     p.add_argument("--port", type=int, default=8080, help="default 8080; 0 picks a free port")
-    p.add_argument("--api-key-file", default=None, help=f"read the API key clients must send from this file "
-                                                        f"(instead of {KEY_VAR})")
-    p.add_argument("--workers", type=int, default=1,
-                   help="processes serving the port (HTTP providers only: the local model is one per process)")
-    p.add_argument("--max-concurrent", type=int, default=None,
-                   help="model calls at once per process (default: 1 for the local model, 256 otherwise)")
+    p.add_argument(
+        "--api-key-file", default=None, help=f"read the API key clients must send from this file (instead of {KEY_VAR})"
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="processes serving the port (HTTP providers only: the local model is one per process)",
+    )
+    p.add_argument(
+        "--max-concurrent",
+        type=int,
+        default=None,
+        help="model calls at once per process (default: 1 for the local model, 256 otherwise)",
+    )
     p.add_argument("--max-queue", type=int, default=64, help="requests waiting for the model before 429 (default 64)")
     p.add_argument("--max-body-mb", type=float, default=32, help="largest request body, in MB (default 32)")
     p.add_argument("--grace", type=float, default=30, help="seconds in-flight requests get to finish on shutdown")
@@ -48,14 +65,18 @@ def main(argv: list[str] | None = None) -> int:
     try:
         key = api_key(args.api_key_file)
         if key is None and not is_loopback(args.host):
-            raise ConfigError(f"refusing to listen on {args.host} without an API key: anyone who can reach it could "
-                              f"use the model and spend what stands behind it. Set {KEY_VAR} (or --api-key-file), "
-                              "or keep --host 127.0.0.1.")
+            raise ConfigError(
+                f"refusing to listen on {args.host} without an API key: anyone who can reach it could "
+                f"use the model and spend what stands behind it. Set {KEY_VAR} (or --api-key-file), "
+                "or keep --host 127.0.0.1."
+            )
         model = resolve_model(args.provider, args.model)
         _refuse_loop_to_self(model, args.host, args.port)
         if args.workers > 1 and callable(getattr(model, "load", None)):
-            raise ConfigError("--workers: the local model is one llama.cpp instance per process, and requests share "
-                              "its KV cache by taking turns at it; serve it with one worker.")
+            raise ConfigError(
+                "--workers: the local model is one llama.cpp instance per process, and requests share "
+                "its KV cache by taking turns at it; serve it with one worker."
+            )
         load = getattr(model, "load", None)  # the local model: load the weights now, not on the first request
         if callable(load):
             stderr_log(f"loading {model.name} …")
@@ -70,12 +91,21 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     host = f"[{args.host}]" if ":" in args.host else args.host
     url, shown_key = f"http://{host}:{sock.getsockname()[1]}", "$" + KEY_VAR if key else "unused"
-    stderr_log(f"serving {model.name} on {url}  (Ctrl-C to stop)\n"
-               f"  Anthropic clients: ANTHROPIC_BASE_URL={url} ANTHROPIC_API_KEY={shown_key}\n"
-               f"  OpenAI clients:    OPENAI_BASE_URL={url}/v1 OPENAI_API_KEY={shown_key}")
-    options = {"provider": args.provider, "model": args.model, "host": args.host, "api_key_file": args.api_key_file,
-               "max_concurrent": args.max_concurrent, "max_queue": args.max_queue,
-               "max_body": int(args.max_body_mb * 1024 * 1024), "quiet": args.quiet}
+    stderr_log(
+        f"serving {model.name} on {url}  (Ctrl-C to stop)\n"
+        f"  Anthropic clients: ANTHROPIC_BASE_URL={url} ANTHROPIC_API_KEY={shown_key}\n"
+        f"  OpenAI clients:    OPENAI_BASE_URL={url}/v1 OPENAI_API_KEY={shown_key}"
+    )
+    options = {
+        "provider": args.provider,
+        "model": args.model,
+        "host": args.host,
+        "api_key_file": args.api_key_file,
+        "max_concurrent": args.max_concurrent,
+        "max_queue": args.max_queue,
+        "max_body": int(args.max_body_mb * 1024 * 1024),
+        "quiet": args.quiet,
+    }
     if args.workers > 1:
         from drivetrain.serve.server import serve_workers
 
@@ -104,12 +134,20 @@ def api_key(path: str | None) -> str | None:
 
 
 def _state(model, options: dict, key: str | None):
-    from drivetrain.serve.state import ServeState, Settings
     from drivetrain.serve.server import stderr_log
+    from drivetrain.serve.state import ServeState, Settings
 
-    return ServeState(model, Settings(host=options["host"], api_key=key, max_body=options["max_body"],
-                                      max_concurrent=options["max_concurrent"], max_queue=options["max_queue"],
-                                      log=None if options["quiet"] else stderr_log))
+    return ServeState(
+        model,
+        Settings(
+            host=options["host"],
+            api_key=key,
+            max_body=options["max_body"],
+            max_concurrent=options["max_concurrent"],
+            max_queue=options["max_queue"],
+            log=None if options["quiet"] else stderr_log,
+        ),
+    )
 
 
 def worker_state():
@@ -126,8 +164,12 @@ def _refuse_loop_to_self(model: object, host: str, port: int) -> None:
     parts = urlsplit(base_url)
     from drivetrain.serve.server import is_loopback
 
-    same_host = parts.hostname == host or (is_loopback(parts.hostname or "") and (is_loopback(host) or host in ("0.0.0.0", "::")))
+    same_host = parts.hostname == host or (
+        is_loopback(parts.hostname or "") and (is_loopback(host) or host in ("0.0.0.0", "::"))
+    )
     if same_host and (parts.port or (443 if parts.scheme == "https" else 80)) == port:
-        raise ConfigError(f"the model's base URL {base_url} is this server itself ({host}:{port}), so every request "
-                          "would call itself. Unset ANTHROPIC_BASE_URL / OPENAI_BASE_URL for `drivetrain serve`, "
-                          "or choose the provider with --provider.")
+        raise ConfigError(
+            f"the model's base URL {base_url} is this server itself ({host}:{port}), so every request "
+            "would call itself. Unset ANTHROPIC_BASE_URL / OPENAI_BASE_URL for `drivetrain serve`, "
+            "or choose the provider with --provider."
+        )

@@ -21,12 +21,12 @@ import json
 import sys
 from pathlib import Path
 
-from drivetrain.sessions import report
 from drivetrain.errors import HarnessError
 from drivetrain.loop.graph import walked
+from drivetrain.sessions import report
 from drivetrain.sessions.log import apply_state
-from drivetrain.sessions.store import SessionInfo, SessionNotFound, SessionStore
 from drivetrain.sessions.open import open_store
+from drivetrain.sessions.store import SessionInfo, SessionNotFound, SessionStore
 
 PROMPT_CHARS = 40
 
@@ -44,8 +44,11 @@ def build_parser() -> argparse.ArgumentParser:
     show = sub.add_parser("show", help="a session's turn log, stop_reason trajectory and health signals")
     show.add_argument("session_id", metavar="ID", help="a session id, or a prefix naming exactly one")
     show.add_argument("--json", action="store_true")
-    show.add_argument("--graph", action="store_true",
-                      help="the loop's graph as Mermaid, each edge labelled with how often this session took it")
+    show.add_argument(
+        "--graph",
+        action="store_true",
+        help="the loop's graph as Mermaid, each edge labelled with how often this session took it",
+    )
     return p
 
 
@@ -67,8 +70,10 @@ def _list(store: SessionStore, args: argparse.Namespace) -> int:
         return 0
     if not found:
         where = f" in {cwd} (--all lists every directory)" if cwd else ""
-        print(f"drivetrain sessions: no sessions{' matching ' + repr(args.query) if args.query else ''}{where}",
-              file=sys.stderr)
+        print(
+            f"drivetrain sessions: no sessions{' matching ' + repr(args.query) if args.query else ''}{where}",
+            file=sys.stderr,
+        )
         return 0
     print(table(found))
     return 0
@@ -77,22 +82,33 @@ def _list(store: SessionStore, args: argparse.Namespace) -> int:
 def table(sessions: list[SessionInfo]) -> str:
     """Plain aligned columns (no table library is a dependency)."""
     header = ("ID", "DIRECTORY", "FIRST PROMPT", "TURNS", "COST", "LAST ACTIVITY", "STATUS")
-    rows = [header] + [(s.session_id[:8], _shorten_left(s.cwd or "?", 32), _prompt(s.first_prompt), str(s.num_turns),
-                        report.cost_text(s.total_cost_usd), s.updated_at[:19].replace("T", " ") + "Z", s.status)
-                       for s in sessions]
+    rows = [header] + [
+        (
+            s.session_id[:8],
+            _shorten_left(s.cwd or "?", 32),
+            _prompt(s.first_prompt),
+            str(s.num_turns),
+            report.cost_text(s.total_cost_usd),
+            s.updated_at[:19].replace("T", " ") + "Z",
+            s.status,
+        )
+        for s in sessions
+    ]
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     right = {3, 4}  # numbers
-    return "\n".join("  ".join(c.rjust(w) if i in right else c.ljust(w)
-                               for i, (c, w) in enumerate(zip(r, widths))).rstrip() for r in rows)
+    return "\n".join(
+        "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+        for r in rows
+    )
 
 
 def _prompt(text: str | None) -> str:
     line = " ".join((text or "").split())
-    return line if len(line) <= PROMPT_CHARS else line[:PROMPT_CHARS - 1] + "…"
+    return line if len(line) <= PROMPT_CHARS else line[: PROMPT_CHARS - 1] + "…"
 
 
 def _shorten_left(path: str, width: int) -> str:
-    return path if len(path) <= width else "…" + path[-(width - 1):]
+    return path if len(path) <= width else "…" + path[-(width - 1) :]
 
 
 def _show(store: SessionStore, args: argparse.Namespace) -> int:
@@ -106,8 +122,12 @@ def _show(store: SessionStore, args: argparse.Namespace) -> int:
         return 0
     children = {r["tool_use_id"]: store.read(r["session"]) for r in records if r.get("kind") == "subagent"}
     if args.json:
-        print(json.dumps({**report.to_json(records), "subagents": {k: report.to_json(v) for k, v in children.items()}},
-                         ensure_ascii=False))
+        print(
+            json.dumps(
+                {**report.to_json(records), "subagents": {k: report.to_json(v) for k, v in children.items()}},
+                ensure_ascii=False,
+            )
+        )
     else:
         print(report.render_text(records, {k: report.render_text(v) for k, v in children.items()}))
     return 0
@@ -116,7 +136,7 @@ def _show(store: SessionStore, args: argparse.Namespace) -> int:
 def resolve(store: SessionStore, given: str) -> str:
     """The session ``given`` names: an id, or a prefix of exactly one. ``SessionNotFound`` otherwise."""
     matches = [s.session_id for s in store.list(query=given) if s.session_id.startswith(given)]
-    if given in matches or not matches and _exists(store, given):
+    if given in matches or (not matches and _exists(store, given)):
         return given
     if len(matches) == 1:
         return matches[0]
@@ -125,8 +145,10 @@ def resolve(store: SessionStore, given: str) -> str:
         return parents[0]
     if not matches:
         raise SessionNotFound(f"no session {given!r} (drivetrain sessions list --all shows them)")
-    raise SessionNotFound(f"{given!r} names {len(matches)} sessions ({', '.join(sorted(matches)[:5])}"
-                          f"{', …' if len(matches) > 5 else ''}); give more of the id")
+    raise SessionNotFound(
+        f"{given!r} names {len(matches)} sessions ({', '.join(sorted(matches)[:5])}"
+        f"{', …' if len(matches) > 5 else ''}); give more of the id"
+    )
 
 
 def _exists(store: SessionStore, session_id: str) -> bool:

@@ -67,8 +67,10 @@ async def help_(s, arg: str):
     width = max(map(len, HELP))
     for name, about in HELP.items():
         s.screen.say(f"  {name.ljust(width)}  {about}")
-    s.screen.note("  @path attaches a file; Esc-Enter or a trailing \\ starts a new line.\n"
-                  "  Shift-Tab cycles the permission mode; Esc or Ctrl-C stops a turn.")
+    s.screen.note(
+        "  @path attaches a file; Esc-Enter or a trailing \\ starts a new line.\n"
+        "  Shift-Tab cycles the permission mode; Esc or Ctrl-C stops a turn."
+    )
 
 
 async def exit_(s, arg: str):
@@ -81,31 +83,44 @@ async def cost(s, arg: str):
         return
     u, model = s.run.usage, s.agent.model.name
     usd = cost_usd(model, u)
-    money = ("none: the model runs on this machine" if s.provider == "local" else
-             format_usd(usd) if usd is not None else f"unknown (no price for {model})")
+    money = (
+        "none: the model runs on this machine"
+        if s.provider == "local"
+        else format_usd(usd)
+        if usd is not None
+        else f"unknown (no price for {model})"
+    )
     s.screen.say(f"Total cost:  {money}")
-    s.screen.say(f"Tokens:      {u.input_tokens:,} in, {u.output_tokens:,} out, {u.cache_read_input_tokens:,} cache "
-                 f"read, {u.cache_creation_input_tokens:,} cache write")
+    s.screen.say(
+        f"Tokens:      {u.input_tokens:,} in, {u.output_tokens:,} out, {u.cache_read_input_tokens:,} cache "
+        f"read, {u.cache_creation_input_tokens:,} cache write"
+    )
     rate = s.screen.last_rate if s.provider == "local" else None
     s.screen.say(f"Requests:    {s.run.num_turns}" + (f" (last reply {rate:.1f} tokens/s)" if rate else ""))
     if arg == "turns":
         for t in report.turn_log(s.store.read(s.session_id)):
             u = t.usage
-            s.screen.say(f"  turn {t.turn:>3}  {t.stop_reason or '?':<10} {u.get('input_tokens', 0):>7,} in "
-                         f"{u.get('output_tokens', 0):>6,} out {u.get('cache_read_input_tokens', 0):>7,} cache read  "
-                         f"{report.cost_text(t.cost_usd)}")
+            s.screen.say(
+                f"  turn {t.turn:>3}  {t.stop_reason or '?':<10} {u.get('input_tokens', 0):>7,} in "
+                f"{u.get('output_tokens', 0):>6,} out {u.get('cache_read_input_tokens', 0):>7,} cache read  "
+                f"{report.cost_text(t.cost_usd)}"
+            )
 
 
 async def context(s, arg: str):
     # as the profile equips the run: its own prompt and tools
     system, tools = (s.run.deps.system, list(s.run.deps.tools.values())) if s.run else (s.agent.system, s.agent.tools)
     window = window_of(s.agent.model)
-    parts = [("system prompt", len(system) // CHARS_PER_TOKEN),
-             (f"tools ({len(tools)})", len(json.dumps([tool_spec(t) for t in tools])) // CHARS_PER_TOKEN),
-             ("messages", history_tokens(s.run.history) if s.run else 0)]
+    parts = [
+        ("system prompt", len(system) // CHARS_PER_TOKEN),
+        (f"tools ({len(tools)})", len(json.dumps([tool_spec(t) for t in tools])) // CHARS_PER_TOKEN),
+        ("messages", history_tokens(s.run.history) if s.run else 0),
+    ]
     used = sum(n for _, n in parts)
-    s.screen.say(f"Context: about {used:,} of {window:,} tokens ({used / window:.0%})"
-                 + (f"; the last request sent {s.context_used:,}" if s.context_used is not None else ""))
+    s.screen.say(
+        f"Context: about {used:,} of {window:,} tokens ({used / window:.0%})"
+        + (f"; the last request sent {s.context_used:,}" if s.context_used is not None else "")
+    )
     for name, n in parts + [("free", max(window - used, 0))]:
         s.screen.say(f"  {name:<15} {n:>9,}  {n / window:>4.0%}")
     s.screen.note(f"  compacted by itself at {s.agent.compact_at:.0%} of the window; /compact does it now")
@@ -131,8 +146,10 @@ async def compact(s, arg: str):
 async def clear(s, arg: str):
     old = s.session_id
     s.switch_to(str(uuid.uuid4()), None)
-    s.screen.say(f"New session {s.session_id[:8]}." + (f" The last one ({old[:8]}) is saved: /resume goes back to it."
-                                                       if s.store.info(old) is not None else ""))
+    s.screen.say(
+        f"New session {s.session_id[:8]}."
+        + (f" The last one ({old[:8]}) is saved: /resume goes back to it." if s.store.info(old) is not None else "")
+    )
 
 
 async def resume(s, arg: str):
@@ -148,8 +165,11 @@ async def resume(s, arg: str):
         if not found:
             s.screen.say(f"No other saved session in {s.cwd}.")
             return
-        labels = [f"{i.session_id[:8]}  {i.updated_at[:16].replace('T', ' ')}  {i.num_turns} turns  "
-                  f"{' '.join((i.first_prompt or '').split())[:40]}" for i in found]
+        labels = [
+            f"{i.session_id[:8]}  {i.updated_at[:16].replace('T', ' ')}  {i.num_turns} turns  "
+            f"{' '.join((i.first_prompt or '').split())[:40]}"
+            for i in found
+        ]
         picked = await s.ui.choose(labels)
         if picked is None:
             return
@@ -172,15 +192,19 @@ async def rewind(s, arg: str):
         s.screen.say("No checkpoints in this session yet (one is taken before each prompt).")
         return
     prompts = [m.text for m in s.run.history if m.role == "user" and m.text.strip()] if s.run else []
-    labels = [f"before prompt {c.prompt} ({c.time.astimezone().strftime('%H:%M:%S')})"
-              + (f": {' '.join(prompts[c.prompt - 1].split())[:50]}" if c.prompt <= len(prompts) else "")
-              for c in found]
+    labels = [
+        f"before prompt {c.prompt} ({c.time.astimezone().strftime('%H:%M:%S')})"
+        + (f": {' '.join(prompts[c.prompt - 1].split())[:50]}" if c.prompt <= len(prompts) else "")
+        for c in found
+    ]
     picked = await s.ui.choose(labels)
     if picked is None:
         return
     done = checkpoints.restore(s.session_id, found[picked].prompt)
-    s.screen.say(f"Files as before prompt {done.to}: {len(done.restored)} restored, {len(done.removed)} removed, "
-                 f"{done.unchanged} unchanged. Undo: drivetrain rewind {s.session_id} --to {done.undo}")
+    s.screen.say(
+        f"Files as before prompt {done.to}: {len(done.restored)} restored, {len(done.removed)} removed, "
+        f"{done.unchanged} unchanged. Undo: drivetrain rewind {s.session_id} --to {done.undo}"
+    )
 
 
 async def model(s, arg: str):
@@ -228,8 +252,10 @@ async def trace(s, arg: str):
 async def mcp(s, arg: str):
     connections = s.servers.connections if s.servers is not None else []
     if not connections:
-        s.screen.say("No MCP servers in this session. Add one with `drivetrain mcp add NAME -- CMD ARGS…` (or a "
-                     "project's .mcp.json, once approved); see docs/mcp.md.")
+        s.screen.say(
+            "No MCP servers in this session. Add one with `drivetrain mcp add NAME -- CMD ARGS…` (or a "
+            "project's .mcp.json, once approved); see docs/mcp.md."
+        )
         return
     allowed = {t.name for t in s.servers.tools(s.agent.policy)}
     for c in connections:
@@ -241,6 +267,18 @@ async def mcp(s, arg: str):
             s.screen.say(f"      {name}" + ("" if name in allowed else "   (denied by a rule: not offered)"))
 
 
-COMMANDS = {"/help": help_, "/mcp": mcp, "/exit": exit_, "/quit": exit_, "/cost": cost, "/context": context, "/compact": compact,
-            "/clear": clear, "/resume": resume, "/rewind": rewind, "/model": model, "/permissions": permissions,
-            "/trace": trace}
+COMMANDS = {
+    "/help": help_,
+    "/mcp": mcp,
+    "/exit": exit_,
+    "/quit": exit_,
+    "/cost": cost,
+    "/context": context,
+    "/compact": compact,
+    "/clear": clear,
+    "/resume": resume,
+    "/rewind": rewind,
+    "/model": model,
+    "/permissions": permissions,
+    "/trace": trace,
+}

@@ -9,8 +9,8 @@ import os
 import signal
 import sys
 import termios
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 from prompt_toolkit import PromptSession
 from prompt_toolkit.application import Application
@@ -47,8 +47,9 @@ class Mentions(Completer):
             yield from self.paths.get_completions(Document(word[1:]), complete_event)
 
 
-def prompt_session(cwd: Path, commands: dict[str, str], status: Callable[[], str],
-                   cycle_mode: Callable[[], None]) -> PromptSession:
+def prompt_session(
+    cwd: Path, commands: dict[str, str], status: Callable[[], str], cycle_mode: Callable[[], None]
+) -> PromptSession:
     """The ``>`` prompt: Enter sends, Esc-Enter or a trailing backslash starts a new line, Tab completes,
     Shift-Tab cycles the permission mode, Ctrl-C clears the line (on an empty line it is the caller's)."""
     keys = KeyBindings()
@@ -84,8 +85,14 @@ def prompt_session(cwd: Path, commands: dict[str, str], status: Callable[[], str
         history = FileHistory(str(home / "prompt_history"))
     except OSError:  # a read-only home: the history lasts as long as the session
         history = InMemoryHistory()
-    return PromptSession(history=history, completer=Mentions(cwd, commands), key_bindings=keys,
-                         bottom_toolbar=lambda: " " + status(), complete_while_typing=False, output=terminal_output())
+    return PromptSession(
+        history=history,
+        completer=Mentions(cwd, commands),
+        key_bindings=keys,
+        bottom_toolbar=lambda: " " + status(),
+        complete_while_typing=False,
+        output=terminal_output(),
+    )
 
 
 def terminal_output():
@@ -112,6 +119,7 @@ async def choose(options: list[str], pointer: str = "❯") -> int | None:
         event.app.exit(result=picked[0])
 
     for i in range(len(options)):
+
         @keys.add(str(i + 1))
         def _(event, i=i):
             picked[0] = i
@@ -126,13 +134,19 @@ async def choose(options: list[str], pointer: str = "❯") -> int | None:
         event.app.exit(exception=KeyboardInterrupt)
 
     def lines():
-        return FormattedText([("bold" if i == picked[0] else "",
-                               f"{pointer if i == picked[0] else ' '} {i + 1}. {text}\n")
-                              for i, text in enumerate(options)])
+        return FormattedText(
+            [
+                ("bold" if i == picked[0] else "", f"{pointer if i == picked[0] else ' '} {i + 1}. {text}\n")
+                for i, text in enumerate(options)
+            ]
+        )
 
-    app: Application = Application(layout=Layout(Window(FormattedTextControl(lines), dont_extend_height=True,
-                                                        wrap_lines=True)),
-                                   key_bindings=keys, full_screen=False, output=terminal_output())
+    app: Application = Application(
+        layout=Layout(Window(FormattedTextControl(lines), dont_extend_height=True, wrap_lines=True)),
+        key_bindings=keys,
+        full_screen=False,
+        output=terminal_output(),
+    )
     return await app.run_async()
 
 

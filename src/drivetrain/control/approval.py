@@ -8,8 +8,9 @@ with a verdict per call id.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Protocol, Union
+from typing import Any, Protocol
 
 
 @dataclass(frozen=True)
@@ -30,7 +31,7 @@ class Defer:
     """Pause the run; a verdict for this call will come later (``Run.resume``)."""
 
 
-Verdict = Union[Allow, Deny, Defer]
+Verdict = Allow | Deny | Defer
 
 
 @dataclass(frozen=True)
@@ -47,10 +48,12 @@ class PendingCall:
 class PermissionDecider(Protocol):
     """Decides what a tool call may do before anyone is asked: ``drivetrain.Policy`` is one."""
 
-    def decide(self, tool_name: str, tool_input: dict, ctx: Any) -> Any: ...  # .behavior allow|ask|deny, .reason, .source
+    def decide(
+        self, tool_name: str, tool_input: dict, ctx: Any
+    ) -> Any: ...  # .behavior allow|ask|deny, .reason, .source
 
 
-Approver = Callable[[PendingCall], Union[Verdict, Awaitable[Verdict]]]
+Approver = Callable[[PendingCall], Verdict | Awaitable[Verdict]]
 
 
 async def ask(approver: Approver | None, call: PendingCall) -> Verdict:
@@ -60,9 +63,12 @@ async def ask(approver: Approver | None, call: PendingCall) -> Verdict:
     failure: the call still gets its result, so the history stays valid and the run goes on.
     """
     if approver is None:
-        return Deny(f"Permission to use {call.name} was denied: it needs approval ({call.reason or 'no rule allows it'}) "
-                    "and nobody can approve it in this non-interactive run. Try another way, or ask the user to "
-                    "allow it with --allowedTools or a settings rule.", by="non-interactive")
+        return Deny(
+            f"Permission to use {call.name} was denied: it needs approval ({call.reason or 'no rule allows it'}) "
+            "and nobody can approve it in this non-interactive run. Try another way, or ask the user to "
+            "allow it with --allowedTools or a settings rule.",
+            by="non-interactive",
+        )
     try:
         verdict = approver(call)
         if inspect.isawaitable(verdict):
@@ -70,8 +76,11 @@ async def ask(approver: Approver | None, call: PendingCall) -> Verdict:
         if not isinstance(verdict, (Allow, Deny, Defer)):
             raise TypeError(f"the approver returned {verdict!r}, not Allow, Deny or Defer")
     except Exception as e:  # cancellation and KeyboardInterrupt still end the run
-        return Deny(f"Permission to use {call.name} was denied: the approval step failed "
-                    f"({type(e).__name__}: {e}), so the call was not run.", by="approver-failure")
+        return Deny(
+            f"Permission to use {call.name} was denied: the approval step failed "
+            f"({type(e).__name__}: {e}), so the call was not run.",
+            by="approver-failure",
+        )
     return verdict
 
 

@@ -9,8 +9,9 @@ reports hook failures and stop requests to the run through ``report``.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 from drivetrain.control.approval import Allow, Approver, Deny, PendingCall, PermissionDecider, Verdict, ask
 from drivetrain.control.hooks import HookOutcome
@@ -47,19 +48,26 @@ class Gate:
             return Admitted(Deny(f"A UserPromptSubmit hook blocked the prompt: {out.reason}", by="hook"))
         return Admitted(Allow(by="hook"), tuple(c for c in out.additional_context if c))
 
-    async def decide(self, call: ToolUseBlock, tools: dict[str, Tool], ctx: ToolContext, payload: dict,
-                     report: Report) -> Verdict:
+    async def decide(
+        self, call: ToolUseBlock, tools: dict[str, Tool], ctx: ToolContext, payload: dict, report: Report
+    ) -> Verdict:
         """May this call run (and with what input)? Hooks first, then the policy, then the approver."""
         if call.name not in tools:
             return Deny(f"No tool named {call.name!r}. Available tools: {', '.join(tools)}.", by="harness")
         if getattr(call, "input_error", None):  # the provider could not decode the arguments: never run on a guess
             schema = json.dumps(tools[call.name].input_schema)
-            return Deny(f"{call.input_error}\nThe call was not run. Call {call.name} again with arguments that "
-                        f"match its input schema: {schema}", by="harness")
+            return Deny(
+                f"{call.input_error}\nThe call was not run. Call {call.name} again with arguments that "
+                f"match its input schema: {schema}",
+                by="harness",
+            )
         tool_input, hook_says, hook_by = call.input, None, ""
         if self.hooks:
-            out = await self.hooks.run("PreToolUse", {**payload, "tool_name": call.name, "tool_input": call.input,
-                                                      "tool_use_id": call.id}, tool_name=call.name)
+            out = await self.hooks.run(
+                "PreToolUse",
+                {**payload, "tool_name": call.name, "tool_input": call.input, "tool_use_id": call.id},
+                tool_name=call.name,
+            )
             report("PreToolUse", out)
             hook_by = "hook:" + ", ".join(out.sources)
             if out.block or out.decision == "deny":
@@ -73,8 +81,9 @@ class Gate:
         source = f"{decision.source}" if decision is not None else "no policy"
         reason = decision.reason if decision is not None else ""
         if behavior == "deny":  # a deny rule wins over everything, hooks included
-            return Deny(f"Permission denied: {reason}\nIt will be denied again (with sudo too): do it another way.",
-                        by=source)
+            return Deny(
+                f"Permission denied: {reason}\nIt will be denied again (with sudo too): do it another way.", by=source
+            )
         if hook_says == "allow" and behavior == "ask":
             return Allow(changed, by=hook_by, reason="allowed by a PreToolUse hook")
         if behavior == "allow" and hook_says != "ask":
@@ -86,16 +95,24 @@ class Gate:
             verdict = Allow(changed, verdict.by, verdict.reason)
         return verdict
 
-    async def after(self, call: ToolUseBlock, tool_input: dict, content: Any, is_error: bool, payload: dict,
-                    report: Report) -> Any:
+    async def after(
+        self, call: ToolUseBlock, tool_input: dict, content: Any, is_error: bool, payload: dict, report: Report
+    ) -> Any:
         """The result as the model will see it: PostToolUse hooks may add context or replace the output."""
         if not self.hooks:
             return content
         text = content if isinstance(content, str) else ToolResultBlock(call.id, content).text
-        out = await self.hooks.run("PostToolUse", {**payload, "tool_name": call.name, "tool_input": tool_input,
-                                                   "tool_use_id": call.id,
-                                                   "tool_response": {"content": text, "is_error": is_error}},
-                                   tool_name=call.name)
+        out = await self.hooks.run(
+            "PostToolUse",
+            {
+                **payload,
+                "tool_name": call.name,
+                "tool_input": tool_input,
+                "tool_use_id": call.id,
+                "tool_response": {"content": text, "is_error": is_error},
+            },
+            tool_name=call.name,
+        )
         report("PostToolUse", out)
         extra = list(out.additional_context)
         if out.block:

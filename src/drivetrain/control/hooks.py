@@ -50,9 +50,10 @@ import json
 import logging
 import re
 import shutil
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Iterable
+from typing import Any
 
 from drivetrain.host.procs import child_env, kill_group, watch_group
 
@@ -64,7 +65,7 @@ KILL_GRACE_S = 1.0  # between SIGTERM and SIGKILL for a hook that timed out
 
 _RANK = {"allow": 0, "ask": 1, "deny": 2}  # most restrictive wins
 
-HookFn = Callable[[dict], "dict | None | Awaitable[dict | None]"]
+HookFn = Callable[[dict], "dict | Awaitable[dict | None] | None"]
 
 
 @dataclass
@@ -114,8 +115,9 @@ class Hooks:
         name = getattr(fn, "__qualname__", None) or repr(fn)
         self._hooks.append(_Hook(event, name, timeout, _compile(event, matcher), fn=fn))
 
-    def add_command(self, event: str, command: str, *, matcher: str | None = None, timeout: float = 60,
-                    cwd: Path | None = None) -> None:
+    def add_command(
+        self, event: str, command: str, *, matcher: str | None = None, timeout: float = 60, cwd: Path | None = None
+    ) -> None:
         """A shell hook, run with bash (or /bin/sh) in ``cwd``, else in the payload's ``cwd``."""
         self._hooks.append(_Hook(event, command, timeout, _compile(event, matcher), command=command, cwd=cwd))
 
@@ -154,8 +156,9 @@ class Hooks:
                 at = f"{where}[{i}].hooks[{j}]"
                 if not isinstance(entry, dict) or entry.get("type") != "command":
                     # Refuse, not skip: a skipped "prompt" or "agent" hook may be a policy nobody enforces.
-                    raise ValueError(f"{at}: only {{\"type\": \"command\", \"command\": ...}} hooks are "
-                                     f"supported, got {entry!r}")
+                    raise ValueError(
+                        f'{at}: only {{"type": "command", "command": ...}} hooks are supported, got {entry!r}'
+                    )
                 command, timeout = entry.get("command"), entry.get("timeout", 60)
                 if not isinstance(command, str) or not command.strip():
                     raise ValueError(f"{at}: 'command' must be a non-empty string, got {command!r}")
@@ -219,7 +222,7 @@ async def _run_callable(h: _Hook, payload: dict) -> HookOutcome:
 
     try:
         out = await asyncio.wait_for(call(), h.timeout)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         # An async hook is cancelled; a sync one cannot be stopped and finishes in its thread, unheard.
         return _failed(h, f"timed out after {h.timeout:g}s")
     if out is None:
@@ -234,13 +237,20 @@ async def _run_command(h: _Hook, payload: dict, env_passthrough: tuple[str, ...]
     if payload.get("cwd"):
         env["CLAUDE_PROJECT_DIR"] = env["DRIVETRAIN_PROJECT_DIR"] = str(payload["cwd"])
     proc = await asyncio.create_subprocess_exec(
-        shutil.which("bash") or "/bin/sh", "-c", h.command, cwd=h.cwd or payload.get("cwd") or None, env=env,
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        start_new_session=True)  # its own process group, so a timeout kills its children too
+        shutil.which("bash") or "/bin/sh",
+        "-c",
+        h.command,
+        cwd=h.cwd or payload.get("cwd") or None,
+        env=env,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        start_new_session=True,
+    )  # its own process group, so a timeout kills its children too
     watch_group(proc.pid)
     try:
         out, err = await asyncio.wait_for(proc.communicate(json.dumps(payload, default=str).encode()), h.timeout)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         await _kill_group(proc, KILL_GRACE_S)
         return _failed(h, f"timed out after {h.timeout:g}s and was killed")
     finally:
@@ -267,7 +277,7 @@ async def _kill_group(proc: asyncio.subprocess.Process, grace: float) -> None:
     await kill_group(proc.pid, grace)
     try:
         await asyncio.wait_for(proc.wait(), 5)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         log.warning("hook process %d did not exit after SIGKILL", proc.pid)
 
 
@@ -341,16 +351,20 @@ def _merge(results: list[HookOutcome]) -> HookOutcome:
         for name in ("additional_context", "errors", "sources", "system_messages"):
             getattr(out, name).extend(getattr(r, name))
     # The reason is the deciding hooks' reasons: who blocked, or who chose the winning decision.
-    deciders = [r for r in results if r.block] if out.block else [
-        r for r in results if out.decision and r.decision == out.decision]
+    deciders = (
+        [r for r in results if r.block]
+        if out.block
+        else [r for r in results if out.decision and r.decision == out.decision]
+    )
     out.reason = "\n".join(r.reason for r in deciders if r.reason)
     out.stop_reason = "\n".join(r.stop_reason for r in results if r.stop_reason)
     return out
 
 
 def _blocked(h: _Hook, reason: str) -> HookOutcome:
-    return HookOutcome(block=True, reason=reason, decision="deny" if h.event == "PreToolUse" else None,
-                       sources=[h.source])
+    return HookOutcome(
+        block=True, reason=reason, decision="deny" if h.event == "PreToolUse" else None, sources=[h.source]
+    )
 
 
 def _failed(h: _Hook, what: str) -> HookOutcome:

@@ -28,40 +28,232 @@ from __future__ import annotations
 import functools
 import os
 import re
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 MARK = "[REDACTED]"
 
-_SECRET_PARTS = {"token", "secret", "password", "passwd", "passphrase", "credential", "credentials",
-                 "apikey", "auth", "authorization"}
+_SECRET_PARTS = {
+    "token",
+    "secret",
+    "password",
+    "passwd",
+    "passphrase",
+    "credential",
+    "credentials",
+    "apikey",
+    "auth",
+    "authorization",
+}
 _KEY_PARTS = {"key", "keys"}
 # A key named for one of these is a secret by name (api_key); any other qualified key (span_key,
 # STRIPE_KEY) only when its value looks random. A bare "key" is never enough: key=lambda ...
-_SECRET_KEY_KINDS = {"api", "secret", "access", "private", "ssh", "signing", "signature", "encryption",
-                     "decryption", "master", "auth", "client", "app", "consumer", "session", "deploy", "gpg",
-                     "pgp", "hmac", "jwt", "webhook", "license", "admin", "shared", "priv", "crypto", "cipher",
-                     "aes", "rsa", "subscription", "bot", "account"}
-_BENIGN_BEFORE_KEY = {"primary", "foreign", "public", "sort", "partition", "cache", "dict", "map", "hash",
-                      "lookup", "unique", "composite", "index", "group", "row", "column", "hot", "idempotency",
-                      "dedup", "shortcut", "keyboard", "range", "cluster", "shard", "routing", "object"}
+_SECRET_KEY_KINDS = {
+    "api",
+    "secret",
+    "access",
+    "private",
+    "ssh",
+    "signing",
+    "signature",
+    "encryption",
+    "decryption",
+    "master",
+    "auth",
+    "client",
+    "app",
+    "consumer",
+    "session",
+    "deploy",
+    "gpg",
+    "pgp",
+    "hmac",
+    "jwt",
+    "webhook",
+    "license",
+    "admin",
+    "shared",
+    "priv",
+    "crypto",
+    "cipher",
+    "aes",
+    "rsa",
+    "subscription",
+    "bot",
+    "account",
+}
+_BENIGN_BEFORE_KEY = {
+    "primary",
+    "foreign",
+    "public",
+    "sort",
+    "partition",
+    "cache",
+    "dict",
+    "map",
+    "hash",
+    "lookup",
+    "unique",
+    "composite",
+    "index",
+    "group",
+    "row",
+    "column",
+    "hot",
+    "idempotency",
+    "dedup",
+    "shortcut",
+    "keyboard",
+    "range",
+    "cluster",
+    "shard",
+    "routing",
+    "object",
+}
 _BENIGN_LAST = {
-    "url", "uri", "urls", "endpoint", "method", "methods", "type", "types", "mode", "name", "names", "file",
-    "files", "path", "paths", "dir", "directory", "count", "counts", "id", "ids", "len", "length", "size",
-    "limit", "limits", "header", "headers", "field", "fields", "provider", "providers", "enabled", "disabled",
-    "required", "env", "var", "format", "algorithm", "alg", "scheme", "domain", "host", "port", "timeout",
-    "expiry", "expires", "expiration", "ttl", "version", "prefix", "suffix", "policy", "class", "kind",
-    "source", "store", "manager", "handler", "callback", "strategy", "fn", "func", "function", "ref", "refs",
-    "rotation", "location", "help", "hint", "label", "description", "placeholder", "schema", "flow", "server",
-    "service", "budget", "usage", "index", "spec", "cmd", "command", "helper", "min", "max", "set", "exists",
-    "valid", "validator", "error", "errors", "status", "used", "pattern", "regex", "check", "stdin", "prompt",
-    "sock", "socket",
+    "url",
+    "uri",
+    "urls",
+    "endpoint",
+    "method",
+    "methods",
+    "type",
+    "types",
+    "mode",
+    "name",
+    "names",
+    "file",
+    "files",
+    "path",
+    "paths",
+    "dir",
+    "directory",
+    "count",
+    "counts",
+    "id",
+    "ids",
+    "len",
+    "length",
+    "size",
+    "limit",
+    "limits",
+    "header",
+    "headers",
+    "field",
+    "fields",
+    "provider",
+    "providers",
+    "enabled",
+    "disabled",
+    "required",
+    "env",
+    "var",
+    "format",
+    "algorithm",
+    "alg",
+    "scheme",
+    "domain",
+    "host",
+    "port",
+    "timeout",
+    "expiry",
+    "expires",
+    "expiration",
+    "ttl",
+    "version",
+    "prefix",
+    "suffix",
+    "policy",
+    "class",
+    "kind",
+    "source",
+    "store",
+    "manager",
+    "handler",
+    "callback",
+    "strategy",
+    "fn",
+    "func",
+    "function",
+    "ref",
+    "refs",
+    "rotation",
+    "location",
+    "help",
+    "hint",
+    "label",
+    "description",
+    "placeholder",
+    "schema",
+    "flow",
+    "server",
+    "service",
+    "budget",
+    "usage",
+    "index",
+    "spec",
+    "cmd",
+    "command",
+    "helper",
+    "min",
+    "max",
+    "set",
+    "exists",
+    "valid",
+    "validator",
+    "error",
+    "errors",
+    "status",
+    "used",
+    "pattern",
+    "regex",
+    "check",
+    "stdin",
+    "prompt",
+    "sock",
+    "socket",
 }
 # Unquoted values that are code, types or literals, never secrets.
 _PLAIN_WORDS = {
-    "true", "false", "null", "none", "nil", "yes", "no", "on", "off", "undefined", "lambda", "function",
-    "def", "async", "await", "new", "required", "optional", "inherit", "str", "string", "int", "integer",
-    "bool", "boolean", "float", "number", "bytes", "dict", "list", "tuple", "any", "object", "unknown",
-    "bearer", "basic", "token", "digest", "negotiate",
+    "true",
+    "false",
+    "null",
+    "none",
+    "nil",
+    "yes",
+    "no",
+    "on",
+    "off",
+    "undefined",
+    "lambda",
+    "function",
+    "def",
+    "async",
+    "await",
+    "new",
+    "required",
+    "optional",
+    "inherit",
+    "str",
+    "string",
+    "int",
+    "integer",
+    "bool",
+    "boolean",
+    "float",
+    "number",
+    "bytes",
+    "dict",
+    "list",
+    "tuple",
+    "any",
+    "object",
+    "unknown",
+    "bearer",
+    "basic",
+    "token",
+    "digest",
+    "negotiate",
 }
 NOT_SECRET, MAYBE_SECRET, SECRET = 0, 1, 2
 
@@ -97,8 +289,12 @@ def _secrecy(name: str) -> int:
 
 def looks_random(v: str) -> bool:
     """A key-like string: 12+ characters, no spaces, digits and letters (or 20+ in mixed case)."""
-    return (len(v) >= 12 and not any(c.isspace() for c in v) and bool(re.search(r"[A-Za-z]", v))
-            and (bool(re.search(r"\d", v)) or (len(v) >= 20 and v.lower() != v and v.upper() != v)))
+    return (
+        len(v) >= 12
+        and not any(c.isspace() for c in v)
+        and bool(re.search(r"[A-Za-z]", v))
+        and (bool(re.search(r"\d", v)) or (len(v) >= 20 and v.lower() != v and v.upper() != v))
+    )
 
 
 # ---------------------------------------------------------------- environment values
@@ -107,8 +303,15 @@ _ENV_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORE
 
 
 def _env_secret_value(v: str) -> bool:
-    return (len(v) >= 8 and not any(c.isspace() for c in v) and v[0] not in "/~.$"
-            and not v.isdigit() and not v.isalpha() and "://" not in v and MARK not in v)
+    return (
+        len(v) >= 8
+        and not any(c.isspace() for c in v)
+        and v[0] not in "/~.$"
+        and not v.isdigit()
+        and not v.isalpha()
+        and "://" not in v
+        and MARK not in v
+    )
 
 
 def env_secrets(environ: dict[str, str] | None = None) -> list[str]:
@@ -133,14 +336,17 @@ def _env_secrets(items: tuple) -> tuple[str, ...]:
 
 # ---------------------------------------------------------------- shapes
 
+
 def _keep_prefix(m: re.Match) -> str:
     return m.group(1) + MARK
 
 
 _SCHEME = r"(?:bearer|basic|token|digest|negotiate)"
 _SHAPES: list[tuple[re.Pattern, Any]] = [
-    (re.compile(r"(-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----)[\s\S]*?(-----END [A-Z0-9 ]*PRIVATE KEY-----|\Z)"),
-     lambda m: m.group(1) + MARK + m.group(2)),
+    (
+        re.compile(r"(-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----)[\s\S]*?(-----END [A-Z0-9 ]*PRIVATE KEY-----|\Z)"),
+        lambda m: m.group(1) + MARK + m.group(2),
+    ),
     (re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.-]*://[^/\s:@'\"\[]+:)(?![<${]|\[REDACTED\])[^/\s@'\"]+(?=@)"), _keep_prefix),
     (re.compile(r"\b(sk-ant-)[A-Za-z0-9_-]{8,}"), _keep_prefix),
     (re.compile(r"(?<![\w-])(sk-(?:proj-|svcacct-|admin-)?)(?=[A-Za-z0-9_-]*\d)[A-Za-z0-9_-]{20,}"), _keep_prefix),
@@ -150,18 +356,24 @@ _SHAPES: list[tuple[re.Pattern, Any]] = [
     (re.compile(r"\b(AKIA|ASIA)[0-9A-Z]{16}\b"), _keep_prefix),
     (re.compile(r"\b(AIza)[0-9A-Za-z_-]{35}"), _keep_prefix),
     (re.compile(r"\b(eyJ)[A-Za-z0-9_-]{5,}\.eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]*"), _keep_prefix),
-    (re.compile(rf"(?i)\b((?:proxy-)?authorization[\"']?[ \t]*[:=][ \t]*[\"']?{_SCHEME}[ \t]+)"
-                r"(?!\[REDACTED\]|[$%<{.])[^\s\"',;]+"), _keep_prefix),
-    (re.compile(r"\b(Bearer[ \t]+)(?!\[REDACTED\])(?=[\w.~+/=-]*[0-9.~+/=]|[A-Za-z]{20})[\w.~+/=-]{8,}"),
-     _keep_prefix),
+    (
+        re.compile(
+            rf"(?i)\b((?:proxy-)?authorization[\"']?[ \t]*[:=][ \t]*[\"']?{_SCHEME}[ \t]+)"
+            r"(?!\[REDACTED\]|[$%<{.])[^\s\"',;]+"
+        ),
+        _keep_prefix,
+    ),
+    (re.compile(r"\b(Bearer[ \t]+)(?!\[REDACTED\])(?=[\w.~+/=-]*[0-9.~+/=]|[A-Za-z]{20})[\w.~+/=-]{8,}"), _keep_prefix),
     (re.compile(r"(?<!\S)((?:-u|--user)[ \t]+[\"']?[^\s:\"']+:)(?!\[REDACTED\])[^\s\"']+"), _keep_prefix),
 ]
 
 # --name value / --name=value, then name=value / name: value / "name": "value"
 _VALUE = r"(?P<value>\"[^\"\n]*\"|'[^'\n]*'|(?![-:=])[^\s\"'`,;|&)}\]]+)"
 _FLAG = re.compile(r"(?<![\w-])(?P<lead>--?(?P<name>[A-Za-z][\w-]*)(?P<sep>=|[ \t]+))" + _VALUE)
-_ASSIGN = re.compile(r"(?<![\w.$-])(?P<lead>(?P<q>[\"']?)(?P<name>[A-Za-z_][\w.-]*)(?P=q)"
-                     r"(?P<sep>[ \t]*(?::=|[:=])[ \t]*))" + _VALUE)
+_ASSIGN = re.compile(
+    r"(?<![\w.$-])(?P<lead>(?P<q>[\"']?)(?P<name>[A-Za-z_][\w.-]*)(?P=q)"
+    r"(?P<sep>[ \t]*(?::=|[:=])[ \t]*))" + _VALUE
+)
 
 
 def _is_code(v: str, name: str, style: str) -> bool:
@@ -193,11 +405,18 @@ def _is_code(v: str, name: str, style: str) -> bool:
 
 def _is_placeholder(s: str) -> bool:
     """Is this quoted value a placeholder, a name or prose rather than a secret?"""
-    return (len(s) < 4 or MARK in s or s[0] in "$%<{#" or "***" in s or set(s) <= set("xX*.-:/")
-            or any(c.isspace() for c in s)  # prose, not a key: "begin of print statement"
-            or bool(re.fullmatch(r"[a-z]+(_[a-z]+)+", s))  # a name: "oidc_federation"
-            or s.lower() in _PLAIN_WORDS or bool(secrecy(s))  # ENV_API_KEY = "ANTHROPIC_API_KEY"
-            or bool(re.fullmatch(r"your[-_ ].*|changeme", s, re.IGNORECASE)))
+    return (
+        len(s) < 4
+        or MARK in s
+        or s[0] in "$%<{#"
+        or "***" in s
+        or set(s) <= set("xX*.-:/")
+        or any(c.isspace() for c in s)  # prose, not a key: "begin of print statement"
+        or bool(re.fullmatch(r"[a-z]+(_[a-z]+)+", s))  # a name: "oidc_federation"
+        or s.lower() in _PLAIN_WORDS
+        or bool(secrecy(s))  # ENV_API_KEY = "ANTHROPIC_API_KEY"
+        or bool(re.fullmatch(r"your[-_ ].*|changeme", s, re.IGNORECASE))
+    )
 
 
 def _assignment(m: re.Match) -> str:

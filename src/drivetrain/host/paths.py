@@ -16,9 +16,9 @@ import contextlib
 import os
 import secrets
 import stat
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
 
 # What a command may write or read outside the workspace without it counting as a file access.
 HARMLESS_WRITES = {"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty", "/dev/fd/1", "/dev/fd/2"}
@@ -95,8 +95,9 @@ def _open_child_dir(name: str, parent_fd: int, create: bool) -> int:
         return os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
 
 
-def confined_write(root_dirs: Sequence[str | os.PathLike], path: str | os.PathLike, data: bytes,
-                   *, make_parents: bool = True) -> bool:
+def confined_write(
+    root_dirs: Sequence[str | os.PathLike], path: str | os.PathLike, data: bytes, *, make_parents: bool = True
+) -> bool:
     """Write ``data`` to ``path`` atomically, never outside ``root_dirs``. Returns True if it existed.
 
     ``path`` (relative paths are taken from the first root) is resolved with realpath and must
@@ -124,8 +125,9 @@ def confined_write(root_dirs: Sequence[str | os.PathLike], path: str | os.PathLi
             except OSError as e:
                 if isinstance(e, FileNotFoundError):
                     raise
-                raise ConfinementError(f"cannot write {target}: {name!r} is not a plain folder "
-                                       f"(a symlink appeared in the path?)") from e
+                raise ConfinementError(
+                    f"cannot write {target}: {name!r} is not a plain folder (a symlink appeared in the path?)"
+                ) from e
             os.close(fd)
             fd = child
         return _write_in(fd, parts[-1], data, target)

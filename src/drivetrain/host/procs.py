@@ -37,8 +37,8 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Iterable, Mapping
 
 log = logging.getLogger("drivetrain.host.procs")
 
@@ -47,8 +47,21 @@ log = logging.getLogger("drivetrain.host.procs")
 PR_SET_DUMPABLE = 4
 PROVIDER_PREFIXES = ("ANTHROPIC_", "OPENAI_")  # the harness's own model settings: keys, and URLs that may carry them
 HARNESS_URLS = ("DRIVETRAIN_SESSION_STORE",)  # the session store's URL, which may carry a password
-_SECRET_PARTS = {"key", "keys", "apikey", "token", "tokens", "secret", "secrets", "pass", "passwd", "password",
-                 "passphrase", "credential", "credentials"}
+_SECRET_PARTS = {
+    "key",
+    "keys",
+    "apikey",
+    "token",
+    "tokens",
+    "secret",
+    "secrets",
+    "pass",
+    "passwd",
+    "password",
+    "passphrase",
+    "credential",
+    "credentials",
+}
 _SECRET_INSIDE = ("PASSWORD", "PASSWD", "SECRET", "CREDENTIAL", "APIKEY")  # PGPASSWORD, MYSECRET
 _SECRET_END = ("TOKEN", "AUTH")  # GHTOKEN, NPM_CONFIG__AUTH; not SSH_AUTH_SOCK (that is a socket path)
 
@@ -57,8 +70,12 @@ _SECRET_END = ("TOKEN", "AUTH")  # GHTOKEN, NPM_CONFIG__AUTH; not SSH_AUTH_SOCK 
 def withheld(name: str) -> bool:
     """Is this variable kept from children by default: a provider setting, or named like a secret?"""
     upper = name.upper()
-    if (upper.startswith(PROVIDER_PREFIXES) or upper in HARNESS_URLS or any(s in upper for s in _SECRET_INSIDE)
-            or upper.endswith(_SECRET_END)):
+    if (
+        upper.startswith(PROVIDER_PREFIXES)
+        or upper in HARNESS_URLS
+        or any(s in upper for s in _SECRET_INSIDE)
+        or upper.endswith(_SECRET_END)
+    ):
         return True
     return any(part in _SECRET_PARTS for part in re.split(r"[^a-z0-9]+", name.lower()))
 
@@ -146,8 +163,13 @@ def _watchdog_fd() -> int:
         return _watchdog[1]
     read_end, write_end = os.pipe()  # both close-on-exec: no other child holds the write end open
     try:
-        pid = os.posix_spawn(sys.executable, [sys.executable, "-I", "-S", os.path.abspath(__file__)],
-                             {}, file_actions=[(os.POSIX_SPAWN_DUP2, read_end, 0)], setsid=True)
+        pid = os.posix_spawn(
+            sys.executable,
+            [sys.executable, "-I", "-S", os.path.abspath(__file__)],
+            {},
+            file_actions=[(os.POSIX_SPAWN_DUP2, read_end, 0)],
+            setsid=True,
+        )
     except BaseException:
         os.close(write_end)
         raise
@@ -212,13 +234,21 @@ async def run_command(command: str, cwd: Path, timeout_s: float) -> tuple[int, s
     """``bash -c command`` in ``cwd`` as a check runs it: its own process group (ended with drivetrain, however
     drivetrain ends; killed whole on timeout or cancellation), no credentials, stdout and stderr together.
     Returns (exit code, output); a timeout is exit code -1 with a line saying so."""
-    proc = await asyncio.create_subprocess_exec("/bin/bash", "-c", command, cwd=cwd, stdin=asyncio.subprocess.DEVNULL,
-                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-                                                start_new_session=True, env=child_env())
+    proc = await asyncio.create_subprocess_exec(
+        "/bin/bash",
+        "-c",
+        command,
+        cwd=cwd,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        start_new_session=True,
+        env=child_env(),
+    )
     watch_group(proc.pid)
     try:
         out, _ = await asyncio.wait_for(proc.communicate(), timeout_s)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         await kill_group(proc.pid, 1.0)
         await proc.wait()
         return -1, f"(timed out after {timeout_s:g} s)"

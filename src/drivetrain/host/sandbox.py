@@ -34,28 +34,64 @@ import subprocess
 import tempfile
 import threading
 import weakref
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Sequence
 
 from drivetrain.errors import HarnessError
 from drivetrain.home import drivetrain_home
 from drivetrain.host.procs import child_env, passes
 
-INSTALL_HINT = ("Install bubblewrap (Debian/Ubuntu: `sudo apt-get install bubblewrap`; Fedora: "
-                "`sudo dnf install bubblewrap`; Arch: `sudo pacman -S bubblewrap`).")
-USERNS_HINT = ("bubblewrap needs unprivileged user namespaces when not run as root: enable them "
-               "(`sudo sysctl -w kernel.unprivileged_userns_clone=1`; on Ubuntu 23.10+, AppArmor restricts "
-               "them: `sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0`, or give bwrap an "
-               "AppArmor profile).")
-REFUSAL = ("drivetrain refuses to run Bash unsandboxed when --sandbox is set, so the command was not run; "
-           "fix the sandbox or run without --sandbox.")
+INSTALL_HINT = (
+    "Install bubblewrap (Debian/Ubuntu: `sudo apt-get install bubblewrap`; Fedora: "
+    "`sudo dnf install bubblewrap`; Arch: `sudo pacman -S bubblewrap`)."
+)
+USERNS_HINT = (
+    "bubblewrap needs unprivileged user namespaces when not run as root: enable them "
+    "(`sudo sysctl -w kernel.unprivileged_userns_clone=1`; on Ubuntu 23.10+, AppArmor restricts "
+    "them: `sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0`, or give bwrap an "
+    "AppArmor profile)."
+)
+REFUSAL = (
+    "drivetrain refuses to run Bash unsandboxed when --sandbox is set, so the command was not run; "
+    "fix the sandbox or run without --sandbox."
+)
 CHECK_TIMEOUT_S = 10.0
 # What a sandboxed command may see of the environment (plus what settings pass through): names or globs.
-SANDBOX_ENV = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "LC_*", "TERM", "COLORTERM",
-               "NO_COLOR", "TZ", "VIRTUAL_ENV", "PYENV_ROOT", "PYENV_VERSION", "RUSTUP_HOME", "CARGO_HOME",
-               "GOPATH", "GOROOT", "JAVA_HOME", "NVM_DIR", "SSL_CERT_FILE", "SSL_CERT_DIR",
-               "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "NODE_EXTRA_CA_CERTS", "GIT_SSL_CAINFO",
-               "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy")
+SANDBOX_ENV = (
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "LANG",
+    "LANGUAGE",
+    "LC_*",
+    "TERM",
+    "COLORTERM",
+    "NO_COLOR",
+    "TZ",
+    "VIRTUAL_ENV",
+    "PYENV_ROOT",
+    "PYENV_VERSION",
+    "RUSTUP_HOME",
+    "CARGO_HOME",
+    "GOPATH",
+    "GOROOT",
+    "JAVA_HOME",
+    "NVM_DIR",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE",
+    "NODE_EXTRA_CA_CERTS",
+    "GIT_SSL_CAINFO",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "NO_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "no_proxy",
+)
 PROTECTED = (".git/hooks/", ".git/config", ".drivetrain/")  # in each writable folder; a trailing / marks a folder
 
 
@@ -64,8 +100,14 @@ class SandboxUnavailable(HarnessError):
 
 
 class Sandbox:
-    def __init__(self, workspace: Path, *, extra_writable: Iterable[Path] = (), allow_network: bool = False,
-                 readonly_inside: Sequence[str] = PROTECTED):
+    def __init__(
+        self,
+        workspace: Path,
+        *,
+        extra_writable: Iterable[Path] = (),
+        allow_network: bool = False,
+        readonly_inside: Sequence[str] = PROTECTED,
+    ):
         self.workspace = Path(workspace).expanduser().resolve()
         self.extra_writable = [Path(p).expanduser().resolve() for p in extra_writable]
         self.allow_network = allow_network
@@ -116,8 +158,18 @@ class Sandbox:
         Run it with ``env=self.environment()`` (bwrap passes its own environment on), and call
         ``release()`` once it has ended."""
         folder = self._session_folder()
-        cmd = [self._bwrap or shutil.which("bwrap") or "bwrap",
-               "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+        cmd = [
+            self._bwrap or shutil.which("bwrap") or "bwrap",
+            "--ro-bind",
+            "/",
+            "/",
+            "--dev",
+            "/dev",
+            "--proc",
+            "/proc",
+            "--tmpfs",
+            "/tmp",
+        ]
         for path in self.writable():
             cmd += ["--bind", str(path), str(path)]
         cmd += ["--bind", str(folder / "cache"), str(folder / "cache")]
@@ -130,8 +182,15 @@ class Sandbox:
             self._running += 1
         if not self.allow_network:
             cmd.append("--unshare-net")
-        cmd += ["--unshare-pid", "--die-with-parent", "--new-session",
-                "--chdir", str(Path(cwd).resolve() if cwd is not None else self.workspace), "--", *argv]
+        cmd += [
+            "--unshare-pid",
+            "--die-with-parent",
+            "--new-session",
+            "--chdir",
+            str(Path(cwd).resolve() if cwd is not None else self.workspace),
+            "--",
+            *argv,
+        ]
         return cmd
 
     def release(self) -> None:
@@ -188,8 +247,14 @@ class Sandbox:
         self._bwrap = bwrap
         argv = self.wrap(["true"])
         try:
-            done = subprocess.run(argv, env=self.environment(), stdin=subprocess.DEVNULL, capture_output=True,
-                                  timeout=CHECK_TIMEOUT_S, check=False)
+            done = subprocess.run(
+                argv,
+                env=self.environment(),
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                timeout=CHECK_TIMEOUT_S,
+                check=False,
+            )
         except (OSError, subprocess.TimeoutExpired) as e:
             why = str(e)
         else:
@@ -198,5 +263,7 @@ class Sandbox:
             why = (done.stderr or done.stdout).decode(errors="replace").strip() or f"exit code {done.returncode}"
         finally:
             self.release()
-        return (f"Cannot sandbox Bash: bubblewrap ({bwrap}) is installed but could not start a sandbox: "
-                f"{why}. {USERNS_HINT} {REFUSAL}")
+        return (
+            f"Cannot sandbox Bash: bubblewrap ({bwrap}) is installed but could not start a sandbox: "
+            f"{why}. {USERNS_HINT} {REFUSAL}"
+        )

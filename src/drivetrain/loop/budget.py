@@ -38,18 +38,29 @@ class Spent:
     tool_calls: int = 0
 
 
-SUBTYPES = {"turns": "error_max_turns", "usd": "error_max_budget_usd", "tokens": "error_max_tokens_total",
-            "wall_time_s": "error_max_wall_time", "tool_calls": "error_max_tool_calls"}
-NAMES = {"turns": "turns", "usd": "cost (USD)", "tokens": "tokens", "wall_time_s": "wall time (s)",
-         "tool_calls": "tool calls"}
+SUBTYPES = {
+    "turns": "error_max_turns",
+    "usd": "error_max_budget_usd",
+    "tokens": "error_max_tokens_total",
+    "wall_time_s": "error_max_wall_time",
+    "tool_calls": "error_max_tool_calls",
+}
+NAMES = {
+    "turns": "turns",
+    "usd": "cost (USD)",
+    "tokens": "tokens",
+    "wall_time_s": "wall time (s)",
+    "tool_calls": "tool calls",
+}
 
 
 def total_tokens(u: Usage) -> int:
     return u.input_tokens + u.output_tokens + u.cache_creation_input_tokens + u.cache_read_input_tokens
 
 
-def measures(budget: Budget, max_turns: int | None, *, turns: int, usage: Usage, model: str, elapsed_s: float,
-             tool_calls: int) -> list[tuple[str, float, float]]:
+def measures(
+    budget: Budget, max_turns: int | None, *, turns: int, usage: Usage, model: str, elapsed_s: float, tool_calls: int
+) -> list[tuple[str, float, float]]:
     """(limit, used, maximum) for every limit that is set."""
     out: list[tuple[str, float, float]] = []
     if max_turns is not None:
@@ -71,11 +82,18 @@ def reached(ms: list[tuple[str, float, float]]) -> tuple[str, float, float] | No
     return next((m for m in ms if m[1] >= m[2]), None)
 
 
-def approaching(ms: list[tuple[str, float, float]], soft: float, warned: tuple[str, ...]) -> list[tuple[str, float, float]]:
+def approaching(
+    ms: list[tuple[str, float, float]], soft: float, warned: tuple[str, ...]
+) -> list[tuple[str, float, float]]:
     return [m for m in ms if m[0] not in warned and soft * m[2] <= m[1] < m[2]]
 
 
 def describe(limit: str, used: float, maximum: float) -> str:
-    fmt = (lambda x: f"{x:.4f}") if limit == "usd" else (lambda x: f"{x:.1f}") if limit == "wall_time_s" else \
-        (lambda x: f"{int(x):,}")
+    fmt = (
+        (lambda x: f"{x:.4f}")
+        if limit == "usd"
+        else (lambda x: f"{x:.1f}")
+        if limit == "wall_time_s"
+        else (lambda x: f"{int(x):,}")
+    )
     return f"Stopped: the {NAMES[limit]} limit ({fmt(maximum)}) was reached ({fmt(used)} used)."

@@ -15,13 +15,12 @@ import uuid
 from dataclasses import replace
 
 from drivetrain.control.approval import Allow, Defer, Deny, Verdict
-from drivetrain.loop.context import cap_result
 from drivetrain.errors import HarnessError
+from drivetrain.loop.context import cap_result
+from drivetrain.loop.draft import Draft
 from drivetrain.loop.events import LoopDetected, PermissionDecided, ToolFinished, ToolStarted
 from drivetrain.messages import ToolResultBlock, ToolUseBlock, Usage
 from drivetrain.tools.base import ToolError, ToolResult
-from drivetrain.loop.draft import Draft
-
 
 
 async def decide_all(w: Draft, calls: tuple[ToolUseBlock, ...], verdicts: dict[str, Verdict]) -> dict[str, Verdict]:
@@ -83,8 +82,9 @@ async def harness_call(w: Draft, name: str, tool_input: dict) -> ToolResult:
     w.emit(ToolStarted(call, tool_input, verdict.by))
     started = time.monotonic()
     result = await _call_tool(w, call, tool_input)
-    block = ToolResultBlock(call.id, result.content if result.content not in ("", []) else "(no output)",
-                            result.is_error)
+    block = ToolResultBlock(
+        call.id, result.content if result.content not in ("", []) else "(no output)", result.is_error
+    )
     w.emit(ToolFinished(call, block, (time.monotonic() - started) * 1000, result.meta or {}))
     return result
 
@@ -109,10 +109,15 @@ def _refuse_repeat(w: Draft, call: ToolUseBlock, tool_input: dict) -> ToolResult
         return None
     w.emit(LoopDetected("repeat", "refused", f"{call.name} {json.dumps(tool_input)[:200]} ×{seen[2]}"))
     got = seen[3] if len(seen) > 3 else ""
-    return ToolResultBlock(call.id, f"Not run: you have made this exact {call.name} call {seen[2]} times (first in "
-                           f"turn {seen[0]}) and got the same result each time"
-                           + (f", which began: {got!r}" if got else "") + ". Do something different: use "
-                           "the result you already have, call another tool, or change the input.", True)
+    return ToolResultBlock(
+        call.id,
+        f"Not run: you have made this exact {call.name} call {seen[2]} times (first in "
+        f"turn {seen[0]}) and got the same result each time"
+        + (f", which began: {got!r}" if got else "")
+        + ". Do something different: use "
+        "the result you already have, call another tool, or change the input.",
+        True,
+    )
 
 
 def _note_repeat(w: Draft, name: str, tool_input: dict, content):
@@ -132,8 +137,10 @@ def _note_repeat(w: Draft, name: str, tool_input: dict, content):
     w.seen_calls[key] = (seen[0], digest, seen[2] + 1, content[:300])
     if w.deps.agent.profile.collapse or name in w.deps.agent.repeat_exempt:
         return content  # the model's view collapses the copies and says so (context.collapse_repeats)
-    return (f"{content}\n\n[drivetrain: this is the same {name} call you made in turn {seen[0]}, with the same "
-            "result. Repeating it will not change anything: use this result, or do something different.]")
+    return (
+        f"{content}\n\n[drivetrain: this is the same {name} call you made in turn {seen[0]}, with the same "
+        "result. Repeating it will not change anything: use this result, or do something different.]"
+    )
 
 
 async def _call_tool(w: Draft, call: ToolUseBlock, tool_input: dict) -> ToolResult:

@@ -16,10 +16,12 @@ from drivetrain.loop.context import CHARS_PER_TOKEN, history_tokens
 from drivetrain.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
 from drivetrain.models.base import ModelRequest
 
-SUMMARY_ASK = ("Stop here and write a summary of this conversation for your own later use; it will replace the "
-               "conversation, so keep everything you need to go on: the task, what has been done (files changed, "
-               "commands run, their results), what was found (names, values, errors, line numbers), and what is "
-               "left to do. Do not call tools.")
+SUMMARY_ASK = (
+    "Stop here and write a summary of this conversation for your own later use; it will replace the "
+    "conversation, so keep everything you need to go on: the task, what has been done (files changed, "
+    "commands run, their results), what was found (names, values, errors, line numbers), and what is "
+    "left to do. Do not call tools."
+)
 SUMMARY_HEAD = "[Summary of the work so far; the conversation before it was compacted to save context:]"
 KEEP_ROUNDS = 2  # the most recent rounds kept as they are
 RESULT_HEAD = 300  # characters of each tool result kept in the summary request
@@ -72,8 +74,9 @@ def _render(m: Message) -> str:
     return "\n".join(out)
 
 
-def compacted(history: list[Message], summary: str, window: int | None = None,
-              keep_rounds: int = KEEP_ROUNDS) -> list[Message]:
+def compacted(
+    history: list[Message], summary: str, window: int | None = None, keep_rounds: int = KEEP_ROUNDS
+) -> list[Message]:
     """The original task and the summary, then up to ``keep_rounds`` of the latest rounds as they were — as many
     as fit in half the window (at least the last one, whose long outputs are cut if it alone is too big)."""
     starts = [i for i, m in enumerate(history) if m.role == "assistant" and i > 0]
@@ -85,8 +88,9 @@ def compacted(history: list[Message], summary: str, window: int | None = None,
     kept = history[cut:]
     if window and estimate_tokens(kept) > window // 2:
         kept = [_cut_long(m, window * 2 // max(len(kept), 1)) for m in kept]
-    head = Message("user", (TextBlock(original_task(history) or "(no task text)"),
-                            TextBlock(f"{SUMMARY_HEAD}\n{summary}")))
+    head = Message(
+        "user", (TextBlock(original_task(history) or "(no task text)"), TextBlock(f"{SUMMARY_HEAD}\n{summary}"))
+    )
     return [head, *kept]
 
 
@@ -96,7 +100,11 @@ def _cut_long(m: Message, limit: int) -> Message:
     for b in m.content:
         if isinstance(b, ToolResultBlock) and len(b.text) > limit:
             text = b.text
-            b = ToolResultBlock(b.tool_use_id, f"{text[:limit // 2]}\n[… {len(text) - limit} characters cut to fit "
-                                f"the context …]\n{text[-limit // 2:]}", b.is_error)
+            b = ToolResultBlock(
+                b.tool_use_id,
+                f"{text[: limit // 2]}\n[… {len(text) - limit} characters cut to fit "
+                f"the context …]\n{text[-limit // 2 :]}",
+                b.is_error,
+            )
         blocks.append(b)
     return Message(m.role, tuple(blocks))

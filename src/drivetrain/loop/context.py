@@ -34,12 +34,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from drivetrain.home import safe_name, session_outputs
-from drivetrain.messages import CHARS_PER_TOKEN, Message, ToolResultBlock, ToolUseBlock
-from drivetrain.pricing import window_of
-
 from drivetrain.loop.draft import Draft
 from drivetrain.loop.profile import Outfit, Profile
+from drivetrain.messages import CHARS_PER_TOKEN, Message, ToolResultBlock, ToolUseBlock
 from drivetrain.models.base import Model
+from drivetrain.pricing import window_of
 from drivetrain.tools.base import tool_spec
 
 
@@ -77,6 +76,7 @@ CONTEXT_OFF = ContextSettings(cap_outputs=False, clear=False)
 
 # ---------------------------------------------------------------- accounting
 
+
 def fixed_tokens(system: str, tools: list[dict]) -> int:
     """What every request carries besides the history: the system prompt and the tool definitions."""
     return (len(system) + len(json.dumps(tools))) // CHARS_PER_TOKEN
@@ -110,8 +110,12 @@ def cap_result(w: Draft, call_id: str, content: Any) -> Any:
     used = fixed_tokens(deps.system, _specs(deps)) + history_tokens(_view(w.history, deps, window, None))
     calls = len(w.history[-1].tool_uses) if w.history else 1
     limit = result_cap(window, used, agent.max_tokens, calls, settings)
-    return cap_text(content, limit, session_outputs(w.value.session_id) / f"{safe_name(call_id)}.txt",
-                    reader="Read" if "Read" in w.deps.tools else None)
+    return cap_text(
+        content,
+        limit,
+        session_outputs(w.value.session_id) / f"{safe_name(call_id)}.txt",
+        reader="Read" if "Read" in w.deps.tools else None,
+    )
 
 
 def cap_text(text: str, limit: int, path: Path, reader: str | None = "Read") -> str:
@@ -132,15 +136,18 @@ def cap_text(text: str, limit: int, path: Path, reader: str | None = "Read") -> 
         size += len(lines[tail - 1]) + 1
         tail -= 1
     if head == 0 and tail == len(lines):  # one huge line: cut inside it
-        return (f"{text[:half]}\n{_note(path, 1, 1, len(lines), len(text), reader, cut_line=True)}\n{text[-half:]}")
+        return f"{text[:half]}\n{_note(path, 1, 1, len(lines), len(text), reader, cut_line=True)}\n{text[-half:]}"
     note = _note(path, head + 1, tail, len(lines), len(text), reader)
     return "\n".join([*lines[:head], note, *lines[tail:]])
 
 
 def _note(path: Path, first: int, last: int, total: int, chars: int, reader: str | None, cut_line: bool = False) -> str:
     where = "the middle of this output" if cut_line else f"lines {first}-{last} of {total}"
-    how = (f"Read it with file_path {path}, offset {first} and a limit (e.g. 200 lines at a time)"
-           if reader else f"print parts of it (sed -n '{first},{min(last, first + 199)}p' {path})")
+    how = (
+        f"Read it with file_path {path}, offset {first} and a limit (e.g. 200 lines at a time)"
+        if reader
+        else f"print parts of it (sed -n '{first},{min(last, first + 199)}p' {path})"
+    )
     return f"[... {where} not shown ({chars} characters in all). The whole output is saved: {how}. ...]"
 
 
@@ -154,8 +161,9 @@ def _placeholder(block: ToolResultBlock, call: ToolUseBlock | None, outputs: Pat
     else:
         name = call.name if call is not None else "the call"
         again = f"make the {name} call again if you need it (mind that running a command twice may not be harmless)"
-    text = (f"[Output cleared to save context ({len(block.text)} characters); the call is kept above. "
-            f"To see it, {again}.]")
+    text = (
+        f"[Output cleared to save context ({len(block.text)} characters); the call is kept above. To see it, {again}.]"
+    )
     return ToolResultBlock(block.tool_use_id, text, block.is_error)
 
 
@@ -175,13 +183,18 @@ _CLEARED: dict[int, tuple[weakref.ref, Message]] = {}  # id(results message) -> 
 
 
 def _cleared(message: Message, calls: dict[str, ToolUseBlock], keep_under: int, outputs: Path | None) -> Message:
-    content = tuple(_placeholder(b, calls.get(b.tool_use_id), outputs)
-                    if isinstance(b, ToolResultBlock) and len(b.text) > keep_under else b for b in message.content)
+    content = tuple(
+        _placeholder(b, calls.get(b.tool_use_id), outputs)
+        if isinstance(b, ToolResultBlock) and len(b.text) > keep_under
+        else b
+        for b in message.content
+    )
     return Message(message.role, content)
 
 
-def clear_old_results(history: list[Message], s: ContextSettings, window: int, fixed: int = 0,
-                      outputs: Path | None = None) -> list[Message]:
+def clear_old_results(
+    history: list[Message], s: ContextSettings, window: int, fixed: int = 0, outputs: Path | None = None
+) -> list[Message]:
     """The history with the oldest rounds' results cleared, in batches (see the module docstring).
 
     Replays the history in order: whenever the request up to a message would pass ``clear_at`` of the
@@ -218,8 +231,9 @@ def _round_key(assistant: Message, user: Message) -> str | None:
     results = [b for b in user.content if isinstance(b, ToolResultBlock)]
     if not uses or len(results) != len(user.content) or len(results) != len(uses):
         return None  # not a plain round (text in it, or not answered one for one): never dropped
-    return json.dumps([[u.name, u.input] for u in uses] + [[r.text, r.is_error] for r in results],
-                      sort_keys=True, default=str)
+    return json.dumps(
+        [[u.name, u.input] for u in uses] + [[r.text, r.is_error] for r in results], sort_keys=True, default=str
+    )
 
 
 def collapse_repeats(history: list[Message]) -> list[Message]:
@@ -243,15 +257,19 @@ def clip(text: str, limit: int) -> str:
     if len(text) <= limit:
         return text
     half = limit // 2
-    return (f"{text[:half]}\n[... {len(text) - 2 * half} characters not shown: print less at a time "
-            f"(head, tail, sed -n 'A,Bp', grep) ...]\n{text[-half:]}")
+    return (
+        f"{text[:half]}\n[... {len(text) - 2 * half} characters not shown: print less at a time "
+        f"(head, tail, sed -n 'A,Bp', grep) ...]\n{text[-half:]}"
+    )
 
 
-def shorten_outputs(history: list[Message], *, per_result: int = 3000, budget: int = 12000,
-                    keep_rounds: int = 3, step: int = 4) -> list[Message]:
+def shorten_outputs(
+    history: list[Message], *, per_result: int = 3000, budget: int = 12000, keep_rounds: int = 3, step: int = 4
+) -> list[Message]:
     """Clip each result to ``per_result`` characters; past ``budget`` characters of results, cut old rounds."""
-    results = {i: [b for b in m.content if isinstance(b, ToolResultBlock)] for i, m in enumerate(history)
-               if m.role == "user"}
+    results = {
+        i: [b for b in m.content if isinstance(b, ToolResultBlock)] for i, m in enumerate(history) if m.role == "user"
+    }
     rounds = [i for i, blocks in results.items() if blocks]
     per_round = [sum(min(len(b.text), per_result) for b in results[i]) for i in rounds]
     cut = 0  # results in rounds[:cut] become stubs
@@ -282,9 +300,16 @@ def _shorten(block, per_result: int, stub: bool):
     return ToolResultBlock(block.tool_use_id, text, block.is_error)
 
 
-def model_view(history: list[Message], *, collapse: bool = False, shorten: bool = False,
-               settings: ContextSettings = CONTEXT_OFF, window: int = 0, fixed: int = 0,
-               outputs: Path | None = None) -> list[Message]:
+def model_view(
+    history: list[Message],
+    *,
+    collapse: bool = False,
+    shorten: bool = False,
+    settings: ContextSettings = CONTEXT_OFF,
+    window: int = 0,
+    fixed: int = 0,
+    outputs: Path | None = None,
+) -> list[Message]:
     if collapse:
         history = collapse_repeats(history)
     if settings.clear and window > 0 and not shorten:  # shorten_outputs does it the small profile's way
@@ -300,12 +325,18 @@ def _specs(agent: ViewSettings) -> list[dict]:
 
 def _view(history: list[Message], agent: ViewSettings, window: int, outputs: Path | None) -> list[Message]:
     p = agent.profile
-    return model_view(history, collapse=p.collapse, shorten=p.context, settings=agent.context_settings,
-                      window=window, fixed=fixed_tokens(agent.system, _specs(agent)), outputs=outputs)
+    return model_view(
+        history,
+        collapse=p.collapse,
+        shorten=p.context,
+        settings=agent.context_settings,
+        window=window,
+        fixed=fixed_tokens(agent.system, _specs(agent)),
+        outputs=outputs,
+    )
 
 
 def request_view(history: list[Message], agent: ViewSettings, model: Model, outputs: Path | None) -> list[Message]:
     """The messages of the next request: the history as the agent's profile and context settings show it
     (``outputs``: the session's saved tool outputs, which a cleared result points to)."""
     return _view(history, agent, window_of(model), outputs)
-

@@ -7,13 +7,14 @@ reads of the agent is the ``LoopSettings`` protocol, not the ``Agent`` class, wh
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
-from drivetrain.control.gate import Gate, HookRunner
 from drivetrain.control.approval import Approver, PermissionDecider
+from drivetrain.control.gate import Gate, HookRunner
 from drivetrain.control.hooks import HookOutcome
 from drivetrain.home import session_outputs
 from drivetrain.loop.budget import Budget, Spent
@@ -63,7 +64,9 @@ class Deps:
     session_id: str = ""
     _context: ToolContext | None = None
     started: float = field(default_factory=time.monotonic)
-    spent: Spent = Spent()  # what the session had used when this invocation began (the limits count from it)
+    spent: Spent = field(
+        default_factory=Spent
+    )  # what the session had used when this invocation began (the limits count from it)
 
     @classmethod
     def of(cls, agent: Any, session_id: str = "") -> Deps:
@@ -72,8 +75,10 @@ class Deps:
         outfit = agent.profile.equip(agent)
         names = [n.name for n in outfit.nodes]
         if len(set(names)) != len(names) or any(n.at not in POINTS for n in outfit.nodes):
-            raise ValueError(f"each added node needs its own name and a point among {POINTS}: got "
-                             f"{[(n.name, n.at) for n in outfit.nodes]}")
+            raise ValueError(
+                f"each added node needs its own name and a point among {POINTS}: got "
+                f"{[(n.name, n.at) for n in outfit.nodes]}"
+            )
         gate = Gate(outfit.hooks, agent.policy, agent.approver)
         return cls(agent, outfit, {t.name: t for t in outfit.tools}, gate, session_id)
 
@@ -118,10 +123,13 @@ class Deps:
             policy = self.agent.policy
             roots = getattr(policy, "roots", None)  # a policy that confines files names the workspace
             hide = getattr(policy, "search_filter", None)  # and the files a search must skip
-            self._context = ToolContext(cwd=self.agent.cwd, roots=roots(self.agent.cwd) if roots else [],
-                                        read_filter=hide(self.agent.cwd) if hide else None,
-                                        outputs=self.outputs if self.session_id else None,
-                                        session_id=self.session_id)
+            self._context = ToolContext(
+                cwd=self.agent.cwd,
+                roots=roots(self.agent.cwd) if roots else [],
+                read_filter=hide(self.agent.cwd) if hide else None,
+                outputs=self.outputs if self.session_id else None,
+                session_id=self.session_id,
+            )
         return self._context
 
 
@@ -135,8 +143,21 @@ class Draft:
     and ``pop`` so the draft knows how much of the already-checked history is still unchanged.
     """
 
-    _COPIED = ("num_turns", "prompts", "usage", "continuations", "stop_refusals", "stuck_turns",
-               "hook_stop", "tool_calls", "turn_marks", "error_streak", "warned", "compactions", "compact_failures")  # immutable: copied as they are
+    _COPIED = (
+        "num_turns",
+        "prompts",
+        "usage",
+        "continuations",
+        "stop_refusals",
+        "stuck_turns",
+        "hook_stop",
+        "tool_calls",
+        "turn_marks",
+        "error_streak",
+        "warned",
+        "compactions",
+        "compact_failures",
+    )  # immutable: copied as they are
 
     def __init__(self, value: RunState, deps: Deps, emit: Callable[[Event], None] | None):
         self.value, self.deps, self._emit = value, deps, emit
@@ -184,8 +205,12 @@ class Draft:
         self.linted_ids = (end, seen | tool_use_ids(self.history[start:end]))
 
     def payload(self, event: str, **fields: Any) -> dict:
-        return {"session_id": self.value.session_id, "cwd": str(self.deps.agent.cwd), "hook_event_name": event,
-                **fields}
+        return {
+            "session_id": self.value.session_id,
+            "cwd": str(self.deps.agent.cwd),
+            "hook_event_name": event,
+            **fields,
+        }
 
     def report(self, event: str, outcome: HookOutcome) -> None:
         if outcome.stop:
@@ -207,9 +232,17 @@ class Draft:
         if state is not v.state:
             path += (type(state).__name__,)
         history = tuple(self.history)
-        return replace(v, history=history, state=state, path=path, trajectory=tuple(self.trajectory),
-                       seen_calls=self.seen_calls, blocked=self.blocked, node_visits=self.node_visits,
-                       linted=self.linted, linted_of=history, linted_ids=self.linted_ids,
-                       **{name: getattr(self, name) for name in self._COPIED})
-
-
+        return replace(
+            v,
+            history=history,
+            state=state,
+            path=path,
+            trajectory=tuple(self.trajectory),
+            seen_calls=self.seen_calls,
+            blocked=self.blocked,
+            node_visits=self.node_visits,
+            linted=self.linted,
+            linted_of=history,
+            linted_ids=self.linted_ids,
+            **{name: getattr(self, name) for name in self._COPIED},
+        )

@@ -8,13 +8,11 @@ how the audit log records a call's intent *before* the call runs; iterating a
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Union
 
 from drivetrain.control.approval import PendingCall
-from drivetrain.messages import Message, ToolResultBlock, ToolUseBlock
 from drivetrain.loop.result import RunResult
+from drivetrain.messages import Message, ToolResultBlock, ToolUseBlock
 from drivetrain.models.base import ModelResponse
-
 
 
 @dataclass(frozen=True)
@@ -111,9 +109,26 @@ class Finished:
     result: RunResult
 
 
-Event = Union[ModelResponded, ToolCalled, PermissionDecided, ToolStarted, ToolFinished, ResultsSent,
-              ApprovalRequired, HookReported, LoopDetected, LimitApproaching, LimitReached, Compacted, Finished]
+Event = (
+    ModelResponded
+    | ToolCalled
+    | PermissionDecided
+    | ToolStarted
+    | ToolFinished
+    | ResultsSent
+    | ApprovalRequired
+    | HookReported
+    | LoopDetected
+    | LimitApproaching
+    | LimitReached
+    | Compacted
+    | Finished
+)
 
 # The run's interventions and warnings, by the name the session log and stream-json give them.
-INTERVENTIONS = {LoopDetected: "loop_detected", LimitApproaching: "limit_approaching", LimitReached: "limit_reached",
-                 Compacted: "compacted"}
+INTERVENTIONS = {
+    LoopDetected: "loop_detected",
+    LimitApproaching: "limit_approaching",
+    LimitReached: "limit_reached",
+    Compacted: "compacted",
+}

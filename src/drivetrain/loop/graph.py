@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import typing
 
 from drivetrain.loop import step as loop
@@ -40,7 +41,7 @@ def walked(path: list[str]) -> str:
     """The loop's graph with the walk of one run over it: each edge taken labelled with how many times
     (tool_use turns, pause_turn resends, recoveries, approvals, nodes, compactions …); edges not taken dotted."""
     counts: dict[tuple[str, str], int] = {}
-    for a, b in zip(path, path[1:]):
+    for a, b in itertools.pairwise(path):
         counts[(a, b)] = counts.get((a, b), 0) + 1
     lines = ["flowchart LR"]
     if path:

@@ -19,17 +19,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, Union
+from typing import Protocol
 
-from drivetrain.messages import Message
-from drivetrain.models.base import ModelRequest
 from drivetrain.host.procs import run_command
-from drivetrain.tools.base import tool_spec
 from drivetrain.loop.calls import harness_call
 from drivetrain.loop.draft import Draft
 from drivetrain.loop.state import NodePoint
-
-
+from drivetrain.messages import Message
+from drivetrain.models.base import ModelRequest
+from drivetrain.tools.base import tool_spec
 
 
 @dataclass(frozen=True)
@@ -52,7 +50,7 @@ class SendBack:
     answer_only: bool = False  # only the answer must change: it is asked for without tools
 
 
-NodeResult = Union[Proceed, Note, SendBack]
+NodeResult = Proceed | Note | SendBack
 
 
 class Node(Protocol):
@@ -106,8 +104,11 @@ class NodeContext:
         else:
             messages = [*history, Message.user(text)]
         tools = [tool_spec(t) for t in deps.outfit.tools]
-        response = await deps.model.respond(ModelRequest(messages, deps.system, tools, max_tokens, tool_choice="none",
-                                                         keep_prefix=deps.agent.profile.prefixcache))
+        response = await deps.model.respond(
+            ModelRequest(
+                messages, deps.system, tools, max_tokens, tool_choice="none", keep_prefix=deps.agent.profile.prefixcache
+            )
+        )
         self.draft.usage = self.draft.usage + response.usage
         return response.message.text.strip()
 
@@ -127,8 +128,10 @@ class Verify:
         if code == 0:
             return Proceed()
         tail = output[-3000:]
-        return SendBack(f"Before you finish: `{self.command}` failed (exit {code}). Fix the cause, run it again, "
-                        f"and only then give your answer.\n\n{tail}")
+        return SendBack(
+            f"Before you finish: `{self.command}` failed (exit {code}). Fix the cause, run it again, "
+            f"and only then give your answer.\n\n{tail}"
+        )
 
 
 @dataclass
@@ -138,8 +141,10 @@ class PlanFirst:
     limit: int = 1
     name: str = "PlanFirst"
     at: NodePoint = "start"
-    ask: str = ("Before acting, write a short numbered plan (at most 6 steps) for this task: what to look at, what "
-                "to change, how to check it. Do not call tools yet.")
+    ask: str = (
+        "Before acting, write a short numbered plan (at most 6 steps) for this task: what to look at, what "
+        "to change, how to check it. Do not call tools yet."
+    )
 
     async def run(self, ctx: NodeContext) -> NodeResult:
         plan = await ctx.ask(self.ask)

@@ -9,9 +9,10 @@ Each aid can be switched off alone (``profile.without("checks")``) to measure wh
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol
 
 from drivetrain.control.approval import PermissionDecider
 from drivetrain.control.gate import HookRunner
@@ -19,6 +20,7 @@ from drivetrain.models.base import Model
 from drivetrain.tools.base import Tool
 
 AIDS = ("codeact", "example", "collapse", "context", "final", "checks", "changes", "prefixcache", "show", "answer")
+
 
 class Outfitted(Protocol):
     """What a profile reads of an agent to make its outfit (``drivetrain.agent.Agent`` is one)."""
@@ -67,7 +69,7 @@ class Profile:
         unknown = [a for a in aids if a not in AIDS]
         if unknown:
             raise ValueError(f"unknown aid(s) {', '.join(unknown)}; known: {', '.join(AIDS)}")
-        return replace(self, **{a: False for a in aids})
+        return replace(self, **dict.fromkeys(aids, False))
 
     @property
     def aids(self) -> list[str]:

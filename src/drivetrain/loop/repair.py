@@ -5,16 +5,23 @@ from __future__ import annotations
 from drivetrain.loop.state import AwaitApproval, CallModel, RunState, RunTools
 from drivetrain.messages import Message, ToolResultBlock, lint, repair
 
-NOT_STARTED = ("Not run: drivetrain stopped ({why}) before this call started, so it had no effect. "
-               "Make it again if it is still needed.")
-STARTED = ("Interrupted: drivetrain stopped ({why}) while this call was running. It may have had side "
-           "effects (partly done): check the state before repeating it.")
-FINISHED = ("This call ran to the end, but drivetrain stopped ({why}) before its result was saved, so the "
-            "output is lost. Its effects happened: check them rather than repeating it.")
+NOT_STARTED = (
+    "Not run: drivetrain stopped ({why}) before this call started, so it had no effect. "
+    "Make it again if it is still needed."
+)
+STARTED = (
+    "Interrupted: drivetrain stopped ({why}) while this call was running. It may have had side "
+    "effects (partly done): check the state before repeating it."
+)
+FINISHED = (
+    "This call ran to the end, but drivetrain stopped ({why}) before its result was saved, so the "
+    "output is lost. Its effects happened: check them rather than repeating it."
+)
 
 
-def close_open_calls(value: RunState, started: set[str] = frozenset(), finished: set[str] = frozenset(),
-                     why: str = "the process ended") -> tuple[RunState, dict | None]:
+def close_open_calls(
+    value: RunState, started: set[str] = frozenset(), finished: set[str] = frozenset(), why: str = "the process ended"
+) -> tuple[RunState, dict | None]:
     """Every tool_use answered, stray results gone, and a state that can go on from this history."""
     history = list(value.history)
     added: list[dict] = []
@@ -35,7 +42,13 @@ def close_open_calls(value: RunState, started: set[str] = frozenset(), finished:
         state = CallModel()
     if not added and not problems and state is value.state:
         return value, None
-    note = (f"{len(added)} call(s) left without a result were answered as interrupted" if added else
-            "the history was repaired") + (f"; {len(problems)} problem(s) fixed" if problems else "")
-    return value.evolve(history=tuple(history), state=state), {"results_added": added, "problems": problems,
-                                                               "note": note}
+    note = (
+        f"{len(added)} call(s) left without a result were answered as interrupted"
+        if added
+        else "the history was repaired"
+    ) + (f"; {len(problems)} problem(s) fixed" if problems else "")
+    return value.evolve(history=tuple(history), state=state), {
+        "results_added": added,
+        "problems": problems,
+        "note": note,
+    }

@@ -8,6 +8,7 @@ from drivetrain.control.approval import PendingCall
 from drivetrain.loop.state import Subtype
 from drivetrain.messages import Message, Usage
 
+
 @dataclass
 class RunResult:
     """How a run ended (``subtype``, ``result``: the final answer), what it cost, and its history and trajectory."""
@@ -31,9 +32,16 @@ class RunResult:
 
     def to_json(self) -> dict:
         out = {
-            "type": "result", "subtype": self.subtype, "is_error": self.is_error, "result": self.result,
-            "stop_reason": self.stop_reason, "num_turns": self.num_turns, "session_id": self.session_id,
-            "duration_ms": self.duration_ms, "usage": self.usage.to_wire(), "total_cost_usd": self.total_cost_usd,
+            "type": "result",
+            "subtype": self.subtype,
+            "is_error": self.is_error,
+            "result": self.result,
+            "stop_reason": self.stop_reason,
+            "num_turns": self.num_turns,
+            "session_id": self.session_id,
+            "duration_ms": self.duration_ms,
+            "usage": self.usage.to_wire(),
+            "total_cost_usd": self.total_cost_usd,
         }
         if self.note:
             out["note"] = self.note

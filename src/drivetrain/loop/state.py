@@ -8,7 +8,7 @@ it between processes, and the session log saves it after every step.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Literal, Union, get_args
+from typing import Literal, get_args
 
 from drivetrain.control.approval import Verdict, verdict_from_json, verdict_to_json
 from drivetrain.messages import Message, ToolUseBlock, Usage, block_from_wire
@@ -19,9 +19,21 @@ from drivetrain.models.base import ModelResponse
 NodePoint = Literal["start", "end_turn"]  # where an added node is entered: after the prompt, or when the model stops
 POINTS: tuple[str, ...] = get_args(NodePoint)
 # How a run ended (the CLI's result ``subtype``); the error_max_* of a budget come from ``loop/budget.py``.
-Subtype = Literal["success", "awaiting_approval", "interrupted", "prompt_blocked", "stopped_by_hook",
-                  "error_during_execution", "error_loop_detected", "error_max_continuations", "error_max_turns",
-                  "error_max_budget_usd", "error_max_tokens_total", "error_max_wall_time", "error_max_tool_calls"]
+Subtype = Literal[
+    "success",
+    "awaiting_approval",
+    "interrupted",
+    "prompt_blocked",
+    "stopped_by_hook",
+    "error_during_execution",
+    "error_loop_detected",
+    "error_max_continuations",
+    "error_max_turns",
+    "error_max_budget_usd",
+    "error_max_tokens_total",
+    "error_max_wall_time",
+    "error_max_tool_calls",
+]
 
 
 @dataclass(frozen=True)
@@ -80,7 +92,7 @@ class Done:
     note: str = ""
 
 
-State = Union[SubmitPrompt, CallModel, RunTools, AwaitApproval, Recover, Compact, RunNode, Done]
+State = SubmitPrompt | CallModel | RunTools | AwaitApproval | Recover | Compact | RunNode | Done
 
 # ---------------------------------------------------------------- the run
 
@@ -125,20 +137,34 @@ class RunState:
 
     def to_json(self) -> dict:
         return {
-            "format": FORMAT, "version": VERSION, "session_id": self.session_id,
-            "history": [m.to_wire() for m in self.history], **self.counters_json(),
+            "format": FORMAT,
+            "version": VERSION,
+            "session_id": self.session_id,
+            "history": [m.to_wire() for m in self.history],
+            **self.counters_json(),
         }
 
     def counters_json(self) -> dict:
         """Everything but the history (the session log saves the history as it grows, not whole each step)."""
         return {
-            "state": state_to_json(self.state), "num_turns": self.num_turns, "prompts": self.prompts, "usage": self.usage.to_wire(),
-            "trajectory": list(self.trajectory), "path": list(self.path), "continuations": self.continuations,
-            "stop_refusals": self.stop_refusals, "stuck_turns": self.stuck_turns,
-            "seen_calls": {k: list(v) for k, v in self.seen_calls.items()}, "hook_stop": self.hook_stop,
-            "tool_calls": self.tool_calls, "turn_marks": [[m, list(k)] for m, k in self.turn_marks], "blocked": dict(self.blocked),
-            "error_streak": list(self.error_streak), "warned": list(self.warned),
-            "compactions": self.compactions, "compact_failures": self.compact_failures,
+            "state": state_to_json(self.state),
+            "num_turns": self.num_turns,
+            "prompts": self.prompts,
+            "usage": self.usage.to_wire(),
+            "trajectory": list(self.trajectory),
+            "path": list(self.path),
+            "continuations": self.continuations,
+            "stop_refusals": self.stop_refusals,
+            "stuck_turns": self.stuck_turns,
+            "seen_calls": {k: list(v) for k, v in self.seen_calls.items()},
+            "hook_stop": self.hook_stop,
+            "tool_calls": self.tool_calls,
+            "turn_marks": [[m, list(k)] for m, k in self.turn_marks],
+            "blocked": dict(self.blocked),
+            "error_streak": list(self.error_streak),
+            "warned": list(self.warned),
+            "compactions": self.compactions,
+            "compact_failures": self.compact_failures,
             "node_visits": dict(self.node_visits),
         }
 
@@ -149,19 +175,32 @@ class RunState:
             if data.get("format") != FORMAT:
                 raise ValueError("not a drivetrain run snapshot")
             if data.get("version") not in (1, VERSION):
-                raise ValueError(f"run snapshot version {data.get('version')} is not supported "
-                                 f"(this drivetrain reads 1 and {VERSION})")
+                raise ValueError(
+                    f"run snapshot version {data.get('version')} is not supported "
+                    f"(this drivetrain reads 1 and {VERSION})"
+                )
             history = tuple(Message.from_wire(m) for m in data["history"])
         return cls(
-            session_id=data["session_id"], history=history, state=state_from_json(data["state"]),
-            num_turns=data["num_turns"], prompts=data.get("prompts", 0), usage=Usage(**data["usage"]), trajectory=tuple(data["trajectory"]),
-            path=tuple(data.get("path", ())), continuations=data.get("continuations", 0),
-            stop_refusals=data.get("stop_refusals", 0), stuck_turns=data.get("stuck_turns", 0),
+            session_id=data["session_id"],
+            history=history,
+            state=state_from_json(data["state"]),
+            num_turns=data["num_turns"],
+            prompts=data.get("prompts", 0),
+            usage=Usage(**data["usage"]),
+            trajectory=tuple(data["trajectory"]),
+            path=tuple(data.get("path", ())),
+            continuations=data.get("continuations", 0),
+            stop_refusals=data.get("stop_refusals", 0),
+            stuck_turns=data.get("stuck_turns", 0),
             seen_calls={k: tuple(v) for k, v in data.get("seen_calls", {}).items()},
-            hook_stop=data.get("hook_stop"), tool_calls=data.get("tool_calls", 0),
-            turn_marks=tuple((m, tuple(k)) for m, k in data.get("turn_marks", ())), blocked=dict(data.get("blocked", {})),
-            error_streak=tuple(data.get("error_streak", ("", 0))), warned=tuple(data.get("warned", ())),
-            compactions=data.get("compactions", 0), compact_failures=data.get("compact_failures", 0),
+            hook_stop=data.get("hook_stop"),
+            tool_calls=data.get("tool_calls", 0),
+            turn_marks=tuple((m, tuple(k)) for m, k in data.get("turn_marks", ())),
+            blocked=dict(data.get("blocked", {})),
+            error_streak=tuple(data.get("error_streak", ("", 0))),
+            warned=tuple(data.get("warned", ())),
+            compactions=data.get("compactions", 0),
+            compact_failures=data.get("compact_failures", 0),
             node_visits=dict(data.get("node_visits", {})),
         )
 
@@ -177,20 +216,40 @@ def state_to_json(state: State) -> dict:
         case CallModel(max_tokens=m, tool_choice=c, final=f, compact=k):
             return {"type": "CallModel", "max_tokens": m, "tool_choice": c, "final": f, "compact": k}
         case RunTools(calls=c, verdicts=v) | AwaitApproval(calls=c, verdicts=v):
-            return {"type": type(state).__name__, "calls": [x.to_wire() for x in c],
-                    "verdicts": {k: verdict_to_json(x) for k, x in v.items()}}
+            return {
+                "type": type(state).__name__,
+                "calls": [x.to_wire() for x in c],
+                "verdicts": {k: verdict_to_json(x) for k, x in v.items()},
+            }
         case Recover(response=r, max_tokens=m):
-            return {"type": "Recover", "max_tokens": m, "response": {
-                "content": [b.to_wire() for b in r.content], "stop_reason": r.stop_reason,
-                "usage": r.usage.to_wire(), "model": r.model, "id": r.id}}
+            return {
+                "type": "Recover",
+                "max_tokens": m,
+                "response": {
+                    "content": [b.to_wire() for b in r.content],
+                    "stop_reason": r.stop_reason,
+                    "usage": r.usage.to_wire(),
+                    "model": r.model,
+                    "id": r.id,
+                },
+            }
         case RunNode(name=n, then=then):
             return {"type": "RunNode", "name": n, "then": state_to_json(then)}
         case Compact(trigger=t, then=then, focus=f):
-            return {"type": "Compact", "trigger": t, "then": state_to_json(then) if then else None,
-                    **({"focus": f} if f else {})}
+            return {
+                "type": "Compact",
+                "trigger": t,
+                "then": state_to_json(then) if then else None,
+                **({"focus": f} if f else {}),
+            }
         case Done() as d:
-            return {"type": "Done", "subtype": d.subtype, "stop_reason": d.stop_reason, "result": d.result,
-                    "note": d.note}
+            return {
+                "type": "Done",
+                "subtype": d.subtype,
+                "stop_reason": d.stop_reason,
+                "result": d.result,
+                "note": d.note,
+            }
     raise TypeError(f"unknown state {state!r}")
 
 
@@ -206,8 +265,13 @@ def state_from_json(d: dict) -> State:
             return (RunTools if d["type"] == "RunTools" else AwaitApproval)(calls, verdicts)  # type: ignore[arg-type]
         case "Recover":
             r = d["response"]
-            response = ModelResponse(tuple(block_from_wire(b) for b in r["content"]), r["stop_reason"],
-                                     Usage(**r["usage"]), r.get("model", ""), r.get("id", ""))
+            response = ModelResponse(
+                tuple(block_from_wire(b) for b in r["content"]),
+                r["stop_reason"],
+                Usage(**r["usage"]),
+                r.get("model", ""),
+                r.get("id", ""),
+            )
             return Recover(response, d["max_tokens"])
         case "RunNode":
             return RunNode(d["name"], state_from_json(d["then"]))

@@ -8,43 +8,62 @@ The value given is never changed. ``Agent`` and ``Run``, the handle that drives 
 from __future__ import annotations
 
 import asyncio
-from typing import Callable
+from collections.abc import Callable
 
 from drivetrain.control.approval import Defer, Deny, PendingCall, Verdict
 from drivetrain.errors import HarnessError
 from drivetrain.loop import budget, calls, compaction, guard
 from drivetrain.loop.context import request_view
-from drivetrain.loop.draft import Deps, Draft, LoopSettings
+from drivetrain.loop.draft import Deps, Draft
 from drivetrain.loop.events import (
-    ApprovalRequired, Compacted, Event, LimitApproaching, LimitReached, LoopDetected, ModelResponded, ResultsSent,
-    ToolCalled, ToolFinished,
+    ApprovalRequired,
+    Compacted,
+    Event,
+    LimitApproaching,
+    LimitReached,
+    LoopDetected,
+    ModelResponded,
+    ResultsSent,
+    ToolCalled,
+    ToolFinished,
 )
 from drivetrain.loop.nodes import NodeContext, Note, SendBack
-from drivetrain.loop.state import (  # noqa: F401  (the states are part of this module's interface)
-    AwaitApproval, CallModel, Compact, Done, Recover, RunNode, RunState, RunTools, State, SubmitPrompt,
+from drivetrain.loop.repair import close_open_calls
+from drivetrain.loop.state import (
+    AwaitApproval,
+    CallModel,
+    Compact,
+    Done,
+    Recover,
+    RunNode,
+    RunState,
+    RunTools,
+    State,
+    SubmitPrompt,
 )
 from drivetrain.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
 from drivetrain.models.base import ModelRequest, ModelResponse
 from drivetrain.pricing import window_of
-from drivetrain.loop.repair import close_open_calls
 from drivetrain.tools.base import tool_spec
-
 
 STUCK_LIMIT = 2  # turns in a row with a refused repeat before the run asks for the answer (or ends)
 MAX_COMPACT_FAILURES = 2  # failed compactions in a row before the run stops trying
 FINAL_ASK = {
     "turn_limit": "This is your last turn: no more tools can run. Answer now with the result of the task "
-                  "as far as you got it: what you found or changed, and what is left undone.",
+    "as far as you got it: what you found or changed, and what is left undone.",
     "stuck": "You keep repeating a call that was refused, so no more tools will run. Answer now with the "
-             "result of the task from what you already have, and say what is left undone.",
+    "result of the task from what you already have, and say what is left undone.",
     "empty": "Your reply was empty. Answer now: give the result of the task in a few sentences.",
 }
-LIMIT_ASK = ("This run has reached its {limit} limit, so no more tools can run. Answer now: summarize what was "
-             "done, what you found, and what is left undone.")
+LIMIT_ASK = (
+    "This run has reached its {limit} limit, so no more tools can run. Answer now: summarize what was "
+    "done, what you found, and what is left undone."
+)
 
 
-async def step(value: RunState, deps: Deps, emit: Callable[[Event], None] | None = None
-               ) -> tuple[RunState, list[Event]]:
+async def step(
+    value: RunState, deps: Deps, emit: Callable[[Event], None] | None = None
+) -> tuple[RunState, list[Event]]:
     """Do the current state's work; return the next value and what happened. ``value`` is not changed.
 
     Cancelled while tools run (Ctrl-C), every open call is answered as interrupted and the
@@ -116,20 +135,26 @@ async def call_model(s: CallModel, w: Draft) -> RunTools | Recover | CallModel |
     a, p, d = w.deps.agent, w.deps.agent.profile, w.deps
     if not s.final:
         since = w.deps.spent  # the limits count this invocation only
-        measured = budget.measures(a.budget, a.max_turns, turns=w.num_turns - since.turns,
-                                   usage=w.usage - since.usage, model=d.model.name, elapsed_s=w.deps.elapsed(),
-                                   tool_calls=w.tool_calls - since.tool_calls)
+        measured = budget.measures(
+            a.budget,
+            a.max_turns,
+            turns=w.num_turns - since.turns,
+            usage=w.usage - since.usage,
+            model=d.model.name,
+            elapsed_s=w.deps.elapsed(),
+            tool_calls=w.tool_calls - since.tool_calls,
+        )
         if hit := budget.reached(measured):
             w.emit(LimitReached(*hit))
             if not a.budget.wrap_up:
-                return Done(budget.SUBTYPES[hit[0]], w.trajectory[-1] if w.trajectory else None,
-                            note=budget.describe(*hit))
+                return Done(
+                    budget.SUBTYPES[hit[0]], w.trajectory[-1] if w.trajectory else None, note=budget.describe(*hit)
+                )
             s = CallModel(s.max_tokens, final=hit[0])  # one last request, without tools, for a summary
         for m in budget.approaching(measured, a.budget.soft, w.warned):
             w.warned += (m[0],)
             w.emit(LimitApproaching(*m))
-    if p.final and not s.final and a.max_turns is not None and \
-            w.num_turns - w.deps.spent.turns == a.max_turns - 1 > 0:
+    if p.final and not s.final and a.max_turns is not None and w.num_turns - w.deps.spent.turns == a.max_turns - 1 > 0:
         s = CallModel(s.max_tokens, final="turn_limit")
     if s.final:
         w.ask(FINAL_ASK.get(s.final) or LIMIT_ASK.format(limit=budget.NAMES[s.final]))
@@ -137,11 +162,21 @@ async def call_model(s: CallModel, w: Draft) -> RunTools | Recover | CallModel |
     max_tokens = s.max_tokens or a.max_tokens
     choice = "none" if s.final else s.tool_choice
     view = request_view(w.history, w.deps, w.deps.model, w.deps.outputs)
-    if not s.final and s.compact and w.compact_failures < MAX_COMPACT_FAILURES and \
-            compaction.estimate_tokens(view, d.system) >= a.compact_at * context_window(w.deps):
+    if (
+        not s.final
+        and s.compact
+        and w.compact_failures < MAX_COMPACT_FAILURES
+        and compaction.estimate_tokens(view, d.system) >= a.compact_at * context_window(w.deps)
+    ):
         return Compact("auto")  # what would be sent (old outputs already cleared) still nears the window
-    request = ModelRequest(view, d.system, [tool_spec(t) for t in d.outfit.tools], max_tokens, tool_choice=choice,
-                           keep_prefix=p.prefixcache)
+    request = ModelRequest(
+        view,
+        d.system,
+        [tool_spec(t) for t in d.outfit.tools],
+        max_tokens,
+        tool_choice=choice,
+        keep_prefix=p.prefixcache,
+    )
     try:
         response = await w.deps.model.respond(request)
     except HarnessError as e:
@@ -169,8 +204,12 @@ def after_response(response: ModelResponse, max_tokens: int, w: Draft) -> RunToo
     w.append(response.message)
     if reason == "pause_turn":
         if w.continuations >= agent.max_continuations:
-            return Done("error_max_continuations", reason, response.message.text,
-                        note=f"The server paused {w.continuations + 1} times in a row; gave up.")
+            return Done(
+                "error_max_continuations",
+                reason,
+                response.message.text,
+                note=f"The server paused {w.continuations + 1} times in a row; gave up.",
+            )
         w.continuations += 1
         return CallModel()  # resend as is: the paused content is the last message, no new user text
     w.continuations = 0
@@ -189,25 +228,41 @@ def after_response(response: ModelResponse, max_tokens: int, w: Draft) -> RunToo
 
 def final_answer(why: str, response: ModelResponse, w: Draft) -> Done:
     """The answer to the last request, made without tools: the run ends with it either way."""
-    kept = tuple(b for b in response.content if not isinstance(b, ToolUseBlock)
-                 and not (isinstance(b, TextBlock) and not b.text.strip()))
+    kept = tuple(
+        b
+        for b in response.content
+        if not isinstance(b, ToolUseBlock) and not (isinstance(b, TextBlock) and not b.text.strip())
+    )
     w.append(Message("assistant", kept or (TextBlock("(no answer)"),)))
     text = response.message.text
     if why == "turn_limit":
-        return Done("error_max_turns", response.stop_reason, text,
-                    note=f"Reached the turn limit ({w.deps.agent.max_turns}); the last turn asked for the answer.")
+        return Done(
+            "error_max_turns",
+            response.stop_reason,
+            text,
+            note=f"Reached the turn limit ({w.deps.agent.max_turns}); the last turn asked for the answer.",
+        )
     if why == "stuck":
-        return Done("error_loop_detected", response.stop_reason, text,
-                    note="The model kept repeating refused calls; the last turn asked for the answer.")
+        return Done(
+            "error_loop_detected",
+            response.stop_reason,
+            text,
+            note="The model kept repeating refused calls; the last turn asked for the answer.",
+        )
     if why in budget.SUBTYPES:
-        return Done(budget.SUBTYPES[why], response.stop_reason, text,
-                    note=f"Reached the {budget.NAMES[why]} limit; the last request asked for a summary.")
+        return Done(
+            budget.SUBTYPES[why],
+            response.stop_reason,
+            text,
+            note=f"Reached the {budget.NAMES[why]} limit; the last request asked for a summary.",
+        )
     return Done("success", response.stop_reason, text)
 
 
 async def stop_gate(done: Done, w: Draft) -> CallModel | RunNode | Done:
-    verdict = await w.deps.gate.stop(w.payload("Stop", stop_hook_active=w.stop_refusals > 0,
-                                               last_assistant_message=done.result), w.report)
+    verdict = await w.deps.gate.stop(
+        w.payload("Stop", stop_hook_active=w.stop_refusals > 0, last_assistant_message=done.result), w.report
+    )
     if not isinstance(verdict, Deny) or w.stop_refusals >= w.deps.agent.max_stop_refusals:
         return enter_node(w, "end_turn", done)
     w.stop_refusals += 1
@@ -236,11 +291,15 @@ async def run_tools(s: RunTools, w: Draft) -> AwaitApproval | CallModel | Done:
         running = True
         outcomes = await asyncio.gather(*(run_one(c) for c in s.calls), return_exceptions=True)
     except asyncio.CancelledError:  # interrupted (Ctrl-C): answer every call so the history stays valid
-        text = ("Interrupted by the user before this call finished." if running else
-                "Interrupted by the user while the calls were being approved: this call never ran, so it had "
-                "no effect.")
-        message = Message("user", tuple(finished[c.id][0] if c.id in finished else ToolResultBlock(c.id, text, True)
-                                        for c in s.calls))  # a call that had ended keeps its real result
+        text = (
+            "Interrupted by the user before this call finished."
+            if running
+            else "Interrupted by the user while the calls were being approved: this call never ran, so it had "
+            "no effect."
+        )
+        message = Message(
+            "user", tuple(finished[c.id][0] if c.id in finished else ToolResultBlock(c.id, text, True) for c in s.calls)
+        )  # a call that had ended keeps its real result
         w.append(message)
         w.emit(ResultsSent(message))
         raise
@@ -268,8 +327,12 @@ async def run_tools(s: RunTools, w: Draft) -> AwaitApproval | CallModel | Done:
         w.emit(LoopDetected(pattern, "ended", "the model went on repeating after being told"))
         if w.deps.agent.profile.final:
             return CallModel(final="stuck")
-        return Done("error_loop_detected", "tool_use", note="Stopped: the model kept repeating itself "
-                    "(the same refused call, or the same error) after being told.")
+        return Done(
+            "error_loop_detected",
+            "tool_use",
+            note="Stopped: the model kept repeating itself "
+            "(the same refused call, or the same error) after being told.",
+        )
     return CallModel()
 
 
@@ -278,9 +341,11 @@ def recover(s: Recover, w: Draft) -> CallModel:
     if larger > s.max_tokens:
         return CallModel(max_tokens=larger)  # drop the cut-off response and ask again with more room
     w.append(s.response.message)
-    text = (f"This tool call was cut off at max_tokens ({s.max_tokens}) before its input was complete, "
-            "so it was not run. Make the call again with a smaller input (for example, write a long "
-            "file in several parts).")
+    text = (
+        f"This tool call was cut off at max_tokens ({s.max_tokens}) before its input was complete, "
+        "so it was not run. Make the call again with a smaller input (for example, write a long "
+        "file in several parts)."
+    )
     message = Message("user", tuple(ToolResultBlock(c.id, text, True) for c in s.response.message.tool_uses))
     w.append(message)
     w.emit(ResultsSent(message))
@@ -339,13 +404,14 @@ def enter_node(w: Draft, point: str, then: State, after: str | None = None) -> S
     """The next node added at ``point`` (after the node ``after``) that has runs left, else ``then``."""
     nodes = [n for n in w.deps.nodes if n.at == point]
     if after is not None:
-        nodes = nodes[[n.name for n in nodes].index(after) + 1:]
+        nodes = nodes[[n.name for n in nodes].index(after) + 1 :]
     node = next((n for n in nodes if w.node_visits.get(n.name, 0) < n.limit), None)
     return RunNode(node.name, then) if node is not None else then
 
 
 def context_window(deps: Deps) -> int:
-    """The window the history is kept within: the agent's setting, else the run's model's own (``pricing.window_of``)."""
+    """The window the history is kept within: the agent's setting, else the run's model's own
+    (``pricing.window_of``)."""
     return deps.agent.context_window or window_of(deps.model)
 
 

@@ -13,9 +13,10 @@ import asyncio
 import base64
 import json
 import os
+from collections.abc import Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import httpx2
 import mcp_types
@@ -24,9 +25,9 @@ from mcp.client.sse import sse_client
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
-from drivetrain.host.procs import watch_group
 from drivetrain.errors import ConfigError
 from drivetrain.home import drivetrain_home, safe_name
+from drivetrain.host.procs import watch_group
 from drivetrain.mcp.config import ServerSpec
 from drivetrain.tools.base import ToolContext, ToolResult
 
@@ -37,12 +38,14 @@ RESTARTS = 1  # a crashed stdio server is started again this many times per run
 
 def timeouts() -> tuple[float, float]:
     """(start, tool call) timeouts in seconds, from ``MCP_TIMEOUT`` and ``MCP_TOOL_TIMEOUT`` (milliseconds)."""
+
     def seconds(name: str, default: float) -> float:
         raw = os.environ.get(name)
         try:
             return int(raw) / 1000 if raw else default
         except ValueError:
             raise ConfigError(f"{name}={raw!r}: give a whole number of milliseconds") from None
+
     return seconds("MCP_TIMEOUT", START_TIMEOUT_S), seconds("MCP_TOOL_TIMEOUT", TOOL_TIMEOUT_S)
 
 
@@ -53,8 +56,9 @@ class ServerFailed(Exception):
 class Connection:
     """One server, connected by a task that holds its SDK ``Client`` open until ``close``."""
 
-    def __init__(self, spec: ServerSpec, cwd: Path, note: Callable[[str], None], start_timeout: float,
-                 call_timeout: float):
+    def __init__(
+        self, spec: ServerSpec, cwd: Path, note: Callable[[str], None], start_timeout: float, call_timeout: float
+    ):
         self.spec, self.cwd, self.note = spec, cwd, note
         self.start_timeout, self.call_timeout = start_timeout, call_timeout
         self.tools: list[mcp_types.Tool] = []
@@ -74,9 +78,9 @@ class Connection:
         try:
             await asyncio.wait_for(asyncio.shield(ready), self.start_timeout)
             return True
-        except asyncio.TimeoutError:
+        except TimeoutError:
             why = f"did not start within {self.start_timeout:g} s (MCP_TIMEOUT)"
-        except Exception as e:  # noqa: BLE001 - any start failure is this server's, never the run's
+        except Exception as e:
             why = f"failed to start: {_describe(e)}"
         await self.close()
         self.failed = f"MCP server {self.spec.name!r} {why}"
@@ -85,14 +89,15 @@ class Connection:
 
     async def _hold(self, ready: asyncio.Future) -> None:
         try:
-            async with Client(self._target(), client_info=mcp_types.Implementation(name="drivetrain",
-                                                                                  version="0.1")) as client:
+            async with Client(
+                self._target(), client_info=mcp_types.Implementation(name="drivetrain", version="0.1")
+            ) as client:
                 _watch_children()
                 self.tools = await _list_all(client)
                 self._client = client
                 ready.set_result(None)
                 await self._closing.wait()
-        except Exception as e:  # noqa: BLE001 - reported to whoever waits for the start
+        except Exception as e:
             if not ready.done():
                 ready.set_exception(e)
         except BaseException:
@@ -105,8 +110,10 @@ class Connection:
     def _target(self) -> Any:
         s = self.spec.expanded()
         if s.transport == "stdio":
-            return _stdio(StdioServerParameters(command=s.command, args=list(s.args), env=dict(s.env), cwd=self.cwd),
-                          self._log_path())
+            return _stdio(
+                StdioServerParameters(command=s.command, args=list(s.args), env=dict(s.env), cwd=self.cwd),
+                self._log_path(),
+            )
         if s.transport == "sse":
             return sse_client(s.url, headers=dict(s.headers))
         return _http(s.url, dict(s.headers))
@@ -122,7 +129,7 @@ class Connection:
         client = await self._ready()
         try:
             return await asyncio.wait_for(client.call_tool(tool, arguments), self.call_timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             why = f"did not answer within {self.call_timeout:g} s (MCP_TOOL_TIMEOUT)"
             self.note(f"MCP server {self.spec.name!r}: {tool} {why}.")
             raise ServerFailed(f"MCP server {self.spec.name!r} {why}; the call was abandoned.") from None
@@ -132,17 +139,25 @@ class Connection:
             crashed = f"MCP server {self.spec.name!r} crashed during {tool} (the connection closed)"
         except (OSError, httpx2.HTTPError) as e:
             crashed = f"MCP server {self.spec.name!r} failed during {tool}: {_describe(e)}"
-        except Exception as e:  # noqa: BLE001 - the SDK could not read what the server sent
+        except Exception as e:
             why = f"MCP server {self.spec.name!r} sent a malformed answer to {tool} ({_describe(e)})"
             self.note(f"{why}.")
             raise ServerFailed(f"{why}.") from None
         await self.close()  # what is left of it
         again = self.spec.transport == "stdio" and self.restarts < RESTARTS
         self.failed = crashed
-        self.note(f"{crashed}; {'it will be started again on its next call' if again else 'no more calls go to it'}."
-                  f"{self._log_hint()}")
-        raise ServerFailed(f"{crashed}. " + ("It will be restarted on the next call; the call may have had "
-                                             "partial effects." if again else "It is no longer available."))
+        self.note(
+            f"{crashed}; {'it will be started again on its next call' if again else 'no more calls go to it'}."
+            f"{self._log_hint()}"
+        )
+        raise ServerFailed(
+            f"{crashed}. "
+            + (
+                "It will be restarted on the next call; the call may have had partial effects."
+                if again
+                else "It is no longer available."
+            )
+        )
 
     async def _ready(self) -> Client:
         async with self._lock:
@@ -261,8 +276,12 @@ def result_content(result: mcp_types.CallToolResult) -> str | list[dict]:
         elif isinstance(c, mcp_types.EmbeddedResource):
             r = c.resource
             text = getattr(r, "text", None)
-            blocks.append({"type": "text", "text": text if text is not None else
-                           f"[resource {r.uri} ({r.mime_type or 'binary'}), not shown]"})
+            blocks.append(
+                {
+                    "type": "text",
+                    "text": text if text is not None else f"[resource {r.uri} ({r.mime_type or 'binary'}), not shown]",
+                }
+            )
         elif isinstance(c, mcp_types.ResourceLink):
             blocks.append({"type": "text", "text": f"[resource {c.uri}: {c.name}]"})
         else:

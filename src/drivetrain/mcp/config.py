@@ -19,9 +19,10 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Mapping
+from typing import Literal
 
 from drivetrain.errors import ConfigError
 from drivetrain.home import drivetrain_home
@@ -67,13 +68,24 @@ class ServerSpec:
                     return env[m.group(1)]
                 if m.group(2) is not None:
                     return m.group(2)
-                raise ConfigError(f"MCP server {self.name!r} ({self.source}) uses ${{{m.group(1)}}}, which is not "
-                                  f"set: set it, or write ${{{m.group(1)}:-default}}")
+                raise ConfigError(
+                    f"MCP server {self.name!r} ({self.source}) uses ${{{m.group(1)}}}, which is not "
+                    f"set: set it, or write ${{{m.group(1)}:-default}}"
+                )
+
             return _VAR.sub(one, text)
 
-        return ServerSpec(self.name, self.transport, self.scope, self.source, sub(self.command),
-                          tuple(map(sub, self.args)), {k: sub(v) for k, v in self.env.items()}, sub(self.url),
-                          {k: sub(v) for k, v in self.headers.items()})
+        return ServerSpec(
+            self.name,
+            self.transport,
+            self.scope,
+            self.source,
+            sub(self.command),
+            tuple(map(sub, self.args)),
+            {k: sub(v) for k, v in self.env.items()},
+            sub(self.url),
+            {k: sub(v) for k, v in self.headers.items()},
+        )
 
 
 def _quote(word: str) -> str:
@@ -83,8 +95,10 @@ def _quote(word: str) -> str:
 def parse_servers(data: object, source: str, scope: Scope) -> list[ServerSpec]:
     """The servers of one ``{"mcpServers": {...}}`` object; ConfigError naming ``source`` on a malformed one."""
     if not isinstance(data, dict) or not isinstance(data.get("mcpServers", {}), dict):
-        raise ConfigError(f'{source}: MCP configuration must be an object like {{"mcpServers": {{"NAME": '
-                          f'{{"command": "...", "args": []}}}}}}')
+        raise ConfigError(
+            f'{source}: MCP configuration must be an object like {{"mcpServers": {{"NAME": '
+            f'{{"command": "...", "args": []}}}}}}'
+        )
     return [parse_server(name, entry, source, scope) for name, entry in data.get("mcpServers", {}).items()]
 
 
@@ -98,8 +112,10 @@ def parse_server(name: str, entry: object, source: str, scope: Scope) -> ServerS
     if transport == "streamable-http":
         transport = "http"
     if transport not in TRANSPORTS:
-        raise ConfigError(f'{where}: "type" must be one of {", ".join(TRANSPORTS)} (a stdio server needs '
-                          f'"command", an http server "url")')
+        raise ConfigError(
+            f'{where}: "type" must be one of {", ".join(TRANSPORTS)} (a stdio server needs '
+            f'"command", an http server "url")'
+        )
     if transport == "stdio":
         command, args, env = entry.get("command"), entry.get("args", []), entry.get("env", {})
         if not isinstance(command, str) or not command:
@@ -110,8 +126,9 @@ def parse_server(name: str, entry: object, source: str, scope: Scope) -> ServerS
     url = entry.get("url")
     if not isinstance(url, str) or not url:
         raise ConfigError(f'{where}: an {transport} server needs "url", a string')
-    return ServerSpec(name, transport, scope, source, url=url, headers=_strings(entry.get("headers", {}), "headers",
-                                                                                 where))
+    return ServerSpec(
+        name, transport, scope, source, url=url, headers=_strings(entry.get("headers", {}), "headers", where)
+    )
 
 
 def _strings(value: object, key: str, where: str) -> dict[str, str]:
@@ -129,8 +146,10 @@ def from_flag(value: str) -> list[ServerSpec]:
         try:
             text = Path(value).expanduser().read_text(encoding="utf-8")
         except OSError as e:
-            raise ConfigError(f"--mcp-config {value}: cannot read it ({e.strerror or e}); give a file or JSON "
-                              'text like \'{"mcpServers": {...}}\'') from None
+            raise ConfigError(
+                f"--mcp-config {value}: cannot read it ({e.strerror or e}); give a file or JSON "
+                "text like '{\"mcpServers\": {...}}'"
+            ) from None
     return parse_servers(_json(text, source), source, "flag")
 
 
@@ -155,8 +174,11 @@ def read_json(path: Path) -> dict:
 
 def scope_file(scope: str, cwd: Path) -> Path:
     """Where a scope's servers are kept (``drivetrain mcp add --scope``)."""
-    return {"local": cwd / ".drivetrain" / "settings.local.json", "project": cwd / ".mcp.json",
-            "user": drivetrain_home() / "settings.json"}[scope]
+    return {
+        "local": cwd / ".drivetrain" / "settings.local.json",
+        "project": cwd / ".mcp.json",
+        "user": drivetrain_home() / "settings.json",
+    }[scope]
 
 
 @dataclass
@@ -192,8 +214,10 @@ def project_verdict(name: str, settings: tuple[dict, ...]) -> bool | None:
     """Approved (True), refused (False) or not decided (None), by the person's own settings."""
     if any(name in _names(data, "disabledMcpjsonServers") for data in settings):
         return False
-    if any(data.get("enableAllProjectMcpServers") is True or name in _names(data, "enabledMcpjsonServers")
-           for data in settings):
+    if any(
+        data.get("enableAllProjectMcpServers") is True or name in _names(data, "enabledMcpjsonServers")
+        for data in settings
+    ):
         return True
     return None
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from drivetrain.mcp.config import ServerSpec
 
@@ -26,6 +27,7 @@ class McpServers:
         self.cwd = cwd
         if specs:  # the SDK (about 1 s to import) loads only when there is a server to talk to
             from drivetrain.mcp.client import Connection, timeouts
+
             start, call = timeouts()
             self.connections = [Connection(s, cwd, note, start, call) for s in specs]
 
@@ -38,6 +40,7 @@ class McpServers:
         if not self.connections:
             return []
         from drivetrain.mcp.client import McpTool
+
         out = [McpTool(c, t) for c in self.connections if not c.failed for t in c.tools]
         if policy is None:
             return out

@@ -20,13 +20,13 @@ from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 
 from drivetrain.control.approval import Allow, Deny
-from drivetrain.sessions.audit import AuditLog
 from drivetrain.control.gate import Gate
 from drivetrain.control.hooks import Hooks
 from drivetrain.control.permissions import Policy, load_settings, make_sandbox
 from drivetrain.host.procs import keep_environment_private
 from drivetrain.loop.events import PermissionDecided, ToolFinished, ToolStarted
 from drivetrain.messages import ToolResultBlock, ToolUseBlock
+from drivetrain.sessions.audit import AuditLog
 from drivetrain.sessions.log import SessionLog
 from drivetrain.sessions.open import open_store
 from drivetrain.tools import builtin_tools
@@ -34,12 +34,30 @@ from drivetrain.tools.base import Tool, ToolContext, ToolResult
 
 
 def add_serve_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--permission-mode", choices=("default", "acceptEdits", "plan", "bypassPermissions"), default=None,
-                   help="default: the settings files' defaultMode, else default")
-    p.add_argument("--allowedTools", "--allowed-tools", dest="allowed_tools", nargs="+", action="extend", default=[],
-                   metavar="RULE")
-    p.add_argument("--disallowedTools", "--disallowed-tools", dest="disallowed_tools", nargs="+", action="extend",
-                   default=[], metavar="RULE")
+    p.add_argument(
+        "--permission-mode",
+        choices=("default", "acceptEdits", "plan", "bypassPermissions"),
+        default=None,
+        help="default: the settings files' defaultMode, else default",
+    )
+    p.add_argument(
+        "--allowedTools",
+        "--allowed-tools",
+        dest="allowed_tools",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="RULE",
+    )
+    p.add_argument(
+        "--disallowedTools",
+        "--disallowed-tools",
+        dest="disallowed_tools",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="RULE",
+    )
     p.add_argument("--add-dir", dest="add_dir", nargs="+", action="extend", default=[], metavar="DIR")
     p.add_argument("--sandbox", action="store_true", help="run Bash inside bubblewrap")
 
@@ -49,9 +67,15 @@ class ToolServer:
 
     def __init__(self, args: argparse.Namespace, cwd: Path):
         settings = load_settings(cwd)
-        self.policy = Policy.load(cwd, mode=args.permission_mode, allowed_tools=args.allowed_tools,
-                                  disallowed_tools=args.disallowed_tools, add_dirs=args.add_dir, interactive=False,
-                                  settings=settings)
+        self.policy = Policy.load(
+            cwd,
+            mode=args.permission_mode,
+            allowed_tools=args.allowed_tools,
+            disallowed_tools=args.disallowed_tools,
+            add_dirs=args.add_dir,
+            interactive=False,
+            settings=settings,
+        )
         sandbox = make_sandbox(args.sandbox, cwd, self.policy.additional_dirs, settings)
         self.tools: dict[str, Tool] = {t.name: t for t in builtin_tools(sandbox, settings.env_passthrough)}
         self.gate = Gate(Hooks.from_settings(settings.raw, settings.env_passthrough), self.policy, None)
@@ -59,12 +83,18 @@ class ToolServer:
         store = open_store()
         SessionLog(store, self.session_id).begin(cwd=str(cwd), model="", provider="mcp serve")
         self.audit = AuditLog(store, self.session_id)
-        self.context = ToolContext(cwd=cwd, roots=self.policy.roots(cwd), read_filter=self.policy.search_filter(cwd),
-                                   session_id=self.session_id)
+        self.context = ToolContext(
+            cwd=cwd,
+            roots=self.policy.roots(cwd),
+            read_filter=self.policy.search_filter(cwd),
+            session_id=self.session_id,
+        )
 
     def listing(self) -> list[mcp_types.Tool]:
-        return [mcp_types.Tool(name=t.name, description=t.description, input_schema=t.input_schema)
-                for t in self.tools.values()]
+        return [
+            mcp_types.Tool(name=t.name, description=t.description, input_schema=t.input_schema)
+            for t in self.tools.values()
+        ]
 
     async def call(self, name: str, arguments: dict) -> mcp_types.CallToolResult:
         call = ToolUseBlock(f"mcp_{uuid.uuid4().hex[:16]}", name, arguments)
@@ -80,10 +110,16 @@ class ToolServer:
         started = time.monotonic()
         try:
             result = await self.tools[name].call(tool_input, replace(self.context, tool_use_id=call.id))
-        except Exception as e:  # noqa: BLE001 - tool failures are data, as in the loop
+        except Exception as e:
             result = ToolResult(f"{type(e).__name__}: {e}", is_error=True)
-        self.audit.observe(ToolFinished(call, ToolResultBlock(call.id, result.content, result.is_error),
-                                        (time.monotonic() - started) * 1000, result.meta or {}))
+        self.audit.observe(
+            ToolFinished(
+                call,
+                ToolResultBlock(call.id, result.content, result.is_error),
+                (time.monotonic() - started) * 1000,
+                result.meta or {},
+            )
+        )
         return _answer(result)
 
 
@@ -92,8 +128,9 @@ def _answer(result: ToolResult) -> mcp_types.CallToolResult:
     content: list = []
     for b in blocks:
         if b.get("type") == "image":
-            content.append(mcp_types.ImageContent(type="image", data=b["source"]["data"],
-                                                  mime_type=b["source"]["media_type"]))
+            content.append(
+                mcp_types.ImageContent(type="image", data=b["source"]["data"], mime_type=b["source"]["media_type"])
+            )
         else:
             content.append(mcp_types.TextContent(type="text", text=b.get("text", "")))
     return mcp_types.CallToolResult(content=content, is_error=result.is_error)
@@ -102,8 +139,11 @@ def _answer(result: ToolResult) -> mcp_types.CallToolResult:
 async def serve(args: argparse.Namespace) -> int:
     keep_environment_private()
     tools = ToolServer(args, Path.cwd())
-    print(f"drivetrain mcp serve: tools {', '.join(tools.tools)}; audit log: drivetrain sessions show "
-          f"{tools.session_id}", file=sys.stderr, flush=True)
+    print(
+        f"drivetrain mcp serve: tools {', '.join(tools.tools)}; audit log: drivetrain sessions show {tools.session_id}",
+        file=sys.stderr,
+        flush=True,
+    )
 
     async def list_tools(ctx, params) -> mcp_types.ListToolsResult:
         return mcp_types.ListToolsResult(tools=tools.listing())

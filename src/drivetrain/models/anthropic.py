@@ -16,17 +16,18 @@ import asyncio
 import importlib.util
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import anthropic
 
-from drivetrain.pricing import known_window
 from drivetrain.errors import ConfigError, ModelError
 from drivetrain.messages import Usage, block_from_wire
 from drivetrain.models.anthropic_wire import with_cache_breakpoints
 from drivetrain.models.base import ModelRequest, ModelResponse
 from drivetrain.models.http import PerLoop, api_message, httpx, retry_delay, unreachable_message
+from drivetrain.pricing import known_window
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 DEFAULT_MODEL = "claude-sonnet-4-6"
@@ -58,15 +59,29 @@ class Credentials:
 
 
 class AnthropicModel:
-    def __init__(self, name: str = DEFAULT_MODEL, *, base_url: str = DEFAULT_BASE_URL,
-                 credentials: Credentials | None = None, base_url_source: str = "the default",
-                 max_retries: int = 4, idle_timeout: float = 120.0, connect_timeout: float = 15.0,
-                 backoff: float = 0.5, prompt_caching: bool = True, context_window: int | None = None,
-                 stream: bool = True, aiohttp: bool = False, answer_timeout: float = 600.0):
+    def __init__(
+        self,
+        name: str = DEFAULT_MODEL,
+        *,
+        base_url: str = DEFAULT_BASE_URL,
+        credentials: Credentials | None = None,
+        base_url_source: str = "the default",
+        max_retries: int = 4,
+        idle_timeout: float = 120.0,
+        connect_timeout: float = 15.0,
+        backoff: float = 0.5,
+        prompt_caching: bool = True,
+        context_window: int | None = None,
+        stream: bool = True,
+        aiohttp: bool = False,
+        answer_timeout: float = 600.0,
+    ):
         creds = credentials or Credentials()
         if not creds.api_key and not creds.auth_token:
-            raise ConfigError("No Anthropic credential: set ANTHROPIC_API_KEY (sent as x-api-key) "
-                              "or ANTHROPIC_AUTH_TOKEN (sent as a bearer token).")
+            raise ConfigError(
+                "No Anthropic credential: set ANTHROPIC_API_KEY (sent as x-api-key) "
+                "or ANTHROPIC_AUTH_TOKEN (sent as a bearer token)."
+            )
         self.name = name
         self.context_window = context_window or known_window(name, "anthropic")
         self.prompt_caching = prompt_caching  # cache_control breakpoints on every request (anthropic_wire)
@@ -84,12 +99,17 @@ class AnthropicModel:
         # token, which some gateways reject); ANTHROPIC_AUTH_TOKEN is the bearer token.
         headers = {"x-api-key": creds.api_key, "Authorization": anthropic.Omit()} if creds.api_key else {}
         # httpx's read timeout is per read, so on a stream it is an idle timeout.
-        self._clients = PerLoop(lambda: anthropic.AsyncAnthropic(
-            api_key=creds.api_key, auth_token=creds.auth_token, base_url=self.base_url, max_retries=0,
-            default_headers=headers,
-            timeout=anthropic.Timeout(connect=connect_timeout, read=idle_timeout, write=60.0, pool=60.0),
-            **({"http_client": anthropic.DefaultAioHttpClient()} if self.aiohttp else {}),
-        ))
+        self._clients = PerLoop(
+            lambda: anthropic.AsyncAnthropic(
+                api_key=creds.api_key,
+                auth_token=creds.auth_token,
+                base_url=self.base_url,
+                max_retries=0,
+                default_headers=headers,
+                timeout=anthropic.Timeout(connect=connect_timeout, read=idle_timeout, write=60.0, pool=60.0),
+                **({"http_client": anthropic.DefaultAioHttpClient()} if self.aiohttp else {}),
+            )
+        )
 
     @classmethod
     def from_env(cls, model: str | None = None, env: dict[str, str] | None = None, **kw) -> AnthropicModel:
@@ -189,9 +209,12 @@ class AnthropicModel:
             return ModelError(
                 f"{self.messages_url} answered in the OpenAI chat-completions shape (`choices`), not as an "
                 f"Anthropic Messages endpoint. Point {self._url_setting()} at an Anthropic-compatible server, "
-                "or use the OpenAI-compatible provider (--provider openai with OPENAI_BASE_URL).")
-        return ModelError(f"{self.messages_url} did not answer as an Anthropic Messages endpoint "
-                          f"(content-type {ctype or 'none'}): {text[:200]!r}. Check {self._url_setting()}.")
+                "or use the OpenAI-compatible provider (--provider openai with OPENAI_BASE_URL)."
+            )
+        return ModelError(
+            f"{self.messages_url} did not answer as an Anthropic Messages endpoint "
+            f"(content-type {ctype or 'none'}): {text[:200]!r}. Check {self._url_setting()}."
+        )
 
     def _url_setting(self) -> str:
         return "ANTHROPIC_BASE_URL" if self.base_url_source == "ANTHROPIC_BASE_URL" else "ANTHROPIC_BASE_URL (unset)"
@@ -201,15 +224,21 @@ class AnthropicModel:
             return ModelError(
                 f"The API key was rejected ({e.status_code}) by {self.base_url}. It came from "
                 f"{self.credentials.source}; the base URL came from {self._base_url_origin()}. "
-                f"Check the key, or that it belongs to this server. Server said: {api_message(e)}")
+                f"Check the key, or that it belongs to this server. Server said: {api_message(e)}"
+            )
         if isinstance(e, anthropic.NotFoundError):
-            return ModelError(f"404 Not Found from {e.response.request.url} (base URL {self.base_url} from "
-                              f"{self._base_url_origin()}). Check the base URL and the model name "
-                              f"'{self.name}'. Server said: {api_message(e)}")
+            return ModelError(
+                f"404 Not Found from {e.response.request.url} (base URL {self.base_url} from "
+                f"{self._base_url_origin()}). Check the base URL and the model name "
+                f"'{self.name}'. Server said: {api_message(e)}"
+            )
         if isinstance(e, (anthropic.APIConnectionError, httpx.TransportError)):
             timed_out = isinstance(e, (anthropic.APITimeoutError, httpx.TimeoutException))
-            return ModelError(unreachable_message(self.messages_url, e, timed_out=timed_out,
-                                                  idle_timeout=read_timeout, origin=self._base_url_origin()))
+            return ModelError(
+                unreachable_message(
+                    self.messages_url, e, timed_out=timed_out, idle_timeout=read_timeout, origin=self._base_url_origin()
+                )
+            )
         if isinstance(e, anthropic.APIStatusError):
             return ModelError(f"{self.messages_url} answered {e.status_code}: {api_message(e)}")
         return ModelError(f"{self.messages_url}: {e}")
@@ -227,11 +256,16 @@ def has_aiohttp() -> bool:
 
 def _from_wire(message: dict[str, Any]) -> ModelResponse:
     u = message.get("usage") or {}
-    usage = Usage(u.get("input_tokens") or 0, u.get("output_tokens") or 0,
-                  u.get("cache_creation_input_tokens") or 0, u.get("cache_read_input_tokens") or 0)
+    usage = Usage(
+        u.get("input_tokens") or 0,
+        u.get("output_tokens") or 0,
+        u.get("cache_creation_input_tokens") or 0,
+        u.get("cache_read_input_tokens") or 0,
+    )
     content = tuple(block_from_wire(b) for b in message["content"])
-    return ModelResponse(content, message.get("stop_reason") or "end_turn", usage, message.get("model") or "",
-                         message.get("id") or "")
+    return ModelResponse(
+        content, message.get("stop_reason") or "end_turn", usage, message.get("model") or "", message.get("id") or ""
+    )
 
 
 def _retryable(e: Exception) -> bool:

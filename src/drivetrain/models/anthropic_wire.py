@@ -6,7 +6,8 @@ Shared by ``drivetrain serve`` and the scripted test server (``drivetrain.testin
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from drivetrain.messages import Message
@@ -24,7 +25,9 @@ def estimate_tokens(body: Any) -> int:
 
 def sse_events(message: dict) -> list[tuple[str, dict]]:
     """The event sequence the real API streams for ``message``."""
-    skeleton = dict(message, content=[], stop_reason=None, stop_sequence=None, usage=dict(message["usage"], output_tokens=1))
+    skeleton = dict(
+        message, content=[], stop_reason=None, stop_sequence=None, usage=dict(message["usage"], output_tokens=1)
+    )
     events = [("message_start", {"type": "message_start", "message": skeleton}), ("ping", {"type": "ping"})]
     for i, block in enumerate(message["content"]):
         events += block_events(i, block)
@@ -133,8 +136,10 @@ def with_cache_breakpoints(params: dict, history: Sequence[Message] | None = Non
 
 def _tools_or_system_marked(params: dict) -> bool:
     system = params.get("system")
-    return any(isinstance(b, dict) and "cache_control" in b
-               for b in (*(params.get("tools") or ()), *(system if isinstance(system, list) else ())))
+    return any(
+        isinstance(b, dict) and "cache_control" in b
+        for b in (*(params.get("tools") or ()), *(system if isinstance(system, list) else ()))
+    )
 
 
 def _mark_last_block(message: dict) -> dict:
@@ -146,7 +151,7 @@ def _mark_last_block(message: dict) -> dict:
     for j in range(len(content) - 1, -1, -1):
         block = content[j]
         if isinstance(block, dict) and block.get("type") not in _UNMARKABLE:
-            return dict(message, content=[*content[:j], dict(block, cache_control=EPHEMERAL), *content[j + 1:]])
+            return dict(message, content=[*content[:j], dict(block, cache_control=EPHEMERAL), *content[j + 1 :]])
     return message
 
 
@@ -171,12 +176,14 @@ def breakpoints(body: dict) -> list[tuple[str, Any]]:
 def _check_cache_control(body: dict, problems: list[str]) -> None:
     marks = breakpoints(body)
     if len(marks) > MAX_BREAKPOINTS:
-        problems.append(f"A maximum of {MAX_BREAKPOINTS} blocks with cache_control may be provided. "
-                        f"Found {len(marks)}.")
+        problems.append(
+            f"A maximum of {MAX_BREAKPOINTS} blocks with cache_control may be provided. Found {len(marks)}."
+        )
     for where, mark in marks:
         if not isinstance(mark, dict) or mark.get("type") != "ephemeral" or set(mark) - {"type", "ttl"}:
-            problems.append(f"{where}.cache_control: must be {{\"type\": \"ephemeral\"}} (optionally with a ttl), "
-                            f"got {mark!r}")
+            problems.append(
+                f'{where}.cache_control: must be {{"type": "ephemeral"}} (optionally with a ttl), got {mark!r}'
+            )
         elif mark.get("ttl", "5m") not in ("5m", "1h"):
             problems.append(f"{where}.cache_control.ttl: must be '5m' or '1h', got {mark.get('ttl')!r}")
         elif where.startswith("messages.") and _block_at(body, where).get("type") in _UNMARKABLE:
@@ -265,7 +272,13 @@ def _check_tool_choice(choice: Any, tool_names: set[str] | None, problems: list[
 
 
 def _blocks(content: Any) -> list[Any]:
-    return [{"type": "text", "text": content}] if isinstance(content, str) else content if isinstance(content, list) else []
+    return (
+        [{"type": "text", "text": content}]
+        if isinstance(content, str)
+        else content
+        if isinstance(content, list)
+        else []
+    )
 
 
 def _check_messages(messages: list, tool_names: set[str] | None, problems: list[str]) -> None:
@@ -296,15 +309,22 @@ def _check_messages(messages: list, tool_names: set[str] | None, problems: list[
             _check_tool_results(messages, i, blocks, problems)
 
 
-def _check_tool_uses(messages: list, i: int, blocks: list[dict], tool_names: set[str] | None,
-                     seen_ids: set[str], problems: list[str]) -> None:
+def _check_tool_uses(
+    messages: list, i: int, blocks: list[dict], tool_names: set[str] | None, seen_ids: set[str], problems: list[str]
+) -> None:
     uses = [b for b in blocks if b["type"] == "tool_use"]
     if any(b["type"] == "tool_result" for b in blocks):
         problems.append(f"messages.{i}: tool_result blocks belong in user messages")
     nxt = messages[i + 1] if i + 1 < len(messages) else None
-    answered = [
-        b.get("tool_use_id") for b in _blocks(nxt.get("content")) if isinstance(b, dict) and b.get("type") == "tool_result"
-    ] if isinstance(nxt, dict) and nxt.get("role") == "user" else []
+    answered = (
+        [
+            b.get("tool_use_id")
+            for b in _blocks(nxt.get("content"))
+            if isinstance(b, dict) and b.get("type") == "tool_result"
+        ]
+        if isinstance(nxt, dict) and nxt.get("role") == "user"
+        else []
+    )
     for use in uses:
         uid, name = use.get("id"), use.get("name")
         if uid in seen_ids:
@@ -323,9 +343,11 @@ def _check_tool_uses(messages: list, i: int, blocks: list[dict], tool_names: set
 
 def _check_tool_results(messages: list, i: int, blocks: list[dict], problems: list[str]) -> None:
     prev = messages[i - 1] if i > 0 else None
-    offered = {
-        b.get("id") for b in _blocks(prev.get("content")) if isinstance(b, dict) and b.get("type") == "tool_use"
-    } if isinstance(prev, dict) and prev.get("role") == "assistant" else set()
+    offered = (
+        {b.get("id") for b in _blocks(prev.get("content")) if isinstance(b, dict) and b.get("type") == "tool_use"}
+        if isinstance(prev, dict) and prev.get("role") == "assistant"
+        else set()
+    )
     other_seen = False
     for j, b in enumerate(blocks):
         if b["type"] == "tool_use":
@@ -344,6 +366,7 @@ def _check_tool_results(messages: list, i: int, blocks: list[dict], problems: li
 
 def same_content(a: Any, b: Any) -> bool:
     """Equal as the API sees it: a string is one text block, null-valued keys are absent."""
+
     def norm(content: Any) -> list:
         return [{k: v for k, v in x.items() if v is not None} if isinstance(x, dict) else x for x in _blocks(content)]
 

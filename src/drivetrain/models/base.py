@@ -6,8 +6,9 @@ server) sits behind this, so the loop cannot tell them apart.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from drivetrain.messages import Block, Message, Usage
 

@@ -8,15 +8,24 @@ import email.utils
 import os
 import random
 import time
-from typing import Callable, Generic, TypeVar
+from collections.abc import Callable
+from typing import Generic, TypeVar
 
 try:  # the transport the SDKs are built on: raised as is when a stream breaks after it started
     import httpx2 as httpx
 except ImportError:  # older SDKs
     import httpx  # type: ignore[no-redef]
 
-__all__ = ["PROXY_VARS", "PerLoop", "api_message", "httpx", "retry_after", "retry_delay", "root_cause",
-           "unreachable_message"]
+__all__ = [
+    "PROXY_VARS",
+    "PerLoop",
+    "api_message",
+    "httpx",
+    "retry_after",
+    "retry_delay",
+    "root_cause",
+    "unreachable_message",
+]
 
 PROXY_VARS = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
 MAX_DELAY = 60.0
@@ -76,7 +85,7 @@ def retry_delay(e: Exception, attempt: int, backoff: float) -> float:
     headers = getattr(getattr(e, "response", None), "headers", None) or {}
     wait = retry_after(headers)
     if wait is None:
-        wait = backoff * (2 ** attempt) * (0.75 + random.random() / 2)
+        wait = backoff * (2**attempt) * (0.75 + random.random() / 2)
     return min(wait, MAX_DELAY)
 
 
@@ -101,5 +110,7 @@ def unreachable_message(url: str, e: BaseException, *, timed_out: bool, idle_tim
     proxies = [f"{v}={os.environ[v]}" for v in PROXY_VARS if os.environ.get(v)]
     via = f" through the proxy {', '.join(proxies)}" if proxies else ""
     kind = f"timed out (no data for {idle_timeout:g} s)" if timed_out else "could not be reached"
-    return (f"{url} {kind}{via} ({root_cause(e)}). The URL came from {origin}; "
-            f"check it{' and the proxy setting' if proxies else ''}.")
+    return (
+        f"{url} {kind}{via} ({root_cause(e)}). The URL came from {origin}; "
+        f"check it{' and the proxy setting' if proxies else ''}."
+    )

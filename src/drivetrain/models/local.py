@@ -100,7 +100,9 @@ def _llama_class():
                 lc.llama_sampler_free(self._grammar_sampler)
                 self._grammar_sampler = None
             if grammar is not None:
-                self._grammar_sampler = lc.llama_sampler_init_grammar(self._model.vocab, grammar._grammar.encode(), b"root")
+                self._grammar_sampler = lc.llama_sampler_init_grammar(
+                    self._model.vocab, grammar._grammar.encode(), b"root"
+                )
             return super()._init_sampler(*args, **kwargs)
 
         def sample(self, *args, idx=None, **kwargs):
@@ -127,8 +129,11 @@ def _llama_class():
             text "cmd<|im_start|>\n" is not "cmd\n", yet it reads as that. Under a grammar they are never sampled."""
             if self._control_ids is None:
                 vocab = self._model.vocab
-                self._control_ids = frozenset(t for t in range(self._n_vocab) if lc.llama_vocab_is_control(vocab, t)
-                                              and not lc.llama_vocab_is_eog(vocab, t))
+                self._control_ids = frozenset(
+                    t
+                    for t in range(self._n_vocab)
+                    if lc.llama_vocab_is_control(vocab, t) and not lc.llama_vocab_is_eog(vocab, t)
+                )
             return self._control_ids
 
         def _allowed(self, token: int) -> bool:
@@ -212,8 +217,11 @@ class LocalModel:
         path = resolve_model(self._model_arg, env=self._env)
         try:
             self._llm = _llama_class()(
-                model_path=str(path), n_ctx=self.n_ctx, n_threads=self.n_threads,
-                n_threads_batch=self.n_threads, verbose=False,
+                model_path=str(path),
+                n_ctx=self.n_ctx,
+                n_threads=self.n_threads,
+                n_threads_batch=self.n_threads,
+                verbose=False,
             )
         except (ValueError, RuntimeError) as exc:
             raise ConfigError(f"llama.cpp could not load {path}: {exc}. Is it a valid .gguf file?") from exc
@@ -231,7 +239,9 @@ class LocalModel:
 
     # ----------------------------------------------------------------- generation
 
-    def _respond_blocking(self, request: ModelRequest, sink: Callable[[str], None] | None, cancel: threading.Event) -> ModelResponse:
+    def _respond_blocking(
+        self, request: ModelRequest, sink: Callable[[str], None] | None, cancel: threading.Event
+    ) -> ModelResponse:
         with self._lock:
             self._load_locked()
             prompt = self._prompt(request)
@@ -241,13 +251,18 @@ class LocalModel:
             budget = min(request.max_tokens, self.max_output_tokens, self.n_ctx - len(prompt))
             if budget <= 0:
                 raise ModelError(
-                    f"the prompt is {len(prompt)} tokens; the local model's context holds {self.n_ctx}. Compact the history."
+                    f"the prompt is {len(prompt)} tokens; the local model's context holds {self.n_ctx}. "
+                    "Compact the history."
                 )
             grammar = self._grammar(request)
             try:
-                sampling = {**self.sampling, **({"temp": request.temperature} if request.temperature is not None else {})}
-                tokens, text, stop, stream = self._generate(prompt, budget, grammar, request.stop_sequences, sink,
-                                                            cancel, sampling)
+                sampling = {
+                    **self.sampling,
+                    **({"temp": request.temperature} if request.temperature is not None else {}),
+                }
+                tokens, text, stop, stream = self._generate(
+                    prompt, budget, grammar, request.stop_sequences, sink, cancel, sampling
+                )
             except RuntimeError as exc:
                 raise ModelError(f"llama.cpp failed while generating: {exc}") from exc
             parsed = parse_tool_calls(text, [t["name"] for t in request.tools])
@@ -270,8 +285,9 @@ class LocalModel:
             id=f"msg_local_{uuid.uuid4().hex[:24]}",
         )
 
-    def _generate(self, prompt, budget, grammar, stops, sink, cancel,
-                  sampling: dict) -> tuple[list[int], str, str, AnswerStream]:
+    def _generate(
+        self, prompt, budget, grammar, stops, sink, cancel, sampling: dict
+    ) -> tuple[list[int], str, str, AnswerStream]:
         llm = self._llm
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         stream = AnswerStream(sink, stops)
@@ -296,7 +312,7 @@ class LocalModel:
                 self.live.tokens = len(tokens)
                 piece = decoder.decode(llm.detokenize([token]))
                 text += piece
-                hit = next((s for s in stops if s in text[-(len(s) + len(piece)):]), None)
+                hit = next((s for s in stops if s in text[-(len(s) + len(piece)) :]), None)
                 if hit is not None:
                     text, stop = text[: text.index(hit)], "stop_sequence"
                     break
@@ -308,8 +324,11 @@ class LocalModel:
             self.live = None
         text += decoder.decode(b"", final=True)
         self.last_stats = GenerationStats(
-            prompt_tokens=len(prompt), prompt_eval_tokens=prompt_eval, output_tokens=len(tokens),
-            time_to_first_token_s=first - started, generation_s=time.perf_counter() - first,
+            prompt_tokens=len(prompt),
+            prompt_eval_tokens=prompt_eval,
+            output_tokens=len(tokens),
+            time_to_first_token_s=first - started,
+            generation_s=time.perf_counter() - first,
         )
         return tokens, text, stop, stream
 
@@ -345,8 +364,12 @@ class LocalModel:
 
     def _system_tokens(self, request: ModelRequest) -> list[int]:
         tok = self._tokenize
-        return (tok("<|im_start|>", True) + tok("system\n" + system_text(request.system, request.tools))
-                + tok("<|im_end|>", True) + tok("\n"))
+        return (
+            tok("<|im_start|>", True)
+            + tok("system\n" + system_text(request.system, request.tools))
+            + tok("<|im_end|>", True)
+            + tok("\n")
+        )
 
     def _restore_prefix(self, prefix: list[int]) -> None:
         """Put the prefix's KV state in the context: from the disk cache, or evaluated once and saved there."""
@@ -368,8 +391,11 @@ class LocalModel:
 
         model_file = Path(self._llm.model_path)
         stat = model_file.stat()
-        key = hashlib.sha256(json.dumps([str(model_file), stat.st_size, stat.st_mtime_ns, self.n_ctx,
-                                         llama_cpp.__version__, prefix]).encode()).hexdigest()[:32]
+        key = hashlib.sha256(
+            json.dumps(
+                [str(model_file), stat.st_size, stat.st_mtime_ns, self.n_ctx, llama_cpp.__version__, prefix]
+            ).encode()
+        ).hexdigest()[:32]
         return (self.prefix_cache_dir or cache_dir(self._env).parent / "kv") / f"{key}.bin"
 
     def _prompt(self, request: ModelRequest) -> list[int]:
@@ -468,6 +494,6 @@ def _stuck(tokens: list[int], window: int = 128) -> bool:
     n = len(tokens)
     for p in range(8, min(400, n // 3) + 1):
         reps = max(3, -(-window // p))  # the repeated stretch spans at least ``window`` tokens
-        if reps * p <= n and all(tokens[n - k * p:n - (k - 1) * p] == tokens[n - p:] for k in range(2, reps + 1)):
+        if reps * p <= n and all(tokens[n - k * p : n - (k - 1) * p] == tokens[n - p :] for k in range(2, reps + 1)):
             return True
     return False

@@ -31,20 +31,27 @@ from urllib.parse import urlsplit
 
 import openai
 
-from drivetrain.pricing import known_window
 from drivetrain.errors import ConfigError, ModelError
 from drivetrain.messages import Message, ToolUseBlock
 from drivetrain.models.base import ModelRequest, ModelResponse
 from drivetrain.models.http import PerLoop, api_message, httpx, retry_delay, unreachable_message
 from drivetrain.models.openai_wire import from_chat_completion, to_chat_messages, to_chat_tools
+from drivetrain.pricing import known_window
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_MODEL = "gpt-4o-mini"
 NO_KEY = "no-key"  # sent when OPENAI_API_KEY is unset: local servers ignore it, the SDK insists on one
 ENDPOINT = "/chat/completions"
 RETRYABLE_ERROR_TYPES = {"server_error", "api_error", "overloaded_error", "rate_limit_error", "rate_limit_exceeded"}
-_ANTHROPIC_EVENTS = ("message_start", "message_delta", "message_stop", "content_block_start",
-                     "content_block_delta", "content_block_stop", "ping")
+_ANTHROPIC_EVENTS = (
+    "message_start",
+    "message_delta",
+    "message_stop",
+    "content_block_start",
+    "content_block_delta",
+    "content_block_stop",
+    "ping",
+)
 
 
 def normalize_base_url(url: str) -> str:
@@ -60,10 +67,21 @@ class IncompleteStream(Exception):
 
 
 class OpenAIModel:
-    def __init__(self, name: str = DEFAULT_MODEL, *, base_url: str = DEFAULT_BASE_URL, api_key: str | None = None,
-                 base_url_source: str = "the default", max_retries: int = 4, idle_timeout: float = 300.0,
-                 connect_timeout: float = 15.0, backoff: float = 0.5,
-                 organization: str | None = None, project: str | None = None, context_window: int | None = None):
+    def __init__(
+        self,
+        name: str = DEFAULT_MODEL,
+        *,
+        base_url: str = DEFAULT_BASE_URL,
+        api_key: str | None = None,
+        base_url_source: str = "the default",
+        max_retries: int = 4,
+        idle_timeout: float = 300.0,
+        connect_timeout: float = 15.0,
+        backoff: float = 0.5,
+        organization: str | None = None,
+        project: str | None = None,
+        context_window: int | None = None,
+    ):
         self.name = name
         self.context_window = context_window or known_window(name, "openai")
         self.base_url = normalize_base_url(base_url)
@@ -71,18 +89,25 @@ class OpenAIModel:
         self.base_url_source = base_url_source
         self.api_key = api_key or None
         if self.api_key is None and urlsplit(self.base_url).hostname == "api.openai.com":
-            raise ConfigError("No OpenAI API key: set OPENAI_API_KEY, or set OPENAI_BASE_URL to an "
-                              "OpenAI-compatible server that needs none (Ollama, llama.cpp, vLLM, LM Studio).")
+            raise ConfigError(
+                "No OpenAI API key: set OPENAI_API_KEY, or set OPENAI_BASE_URL to an "
+                "OpenAI-compatible server that needs none (Ollama, llama.cpp, vLLM, LM Studio)."
+            )
         self.max_retries = max_retries
         self.backoff = backoff
         # Generous: a local server on a CPU may take minutes to read a long prompt before the first token.
         # httpx's read timeout is per read, so on a stream it is an idle timeout.
         self.idle_timeout = idle_timeout
-        self._clients = PerLoop(lambda: openai.AsyncOpenAI(
-            api_key=self.api_key or NO_KEY, base_url=self.base_url, max_retries=0,
-            organization=organization, project=project,
-            timeout=openai.Timeout(connect=connect_timeout, read=idle_timeout, write=60.0, pool=60.0),
-        ))
+        self._clients = PerLoop(
+            lambda: openai.AsyncOpenAI(
+                api_key=self.api_key or NO_KEY,
+                base_url=self.base_url,
+                max_retries=0,
+                organization=organization,
+                project=project,
+                timeout=openai.Timeout(connect=connect_timeout, read=idle_timeout, write=60.0, pool=60.0),
+            )
+        )
 
     @classmethod
     def from_env(cls, model: str | None = None, env: dict[str, str] | None = None, **kw) -> OpenAIModel:
@@ -152,8 +177,10 @@ class OpenAIModel:
                     if piece and request.on_text:
                         request.on_text(piece)
             except ValueError as e:  # a data: line that is not JSON
-                raise ModelError(f"{self.completions_url} sent a stream that is not chat-completion chunks ({e}). "
-                                 f"Check {self._url_setting()}.") from e
+                raise ModelError(
+                    f"{self.completions_url} sent a stream that is not chat-completion chunks ({e}). "
+                    f"Check {self._url_setting()}."
+                ) from e
         if acc.finish_reason is None:
             raise IncompleteStream("the stream ended before a finish_reason")
         return from_chat_completion(acc.completion())
@@ -171,14 +198,17 @@ class OpenAIModel:
             return from_chat_completion(data)
         if isinstance(data, dict) and data.get("type") == "message" and isinstance(data.get("content"), list):
             raise self._anthropic_shape()
-        raise ModelError(f"{self.completions_url} did not answer as an OpenAI chat-completions endpoint "
-                         f"(content-type {ctype or 'none'}): {body[:200]!r}. Check {self._url_setting()}.")
+        raise ModelError(
+            f"{self.completions_url} did not answer as an OpenAI chat-completions endpoint "
+            f"(content-type {ctype or 'none'}): {body[:200]!r}. Check {self._url_setting()}."
+        )
 
     def _anthropic_shape(self) -> ModelError:
         return ModelError(
             f"{self.completions_url} answered in the Anthropic Messages shape (`type: message`, a `content` list, "
             f"no `choices`), not as an OpenAI chat-completions endpoint. Point {self._url_setting()} at an "
-            "OpenAI-compatible server, or use the Anthropic provider (--provider anthropic with ANTHROPIC_BASE_URL).")
+            "OpenAI-compatible server, or use the Anthropic provider (--provider anthropic with ANTHROPIC_BASE_URL)."
+        )
 
     def _url_setting(self) -> str:
         return "OPENAI_BASE_URL" if self.base_url_source == "OPENAI_BASE_URL" else "OPENAI_BASE_URL (unset)"
@@ -190,22 +220,38 @@ class OpenAIModel:
 
     def _explain(self, e: Exception) -> ModelError:
         if isinstance(e, (openai.AuthenticationError, openai.PermissionDeniedError)):
-            key = ("It came from OPENAI_API_KEY; check the key, or that it belongs to this server." if self.api_key
-                   else "No key was set (OPENAI_API_KEY is unset, so a placeholder was sent); set OPENAI_API_KEY.")
-            return ModelError(f"The API key was rejected ({e.status_code}) by {self.base_url}. {key} The base URL "
-                              f"came from {self._base_url_origin()}. Server said: {api_message(e)}")
+            key = (
+                "It came from OPENAI_API_KEY; check the key, or that it belongs to this server."
+                if self.api_key
+                else "No key was set (OPENAI_API_KEY is unset, so a placeholder was sent); set OPENAI_API_KEY."
+            )
+            return ModelError(
+                f"The API key was rejected ({e.status_code}) by {self.base_url}. {key} The base URL "
+                f"came from {self._base_url_origin()}. Server said: {api_message(e)}"
+            )
         if isinstance(e, openai.NotFoundError):
             added = " (/v1 was added to it because it had no path)" if self.v1_added else ""
-            return ModelError(f"404 Not Found from {e.response.request.url} (base URL {self.base_url}{added} from "
-                              f"{self._base_url_origin()}). Check the base URL and the model name '{self.name}' "
-                              f"(OPENAI_MODEL or --model). Server said: {api_message(e)}")
+            return ModelError(
+                f"404 Not Found from {e.response.request.url} (base URL {self.base_url}{added} from "
+                f"{self._base_url_origin()}). Check the base URL and the model name '{self.name}' "
+                f"(OPENAI_MODEL or --model). Server said: {api_message(e)}"
+            )
         if isinstance(e, (openai.APIConnectionError, httpx.TransportError)):
             timed_out = isinstance(e, (openai.APITimeoutError, httpx.TimeoutException))
-            return ModelError(unreachable_message(self.completions_url, e, timed_out=timed_out,
-                                                  idle_timeout=self.idle_timeout, origin=self._base_url_origin()))
+            return ModelError(
+                unreachable_message(
+                    self.completions_url,
+                    e,
+                    timed_out=timed_out,
+                    idle_timeout=self.idle_timeout,
+                    origin=self._base_url_origin(),
+                )
+            )
         if isinstance(e, IncompleteStream):
-            return ModelError(f"The stream from {self.completions_url} ended before the answer was finished "
-                              "(no finish_reason); the server may have crashed or cut the connection.")
+            return ModelError(
+                f"The stream from {self.completions_url} ended before the answer was finished "
+                "(no finish_reason); the server may have crashed or cut the connection."
+            )
         if isinstance(e, openai.APIStatusError):
             return ModelError(f"{self.completions_url} answered {e.status_code}: {api_message(e)}")
         return ModelError(f"{self.completions_url} failed mid-stream: {api_message(e)}")
@@ -264,8 +310,13 @@ class ChunkAccumulator:
             message["refusal"] = "".join(self.refusal)
         if self.calls:
             message["tool_calls"] = [self.calls[i] for i in sorted(self.calls)]
-        return {"id": self.id, "object": "chat.completion", "model": self.model, "usage": self.usage,
-                "choices": [{"index": 0, "message": message, "finish_reason": self.finish_reason}]}
+        return {
+            "id": self.id,
+            "object": "chat.completion",
+            "model": self.model,
+            "usage": self.usage,
+            "choices": [{"index": 0, "message": message, "finish_reason": self.finish_reason}],
+        }
 
 
 def _fresh_ids(response: ModelResponse, history: list[Message]) -> ModelResponse:
@@ -290,4 +341,6 @@ def _retryable(e: Exception) -> bool:
     # an error sent as a chunk in the middle of a stream arrives with the stream's 200 status
     body = getattr(e, "body", None)
     err = body.get("error", body) if isinstance(body, dict) else None
-    return isinstance(err, dict) and (err.get("type") in RETRYABLE_ERROR_TYPES or err.get("code") in RETRYABLE_ERROR_TYPES)
+    return isinstance(err, dict) and (
+        err.get("type") in RETRYABLE_ERROR_TYPES or err.get("code") in RETRYABLE_ERROR_TYPES
+    )

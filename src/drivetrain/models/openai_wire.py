@@ -28,10 +28,21 @@ from drivetrain.models.base import ModelResponse
 log = logging.getLogger("drivetrain.models.openai")
 
 ERROR_PREFIX = "Error: "
-_FINISH_TO_STOP = {"stop": "end_turn", "tool_calls": "tool_use", "function_call": "tool_use",
-                   "length": "max_tokens", "content_filter": "refusal"}
-_STOP_TO_FINISH = {"end_turn": "stop", "stop_sequence": "stop", "pause_turn": "stop", "tool_use": "tool_calls",
-                   "max_tokens": "length", "refusal": "content_filter"}
+_FINISH_TO_STOP = {
+    "stop": "end_turn",
+    "tool_calls": "tool_use",
+    "function_call": "tool_use",
+    "length": "max_tokens",
+    "content_filter": "refusal",
+}
+_STOP_TO_FINISH = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "pause_turn": "stop",
+    "tool_use": "tool_calls",
+    "max_tokens": "length",
+    "refusal": "content_filter",
+}
 _EMPTY_SCHEMA = {"type": "object", "properties": {}}
 
 
@@ -70,9 +81,15 @@ def to_chat_messages(system: str, messages: list[Message]) -> list[dict]:
 
 def _assistant_to_chat(msg: Message) -> list[dict]:
     text = "".join(b.text for b in msg.content if isinstance(b, TextBlock))
-    calls = [{"id": b.id, "type": "function",
-              "function": {"name": b.name, "arguments": json.dumps(b.input, ensure_ascii=False)}}
-             for b in msg.content if isinstance(b, ToolUseBlock)]
+    calls = [
+        {
+            "id": b.id,
+            "type": "function",
+            "function": {"name": b.name, "arguments": json.dumps(b.input, ensure_ascii=False)},
+        }
+        for b in msg.content
+        if isinstance(b, ToolUseBlock)
+    ]
     for b in msg.content:
         if isinstance(b, RawBlock):
             log.warning("dropped a %r block from an assistant message: chat completions cannot carry it", b.type)
@@ -89,8 +106,13 @@ def _user_to_chat(msg: Message) -> list[dict]:
     parts: list[dict] = []
     for b in msg.content:
         if isinstance(b, ToolResultBlock):
-            tool_messages.append({"role": "tool", "tool_call_id": b.tool_use_id,
-                                  "content": (ERROR_PREFIX if b.is_error else "") + b.text})
+            tool_messages.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": b.tool_use_id,
+                    "content": (ERROR_PREFIX if b.is_error else "") + b.text,
+                }
+            )
             images = [p for p in map(_image_part, b.content if isinstance(b.content, list) else []) if p]
             if images:
                 parts += [{"type": "text", "text": f"(the image(s) returned by tool call {b.tool_use_id})"}, *images]
@@ -109,7 +131,10 @@ def _user_to_chat(msg: Message) -> list[dict]:
 def _image_part(block: dict) -> dict | None:
     source = (block.get("source") or {}) if block.get("type") == "image" else {}
     if source.get("type") == "base64":
-        return {"type": "image_url", "image_url": {"url": f"data:{source.get('media_type')};base64,{source.get('data')}"}}
+        return {
+            "type": "image_url",
+            "image_url": {"url": f"data:{source.get('media_type')};base64,{source.get('data')}"},
+        }
     if source.get("type") == "url":
         return {"type": "image_url", "image_url": {"url": source.get("url")}}
     return None
@@ -132,10 +157,18 @@ def to_chat_tools(tools: list[dict]) -> list[dict]:
 def to_chat_completion(response: ModelResponse, model: str) -> dict:
     message = _assistant_to_chat(response.message) or [{"role": "assistant", "content": ""}]
     return {
-        "id": response.id or f"chatcmpl-{uuid.uuid4().hex[:24]}", "object": "chat.completion",
-        "created": int(time.time()), "model": model,
-        "choices": [{"index": 0, "message": message[0], "logprobs": None,
-                     "finish_reason": stop_reason_to_finish_reason(response.stop_reason)}],
+        "id": response.id or f"chatcmpl-{uuid.uuid4().hex[:24]}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": message[0],
+                "logprobs": None,
+                "finish_reason": stop_reason_to_finish_reason(response.stop_reason),
+            }
+        ],
         "usage": _usage_to_chat(response.usage),
     }
 
@@ -143,8 +176,12 @@ def to_chat_completion(response: ModelResponse, model: str) -> dict:
 def _usage_to_chat(u: Usage) -> dict:
     # chat counts cached prompt tokens inside prompt_tokens; the canonical input_tokens excludes them
     prompt = u.input_tokens + u.cache_read_input_tokens + u.cache_creation_input_tokens
-    return {"prompt_tokens": prompt, "completion_tokens": u.output_tokens, "total_tokens": prompt + u.output_tokens,
-            "prompt_tokens_details": {"cached_tokens": u.cache_read_input_tokens}}
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": u.output_tokens,
+        "total_tokens": prompt + u.output_tokens,
+        "prompt_tokens_details": {"cached_tokens": u.cache_read_input_tokens},
+    }
 
 
 # ------------------------------------------------------------ chat -> canonical
@@ -165,7 +202,9 @@ def from_chat_completion(data: dict) -> ModelResponse:
     reason = "refusal" if refusal else finish_reason_to_stop_reason(choice.get("finish_reason"))
     if calls and reason == "end_turn":  # some servers say "stop" after tool calls
         reason = "tool_use"
-    return ModelResponse(tuple(blocks), reason, _usage(data.get("usage")), data.get("model") or "", data.get("id") or "")
+    return ModelResponse(
+        tuple(blocks), reason, _usage(data.get("usage")), data.get("model") or "", data.get("id") or ""
+    )
 
 
 def tool_use_from_chat(call: dict) -> ToolUseBlock:
@@ -186,8 +225,12 @@ def tool_use_from_chat(call: dict) -> ToolUseBlock:
     if problem is None:
         return ToolUseBlock(call_id, name, value)
     quoted = raw if len(raw) <= 2000 else raw[:2000] + f"… ({len(raw)} characters)"
-    return InvalidToolUseBlock(call_id, name, {}, input_error=(
-        f"The arguments of this {name} call could not be used: {problem}. You sent: {quoted}"))
+    return InvalidToolUseBlock(
+        call_id,
+        name,
+        {},
+        input_error=(f"The arguments of this {name} call could not be used: {problem}. You sent: {quoted}"),
+    )
 
 
 def _usage(u: dict | None) -> Usage:
@@ -241,7 +284,7 @@ def from_chat_messages(messages: list[dict]) -> tuple[str, list[Message]]:
 def _tool_result(m: dict) -> ToolResultBlock:
     text = _text(m.get("content"))
     is_error = text.startswith(ERROR_PREFIX)
-    return ToolResultBlock(str(m.get("tool_call_id") or ""), text[len(ERROR_PREFIX):] if is_error else text, is_error)
+    return ToolResultBlock(str(m.get("tool_call_id") or ""), text[len(ERROR_PREFIX) :] if is_error else text, is_error)
 
 
 def _user_blocks(content: Any) -> tuple[Block, ...]:

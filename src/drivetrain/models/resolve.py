@@ -18,14 +18,16 @@ def detect_provider(env: dict[str, str]) -> str:
     return "local"
 
 
-def resolve_model(provider: str | None = None, model: str | None = None,
-                  env: dict[str, str] | None = None, *, batch: bool = False) -> Model:
+def resolve_model(
+    provider: str | None = None, model: str | None = None, env: dict[str, str] | None = None, *, batch: bool = False
+) -> Model:
     """``batch``: for a sweep's many runs at once, whose text nobody watches as it comes (Anthropic: whole answers
     through the aiohttp transport; the other providers as always)."""
     env = dict(os.environ) if env is None else env
     provider = provider or detect_provider(env)
     if provider == "anthropic":
         from drivetrain.models.anthropic import AnthropicModel
+
         return AnthropicModel.from_env(model, env, **({"stream": False, "aiohttp": True} if batch else {}))
     if provider == "openai":
         try:
@@ -37,7 +39,8 @@ def resolve_model(provider: str | None = None, model: str | None = None,
         try:
             from drivetrain.models.local import LocalModel
         except ImportError as e:
-            raise ConfigError(f"The local model is not available ({e}). "
-                              "Install it with: pip install 'drivetrain[local]'") from e
+            raise ConfigError(
+                f"The local model is not available ({e}). Install it with: pip install 'drivetrain[local]'"
+            ) from e
         return LocalModel.from_env(model, env)
     raise ConfigError(f"Unknown provider {provider!r}; choose one of {', '.join(PROVIDERS)}.")

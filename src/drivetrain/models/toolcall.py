@@ -111,7 +111,7 @@ _TOOLS_INTRO = (
 )
 _TOOLS_OUTRO = (
     "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
-    '<tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>'
+    '<tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>'  # noqa: E501  (the model's own template, verbatim)
 )
 
 
@@ -125,9 +125,14 @@ def system_text(system: str, tools: list[dict]) -> str:
 
 
 def _qwen_tool(tool: dict) -> dict:
-    return {"type": "function", "function": {
-        "name": tool["name"], "description": tool.get("description", ""), "parameters": tool.get("input_schema", {}),
-    }}
+    return {
+        "type": "function",
+        "function": {
+            "name": tool["name"],
+            "description": tool.get("description", ""),
+            "parameters": tool.get("input_schema", {}),
+        },
+    }
 
 
 def assistant_text(msg: Message) -> str:
@@ -141,13 +146,19 @@ def user_turns(msg: Message) -> list[str]:
     """A user message as Qwen turns ("user\\n..." strings): tool results in one turn, any text in the next."""
     results = [b for b in msg.content if isinstance(b, ToolResultBlock)]
     # Images, documents and other blocks a text-only model cannot see are named, not silently dropped.
-    texts = [b.text if isinstance(b, TextBlock) else f"[{b.type} omitted]" for b in msg.content
-             if not isinstance(b, ToolResultBlock)]
+    texts = [
+        b.text if isinstance(b, TextBlock) else f"[{b.type} omitted]"
+        for b in msg.content
+        if not isinstance(b, ToolResultBlock)
+    ]
     turns = []
     if results:
-        turns.append("user" + "".join(
-            f"\n<tool_response>\n{'Error: ' if r.is_error else ''}{r.text}\n</tool_response>" for r in results
-        ))
+        turns.append(
+            "user"
+            + "".join(
+                f"\n<tool_response>\n{'Error: ' if r.is_error else ''}{r.text}\n</tool_response>" for r in results
+            )
+        )
     if texts or not results:
         turns.append("user\n" + "\n\n".join(texts))
     return turns
@@ -194,7 +205,7 @@ def tool_call_grammar(tools: Iterable[dict], *, allow_text: bool = True) -> str:
     if not objs:
         raise ValueError("tool_call_grammar needs at least one tool")
     b.rule("call", " | ".join(objs))
-    b.rule("tagged", f'{_lit(CALL_OPEN + chr(10))} call {_lit(chr(10) + CALL_CLOSE)}')
+    b.rule("tagged", f"{_lit(CALL_OPEN + chr(10))} call {_lit(chr(10) + CALL_CLOSE)}")
     b.rule("json-calls", 'call | "[" call ( ", " call )* "]"')
     b.rule("calls", 'tagged ( "\\n" tagged )* | json-calls | "```json\\n" json-calls "\\n```"')
     if not allow_text:
@@ -269,8 +280,10 @@ class _GrammarBuilder:
             return "object"
         required = [k for k in props if k in wanted]
         optional = [k for k in props if k not in wanted]
-        kv = {k: f'{_lit(json.dumps(k, ensure_ascii=False) + ": ")} {self.schema(props[k], f"{name}-p{i}")}'
-              for i, k in enumerate(props)}
+        kv = {
+            k: f"{_lit(json.dumps(k, ensure_ascii=False) + ': ')} {self.schema(props[k], f'{name}-p{i}')}"
+            for i, k in enumerate(props)
+        }
         # Keys come in schema order: required ones first, then any subset of the optional ones.
         tail = " ".join(f'( ", " {kv[k]} )?' for k in optional)
         if required:
@@ -279,7 +292,7 @@ class _GrammarBuilder:
         # No required keys: the first present optional key has no leading comma.
         firsts = []
         for i, k in enumerate(optional):
-            rest = " ".join(f'( ", " {kv[o]} )?' for o in optional[i + 1:])
+            rest = " ".join(f'( ", " {kv[o]} )?' for o in optional[i + 1 :])
             firsts.append(f"{kv[k]} {rest}".strip())
         inner = self.rule(f"{name}-kvs", " | ".join(f"( {f} )" for f in firsts))
         return self.rule(name, f'"{{" {inner}? "}}"')

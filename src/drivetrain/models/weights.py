@@ -31,7 +31,8 @@ _COPY_BUFFER = 8 * 1024 * 1024
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """A bundled model: the file it assembles into, and the packages <package>1 … <package><parts> holding its chunks."""
+    """A bundled model: the file it assembles into, and the packages <package>1 … <package><parts> holding its
+    chunks."""
 
     key: str
     filename: str
@@ -93,7 +94,8 @@ ChunkLocator = Callable[[str], Path]
 
 
 def cache_dir(env: Mapping[str, str] | None = None) -> Path:
-    """Where assembled models live: $DRIVETRAIN_CACHE_DIR/models, else $XDG_CACHE_HOME or ~/.cache /drivetrain/models."""
+    """Where assembled models live: $DRIVETRAIN_CACHE_DIR/models, else $XDG_CACHE_HOME or ~/.cache
+    /drivetrain/models."""
     env = os.environ if env is None else env
     root = env.get(ENV_CACHE)
     if root:
@@ -124,7 +126,10 @@ def bundled_spec(choice: str) -> ModelSpec | None:
 
 
 def resolve_model(
-    model: str | os.PathLike | None = None, *, env: Mapping[str, str] | None = None, locate: ChunkLocator = installed_chunk
+    model: str | os.PathLike | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    locate: ChunkLocator = installed_chunk,
 ) -> Path:
     """Turn a model choice into a verified GGUF path.
 
@@ -212,9 +217,7 @@ def _assemble(spec: ModelSpec, chunks: Iterable[Path], target: Path) -> None:
             os.fsync(out.fileno())
         size = tmp.stat().st_size
         if size != spec.size:
-            raise ConfigError(
-                f"assembled {spec.key} is {size:,} bytes, expected {spec.size:,}. {spec.repair_hint}"
-            )
+            raise ConfigError(f"assembled {spec.key} is {size:,} bytes, expected {spec.size:,}. {spec.repair_hint}")
         if digest.hexdigest() != spec.sha256:
             raise ConfigError(
                 f"assembled {spec.key} has sha256 {digest.hexdigest()}, expected {spec.sha256}: "

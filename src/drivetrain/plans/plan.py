@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from drivetrain.agent import Agent
 from drivetrain.errors import HarnessError
@@ -26,9 +27,13 @@ from drivetrain.loop.profile import FULL
 FORMAT_VERSION = 1
 DEFAULT_MAX_TURNS = 8
 STATUSES = ("pending", "running", "done", "failed", "skipped")
-COLOURS = {"pending": "fill:#eeeeee,stroke:#999999", "running": "fill:#fff3b0,stroke:#c9a400",
-           "done": "fill:#c8f0c8,stroke:#2e8b57", "failed": "fill:#f8c8c8,stroke:#c0392b",
-           "skipped": "fill:#f4f4f4,stroke:#bbbbbb,stroke-dasharray:4,color:#999999"}
+COLOURS = {
+    "pending": "fill:#eeeeee,stroke:#999999",
+    "running": "fill:#fff3b0,stroke:#c9a400",
+    "done": "fill:#c8f0c8,stroke:#2e8b57",
+    "failed": "fill:#f8c8c8,stroke:#c0392b",
+    "skipped": "fill:#f4f4f4,stroke:#bbbbbb,stroke-dasharray:4,color:#999999",
+}
 _ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 
@@ -48,8 +53,13 @@ class Step:
     model: str | None = None  # a model for this step only (None: the run's)
 
     def to_json(self) -> dict:
-        out: dict[str, Any] = {"id": self.id, "goal": self.goal, "depends_on": list(self.depends_on),
-                               "tools": list(self.tools), "max_turns": self.max_turns}
+        out: dict[str, Any] = {
+            "id": self.id,
+            "goal": self.goal,
+            "depends_on": list(self.depends_on),
+            "tools": list(self.tools),
+            "max_turns": self.max_turns,
+        }
         for name in ("max_tokens", "check", "model"):
             if getattr(self, name) is not None:
                 out[name] = getattr(self, name)
@@ -64,23 +74,23 @@ class Step:
             raise PlanError(f"{where} has unknown field(s): {', '.join(sorted(unknown))}")
         sid, goal = data.get("id"), data.get("goal")
         if not isinstance(sid, str) or not _ID.match(sid):
-            raise PlanError(f"{where}: \"id\" must be a short name (letters, digits, _ . -), got {sid!r}")
+            raise PlanError(f'{where}: "id" must be a short name (letters, digits, _ . -), got {sid!r}')
         if not isinstance(goal, str) or not goal.strip():
-            raise PlanError(f"step {sid}: \"goal\" must be a non-empty string")
+            raise PlanError(f'step {sid}: "goal" must be a non-empty string')
         deps, tools = data.get("depends_on", []), data.get("tools", [])
         for name, value in (("depends_on", deps), ("tools", tools)):
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-                raise PlanError(f"step {sid}: \"{name}\" must be a list of strings")
+                raise PlanError(f'step {sid}: "{name}" must be a list of strings')
         turns, tokens = data.get("max_turns", DEFAULT_MAX_TURNS), data.get("max_tokens")
         if not isinstance(turns, int) or isinstance(turns, bool) or turns < 1:
-            raise PlanError(f"step {sid}: \"max_turns\" must be a whole number of at least 1")
+            raise PlanError(f'step {sid}: "max_turns" must be a whole number of at least 1')
         if tokens is not None and (not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 1):
-            raise PlanError(f"step {sid}: \"max_tokens\" must be a whole number of at least 1, or absent")
+            raise PlanError(f'step {sid}: "max_tokens" must be a whole number of at least 1, or absent')
         check, model = data.get("check"), data.get("model")
         if check is not None and (not isinstance(check, str) or not check.strip()):
-            raise PlanError(f"step {sid}: \"check\" must be a shell command, or absent")
+            raise PlanError(f'step {sid}: "check" must be a shell command, or absent')
         if model is not None and not isinstance(model, str):
-            raise PlanError(f"step {sid}: \"model\" must be a string, or absent")
+            raise PlanError(f'step {sid}: "model" must be a string, or absent')
         return cls(sid, goal.strip(), tuple(deps), tuple(tools), turns, tokens, check, model)
 
 
@@ -134,7 +144,7 @@ class Plan:
             path.append(node)
             for d in deps[node]:
                 if colour.get(d) == 1:
-                    return path[path.index(d):] + [d]
+                    return path[path.index(d) :] + [d]
                 if d not in colour and (found := visit(d)):
                     return found
             path.pop()
@@ -146,8 +156,9 @@ class Plan:
                 return list(reversed(found))  # in the direction the work flows: a -> b -> a
         return None
 
-    def validate(self, known_tools: Iterable[str] | None = None, budget: Budget | None = None, *,
-                 max_turns: int | None = None) -> list[str]:
+    def validate(
+        self, known_tools: Iterable[str] | None = None, budget: Budget | None = None, *, max_turns: int | None = None
+    ) -> list[str]:
         """What is wrong with the plan, one sentence each (empty: nothing). ``budget``/``max_turns``: the run's
         limits; the steps' budgets added up must fit in them, and in the plan's own."""
         problems: list[str] = []
@@ -187,8 +198,10 @@ class Plan:
                 continue
             unbounded = [s.id for s in self.steps if s.max_tokens is None]
             if unbounded:
-                out.append(f"{whose} token limit is {limit}, so every step needs a max_tokens "
-                           f"(missing: {', '.join(unbounded)})")
+                out.append(
+                    f"{whose} token limit is {limit}, so every step needs a max_tokens "
+                    f"(missing: {', '.join(unbounded)})"
+                )
             elif (tokens := sum(s.max_tokens or 0 for s in self.steps)) > limit:
                 out.append(f"the steps' max_tokens add up to {tokens}, over {whose} limit of {limit} tokens")
         return out
@@ -217,8 +230,9 @@ class Plan:
             raise PlanError('a plan is a JSON object: {"steps": [...]}')
         version = data.get("version", FORMAT_VERSION)
         if version != FORMAT_VERSION:
-            raise PlanError(f"plan format version {version!r} is not supported "
-                            f"(this drivetrain reads version {FORMAT_VERSION})")
+            raise PlanError(
+                f"plan format version {version!r} is not supported (this drivetrain reads version {FORMAT_VERSION})"
+            )
         steps = data.get("steps")
         if not isinstance(steps, list):
             raise PlanError('a plan needs "steps": a list of step objects')
@@ -226,8 +240,12 @@ class Plan:
         if not isinstance(budget, Mapping) or set(budget) - {"max_turns", "max_tokens"}:
             raise PlanError('"budget" is an object with "max_turns" and/or "max_tokens"')
         task = data.get("task", "")
-        return cls(tuple(Step.from_json(s, f"step {i + 1}") for i, s in enumerate(steps)),
-                   task if isinstance(task, str) else "", budget.get("max_turns"), budget.get("max_tokens"))
+        return cls(
+            tuple(Step.from_json(s, f"step {i + 1}") for i, s in enumerate(steps)),
+            task if isinstance(task, str) else "",
+            budget.get("max_turns"),
+            budget.get("max_tokens"),
+        )
 
     def replace_subtree(self, step_id: str, replacement: Iterable[Step]) -> Plan:
         """This plan with ``step_id`` and its dependants replaced by ``replacement`` (re-planning)."""
@@ -244,7 +262,9 @@ class Plan:
             state = f" [{statuses[s.id]}]" if statuses and s.id in statuses else ""
             lines.append(f"{i}. {s.id}{state}: {s.goal}")
             after = f"after {', '.join(s.depends_on)}" if s.depends_on else "first"
-            budget = f"{s.max_turns} turn{'s' if s.max_turns != 1 else ''}" + (f", {s.max_tokens:,} tokens" if s.max_tokens else "")
+            budget = f"{s.max_turns} turn{'s' if s.max_turns != 1 else ''}" + (
+                f", {s.max_tokens:,} tokens" if s.max_tokens else ""
+            )
             lines.append(f"   {after}; tools: {', '.join(s.tools) or 'none'}; budget: {budget}")
             if s.check:
                 lines.append(f"   check: {s.check}")
@@ -257,8 +277,11 @@ class Plan:
         for s in self.steps:
             label = f"<b>{s.id}</b><br/>{_short(s.goal)}"
             if statuses and s.id in statuses:
-                label += f"<br/><i>{statuses[s.id]}" + (f" · {timings[s.id]:.1f}s" if timings and
-                                                       timings.get(s.id) is not None else "") + "</i>"
+                label += (
+                    f"<br/><i>{statuses[s.id]}"
+                    + (f" · {timings[s.id]:.1f}s" if timings and timings.get(s.id) is not None else "")
+                    + "</i>"
+                )
             lines.append(f'    {names[s.id]}["{_escape(label)}"]')
         for s in self.steps:
             lines += [f"    {names[d]} --> {names[s.id]}" for d in s.depends_on if d in names]
@@ -292,8 +315,9 @@ means the step is done, or null"}]}
 "max_tokens" is optional unless a token limit is given below. Keep the plan small: as few steps as the task needs."""
 
 
-def planning_prompt(task: str, tools: Mapping[str, str], *, budget: Budget | None = None,
-                    max_turns: int | None = None) -> str:
+def planning_prompt(
+    task: str, tools: Mapping[str, str], *, budget: Budget | None = None, max_turns: int | None = None
+) -> str:
     listed = "\n".join(f"- {name}: {_short(desc, 100)}" for name, desc in tools.items()) or "- (none)"
     limits = []
     if max_turns is not None:
@@ -309,7 +333,7 @@ def parse_plan(text: str, task: str = "") -> Plan:
     fenced = re.findall(r"```(?:json|JSON)?\s*\n(.*?)```", text, re.S)
     candidates = [b for b in fenced if b.strip().startswith("{")]
     if not candidates and "{" in text and "}" in text:
-        candidates = [text[text.index("{"): text.rindex("}") + 1]]
+        candidates = [text[text.index("{") : text.rindex("}") + 1]]
     if not candidates:
         raise PlanError("the answer holds no JSON object")
     try:
@@ -330,8 +354,11 @@ async def make_plan(agent: Agent, task: str, *, budget: Budget | None = None, ma
     problems: list[str] = []
     for attempt in range(2):
         if attempt:
-            run.submit("That plan cannot be used:\n" + "\n".join(f"- {p}" for p in problems)
-                       + "\n\nAnswer with the whole corrected plan as one ```json block.")
+            run.submit(
+                "That plan cannot be used:\n"
+                + "\n".join(f"- {p}" for p in problems)
+                + "\n\nAnswer with the whole corrected plan as one ```json block."
+            )
         result = await run.finish()
         if result.is_error:
             raise PlanError(f"the model gave no plan: {result.note or result.result or result.subtype}")
@@ -342,31 +369,48 @@ async def make_plan(agent: Agent, task: str, *, budget: Budget | None = None, ma
             problems = [str(e)]
         if not problems:
             return plan
-    raise PlanError("the model's plan was rejected twice; the problems with the second one:\n"
-                    + "\n".join(f"  - {p}" for p in problems))
+    raise PlanError(
+        "the model's plan was rejected twice; the problems with the second one:\n"
+        + "\n".join(f"  - {p}" for p in problems)
+    )
 
 
 def planner_for(agent: Agent) -> Agent:
     """An agent with the same model and session store that cannot call tools: it only answers."""
-    return Agent(model=agent.model, tools=[], system=PLANNER_SYSTEM, cwd=agent.cwd, store=agent.store,
-                 observers=list(agent.observers), profile=FULL, max_tokens=agent.max_tokens)
+    return Agent(
+        model=agent.model,
+        tools=[],
+        system=PLANNER_SYSTEM,
+        cwd=agent.cwd,
+        store=agent.store,
+        observers=list(agent.observers),
+        profile=FULL,
+        max_tokens=agent.max_tokens,
+    )
 
 
 # ---------------------------------------------------------------- re-planning a failed subtree
 
-async def replan(agent: Agent, plan: Plan, step_id: str, failure: str,
-                 known_tools: Iterable[str] | None = None) -> Plan | None:
+
+async def replan(
+    agent: Agent, plan: Plan, step_id: str, failure: str, known_tools: Iterable[str] | None = None
+) -> Plan | None:
     """Ask the model for a replacement of ``step_id`` and its dependants, after it failed as ``failure`` says.
 
     Returns the new plan, or None when the answer is unusable (the next escalation then applies)."""
     subtree = [plan.step(step_id), *(plan.step(i) for i in plan.dependants(step_id))]
     tools = list(known_tools) if known_tools is not None else [t.name for t in agent.tools]
-    prompt = (f"Task: {plan.task}\n\nThis part of the plan failed, even after one retry:\n```json\n"
-              + json.dumps({"steps": [s.to_json() for s in subtree]}, indent=1)
-              + f"\n```\nStep {step_id} failed:\n{failure}\n\nSteps outside this part, which you may depend on: "
-              + (", ".join(i for i in plan.ids if i not in {s.id for s in subtree}) or "none")
-              + ".\nGive a replacement for this part: the same steps with revised goals, or different steps "
-              + "(ids not used by the other steps). Tools the steps may use: " + ", ".join(tools) + ".\n" + SCHEMA)
+    prompt = (
+        f"Task: {plan.task}\n\nThis part of the plan failed, even after one retry:\n```json\n"
+        + json.dumps({"steps": [s.to_json() for s in subtree]}, indent=1)
+        + f"\n```\nStep {step_id} failed:\n{failure}\n\nSteps outside this part, which you may depend on: "
+        + (", ".join(i for i in plan.ids if i not in {s.id for s in subtree}) or "none")
+        + ".\nGive a replacement for this part: the same steps with revised goals, or different steps "
+        + "(ids not used by the other steps). Tools the steps may use: "
+        + ", ".join(tools)
+        + ".\n"
+        + SCHEMA
+    )
     result = await planner_for(agent).run(prompt)
     if result.is_error:
         return None
@@ -382,8 +426,13 @@ def step_agent(base: Agent, step: Step) -> Agent:
     budget = replace(base.budget) if base.budget is not None else Budget()
     if step.max_tokens is not None:
         budget = replace(budget, tokens=min(step.max_tokens, budget.tokens or step.max_tokens))
-    return replace(base, tools=[t for t in base.tools if t.name in step.tools], max_turns=step.max_turns,
-                   budget=budget, observers=list(base.observers))
+    return replace(
+        base,
+        tools=[t for t in base.tools if t.name in step.tools],
+        max_turns=step.max_turns,
+        budget=budget,
+        observers=list(base.observers),
+    )
 
 
 __all__ = ["FORMAT_VERSION", "Plan", "PlanError", "Step", "make_plan", "parse_plan", "replan", "step_agent"]

@@ -25,17 +25,18 @@ import json
 import os
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Any
 
-from drivetrain.loop.events import Event
 from drivetrain.agent import Agent
+from drivetrain.host.procs import run_command
+from drivetrain.loop.events import Event
 from drivetrain.loop.result import RunResult
 from drivetrain.messages import Usage
 from drivetrain.plans.plan import Plan, PlanError, Step, replan
 from drivetrain.pricing import cost_usd
-from drivetrain.host.procs import run_command
 
 STATE_VERSION = 1
 CHECK_TIMEOUT_S = 300.0
@@ -107,8 +108,9 @@ class PlanResult:
     def result(self) -> str:
         """The final answers of the steps nothing depends on; or what failed."""
         if self.is_error:
-            bad = [f"step {i} {n.status}: {n.error}" for i, n in self.nodes.items()
-                   if n.status in ("failed", "pending")]
+            bad = [
+                f"step {i} {n.status}: {n.error}" for i, n in self.nodes.items() if n.status in ("failed", "pending")
+            ]
             skipped = [i for i, n in self.nodes.items() if n.status == "skipped"]
             return "\n".join(bad + ([f"skipped (after a failed step): {', '.join(skipped)}"] if skipped else []))
         needed = {d for s in self.plan.steps for d in s.depends_on}
@@ -135,30 +137,57 @@ class PlanResult:
 
     def to_json(self) -> dict:
         costs = [n.cost_usd for n in self.nodes.values() if n.cost_usd is not None]
-        return {"type": "result", "subtype": self.subtype, "is_error": self.is_error, "result": self.result,
-                "num_turns": sum(n.num_turns for n in self.nodes.values()), "duration_ms": self.duration_ms,
-                "usage": self.usage.to_wire(), "total_cost_usd": round(sum(costs), 6) if costs else None,
-                "run_id": self.run_id, "state_path": str(self.state_path),
-                "nodes": {i: n.to_json() for i, n in self.nodes.items()}, "mermaid": self.mermaid()}
+        return {
+            "type": "result",
+            "subtype": self.subtype,
+            "is_error": self.is_error,
+            "result": self.result,
+            "num_turns": sum(n.num_turns for n in self.nodes.values()),
+            "duration_ms": self.duration_ms,
+            "usage": self.usage.to_wire(),
+            "total_cost_usd": round(sum(costs), 6) if costs else None,
+            "run_id": self.run_id,
+            "state_path": str(self.state_path),
+            "nodes": {i: n.to_json() for i, n in self.nodes.items()},
+            "mermaid": self.mermaid(),
+        }
 
 
-async def apply_plan(plan: Plan, make_agent: Callable[[Step], Agent], *, state_path: str | Path, concurrency: int = 2,
-                   on_event: Callable[[PlanEvent], None] | None = None, resume: bool = False, ask: Ask | None = None,
-                   replan_failed: bool = True, check_timeout: float = CHECK_TIMEOUT_S) -> PlanResult:
+async def apply_plan(
+    plan: Plan,
+    make_agent: Callable[[Step], Agent],
+    *,
+    state_path: str | Path,
+    concurrency: int = 2,
+    on_event: Callable[[PlanEvent], None] | None = None,
+    resume: bool = False,
+    ask: Ask | None = None,
+    replan_failed: bool = True,
+    check_timeout: float = CHECK_TIMEOUT_S,
+) -> PlanResult:
     """Run ``plan`` to the end (see the module's notes); cancelling it saves the state for ``resume``."""
     if problems := plan.validate():
         raise PlanError("the plan is not valid:\n" + "\n".join(f"  - {p}" for p in problems))
-    scheduler = Scheduler(plan, make_agent, Path(state_path), max(1, concurrency), on_event, ask, replan_failed,
-                          check_timeout)
+    scheduler = Scheduler(
+        plan, make_agent, Path(state_path), max(1, concurrency), on_event, ask, replan_failed, check_timeout
+    )
     if resume:
         scheduler.load()
     return await scheduler.run()
 
 
 class Scheduler:
-    def __init__(self, plan: Plan, make_agent: Callable[[Step], Agent], state_path: Path, concurrency: int,
-                 on_event: Callable[[PlanEvent], None] | None, ask: Ask | None, replan_failed: bool,
-                 check_timeout: float):
+    def __init__(
+        self,
+        plan: Plan,
+        make_agent: Callable[[Step], Agent],
+        state_path: Path,
+        concurrency: int,
+        on_event: Callable[[PlanEvent], None] | None,
+        ask: Ask | None,
+        replan_failed: bool,
+        check_timeout: float,
+    ):
         self.source, self.plan = plan, plan
         self.make_agent, self.state_path, self.concurrency = make_agent, state_path, concurrency
         self.on_event, self.ask, self.replan_failed, self.check_timeout = on_event, ask, replan_failed, check_timeout
@@ -176,19 +205,33 @@ class Scheduler:
         if data.get("version") != STATE_VERSION:
             raise PlanError(f"{self.state_path}: plan state version {data.get('version')!r} is not supported")
         if Plan.from_json(data["source"]).to_json() != self.source.to_json():
-            raise PlanError(f"the plan has changed since the run saved at {self.state_path} started; "
-                            "run it afresh instead of resuming")
+            raise PlanError(
+                f"the plan has changed since the run saved at {self.state_path} started; "
+                "run it afresh instead of resuming"
+            )
         self.plan = Plan.from_json(data["plan"])
         self.run_id, self.started_at = data["run_id"], data["started_at"]
         saved = {i: Node.from_json(n) for i, n in data["nodes"].items()}
         # done stays done; a node that was running (the process died), failed or skipped starts over
-        self.nodes = {s.id: saved[s.id] if s.id in saved and saved[s.id].status == "done"
-                      else Node(replanned=saved[s.id].replanned if s.id in saved else False) for s in self.plan.steps}
+        self.nodes = {
+            s.id: saved[s.id]
+            if s.id in saved and saved[s.id].status == "done"
+            else Node(replanned=saved[s.id].replanned if s.id in saved else False)
+            for s in self.plan.steps
+        }
 
     def save(self, status: str = "running") -> None:
-        data = {"version": STATE_VERSION, "kind": "drivetrain.plan_run", "run_id": self.run_id, "status": status,
-                "started_at": self.started_at, "updated_at": time.time(), "source": self.source.to_json(),
-                "plan": self.plan.to_json(), "nodes": {i: n.to_json() for i, n in self.nodes.items()}}
+        data = {
+            "version": STATE_VERSION,
+            "kind": "drivetrain.plan_run",
+            "run_id": self.run_id,
+            "status": status,
+            "started_at": self.started_at,
+            "updated_at": time.time(),
+            "source": self.source.to_json(),
+            "plan": self.plan.to_json(),
+            "nodes": {i: n.to_json() for i, n in self.nodes.items()},
+        }
         write_atomic(self.state_path, json.dumps(data, indent=1))
 
     # -- driving
@@ -229,8 +272,9 @@ class Scheduler:
                 self.nodes[step_id] = replace(Node(), replanned=self.nodes[step_id].replanned)
             self.save("interrupted")
             raise
-        result = PlanResult(self.plan, self.nodes, self.run_id, self.state_path,
-                            int((time.time() - self.started_at) * 1000))
+        result = PlanResult(
+            self.plan, self.nodes, self.run_id, self.state_path, int((time.time() - self.started_at) * 1000)
+        )
         self.save("success" if not result.is_error else "failed")
         self.emit("plan_finished", None, subtype=result.subtype, mermaid=result.mermaid())
         return result
@@ -242,8 +286,15 @@ class Scheduler:
         if error is not None:  # a harness failure: the step fails, the rest of the plan goes on
             node.status, node.error = "failed", f"{type(error).__name__}: {error}"
         node.finished_at = node.finished_at or time.time()
-        self.emit("node_finished", step_id, status=node.status, result=node.result, error=node.error,
-                  duration_s=node.duration_s, attempts=node.attempts)
+        self.emit(
+            "node_finished",
+            step_id,
+            status=node.status,
+            result=node.result,
+            error=node.error,
+            duration_s=node.duration_s,
+            attempts=node.attempts,
+        )
 
     def _skip_after_failures(self) -> None:
         for _ in self.plan.steps:  # plan order is not dependency order: once per step covers the longest chain
@@ -308,8 +359,10 @@ class Scheduler:
                         return "failed"
                 break
             # each try gets the step's own budget again: the limits count from the prompt (loop/budget.py)
-            run.submit(f"The step is not done yet. {failure}\n\nFix this, then end your turn."
-                       + (f"\n\nGuidance from the person: {guidance}" if guidance else ""))
+            run.submit(
+                f"The step is not done yet. {failure}\n\nFix this, then end your turn."
+                + (f"\n\nGuidance from the person: {guidance}" if guidance else "")
+            )
 
     def _account(self, node: Node, agent: Agent, result: RunResult) -> None:
         node.num_turns, node.usage = result.num_turns, result.usage.to_wire()  # the session's totals so far
@@ -338,8 +391,10 @@ class Scheduler:
         # the failed step and its dependants go: they were pending (waiting on it), so no work is lost
         old, gone = set(self.plan.ids), {step.id, *self.plan.dependants(step.id)}
         self.plan = new
-        self.nodes = {s.id: self.nodes[s.id] if s.id not in gone and s.id in self.nodes else Node(replanned=True)
-                      for s in new.steps}
+        self.nodes = {
+            s.id: self.nodes[s.id] if s.id not in gone and s.id in self.nodes else Node(replanned=True)
+            for s in new.steps
+        }
         fresh = [s.to_json() for s in new.steps if s.id in gone or s.id not in old]
         self.emit("replanned", step.id, replaced=sorted(gone), steps=fresh)
         self.save()

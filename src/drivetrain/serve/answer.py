@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 import json
 import traceback
-from typing import TYPE_CHECKING, Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -68,8 +69,9 @@ def json_response(obj: Any, status: int = 200, headers: dict[str, str] | None = 
 # ----------------------------------------------------------------- through the Model seam
 
 
-async def from_model(request: Request, state: ServeState, fields: dict, stream: bool,
-                     writer: StreamWriter | None, to_json) -> Response | EventStream:
+async def from_model(
+    request: Request, state: ServeState, fields: dict, stream: bool, writer: StreamWriter | None, to_json
+) -> Response | EventStream:
     if not state.admission.try_acquire():
         await unless_disconnected(request.receive, state.admission.acquire())
     call = ModelCall(state.model, state.admission, fields, stream)
@@ -128,8 +130,9 @@ def _failed(state: ServeState, e: BaseException) -> HTTPError:
 # ----------------------------------------------------------------- straight to the upstream
 
 
-async def forwarded(request: Request, state: ServeState, body: dict, stream: bool,
-                    writer: StreamWriter | None, path_suffix: str = "") -> Response | EventStream:
+async def forwarded(
+    request: Request, state: ServeState, body: dict, stream: bool, writer: StreamWriter | None, path_suffix: str = ""
+) -> Response | EventStream:
     upstream, usage = state.upstream, request.scope["drivetrain.usage"]
     if not state.admission.try_acquire():
         await unless_disconnected(request.receive, state.admission.acquire())
@@ -148,10 +151,7 @@ async def forwarded(request: Request, state: ServeState, body: dict, stream: boo
         await asyncio.wait((sending, watch), timeout=state.settings.commit_after, return_when=asyncio.FIRST_COMPLETED)
         if watch.done():
             raise ClientGone()
-        if sending.done():
-            frames = relay(sending.result(), usage)
-        else:
-            frames = _late(state, sending, writer, usage)
+        frames = relay(sending.result(), usage) if sending.done() else _late(state, sending, writer, usage)
     except BaseException:
         watch.cancel()
         sending.cancel()

@@ -72,8 +72,12 @@ def request_fields(body: Any) -> dict:
     system = body.get("system") or ""
     if isinstance(system, list):
         system = "\n\n".join(b["text"] for b in system)
-    fields: dict[str, Any] = {"messages": history, "system": system, "tools": list(body.get("tools") or []),
-                              "max_tokens": body["max_tokens"]}
+    fields: dict[str, Any] = {
+        "messages": history,
+        "system": system,
+        "tools": list(body.get("tools") or []),
+        "max_tokens": body["max_tokens"],
+    }
     if body.get("stop_sequences"):
         fields["stop_sequences"] = list(body["stop_sequences"])
     if body.get("temperature") is not None:
@@ -101,8 +105,9 @@ def _extra_problems(body: dict) -> list[str]:
         if not isinstance(tool, dict):
             problems.append(f"tools.{j}: must be an object")
     temperature = body.get("temperature")
-    if temperature is not None and (isinstance(temperature, bool) or not isinstance(temperature, (int, float))
-                                    or not 0 <= temperature <= 1):
+    if temperature is not None and (
+        isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0 <= temperature <= 1
+    ):
         problems.append(f"temperature: must be a number from 0 to 1, got {temperature!r}")
     choice = body.get("tool_choice")
     if choice is not None:
@@ -116,9 +121,13 @@ def _extra_problems(body: dict) -> list[str]:
 
 def to_message(response: ModelResponse, msg_id: str, model: str) -> dict:
     return {
-        "id": msg_id, "type": "message", "role": "assistant", "model": model,
+        "id": msg_id,
+        "type": "message",
+        "role": "assistant",
+        "model": model,
         "content": [b.to_wire() for b in response.content],
-        "stop_reason": response.stop_reason, "stop_sequence": None,  # the Model seam does not say which one matched
+        "stop_reason": response.stop_reason,
+        "stop_sequence": None,  # the Model seam does not say which one matched
         "usage": response.usage.to_wire(),
     }
 
@@ -135,15 +144,25 @@ class _Events(StreamWriter):
 
     def open(self) -> bytes:
         usage = {"input_tokens": 0, "output_tokens": 0, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
-        start = {"id": self.msg_id, "type": "message", "role": "assistant", "model": self.model, "content": [],
-                 "stop_reason": None, "stop_sequence": None, "usage": usage}
+        start = {
+            "id": self.msg_id,
+            "type": "message",
+            "role": "assistant",
+            "model": self.model,
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": usage,
+        }
         return _frame("message_start", {"type": "message_start", "message": start}) + self.keepalive_frame
 
     def text(self, piece: str) -> bytes:
         out = b""
         if not self.text_open:
-            out = _frame("content_block_start", {"type": "content_block_start", "index": 0,
-                                                 "content_block": {"type": "text", "text": ""}})
+            out = _frame(
+                "content_block_start",
+                {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+            )
             self.text_open = True
         return out + _frame("content_block_delta", _text_delta(piece))
 
@@ -167,12 +186,12 @@ def tail_events(message: dict, streamed: str) -> list[tuple[str, dict]]:
         return [e for e in events if e[0] not in ("message_start", "ping")]
     blocks = message["content"]
     if blocks and blocks[0].get("type") == "text" and blocks[0]["text"].startswith(streamed):
-        rest_text, rest = blocks[0]["text"][len(streamed):], blocks[1:]
+        rest_text, rest = blocks[0]["text"][len(streamed) :], blocks[1:]
     else:
         # The text was spread over several blocks (or reshaped after streaming): what was sent stands as
         # block 0, the rest of the text joins it, and the other blocks follow in their order.
         all_text = "".join(b["text"] for b in blocks if b.get("type") == "text")
-        rest_text = all_text[len(streamed):] if all_text.startswith(streamed) else ""
+        rest_text = all_text[len(streamed) :] if all_text.startswith(streamed) else ""
         rest = [b for b in blocks if b.get("type") != "text"]
     out = [("content_block_delta", _text_delta(rest_text))] if rest_text else []
     out.append(("content_block_stop", {"type": "content_block_stop", "index": 0}))

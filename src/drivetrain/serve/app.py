@@ -8,7 +8,7 @@ import hmac
 import ipaddress
 import time
 import traceback
-from typing import Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from urllib.parse import unquote
 
 from starlette.requests import Request
@@ -48,7 +48,7 @@ def build_app(state: ServeState):
         if scope["type"] == "lifespan":
             return await _lifespan(state, receive, send)
         if scope["type"] != "http":
-            return
+            return None
         await _guarded(state, scope, receive, send)
 
     return app
@@ -101,15 +101,21 @@ async def _guarded(state: ServeState, scope: dict, receive, send) -> None:
 
 def _refusal(state: ServeState, method: str, path: str, headers: dict[str, str]) -> HTTPError | None:
     if state.draining:
-        return HTTPError(503, "drivetrain serve is shutting down; retry on another instance",
-                         headers={"connection": "close", "retry-after": "1"})
+        return HTTPError(
+            503,
+            "drivetrain serve is shutting down; retry on another instance",
+            headers={"connection": "close", "retry-after": "1"},
+        )
     if is_loopback(state.settings.host):
         # On a loopback address, answer only requests addressed to a loopback name (DNS-rebinding guard).
         host = (headers.get("host") or "localhost").strip()
         name = host[1:].partition("]")[0] if host.startswith("[") else host.rpartition(":")[0] or host
         if not is_loopback(name) and name != state.settings.host:
-            return HTTPError(403, f"Host {host!r} is not a loopback name; this server only answers requests "
-                                  "addressed to 127.0.0.1 or localhost.")
+            return HTTPError(
+                403,
+                f"Host {host!r} is not a loopback name; this server only answers requests "
+                "addressed to 127.0.0.1 or localhost.",
+            )
     key = state.settings.api_key
     if key is not None:
         given = [headers.get("x-api-key", "")]
@@ -135,15 +141,20 @@ async def _dispatch(state: ServeState, scope: dict, receive, send, path: str, di
         elif any(p == path for _, p in ROUTES):
             raise HTTPError(405, f"{method} {path} is not allowed; use POST")
         else:
-            raise HTTPError(404, f"Not found: {method} {path}. This server answers POST /v1/messages, "
-                                 "POST /v1/chat/completions, GET /v1/models, GET /health and GET /metrics.")
+            raise HTTPError(
+                404,
+                f"Not found: {method} {path}. This server answers POST /v1/messages, "
+                "POST /v1/chat/completions, GET /v1/models, GET /health and GET /metrics.",
+            )
     except ClientGone:
         return
     except HTTPError as e:
         response = _error_response(dialect, e)
     except Exception as e:  # a bug: a one-line answer for the client, the traceback in the server's log
         state.log("".join(traceback.format_exception(e)).rstrip())
-        response = _error_response(dialect, HTTPError(500, f"internal error in drivetrain serve: {type(e).__name__}: {e}"))
+        response = _error_response(
+            dialect, HTTPError(500, f"internal error in drivetrain serve: {type(e).__name__}: {e}")
+        )
     await response(scope, receive, send)
 
 
@@ -165,9 +176,15 @@ def _info(state: ServeState, path: str) -> Response:
         return json_response({"status": "ok", "model": name})
     if path == "/metrics":
         return Response(state.metrics.render(name), media_type="text/plain; version=0.0.4")
-    entry = {"id": name, "object": "model", "created": state.created, "owned_by": "drivetrain",
-             "type": "model", "display_name": name,
-             "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(state.created))}
+    entry = {
+        "id": name,
+        "object": "model",
+        "created": state.created,
+        "owned_by": "drivetrain",
+        "type": "model",
+        "display_name": name,
+        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(state.created)),
+    }
     if path in ("/v1/models", "/models"):
         # both APIs' list shapes at once: OpenAI reads object/data, Anthropic data/has_more/first_id/last_id
         return json_response({"object": "list", "data": [entry], "has_more": False, "first_id": name, "last_id": name})

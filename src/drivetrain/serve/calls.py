@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from typing import Any, AsyncIterator, Awaitable, Callable, TypeVar
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
 
 from drivetrain.models.base import Model, ModelRequest, ModelResponse
 from drivetrain.serve.errors import overloaded
@@ -55,8 +56,11 @@ class Admission:
         if len(self._waiting) >= self.queue:
             self.metrics.rejected += 1
             wait = self.retry_after()
-            raise overloaded(wait, f"the model is busy: {self.running} request(s) running and {len(self._waiting)} "
-                                   f"waiting, which is all the queue holds; retry in about {wait} s")
+            raise overloaded(
+                wait,
+                f"the model is busy: {self.running} request(s) running and {len(self._waiting)} "
+                f"waiting, which is all the queue holds; retry in about {wait} s",
+            )
         turn = asyncio.get_running_loop().create_future()
         self._waiting.append(turn)
         self.metrics.queued += 1
@@ -135,7 +139,7 @@ class ModelCall:
         """The next text piece, the finished response (raises the model's error), or None after ``timeout``."""
         try:
             item = await asyncio.wait_for(self._events.get(), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return None
         return self.task.result() if item is _DONE else item
 
@@ -147,11 +151,15 @@ class EventStream:
     """An ASGI ``text/event-stream`` answer: each frame of ``frames`` is sent as soon as it is made,
     and the stream is cancelled (its ``finally`` runs) the moment the client hangs up."""
 
-    def __init__(self, frames: AsyncIterator[bytes], headers: dict[str, str] | None = None,
-                 watch: asyncio.Future | None = None):
+    def __init__(
+        self, frames: AsyncIterator[bytes], headers: dict[str, str] | None = None, watch: asyncio.Future | None = None
+    ):
         self.frames, self.watch = frames, watch  # watch: the request's until_disconnect task, if it has one
-        self.headers = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"),
-                        (b"x-accel-buffering", b"no")]  # a proxy in front must not hold the events back
+        self.headers = [
+            (b"content-type", b"text/event-stream"),
+            (b"cache-control", b"no-cache"),
+            (b"x-accel-buffering", b"no"),
+        ]  # a proxy in front must not hold the events back
         self.headers += [(k.encode(), v.encode()) for k, v in (headers or {}).items()]
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:

@@ -6,9 +6,16 @@ import json
 
 from drivetrain.errors import HarnessError
 
-_ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-                    404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error",
-                    503: "overloaded_error", 529: "overloaded_error"}
+_ANTHROPIC_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    503: "overloaded_error",
+    529: "overloaded_error",
+}
 _OPENAI_TYPES = {401: "invalid_request_error", 403: "permission_error", 429: "rate_limit_error"}
 
 ANTHROPIC_PATHS = ("/v1/messages", "/v1/messages/count_tokens")
@@ -21,8 +28,15 @@ class HTTPError(Exception):
     ``code`` is OpenAI's ``error.code`` (``invalid_api_key``, ``rate_limit_exceeded``).
     """
 
-    def __init__(self, status: int, message: str, param: str | None = None, kind: str | None = None,
-                 headers: dict[str, str] | None = None, code: str | None = None):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        param: str | None = None,
+        kind: str | None = None,
+        headers: dict[str, str] | None = None,
+        code: str | None = None,
+    ):
         super().__init__(message)
         self.status, self.message, self.param, self.kind, self.code = status, message, param, kind, code
         self.headers = headers or {}
@@ -61,11 +75,16 @@ def model_failure(e: BaseException) -> HTTPError:
 
 def unauthorized(has_credential: bool) -> HTTPError:
     said = "the API key is not valid" if has_credential else "no API key: send it as x-api-key or Authorization: Bearer"
-    return HTTPError(401, f"{said} (this server's key is DRIVETRAIN_SERVE_API_KEY)",
-                     code="invalid_api_key", headers={"www-authenticate": "Bearer"})
+    return HTTPError(
+        401,
+        f"{said} (this server's key is DRIVETRAIN_SERVE_API_KEY)",
+        code="invalid_api_key",
+        headers={"www-authenticate": "Bearer"},
+    )
 
 
 def overloaded(retry_after: int, why: str) -> HTTPError:
     """Too many requests waiting: Anthropic's overloaded_error shape, OpenAI's rate-limit one, both 429."""
-    return HTTPError(429, why, kind="overloaded_error", code="rate_limit_exceeded",
-                     headers={"retry-after": str(retry_after)})
+    return HTTPError(
+        429, why, kind="overloaded_error", code="rate_limit_exceeded", headers={"retry-after": str(retry_after)}
+    )

@@ -58,13 +58,19 @@ class Metrics:
 
     def render(self, model: str) -> str:
         pid = os.getpid()
-        out = ["# HELP drivetrain_serve_requests_total Requests answered, by route and status.",
-               "# TYPE drivetrain_serve_requests_total counter"]
+        out = [
+            "# HELP drivetrain_serve_requests_total Requests answered, by route and status.",
+            "# TYPE drivetrain_serve_requests_total counter",
+        ]
         for (method, route, status), n in sorted(self.requests.items()):
-            out.append(f'drivetrain_serve_requests_total{{method="{method}",route="{route}",status="{status}",'
-                       f'pid="{pid}"}} {n}')
-        out += ["# HELP drivetrain_serve_request_seconds Time from request to the end of the answer.",
-                "# TYPE drivetrain_serve_request_seconds histogram"]
+            out.append(
+                f'drivetrain_serve_requests_total{{method="{method}",route="{route}",status="{status}",'
+                f'pid="{pid}"}} {n}'
+            )
+        out += [
+            "# HELP drivetrain_serve_request_seconds Time from request to the end of the answer.",
+            "# TYPE drivetrain_serve_request_seconds histogram",
+        ]
         for route, row in sorted(self.latency.items()):
             labels = f'route="{route}",pid="{pid}"'
             for bound, n in zip(BUCKETS, row):
@@ -72,16 +78,25 @@ class Metrics:
             out.append(f'drivetrain_serve_request_seconds_bucket{{{labels},le="+Inf"}} {row[len(BUCKETS)]}')
             out.append(f"drivetrain_serve_request_seconds_sum{{{labels}}} {row[-1]:.6f}")
             out.append(f"drivetrain_serve_request_seconds_count{{{labels}}} {row[len(BUCKETS)]}")
-        out += ["# HELP drivetrain_serve_tokens_total Tokens reported by the model's answers.",
-                "# TYPE drivetrain_serve_tokens_total counter"]
+        out += [
+            "# HELP drivetrain_serve_tokens_total Tokens reported by the model's answers.",
+            "# TYPE drivetrain_serve_tokens_total counter",
+        ]
         for kind in ("input", "output", "cache_read"):
-            out.append(f'drivetrain_serve_tokens_total{{kind="{kind}",model="{model}",pid="{pid}"}} {self.tokens[kind]}')
-        for name, value, what in (("in_flight", self.in_flight, "Requests being answered now."),
-                                  ("queued", self.queued, "Requests waiting for the model."),
-                                  ("rejected_total", self.rejected, "Requests refused because the queue was full.")):
+            out.append(
+                f'drivetrain_serve_tokens_total{{kind="{kind}",model="{model}",pid="{pid}"}} {self.tokens[kind]}'
+            )
+        for name, value, what in (
+            ("in_flight", self.in_flight, "Requests being answered now."),
+            ("queued", self.queued, "Requests waiting for the model."),
+            ("rejected_total", self.rejected, "Requests refused because the queue was full."),
+        ):
             kind = "counter" if name.endswith("_total") else "gauge"
-            out += [f"# HELP drivetrain_serve_{name} {what}", f"# TYPE drivetrain_serve_{name} {kind}",
-                    f'drivetrain_serve_{name}{{pid="{pid}"}} {value}']
+            out += [
+                f"# HELP drivetrain_serve_{name} {what}",
+                f"# TYPE drivetrain_serve_{name} {kind}",
+                f'drivetrain_serve_{name}{{pid="{pid}"}} {value}',
+            ]
         return "\n".join(out) + "\n"
 
 

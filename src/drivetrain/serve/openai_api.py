@@ -36,8 +36,9 @@ async def chat_completions(request: Request, state: ServeState):
     writer = _Chunks(completion_id, model, include_usage)
     if state.upstream is not None and state.upstream.dialect == "openai":
         return await forwarded(request, state, dict(body, model=model), stream, writer)
-    return await from_model(request, state, fields, stream, writer,
-                            lambda r: to_chat_completion(r, model) | {"id": completion_id})
+    return await from_model(
+        request, state, fields, stream, writer, lambda r: to_chat_completion(r, model) | {"id": completion_id}
+    )
 
 
 def request_fields(body: Any) -> dict:
@@ -65,8 +66,9 @@ def request_fields(body: Any) -> dict:
         fields["tool_choice"] = "any"
         fields["tools"] = [t for t in fields["tools"] if t["name"] == choice["function"]["name"]]
     # What the model will see must also pass the Messages rules (first message from the user, no empty text, …).
-    problems = validate({"model": "m", "max_tokens": 1, "tools": fields["tools"],
-                         "messages": [m.to_wire() for m in history]})
+    problems = validate(
+        {"model": "m", "max_tokens": 1, "tools": fields["tools"], "messages": [m.to_wire() for m in history]}
+    )
     if problems:
         raise _bad("messages: after translation to the model's history: " + "; ".join(problems), "messages")
     return fields
@@ -90,24 +92,31 @@ def _check_params(body: dict) -> None:
     if body.get("stream_options") is not None and not isinstance(body["stream_options"], dict):
         raise _bad("stream_options: must be an object", "stream_options")
     temperature = body.get("temperature")
-    if temperature is not None and (isinstance(temperature, bool) or not isinstance(temperature, (int, float))
-                                    or not 0 <= temperature <= 2):
+    if temperature is not None and (
+        isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0 <= temperature <= 2
+    ):
         raise _bad(f"temperature: must be a number from 0 to 2, got {temperature!r}", "temperature")
     _check_tool_choice(body.get("tool_choice"), body.get("tools") or [])
     stop = body.get("stop")
-    if stop is not None and not isinstance(stop, str) and not (
-            isinstance(stop, list) and all(isinstance(s, str) for s in stop)):
+    if (
+        stop is not None
+        and not isinstance(stop, str)
+        and not (isinstance(stop, list) and all(isinstance(s, str) for s in stop))
+    ):
         raise _bad("stop: must be a string or a list of strings", "stop")
 
 
 def _check_tool_choice(choice: Any, tools: list) -> None:
     if choice is None or (isinstance(choice, str) and choice in TOOL_CHOICES):
         return
-    name = ((choice.get("function") or {}).get("name") if isinstance(choice, dict) else None)
+    name = (choice.get("function") or {}).get("name") if isinstance(choice, dict) else None
     names = {(t.get("function") or {}).get("name") for t in tools if isinstance(t, dict)}
     if not (isinstance(choice, dict) and choice.get("type") == "function" and name in names):
-        raise _bad("tool_choice: must be auto, none, required or {type: function, function: {name}} naming one "
-                   "of the request's tools", "tool_choice")
+        raise _bad(
+            "tool_choice: must be auto, none, required or {type: function, function: {name}} naming one "
+            "of the request's tools",
+            "tool_choice",
+        )
 
 
 def _check_messages(messages: Any) -> None:
@@ -122,8 +131,11 @@ def _check_messages(messages: Any) -> None:
         if role not in ROLES:
             raise _bad(f"{where}.role: must be one of {', '.join(ROLES)}, got {role!r}", f"{where}.role")
         if role != "tool" and pending:
-            raise _bad(f"{where}: the assistant message's tool_calls {sorted(pending)} must each be answered by a "
-                       "tool message before any other message", "messages")
+            raise _bad(
+                f"{where}: the assistant message's tool_calls {sorted(pending)} must each be answered by a "
+                "tool message before any other message",
+                "messages",
+            )
         content = m.get("content")
         if role == "assistant":
             if content is not None and not isinstance(content, (str, list)):
@@ -134,8 +146,11 @@ def _check_messages(messages: Any) -> None:
             if not isinstance(call_id, str) or not call_id:
                 raise _bad(f"{where}.tool_call_id: field required", f"{where}.tool_call_id")
             if call_id not in pending:
-                raise _bad(f"{where}.tool_call_id: a tool message must answer a tool_call of the preceding "
-                           f"assistant message; {call_id!r} is not one (or is answered twice)", f"{where}.tool_call_id")
+                raise _bad(
+                    f"{where}.tool_call_id: a tool message must answer a tool_call of the preceding "
+                    f"assistant message; {call_id!r} is not one (or is answered twice)",
+                    f"{where}.tool_call_id",
+                )
             pending.discard(call_id)
             _check_content(content, where)
         else:
@@ -155,8 +170,10 @@ def _check_content(content: Any, where: str) -> None:
             continue
         if kind == "image_url" and isinstance(part.get("image_url"), dict) and part["image_url"].get("url"):
             continue
-        raise _bad(f"{where}.content.[{j}]: a part must be {{type: text, text}} or {{type: image_url, image_url: {{url}}}}",
-                   f"{where}.content.[{j}]")
+        raise _bad(
+            f"{where}.content.[{j}]: a part must be {{type: text, text}} or {{type: image_url, image_url: {{url}}}}",
+            f"{where}.content.[{j}]",
+        )
 
 
 def _check_tool_calls(calls: Any, where: str) -> set[str]:
@@ -213,8 +230,8 @@ class _Chunks(StreamWriter):
         message = choice["message"]
         content = message.get("content") or ""
         out = []
-        if content.startswith(streamed) and content[len(streamed):]:
-            out.append(self.chunk({"content": content[len(streamed):]}))
+        if content.startswith(streamed) and content[len(streamed) :]:
+            out.append(self.chunk({"content": content[len(streamed) :]}))
         extra = {k: v for k, v in message.items() if k not in ("role", "content", "tool_calls") and v is not None}
         if extra:
             out.append(self.chunk(extra))
@@ -223,16 +240,33 @@ class _Chunks(StreamWriter):
             out.append(self.chunk({"tool_calls": [dict(call, index=k) for k, call in enumerate(calls)]}))
         out.append(self.chunk({}, finish_reason=choice["finish_reason"]))
         if self.include_usage:
-            out.append(_data({"id": self.id, "object": "chat.completion.chunk", "created": self.created,
-                              "model": self.model, "choices": [], "usage": completion["usage"]}))
+            out.append(
+                _data(
+                    {
+                        "id": self.id,
+                        "object": "chat.completion.chunk",
+                        "created": self.created,
+                        "model": self.model,
+                        "choices": [],
+                        "usage": completion["usage"],
+                    }
+                )
+            )
         return b"".join(out) + b"data: [DONE]\n\n"
 
     def error(self, e: HTTPError) -> bytes:
         return _data({"error": {"message": e.message, "type": "server_error", "param": None, "code": None}})
 
     def chunk(self, delta: dict, finish_reason: str | None = None) -> bytes:
-        return _data({"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
-                      "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}]})
+        return _data(
+            {
+                "id": self.id,
+                "object": "chat.completion.chunk",
+                "created": self.created,
+                "model": self.model,
+                "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}],
+            }
+        )
 
 
 def _data(data: dict) -> bytes:

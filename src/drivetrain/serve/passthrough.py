@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
 
 from drivetrain.models.http import PROXY_VARS, httpx, retry_delay, unreachable_message
 from drivetrain.serve.errors import HTTPError
@@ -25,15 +25,28 @@ FORWARDED = ("anthropic-version", "anthropic-beta")
 
 
 class Upstream:
-    def __init__(self, dialect: str, url: str, auth: dict[str, str], *, max_retries: int, backoff: float,
-                 connect_timeout: float = 15.0, idle_timeout: float = 300.0, origin: str = "the provider"):
+    def __init__(
+        self,
+        dialect: str,
+        url: str,
+        auth: dict[str, str],
+        *,
+        max_retries: int,
+        backoff: float,
+        connect_timeout: float = 15.0,
+        idle_timeout: float = 300.0,
+        origin: str = "the provider",
+    ):
         self.dialect, self.url, self.auth = dialect, url, auth
         self.max_retries, self.backoff, self.origin = max_retries, backoff, origin
         self.timeout = httpx.Timeout(connect=connect_timeout, read=idle_timeout, write=60.0, pool=60.0)
         self._client: httpx.AsyncClient | None = None
         # httpx knows proxies; the lean client costs a tenth of its CPU a request (see lean_http)
-        self._lean = None if any(os.environ.get(v) for v in PROXY_VARS) else LeanPool(
-            url, connect_timeout=connect_timeout, idle_timeout=idle_timeout)
+        self._lean = (
+            None
+            if any(os.environ.get(v) for v in PROXY_VARS)
+            else LeanPool(url, connect_timeout=connect_timeout, idle_timeout=idle_timeout)
+        )
 
     @classmethod
     def for_model(cls, model: object) -> Upstream | None:
@@ -44,12 +57,25 @@ class Upstream:
         if type(model) is AnthropicModel:
             creds = model.credentials
             auth = {"x-api-key": creds.api_key} if creds.api_key else {"authorization": f"Bearer {creds.auth_token}"}
-            return cls("anthropic", model.messages_url, auth, max_retries=model.max_retries, backoff=model.backoff,
-                       idle_timeout=model.idle_timeout, origin=model.base_url_source)
+            return cls(
+                "anthropic",
+                model.messages_url,
+                auth,
+                max_retries=model.max_retries,
+                backoff=model.backoff,
+                idle_timeout=model.idle_timeout,
+                origin=model.base_url_source,
+            )
         if type(model) is OpenAIModel:
-            return cls("openai", model.base_url + "/chat/completions",
-                       {"authorization": f"Bearer {model.api_key or NO_KEY}"}, max_retries=model.max_retries,
-                       backoff=model.backoff, idle_timeout=model.idle_timeout, origin=model.base_url_source)
+            return cls(
+                "openai",
+                model.base_url + "/chat/completions",
+                {"authorization": f"Bearer {model.api_key or NO_KEY}"},
+                max_retries=model.max_retries,
+                backoff=model.backoff,
+                idle_timeout=model.idle_timeout,
+                origin=model.base_url_source,
+            )
         return None
 
     def warm(self) -> None:
@@ -83,14 +109,21 @@ class Upstream:
                 if self._lean is not None:
                     response = await self._lean.post(self._lean.path + path_suffix, content, headers)
                 else:
-                    response = await self.client().send(self.client().build_request(
-                        "POST", url, content=content, headers=headers), stream=True)
+                    response = await self.client().send(
+                        self.client().build_request("POST", url, content=content, headers=headers), stream=True
+                    )
             except (httpx.TransportError, OSError, EOFError) as e:
                 if attempt >= self.max_retries:
-                    message = unreachable_message(url, e, timed_out=isinstance(e, httpx.TimeoutException),
-                                                  idle_timeout=self.timeout.read or 0, origin=self.origin)
-                    raise HTTPError(502, f"the served model failed: {message}",
-                                    headers={"x-should-retry": "false"}) from None
+                    message = unreachable_message(
+                        url,
+                        e,
+                        timed_out=isinstance(e, httpx.TimeoutException),
+                        idle_timeout=self.timeout.read or 0,
+                        origin=self.origin,
+                    )
+                    raise HTTPError(
+                        502, f"the served model failed: {message}", headers={"x-should-retry": "false"}
+                    ) from None
                 await asyncio.sleep(retry_delay(e, attempt, self.backoff))
             else:
                 if response.status_code < 400:
@@ -113,10 +146,16 @@ class Upstream:
         status = response.status_code
         if status in (429, 529):  # the provider is busy: say so in kind, with its retry-after, so clients back off
             keep = {k: v for k, v in response.headers.items() if k.startswith("retry-after")}
-            return HTTPError(status, f"{url} answered {status}: {said}", kind=err.get("type") or None,
-                             code="rate_limit_exceeded", headers=keep)
-        return HTTPError(502, f"the served model failed: {url} answered {status}: {said}",
-                         headers={"x-should-retry": "false"})
+            return HTTPError(
+                status,
+                f"{url} answered {status}: {said}",
+                kind=err.get("type") or None,
+                code="rate_limit_exceeded",
+                headers=keep,
+            )
+        return HTTPError(
+            502, f"the served model failed: {url} answered {status}: {said}", headers={"x-should-retry": "false"}
+        )
 
 
 class _StatusError(Exception):
@@ -143,10 +182,10 @@ async def relay(response, usage: Usage, skip_first: bytes = b"") -> AsyncIterato
             cut = pending.rfind(b"\n\n")
             if cut < 0:
                 continue
-            frames, pending = pending[:cut + 2], pending[cut + 2:]
+            frames, pending = pending[: cut + 2], pending[cut + 2 :]
             if skip_first:
                 if frames.startswith(skip_first):
-                    frames = frames[frames.find(b"\n\n") + 2:]
+                    frames = frames[frames.find(b"\n\n") + 2 :]
                 skip_first = b""
             if b'"usage"' in frames:
                 _frame_usage(frames, usage)

@@ -13,7 +13,8 @@ import signal
 import socket
 import sys
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import uvicorn
 
@@ -43,10 +44,17 @@ class _Server(uvicorn.Server):
 
 def uvicorn_config(app: Any, *, grace: float, quick: bool, **kw: Any) -> uvicorn.Config:
     return uvicorn.Config(
-        app, log_config=None, access_log=False,  # serve writes its own access log (with tokens)
-        lifespan="on", timeout_graceful_shutdown=grace, server_header=False, proxy_headers=False,
+        app,
+        log_config=None,
+        access_log=False,  # serve writes its own access log (with tokens)
+        lifespan="on",
+        timeout_graceful_shutdown=grace,
+        server_header=False,
+        proxy_headers=False,
         http="httptools" if _has("httptools") else "h11",
-        loop="uvloop" if quick and _has("uvloop") else "asyncio", **kw)
+        loop="uvloop" if quick and _has("uvloop") else "asyncio",
+        **kw,
+    )
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -67,13 +75,21 @@ def bind(host: str, port: int) -> socket.socket:
 class ModelServer:
     """Serve ``model`` on ``host:port`` (0: any free port) from a background thread until ``close()``.
 
-        with ModelServer(model) as server:   # 127.0.0.1, a free port
-            anthropic.Anthropic(base_url=server.url, api_key="unused")
-            openai.OpenAI(base_url=server.url + "/v1", api_key="unused")
+    with ModelServer(model) as server:   # 127.0.0.1, a free port
+        anthropic.Anthropic(base_url=server.url, api_key="unused")
+        openai.OpenAI(base_url=server.url + "/v1", api_key="unused")
     """
 
-    def __init__(self, model: Model, host: str = "127.0.0.1", port: int = 0, *,
-                 log: Callable[[str], None] | None = None, grace: float = 30.0, **settings: Any):
+    def __init__(
+        self,
+        model: Model,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        log: Callable[[str], None] | None = None,
+        grace: float = 30.0,
+        **settings: Any,
+    ):
         self.model = model
         self.host, self.port, self.grace = host, port, grace
         self.state = ServeState(model, Settings(host=host, log=log, **settings))
@@ -152,8 +168,10 @@ def serve_workers(make_state: Callable[[], ServeState], sock: socket.socket, wor
     # fork where there is one: the workers start in a moment with what the parent imported (it has no event
     # loop or threads yet); a fresh interpreter elsewhere
     ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
-    procs = [ctx.Process(target=_worker, args=(make_state, sock, grace), name=f"drivetrain-serve-{i}")
-             for i in range(workers)]
+    procs = [
+        ctx.Process(target=_worker, args=(make_state, sock, grace), name=f"drivetrain-serve-{i}")
+        for i in range(workers)
+    ]
     for proc in procs:
         proc.start()
     stop = threading.Event()

@@ -13,21 +13,21 @@ Nothing is created until the first record is written.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
-from drivetrain.loop.events import HookReported, PermissionDecided, ToolFinished, ToolStarted
 from drivetrain.control.redact import redact
-from drivetrain.sessions.store import SessionStore, check_session_id, iso
+from drivetrain.loop.events import HookReported, PermissionDecided, ToolFinished, ToolStarted
 from drivetrain.sessions.file import FileStore
+from drivetrain.sessions.store import SessionStore, check_session_id, iso
 
 
 class AuditLog:
     """The audit records of one session, appended to its log in ``store``. Safe to share a log between writers."""
 
-    def __init__(self, store: SessionStore, session_id: str, *, sync: bool = False,
-                 extra_secrets: Iterable[str] = ()):
+    def __init__(self, store: SessionStore, session_id: str, *, sync: bool = False, extra_secrets: Iterable[str] = ()):
         self.store = store
         self.session_id = check_session_id(session_id)
         self.sync = sync  # fsync every record (the loop syncs at turn boundaries instead)
@@ -46,25 +46,41 @@ class AuditLog:
 
     # -- the records the loop writes
 
-    def intent(self, call_id: str, tool: str, input: Any, decision: str, decided_by: str,
-               reason: str = "") -> dict:
+    def intent(self, call_id: str, tool: str, input: Any, decision: str, decided_by: str, reason: str = "") -> dict:
         """Before a call runs: what will run, and who or what allowed it."""
-        return self.write("intent", call_id=call_id, tool=tool, input=input, decision=decision,
-                          decided_by=decided_by, reason=reason)
+        return self.write(
+            "intent", call_id=call_id, tool=tool, input=input, decision=decision, decided_by=decided_by, reason=reason
+        )
 
-    def outcome(self, call_id: str, tool: str, started_at: float | datetime, ended_at: float | datetime,
-                is_error: bool, exit_code: int | None = None, error: str | None = None,
-                result_bytes: int | None = None) -> dict:
+    def outcome(
+        self,
+        call_id: str,
+        tool: str,
+        started_at: float | datetime,
+        ended_at: float | datetime,
+        is_error: bool,
+        exit_code: int | None = None,
+        error: str | None = None,
+        result_bytes: int | None = None,
+    ) -> dict:
         """After a call ran. Times are wall-clock (``time.time()``) or datetimes."""
         duration = _seconds(ended_at) - _seconds(started_at)
-        return self.write("outcome", call_id=call_id, tool=tool, started_at=iso(started_at),
-                          ended_at=iso(ended_at), duration_ms=round(duration * 1000, 1),
-                          is_error=is_error, exit_code=exit_code, error=error, result_bytes=result_bytes)
+        return self.write(
+            "outcome",
+            call_id=call_id,
+            tool=tool,
+            started_at=iso(started_at),
+            ended_at=iso(ended_at),
+            duration_ms=round(duration * 1000, 1),
+            is_error=is_error,
+            exit_code=exit_code,
+            error=error,
+            result_bytes=result_bytes,
+        )
 
     def denied(self, call_id: str, tool: str, input: Any, decided_by: str, reason: str = "") -> dict:
         """A call that was never run."""
-        return self.write("denied", call_id=call_id, tool=tool, input=input, decided_by=decided_by,
-                          reason=reason)
+        return self.write("denied", call_id=call_id, tool=tool, input=input, decided_by=decided_by, reason=reason)
 
     def observe(self, event: Any) -> None:
         """An ``Agent`` observer: a record for every decision, before every call runs, and after it."""
@@ -82,8 +98,16 @@ class AuditLog:
             case ToolFinished(call=c, result=res, duration_ms=ms, meta=meta) if meta is not None:
                 ended = time.time()
                 text = res.text
-                self.outcome(c.id, c.name, self._started.pop(c.id, ended - ms / 1000), ended, res.is_error,
-                             meta.get("exit_code"), text[:500] if res.is_error else None, len(text.encode()))
+                self.outcome(
+                    c.id,
+                    c.name,
+                    self._started.pop(c.id, ended - ms / 1000),
+                    ended,
+                    res.is_error,
+                    meta.get("exit_code"),
+                    text[:500] if res.is_error else None,
+                    len(text.encode()),
+                )
             case ToolFinished(call=c, result=res) if c.id in self._decided:  # allowed, yet never started
                 self._decided.pop(c.id)
                 self.write("not_run", call_id=c.id, tool=c.name, reason=res.text[:500])

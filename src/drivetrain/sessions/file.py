@@ -20,14 +20,27 @@ import sqlite3
 import threading
 import time
 import warnings
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence, TypeVar
+from typing import Any, TypeVar
 
 from drivetrain.home import drivetrain_home
 from drivetrain.sessions.store import (
-    FOLDED_KINDS, HEADER, INDEX_FIELDS, VERSION, CorruptLogWarning, Record, SessionInfo, SessionLogWarning, SessionNotFound,
-    SessionRecords, check_session_id, fields_of, fold, now_ts,
+    FOLDED_KINDS,
+    HEADER,
+    INDEX_FIELDS,
+    VERSION,
+    CorruptLogWarning,
+    Record,
+    SessionInfo,
+    SessionLogWarning,
+    SessionNotFound,
+    SessionRecords,
+    check_session_id,
+    fields_of,
+    fold,
+    now_ts,
 )
 
 INDEX_SCHEMA = 2  # the SQLite index's user_version (2: one b-tree, no secondary indexes)
@@ -64,11 +77,17 @@ def parse_log(data: bytes, path: Path) -> SessionRecords:
             continue
         torn.append(number)
         if record is None and line.startswith(b'{"ts": "'):  # one of ours, cut off mid-write
-            warnings.warn(f"{path}:{number}: skipped a record cut off mid-write (drivetrain stopped while "
-                          f"writing it); the records around it are whole", SessionLogWarning, stacklevel=3)
+            warnings.warn(
+                f"{path}:{number}: skipped a record cut off mid-write (drivetrain stopped while "
+                f"writing it); the records around it are whole",
+                SessionLogWarning,
+                stacklevel=3,
+            )
         else:
-            message = (f"{path}:{number}: skipped a line that is not a drivetrain record: the file was changed "
-                       f"by something else or the disk is damaged; records may be missing")
+            message = (
+                f"{path}:{number}: skipped a line that is not a drivetrain record: the file was changed "
+                f"by something else or the disk is damaged; records may be missing"
+            )
             log.error("%s", message)
             warnings.warn(message, CorruptLogWarning, stacklevel=3)
     records.torn = torn
@@ -108,7 +127,7 @@ def _rfind_newline(fd: int, end: int) -> int:
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
 
 
 def _open_locked(path: Path) -> int:
@@ -172,8 +191,14 @@ class FileStore:
         written, lines = [], [prefix]
         for kind, fields in given:
             seq += 1
-            record = {"ts": fields.pop("ts", None) or now_ts(), "session_id": session_id, "seq": seq, "kind": kind,
-                      "v": VERSION, **fields}
+            record = {
+                "ts": fields.pop("ts", None) or now_ts(),
+                "session_id": session_id,
+                "seq": seq,
+                "kind": kind,
+                "v": VERSION,
+                **fields,
+            }
             text = json.dumps(record, ensure_ascii=False, default=str)
             lines.append(text.encode("utf-8", "backslashreplace") + b"\n")  # a lone surrogate stays JSON
             written.append(json.loads(text))
@@ -189,8 +214,9 @@ class FileStore:
 
     def _index_append(self, path: Path, written: list[Record]) -> None:
         session_id, first = written[0]["session_id"], written[0]["seq"]
-        if all(r["kind"] not in FOLDED_KINDS for r in written) and \
-                self._index.count(session_id, first - 1, len(written), written[-1]):
+        if all(r["kind"] not in FOLDED_KINDS for r in written) and self._index.count(
+            session_id, first - 1, len(written), written[-1]
+        ):
             return  # records fold only counts (audit records, the run's steps): one statement, nothing read
         found = self._index.get(session_id)
         info, last_seq = found if found else (None, 0)
@@ -206,16 +232,16 @@ class FileStore:
         try:
             return read_log(path)
         except FileNotFoundError:
-            raise SessionNotFound(f"no session {session_id!r} in {self.dir} (is $DRIVETRAIN_HOME the home "
-                                  f"that has it?)") from None
+            raise SessionNotFound(
+                f"no session {session_id!r} in {self.dir} (is $DRIVETRAIN_HOME the home that has it?)"
+            ) from None
 
     def info(self, session_id: str) -> SessionInfo | None:
         check_session_id(session_id)
         found = self._indexed(lambda index: index.get(session_id))
         return found[0] if found else None
 
-    def list(self, *, cwd: str | None = None, query: str | None = None,
-             limit: int | None = None) -> list[SessionInfo]:
+    def list(self, *, cwd: str | None = None, query: str | None = None, limit: int | None = None) -> list[SessionInfo]:
         return self._indexed(lambda index: index.select(cwd, query, limit))
 
     def latest(self, cwd: str) -> SessionInfo | None:
@@ -265,8 +291,11 @@ class FileStore:
             return op(self._index)
 
     def _rebuild_index(self, error: Exception) -> None:
-        warnings.warn(f"the session index {self._index.path} is corrupt ({error}); rebuilding it from the logs",
-                      SessionLogWarning, stacklevel=3)
+        warnings.warn(
+            f"the session index {self._index.path} is corrupt ({error}); rebuilding it from the logs",
+            SessionLogWarning,
+            stacklevel=3,
+        )
         self._index.discard()
         self._ready()
 
@@ -345,8 +374,11 @@ class _Index:
             except sqlite3.DatabaseError as e:
                 if not _corrupt(e):
                     raise
-                warnings.warn(f"the session index {self.path} is corrupt ({e}); rebuilding it from the logs",
-                              SessionLogWarning, stacklevel=4)
+                warnings.warn(
+                    f"the session index {self.path} is corrupt ({e}); rebuilding it from the logs",
+                    SessionLogWarning,
+                    stacklevel=4,
+                )
                 self._remove_files()
                 return self._connect()
 
@@ -363,8 +395,12 @@ class _Index:
             fresh = version != INDEX_SCHEMA
             if fresh:
                 if version:
-                    warnings.warn(f"the session index {self.path} has schema {version}, not {INDEX_SCHEMA}; "
-                                  f"rebuilding it from the logs", SessionLogWarning, stacklevel=5)
+                    warnings.warn(
+                        f"the session index {self.path} has schema {version}, not {INDEX_SCHEMA}; "
+                        f"rebuilding it from the logs",
+                        SessionLogWarning,
+                        stacklevel=5,
+                    )
                 db.execute("DROP TABLE IF EXISTS sessions")
                 for statement in (*_SCHEMA, f"PRAGMA user_version = {INDEX_SCHEMA}"):
                     db.execute(statement)
@@ -377,17 +413,27 @@ class _Index:
 
     def get(self, session_id: str) -> tuple[SessionInfo, int] | None:
         with self._lock:
-            row = self._conn().execute(f"SELECT {_COLUMNS}, last_seq FROM sessions WHERE session_id = ?",
-                                       (session_id,)).fetchone()
+            row = (
+                self._conn()
+                .execute(f"SELECT {_COLUMNS}, last_seq FROM sessions WHERE session_id = ?", (session_id,))
+                .fetchone()
+            )
         return (SessionInfo(*row[:-1]), row[-1]) if row else None
 
     def count(self, session_id: str, after_seq: int, n: int, last: Record) -> bool:
         """The session's row, if it is at ``after_seq``, moved on by ``n`` records that ``fold`` only counts, the last
         one ``last``. False when it is not there or not at ``after_seq`` (nothing changed)."""
         with self._lock:
-            return self._conn().execute(
-                "UPDATE sessions SET updated_at = ?, records = records + ?, last_seq = ? "
-                "WHERE session_id = ? AND last_seq = ?", (last["ts"], n, last["seq"], session_id, after_seq)).rowcount == 1
+            return (
+                self._conn()
+                .execute(
+                    "UPDATE sessions SET updated_at = ?, records = records + ?, last_seq = ? "
+                    "WHERE session_id = ? AND last_seq = ?",
+                    (last["ts"], n, last["seq"], session_id, after_seq),
+                )
+                .rowcount
+                == 1
+            )
 
     def put(self, info: SessionInfo, last_seq: int) -> None:
         with self._lock:
@@ -403,8 +449,9 @@ class _Index:
             db.execute("BEGIN IMMEDIATE")
             try:
                 db.execute("DELETE FROM sessions")
-                db.executemany(f"INSERT INTO sessions VALUES ({_ROW})",
-                               [_row(info, last_seq) for info, last_seq in rows])
+                db.executemany(
+                    f"INSERT INTO sessions VALUES ({_ROW})", [_row(info, last_seq) for info, last_seq in rows]
+                )
                 db.execute("COMMIT")
             except BaseException:
                 db.execute("ROLLBACK")
@@ -418,8 +465,7 @@ class _Index:
         if query:
             where.append("(instr(lower_text(coalesce(first_prompt, '')), ?) OR instr(lower_text(session_id), ?))")
             args += [query.lower()] * 2
-        sql = (f"SELECT {_COLUMNS} FROM sessions WHERE {' AND '.join(where)} "
-               f"ORDER BY updated_at DESC, session_id DESC")
+        sql = f"SELECT {_COLUMNS} FROM sessions WHERE {' AND '.join(where)} ORDER BY updated_at DESC, session_id DESC"
         if limit is not None:
             sql += " LIMIT ?"
             args.append(limit)

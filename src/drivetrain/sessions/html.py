@@ -6,9 +6,9 @@ which calls were refused. No script, no network, no external file."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from html import escape
-from typing import Mapping, Sequence
 
 from drivetrain.pricing import context_window, format_usd
 from drivetrain.sessions.report import turn_log
@@ -53,7 +53,9 @@ def turns_from_records(records: Sequence[Mapping]) -> list[Turn]:
         t = Turn(e.turn, e.stop_reason or "", e.model or "", dict(e.usage), e.cost_usd, total)
         for c in e.calls:
             key = json.dumps([c.tool, c.input], sort_keys=True)
-            t.calls.append(Call(c.id, c.tool, c.input, repeated=key in seen, refused=_REFUSED.get(c.decision or "", "")))
+            t.calls.append(
+                Call(c.id, c.tool, c.input, repeated=key in seen, refused=_REFUSED.get(c.decision or "", ""))
+            )
             seen.add(key)
         turns.append(t)
     return turns
@@ -61,40 +63,78 @@ def turns_from_records(records: Sequence[Mapping]) -> list[Turn]:
 
 def render(session_id: str, records: list[Mapping]) -> str:
     turns = turns_from_records(records)
-    first = lambda kind: next((r for r in records if r.get("kind") == kind), {})  # noqa: E731
+    first = lambda kind: next((r for r in records if r.get("kind") == kind), {})
     session = first("session")
     result = next((r for r in reversed(records) if r.get("kind") == "result"), {})
     model = session.get("model") or (turns[-1].model if turns else "")
     window = context_window(model) if model else None
-    totals = {k: sum(t.usage.get(k, 0) for t in turns) for k in
-              ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")}
+    totals = {
+        k: sum(t.usage.get(k, 0) for t in turns)
+        for k in ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+    }
     cost = turns[-1].cumulative_cost_usd if turns else None
     summary = [
-        ("session", session_id), ("model", model), ("cwd", session.get("cwd", "")),
+        ("session", session_id),
+        ("model", model),
+        ("cwd", session.get("cwd", "")),
         ("task", (first("prompt").get("text") or "")[:300]),
-        ("result", result.get("subtype", "running or cut short")), ("turns", str(len(turns))),
-        ("tokens", f"in {totals['input_tokens']:,} · cache write {totals['cache_creation_input_tokens']:,} · "
-                   f"cache read {totals['cache_read_input_tokens']:,} · out {totals['output_tokens']:,}"),
-        ("cost", format_usd(cost) + ("" if all(t.cost_usd is not None for t in turns) else
-                                     " (some turns' cost unknown: no price for the model)")),
+        ("result", result.get("subtype", "running or cut short")),
+        ("turns", str(len(turns))),
+        (
+            "tokens",
+            f"in {totals['input_tokens']:,} · cache write {totals['cache_creation_input_tokens']:,} · "
+            f"cache read {totals['cache_read_input_tokens']:,} · out {totals['output_tokens']:,}",
+        ),
+        (
+            "cost",
+            format_usd(cost)
+            + (
+                ""
+                if all(t.cost_usd is not None for t in turns)
+                else " (some turns' cost unknown: no price for the model)"
+            ),
+        ),
         ("stop reasons", " → ".join(t.stop_reason for t in turns)),
     ]
     rows = "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in summary)
-    return _PAGE.format(title=escape(f"drivetrain · session {session_id}"), summary=rows,
-                        chart=chart_svg(turns), table=_table(turns, window))
+    return _PAGE.format(
+        title=escape(f"drivetrain · session {session_id}"),
+        summary=rows,
+        chart=chart_svg(turns),
+        table=_table(turns, window),
+    )
 
 
 def _table(turns: list[Turn], window: int | None) -> str:
-    head = ("turn", "stop_reason", "tools called", "input", "cache write", "cache read", "output", "context",
-            "cost", "cumulative")
+    head = (
+        "turn",
+        "stop_reason",
+        "tools called",
+        "input",
+        "cache write",
+        "cache read",
+        "output",
+        "context",
+        "cost",
+        "cumulative",
+    )
     out = ["<table class='turns'><thead><tr>", *(f"<th>{h}</th>" for h in head), "</tr></thead><tbody>"]
     for t in turns:
         u = t.usage
         ctx = f"{t.context_tokens:,}" + (f" ({t.context_tokens / window:.0%})" if window else "")
         tools = ", ".join(_call_html(c) for c in t.calls) or "—"
-        cells = (str(t.turn), escape(t.stop_reason), tools, f"{u.get('input_tokens', 0):,}",
-                 f"{u.get('cache_creation_input_tokens', 0):,}", f"{u.get('cache_read_input_tokens', 0):,}",
-                 f"{u.get('output_tokens', 0):,}", ctx, format_usd(t.cost_usd), format_usd(t.cumulative_cost_usd))
+        cells = (
+            str(t.turn),
+            escape(t.stop_reason),
+            tools,
+            f"{u.get('input_tokens', 0):,}",
+            f"{u.get('cache_creation_input_tokens', 0):,}",
+            f"{u.get('cache_read_input_tokens', 0):,}",
+            f"{u.get('output_tokens', 0):,}",
+            ctx,
+            format_usd(t.cost_usd),
+            format_usd(t.cumulative_cost_usd),
+        )
         out.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     out.append("</tbody></table>")
     return "".join(out)
@@ -122,35 +162,51 @@ def chart_svg(turns: list[Turn]) -> str:
     max_cost = max((c for c in costs if c is not None), default=None) or None
     slot = pw / len(turns)
     bar = max(1.0, slot * 0.7)
-    parts = [f"<svg id='chart' xmlns='http://www.w3.org/2000/svg' width='{W}' height='{H}' "
-             f"viewBox='0 0 {W} {H}' role='img' aria-label='context size and cumulative cost per turn'>",
-             f"<rect x='{LEFT}' y='{TOP}' width='{pw}' height='{ph}' fill='#fafafa' stroke='#ccc'/>"]
+    parts = [
+        f"<svg id='chart' xmlns='http://www.w3.org/2000/svg' width='{W}' height='{H}' "
+        f"viewBox='0 0 {W} {H}' role='img' aria-label='context size and cumulative cost per turn'>",
+        f"<rect x='{LEFT}' y='{TOP}' width='{pw}' height='{ph}' fill='#fafafa' stroke='#ccc'/>",
+    ]
     for i in range(5):  # gridlines and the two axes' labels
         y = TOP + ph - ph * i / 4
-        parts.append(f"<line x1='{LEFT}' x2='{LEFT + pw}' y1='{y:.1f}' y2='{y:.1f}' stroke='#e4e4e4'/>"
-                     f"<text x='{LEFT - 6}' y='{y + 4:.1f}' text-anchor='end' class='axis'>"
-                     f"{_short(max_ctx * i / 4)}</text>")
+        parts.append(
+            f"<line x1='{LEFT}' x2='{LEFT + pw}' y1='{y:.1f}' y2='{y:.1f}' stroke='#e4e4e4'/>"
+            f"<text x='{LEFT - 6}' y='{y + 4:.1f}' text-anchor='end' class='axis'>"
+            f"{_short(max_ctx * i / 4)}</text>"
+        )
         if max_cost:
             parts.append(f"<text x='{LEFT + pw + 6}' y='{y + 4:.1f}' class='axis'>${max_cost * i / 4:.4f}</text>")
     for i, t in enumerate(turns):
         h = ph * t.context_tokens / max_ctx
         x = LEFT + slot * i + (slot - bar) / 2
-        parts.append(f"<rect class='ctx-bar' data-turn='{t.turn}' x='{x:.2f}' y='{TOP + ph - h:.2f}' width='{bar:.2f}' "
-                     f"height='{h:.2f}' fill='#7aa6d6'><title>turn {t.turn}: context {t.context_tokens:,} tokens"
-                     f"</title></rect>")
+        parts.append(
+            f"<rect class='ctx-bar' data-turn='{t.turn}' x='{x:.2f}' y='{TOP + ph - h:.2f}' width='{bar:.2f}' "
+            f"height='{h:.2f}' fill='#7aa6d6'><title>turn {t.turn}: context {t.context_tokens:,} tokens"
+            f"</title></rect>"
+        )
     step = max(1, len(turns) // 20)
     for i in range(0, len(turns), step):  # turn numbers under the bars, at most about 20
-        parts.append(f"<text x='{LEFT + slot * (i + 0.5):.1f}' y='{TOP + ph + 16}' text-anchor='middle' "
-                     f"class='axis'>{turns[i].turn}</text>")
+        parts.append(
+            f"<text x='{LEFT + slot * (i + 0.5):.1f}' y='{TOP + ph + 16}' text-anchor='middle' "
+            f"class='axis'>{turns[i].turn}</text>"
+        )
     if max_cost:
         points = [(LEFT + slot * (i + 0.5), TOP + ph - ph * c / max_cost) for i, c in enumerate(costs) if c is not None]
-        parts.append("<polyline id='cost-line' fill='none' stroke='#d9534f' stroke-width='2' points='"
-                     + " ".join(f"{x:.2f},{y:.2f}" for x, y in points) + "'/>")
+        parts.append(
+            "<polyline id='cost-line' fill='none' stroke='#d9534f' stroke-width='2' points='"
+            + " ".join(f"{x:.2f},{y:.2f}" for x, y in points)
+            + "'/>"
+        )
         parts += [f"<circle class='cost-point' cx='{x:.2f}' cy='{y:.2f}' r='3' fill='#d9534f'/>" for x, y in points]
-    parts.append(f"<text x='{LEFT}' y='{H - 6}' class='axis'>turn</text>"
-                 f"<text x='{LEFT}' y='{TOP - 12}' class='legend' fill='#3d6fa6'>■ context sent (tokens)</text>")
-    parts.append(f"<text x='{LEFT + pw}' y='{TOP - 12}' text-anchor='end' class='legend' fill='#d9534f'>"
-                 + ("— cumulative cost (USD)" if max_cost else "cost unknown: no price for the model") + "</text>")
+    parts.append(
+        f"<text x='{LEFT}' y='{H - 6}' class='axis'>turn</text>"
+        f"<text x='{LEFT}' y='{TOP - 12}' class='legend' fill='#3d6fa6'>■ context sent (tokens)</text>"
+    )
+    parts.append(
+        f"<text x='{LEFT + pw}' y='{TOP - 12}' text-anchor='end' class='legend' fill='#d9534f'>"
+        + ("— cumulative cost (USD)" if max_cost else "cost unknown: no price for the model")
+        + "</text>"
+    )
     parts.append("</svg>")
     return "".join(parts)
 
@@ -170,7 +226,9 @@ table {{ border-collapse: collapse; margin: 12px 0; }}
 th, td {{ border: 1px solid #ddd; padding: 3px 8px; text-align: left; vertical-align: top; }}
 """
 
-_PAGE = PAGE_HEAD + """table.turns td {{ text-align: right; font-variant-numeric: tabular-nums; }}
+_PAGE = (
+    PAGE_HEAD
+    + """table.turns td {{ text-align: right; font-variant-numeric: tabular-nums; }}
 table.turns td:nth-child(2), table.turns td:nth-child(3) {{ text-align: left; }}
 .flag {{ color: #b35900; font-size: 12px; }}
 svg .axis {{ font-size: 11px; fill: #555; }}
@@ -185,3 +243,4 @@ svg .legend {{ font-size: 12px; }}
 {table}
 </body></html>
 """
+)

@@ -16,18 +16,19 @@ is invented.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Iterable, Sequence
 
-from drivetrain.loop.events import INTERVENTIONS, Event, ModelResponded
-from drivetrain.messages import Message, ToolResultBlock, lint, repair
-from drivetrain.pricing import cost_usd
 from drivetrain.control.redact import redact
+from drivetrain.loop.events import INTERVENTIONS, Event, ModelResponded
 from drivetrain.loop.repair import close_open_calls
-from drivetrain.loop.state import AwaitApproval, CallModel, Done, RunState, RunTools, SubmitPrompt
+from drivetrain.loop.state import CallModel, Done, RunState, RunTools, SubmitPrompt
+from drivetrain.messages import Message
+from drivetrain.pricing import cost_usd
 from drivetrain.sessions.store import SessionStore
 
 log = logging.getLogger("drivetrain.sessions.log")
+
 
 class SessionLog:
     """Appends a run's steps to one session in a store."""
@@ -37,18 +38,38 @@ class SessionLog:
         self._saved: tuple[Message, ...] = ()  # the history as the log holds it
         self._counters: dict | None = None  # the run's other fields, as the log holds them
 
-    def begin(self, *, cwd: str, model: str, provider: str = "", parent_id: str | None = None,
-              forked_from_seq: int | None = None) -> None:
-        self.store.append(self.session_id, [{"kind": "session", "cwd": cwd, "model": model, "provider": provider,
-                                             "parent_id": parent_id, "forked_from_seq": forked_from_seq}], sync=True)
+    def begin(
+        self,
+        *,
+        cwd: str,
+        model: str,
+        provider: str = "",
+        parent_id: str | None = None,
+        forked_from_seq: int | None = None,
+    ) -> None:
+        self.store.append(
+            self.session_id,
+            [
+                {
+                    "kind": "session",
+                    "cwd": cwd,
+                    "model": model,
+                    "provider": provider,
+                    "parent_id": parent_id,
+                    "forked_from_seq": forked_from_seq,
+                }
+            ],
+            sync=True,
+        )
 
     def loaded(self, value: RunState) -> None:
         """The run the log already holds (after ``load``): only what changes after it is written."""
         self._saved = value.history
         self._counters = value.counters_json()
 
-    def save(self, before: RunState, after: RunState, events: Sequence[Event] = (), *,
-             extra: Iterable[dict] = ()) -> None:
+    def save(
+        self, before: RunState, after: RunState, events: Sequence[Event] = (), *, extra: Iterable[dict] = ()
+    ) -> None:
         """One step: the prompt it submitted, the history's change, each model response, the new value."""
         records: list[dict] = []
         if isinstance(before.state, SubmitPrompt) and not isinstance(after.state, SubmitPrompt):
@@ -68,9 +89,16 @@ class SessionLog:
             if isinstance(e, ModelResponded):
                 boundary = True
                 r = e.response
-                records.append({"kind": "turn", "turn": e.turn, "stop_reason": r.stop_reason,
-                                "usage": r.usage.to_wire(), "cost_usd": cost_usd(self.model, r.usage),
-                                "model": r.model or self.model})
+                records.append(
+                    {
+                        "kind": "turn",
+                        "turn": e.turn,
+                        "stop_reason": r.stop_reason,
+                        "usage": r.usage.to_wire(),
+                        "cost_usd": cost_usd(self.model, r.usage),
+                        "model": r.model or self.model,
+                    }
+                )
         records += extra
         self.store.append(self.session_id, redact(records), sync=boundary or isinstance(after.state, RunTools))
 
@@ -89,8 +117,8 @@ def state_delta(old: dict | None, new: dict) -> dict:
         was = old.get(key)
         if value == was:
             continue
-        if isinstance(value, list) and isinstance(was, list) and value[:len(was)] == was:
-            add[key] = value[len(was):]
+        if isinstance(value, list) and isinstance(was, list) and value[: len(was)] == was:
+            add[key] = value[len(was) :]
         elif isinstance(value, dict) and isinstance(was, dict) and was.keys() <= value.keys() and key != "state":
             add[key] = {k: v for k, v in value.items() if was.get(k) != v}
         else:
@@ -139,7 +167,7 @@ def load(store: SessionStore, session_id: str, *, why: str = "the process ended"
     for r in records:
         match r.get("kind"):
             case "history":
-                history = history[:r["at"]] + [Message.from_wire(m) for m in r["messages"]]
+                history = history[: r["at"]] + [Message.from_wire(m) for m in r["messages"]]
             case "state":
                 counters = apply_state(counters, r)
             case "intent":
@@ -157,8 +185,7 @@ def load(store: SessionStore, session_id: str, *, why: str = "the process ended"
         if save_repair:
             written = [fixed]
             if (cut := _changed_from(tuple(history), value.history)) is not None:
-                written.append({"kind": "history", "at": cut,
-                                "messages": [m.to_wire() for m in value.history[cut:]]})
+                written.append({"kind": "history", "at": cut, "messages": [m.to_wire() for m in value.history[cut:]]})
             written.append({"kind": "state", "run": value.counters_json()})
             store.append(session_id, redact(written), sync=True)
         log.warning("session %s: %s", session_id, note["note"])

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Mapping
+from collections.abc import Mapping
 
 from drivetrain.errors import ConfigError
 from drivetrain.home import drivetrain_home
@@ -22,9 +22,11 @@ def open_store(env: Mapping[str, str] | None = None) -> SessionStore:
         try:
             from drivetrain.sessions.postgres import PostgresStore
         except ImportError as e:
-            raise ConfigError(f"{STORE_ENV} names PostgreSQL, which needs psycopg: "
-                              f"pip install 'drivetrain[postgres]' ({e})") from e
+            raise ConfigError(
+                f"{STORE_ENV} names PostgreSQL, which needs psycopg: pip install 'drivetrain[postgres]' ({e})"
+            ) from e
         return PostgresStore(where)
     scheme = where.split(":", 1)[0]  # not the rest: it may hold a password
-    raise ConfigError(f"{STORE_ENV} must be a postgresql:// URL or unset (files under $DRIVETRAIN_HOME), "
-                      f"not a {scheme!r} one")
+    raise ConfigError(
+        f"{STORE_ENV} must be a postgresql:// URL or unset (files under $DRIVETRAIN_HOME), not a {scheme!r} one"
+    )

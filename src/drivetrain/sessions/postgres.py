@@ -18,16 +18,25 @@ import json
 import math
 import re
 import threading
-from datetime import datetime, timezone
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
 from itertools import groupby
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.types.json import Jsonb
 
 from drivetrain.sessions.store import (
-    INDEX_FIELDS, VERSION, Record, SessionInfo, SessionNotFound, SessionRecords, check_session_id, fields_of, fold,
+    INDEX_FIELDS,
+    VERSION,
+    Record,
+    SessionInfo,
+    SessionNotFound,
+    SessionRecords,
+    check_session_id,
+    fields_of,
+    fold,
     iso,
 )
 
@@ -71,15 +80,19 @@ class PostgresStore:
                 for kind, fields in given:
                     seq += 1
                     given_ts = fields.pop("ts", None)
-                    now = datetime.fromisoformat(given_ts) if given_ts else datetime.now(timezone.utc)
+                    now = datetime.fromisoformat(given_ts) if given_ts else datetime.now(UTC)
                     now = now.replace(microsecond=now.microsecond // 1000 * 1000)  # ts has milliseconds
                     kind, body = _storable(kind), _storable(json.loads(json.dumps(fields, default=str)))
-                    written.append({"ts": iso(now), "session_id": session_id, "seq": seq, "kind": kind, "v": VERSION,
-                                    **body})
+                    written.append(
+                        {"ts": iso(now), "session_id": session_id, "seq": seq, "kind": kind, "v": VERSION, **body}
+                    )
                     rows.append((session_id, seq, now, kind, VERSION, Jsonb(body)))
                 with db.cursor() as cursor:
-                    cursor.executemany("INSERT INTO drivetrain_records (session_id, seq, ts, kind, v, body) "
-                                       "VALUES (%s, %s, %s, %s, %s, %s)", rows)
+                    cursor.executemany(
+                        "INSERT INTO drivetrain_records (session_id, seq, ts, kind, v, body) "
+                        "VALUES (%s, %s, %s, %s, %s, %s)",
+                        rows,
+                    )
                 _put(db, fold(info, written), seq)
         return written
 
@@ -88,19 +101,25 @@ class PostgresStore:
         with self._lock:
             rows = self._db().execute(f"{_RECORDS} WHERE session_id = %s ORDER BY seq", (session_id,)).fetchall()
         if not rows:
-            raise SessionNotFound(f"no session {session_id!r} in the PostgreSQL session store {self._where()} "
-                                  f"(is DRIVETRAIN_SESSION_STORE the store that has it?)")
+            raise SessionNotFound(
+                f"no session {session_id!r} in the PostgreSQL session store {self._where()} "
+                f"(is DRIVETRAIN_SESSION_STORE the store that has it?)"
+            )
         return SessionRecords(_record(row) for row in rows)
 
     def info(self, session_id: str) -> SessionInfo | None:
         check_session_id(session_id)
         with self._lock:
-            row = self._db().execute(f"SELECT {_COLUMNS} FROM drivetrain_sessions WHERE session_id = %s "
-                                     f"AND records > 0", (session_id,)).fetchone()
+            row = (
+                self._db()
+                .execute(
+                    f"SELECT {_COLUMNS} FROM drivetrain_sessions WHERE session_id = %s AND records > 0", (session_id,)
+                )
+                .fetchone()
+            )
         return _info(row) if row else None
 
-    def list(self, *, cwd: str | None = None, query: str | None = None,
-             limit: int | None = None) -> list[SessionInfo]:
+    def list(self, *, cwd: str | None = None, query: str | None = None, limit: int | None = None) -> list[SessionInfo]:
         where, args = ["records > 0"], []
         if cwd is not None:
             where.append("cwd = %s")
@@ -108,8 +127,10 @@ class PostgresStore:
         if query:
             where.append("(strpos(lower(coalesce(first_prompt, '')), %s) > 0 OR strpos(lower(session_id), %s) > 0)")
             args += [_storable(query.lower())] * 2
-        sql = (f"SELECT {_COLUMNS} FROM drivetrain_sessions WHERE {' AND '.join(where)} "
-               f"ORDER BY updated_at DESC, session_id DESC")
+        sql = (
+            f"SELECT {_COLUMNS} FROM drivetrain_sessions WHERE {' AND '.join(where)} "
+            f"ORDER BY updated_at DESC, session_id DESC"
+        )
         if limit is not None:
             sql += " LIMIT %s"
             args.append(limit)
@@ -128,8 +149,9 @@ class PostgresStore:
                 indexed = db.execute("DELETE FROM drivetrain_sessions WHERE session_id = %s", (session_id,)).rowcount
                 logged = db.execute("DELETE FROM drivetrain_records WHERE session_id = %s", (session_id,)).rowcount
         if not indexed and not logged:
-            raise SessionNotFound(f"no session {session_id!r} to delete in the PostgreSQL session store "
-                                  f"{self._where()}")
+            raise SessionNotFound(
+                f"no session {session_id!r} to delete in the PostgreSQL session store {self._where()}"
+            )
 
     def reindex(self) -> None:
         with self._lock:
@@ -178,8 +200,9 @@ def _lock_session(db: psycopg.Connection, session_id: str) -> tuple[SessionInfo 
     """The session's index entry and last seq, its row locked until the transaction ends."""
     while True:  # a row deleted between the insert and the lock is made again
         db.execute("INSERT INTO drivetrain_sessions (session_id) VALUES (%s) ON CONFLICT DO NOTHING", (session_id,))
-        row = db.execute(f"SELECT {_COLUMNS}, last_seq FROM drivetrain_sessions WHERE session_id = %s FOR UPDATE",
-                         (session_id,)).fetchone()
+        row = db.execute(
+            f"SELECT {_COLUMNS}, last_seq FROM drivetrain_sessions WHERE session_id = %s FOR UPDATE", (session_id,)
+        ).fetchone()
         if row:
             return (_info(row[:-1]) if row[-1] else None), row[-1]
 
@@ -190,8 +213,10 @@ def _put(db: psycopg.Connection, info: SessionInfo | None, last_seq: int) -> Non
     values = [getattr(info, name) for name in INDEX_FIELDS[1:]]
     values[3:5] = [datetime.fromisoformat(info.created_at), datetime.fromisoformat(info.updated_at)]
     assignments = ", ".join(f"{name} = %s" for name in INDEX_FIELDS[1:])
-    db.execute(f"UPDATE drivetrain_sessions SET {assignments}, last_seq = %s WHERE session_id = %s",
-               (*values, last_seq, info.session_id))
+    db.execute(
+        f"UPDATE drivetrain_sessions SET {assignments}, last_seq = %s WHERE session_id = %s",
+        (*values, last_seq, info.session_id),
+    )
 
 
 def _info(row: Iterable[Any]) -> SessionInfo:

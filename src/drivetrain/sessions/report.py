@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from drivetrain.messages import Message, ToolResultBlock, ToolUseBlock
 from drivetrain.sessions.store import Record, fold
@@ -82,8 +83,8 @@ def turn_log(records: Sequence[Record]) -> list[TurnEntry]:
     for r in records:
         match r.get("kind"):
             case "history":
-                history = history[:r["at"]] + [Message.from_wire(m) for m in r["messages"]]
-                for m in history[r["at"]:]:
+                history = history[: r["at"]] + [Message.from_wire(m) for m in r["messages"]]
+                for m in history[r["at"] :]:
                     for b in m.content:
                         if isinstance(b, ToolResultBlock):
                             results[b.tool_use_id] = b
@@ -107,17 +108,39 @@ def turn_log(records: Sequence[Record]) -> list[TurnEntry]:
     return [_entry(r, m, results, decisions) for r, m in turns]
 
 
-def _entry(r: Record, message: Message | None, results: dict[str, ToolResultBlock],
-           decisions: dict[str, tuple[str, str | None, str | None]]) -> TurnEntry:
+def _entry(
+    r: Record,
+    message: Message | None,
+    results: dict[str, ToolResultBlock],
+    decisions: dict[str, tuple[str, str | None, str | None]],
+) -> TurnEntry:
     calls = []
     for use in message.tool_uses if message is not None else ():
         res = results.get(use.id)
         text = res.text if res is not None else None
         decision, by, reason = decisions.get(use.id, (None, None, None))
-        calls.append(CallEntry(use.id, use.name, use.input, text[:HEAD_CHARS] if text is not None else None,
-                               len(text or ""), bool(res and res.is_error), decision, by, reason))
-    return TurnEntry(int(r.get("turn") or 0), r.get("stop_reason"), dict(r.get("usage") or {}), r.get("cost_usd"),
-                     r.get("model"), message.text if message is not None else "", tuple(calls))
+        calls.append(
+            CallEntry(
+                use.id,
+                use.name,
+                use.input,
+                text[:HEAD_CHARS] if text is not None else None,
+                len(text or ""),
+                bool(res and res.is_error),
+                decision,
+                by,
+                reason,
+            )
+        )
+    return TurnEntry(
+        int(r.get("turn") or 0),
+        r.get("stop_reason"),
+        dict(r.get("usage") or {}),
+        r.get("cost_usd"),
+        r.get("model"),
+        message.text if message is not None else "",
+        tuple(calls),
+    )
 
 
 # ---------------------------------------------------------------- health
@@ -126,8 +149,9 @@ def _entry(r: Record, message: Message | None, results: dict[str, ToolResultBloc
 def health(records: Sequence[Record]) -> Health:
     history = _history(records)
     uses = [b for m in history if m.role == "assistant" for b in m.content if isinstance(b, ToolUseBlock)]
-    results = {b.tool_use_id: b.text for m in history if m.role == "user" for b in m.content
-               if isinstance(b, ToolResultBlock)}
+    results = {
+        b.tool_use_id: b.text for m in history if m.role == "user" for b in m.content if isinstance(b, ToolResultBlock)
+    }
     turns = [r for r in records if r.get("kind") == "turn"]
     trajectory = tuple(str(r.get("stop_reason")) for r in turns)
     result = next((r for r in reversed(records) if r.get("kind") == "result"), None)
@@ -138,8 +162,9 @@ def health(records: Sequence[Record]) -> Health:
         repeated_calls=_repeats(uses, results),
         trajectory=trajectory,
         ended_at_once=bool(first) and first[0].stop_reason == "end_turn" and not first[0].calls,
-        tool_use_to_cap=bool(trajectory) and all(s == "tool_use" for s in trajectory)
-                        and (result or {}).get("subtype") == "error_max_turns",
+        tool_use_to_cap=bool(trajectory)
+        and all(s == "tool_use" for s in trajectory)
+        and (result or {}).get("subtype") == "error_max_turns",
         answer_grounding=grounding(answer, corpus),
     )
 
@@ -148,7 +173,7 @@ def _history(records: Sequence[Record]) -> list[Message]:
     history: list[Message] = []
     for r in records:
         if r.get("kind") == "history":
-            history = history[:r["at"]] + [Message.from_wire(m) for m in r["messages"]]
+            history = history[: r["at"]] + [Message.from_wire(m) for m in r["messages"]]
     return history
 
 
@@ -185,8 +210,10 @@ def _input_text(value: Any) -> str:
 # ---------------------------------------------------------------- does the answer cite what the tools returned?
 
 _FILE_LINE = re.compile(r"(?<![\w/.-])((?:[\w.-]+/)*[\w-][\w.-]*\.[A-Za-z][A-Za-z0-9]{0,7}):(\d+)\b")
-_PATH = re.compile(r"(?<![\w/.-])(?:\.{1,2}/|/|~/)?[\w-][\w.-]*(?:/[\w.-]+)+/?|"
-                   r"(?<![\w/.-])[\w-][\w.-]*\.[A-Za-z][A-Za-z0-9]{0,7}\b")
+_PATH = re.compile(
+    r"(?<![\w/.-])(?:\.{1,2}/|/|~/)?[\w-][\w.-]*(?:/[\w.-]+)+/?|"
+    r"(?<![\w/.-])[\w-][\w.-]*\.[A-Za-z][A-Za-z0-9]{0,7}\b"
+)
 _NUMBER = re.compile(r"(?<![\w.])\d[\d,]*(?:\.\d+)?(?![\w])")
 _NOT_EVIDENCE = {"e.g", "i.e", "etc", "and/or", "vs"}
 
@@ -236,8 +263,9 @@ def grounding(answer: str, corpus: str) -> Grounding:
     tokens = evidence(answer)
     found = tuple(t for t in tokens if cited(t, corpus))
     not_found = tuple(t for t in tokens if t not in found)
-    verdict = ("no checkable claims" if not tokens else
-               "cites tool results" if found else "cites nothing the tools returned")
+    verdict = (
+        "no checkable claims" if not tokens else "cites tool results" if found else "cites nothing the tools returned"
+    )
     return Grounding(verdict, found, not_found)
 
 
@@ -253,7 +281,8 @@ def to_json(records: Sequence[Record]) -> dict:
         "trajectory": list(h.trajectory),
         "health": {
             "repeated_calls": [{"tool": t, "input": i, "count": n} for t, i, n in h.repeated_calls],
-            "ended_at_once": h.ended_at_once, "tool_use_to_cap": h.tool_use_to_cap,
+            "ended_at_once": h.ended_at_once,
+            "tool_use_to_cap": h.tool_use_to_cap,
             "answer_grounding": asdict(h.answer_grounding),
         },
     }
@@ -266,21 +295,28 @@ def render_text(records: Sequence[Record], nested: Mapping[str, str] | None = No
     info = fold(None, records)
     lines = []
     if info is not None:
-        lines.append(f"session {info.session_id}  {info.status}  {info.num_turns} turns  "
-                     f"{cost_text(info.total_cost_usd)}  {info.model or '?'}  {info.cwd or '?'}")
+        lines.append(
+            f"session {info.session_id}  {info.status}  {info.num_turns} turns  "
+            f"{cost_text(info.total_cost_usd)}  {info.model or '?'}  {info.cwd or '?'}"
+        )
         if info.first_prompt:
             lines.append(f"prompt: {_one_line(info.first_prompt)[:160]}")
     for t in turn_log(records):
-        lines.append(f"[turn {t.turn}] {t.stop_reason}  {t.usage.get('input_tokens', 0)} in / "
-                     f"{t.usage.get('output_tokens', 0)} out{_cached(t.usage)}  {cost_text(t.cost_usd)}")
+        lines.append(
+            f"[turn {t.turn}] {t.stop_reason}  {t.usage.get('input_tokens', 0)} in / "
+            f"{t.usage.get('output_tokens', 0)} out{_cached(t.usage)}  {cost_text(t.cost_usd)}"
+        )
         if t.text.strip():
-            lines.append(f"  \" {_one_line(t.text)[:160]}")
+            lines.append(f'  " {_one_line(t.text)[:160]}')
         for c in t.calls:
             lines.append(f"  → {c.tool} {json.dumps(c.input, ensure_ascii=False)[:200]}")
             if c.decision in ("deny", "defer", "not_run"):
                 why = c.reason if c.reason and not _said(c.reason, c.result_head) else ""
-                lines.append(f"  ! {c.decision}" + (f" by {c.decided_by}" if c.decided_by else "")
-                             + (f": {_one_line(why)[:160]}" if why else ""))
+                lines.append(
+                    f"  ! {c.decision}"
+                    + (f" by {c.decided_by}" if c.decided_by else "")
+                    + (f": {_one_line(why)[:160]}" if why else "")
+                )
             if c.result_head is not None:
                 more = "…" if c.result_chars > HEAD_CHARS else ""
                 lines.append(f"  {'✗' if c.is_error else '←'} {_escaped(c.result_head)}{more}")
@@ -315,7 +351,7 @@ def _cached(usage: dict) -> str:
 
 def _said(reason: str, result_head: str | None) -> bool:
     """The result (shown next) already starts with the reason: do not print it twice."""
-    return bool(result_head) and _one_line(result_head).startswith(_one_line(reason)[:HEAD_CHARS // 2])
+    return bool(result_head) and _one_line(result_head).startswith(_one_line(reason)[: HEAD_CHARS // 2])
 
 
 def _one_line(text: str) -> str:

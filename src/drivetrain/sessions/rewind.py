@@ -31,10 +31,11 @@ import shutil
 import stat
 import subprocess
 import uuid
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Iterable, NamedTuple
+from typing import NamedTuple
 
 from drivetrain.errors import HarnessError
 from drivetrain.home import drivetrain_home
@@ -44,9 +45,26 @@ log = logging.getLogger(__name__)
 MAX_FILE_BYTES = 10 * 1024 * 1024
 REF_ROOT = "refs/drivetrain"
 _SESSION_ID = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,199}")
-_GIT_OPTIONS = ("-c", "core.hooksPath=/dev/null", "-c", "core.autocrlf=false", "-c", "core.safecrlf=false",
-                "-c", "core.symlinks=true", "-c", "core.filemode=true", "-c", "core.bare=false",
-                "-c", "commit.gpgSign=false", "-c", "gc.auto=0", "-c", "core.fsmonitor=false")
+_GIT_OPTIONS = (
+    "-c",
+    "core.hooksPath=/dev/null",
+    "-c",
+    "core.autocrlf=false",
+    "-c",
+    "core.safecrlf=false",
+    "-c",
+    "core.symlinks=true",
+    "-c",
+    "core.filemode=true",
+    "-c",
+    "core.bare=false",
+    "-c",
+    "commit.gpgSign=false",
+    "-c",
+    "gc.auto=0",
+    "-c",
+    "core.fsmonitor=false",
+)
 
 
 class RewindError(HarnessError):
@@ -73,8 +91,14 @@ class RestoreReport:
     skipped: tuple[str, ...] = ()  # too large when snapshotted: left as they are
 
     def to_json(self) -> dict:
-        return {**asdict(self), "restored": list(self.restored), "removed": list(self.removed),
-                "skipped": list(self.skipped), "num_restored": len(self.restored), "num_removed": len(self.removed)}
+        return {
+            **asdict(self),
+            "restored": list(self.restored),
+            "removed": list(self.removed),
+            "skipped": list(self.skipped),
+            "num_restored": len(self.restored),
+            "num_removed": len(self.removed),
+        }
 
 
 class Checkpoints:
@@ -109,8 +133,17 @@ class Checkpoints:
         wanted, skipped = self._scan(env, tracked, forced)
         self._stage(env, wanted)
         tree = self._git(["write-tree"], env).strip()
-        message = json.dumps({"drivetrain": "rewind", "v": 1, "session_id": session_id, "checkpoint": name,
-                              "workspace": str(self.workspace), "absent": sorted(absent), "skipped": skipped})
+        message = json.dumps(
+            {
+                "drivetrain": "rewind",
+                "v": 1,
+                "session_id": session_id,
+                "checkpoint": name,
+                "workspace": str(self.workspace),
+                "absent": sorted(absent),
+                "skipped": skipped,
+            }
+        )
         commit = self._git(["commit-tree", tree, "-m", message], env).strip()
         self._git(["update-ref", self.ref(session_id, name), commit], env)
         return commit
@@ -136,11 +169,15 @@ class Checkpoints:
         cached = set(self._git(["ls-files", "-z", "--cached"], env).split("\0"))
         stale = sorted(cached - wanted - {""})
         if stale:
-            self._git(["rm", "-q", "--cached", "--ignore-unmatch", "--pathspec-from-file=-", "--pathspec-file-nul"],
-                      env, stdin="\0".join(stale))
+            self._git(
+                ["rm", "-q", "--cached", "--ignore-unmatch", "--pathspec-from-file=-", "--pathspec-file-nul"],
+                env,
+                stdin="\0".join(stale),
+            )
         if wanted:
-            self._git(["add", "-f", "--pathspec-from-file=-", "--pathspec-file-nul"], env,
-                      stdin="\0".join(sorted(wanted)))
+            self._git(
+                ["add", "-f", "--pathspec-from-file=-", "--pathspec-file-nul"], env, stdin="\0".join(sorted(wanted))
+            )
 
     def keep(self, session_id: str, prompt: int, paths: Iterable[Path]) -> str:
         """Add to checkpoint ``prompt`` the present state of ``paths`` it does not hold yet (content, or absence).
@@ -164,8 +201,11 @@ class Checkpoints:
             env = self._env(index, None)
             self._git(["read-tree", old], env)
             if present:
-                self._git(["add", "-f", "--pathspec-from-file=-", "--pathspec-file-nul"], env,
-                          stdin="\0".join(sorted(present)))
+                self._git(
+                    ["add", "-f", "--pathspec-from-file=-", "--pathspec-file-nul"],
+                    env,
+                    stdin="\0".join(sorted(present)),
+                )
             new_tree = self._git(["write-tree"], env).strip()
         finally:
             index.unlink(missing_ok=True)
@@ -194,7 +234,7 @@ class Checkpoints:
         return present, absent
 
     def _kind(self, rel: str, limit: bool = True) -> str:
-        """"file" (a regular file or symlink to snapshot), "big", "absent" or "other" (a directory, a fifo…)."""
+        """ "file" (a regular file or symlink to snapshot), "big", "absent" or "other" (a directory, a fifo…)."""
         if not rel or rel.endswith("/"):  # "dir/" is a nested repository
             return "other"
         try:
@@ -224,8 +264,10 @@ class Checkpoints:
         refs = self._refs(session_id)
         if name not in refs:
             have = ", ".join(sorted(refs, key=_order)) or "none"
-            raise RewindError(f"session {session_id} has no checkpoint {name!r} for {self.workspace} "
-                              f"(it has: {have}); `drivetrain rewind` takes a prompt number the session reached")
+            raise RewindError(
+                f"session {session_id} has no checkpoint {name!r} for {self.workspace} "
+                f"(it has: {have}); `drivetrain rewind` takes a prompt number the session reached"
+            )
         target = refs[name]
         undo = f"before-rewind-{1 + sum(n.startswith('before-rewind-') for n in refs)}"
         trees = {n: self._tree(c) for n, c in refs.items()}
@@ -236,8 +278,16 @@ class Checkpoints:
             (self.workspace / path).unlink(missing_ok=True)
             self._prune(path)
         self._checkout(put)
-        return RestoreReport(session_id, name, target, undo, tuple(sorted(put)), tuple(remove),
-                             sum(1 for p, e in then.items() if now.get(p) == e), tuple(meta["skipped"]))
+        return RestoreReport(
+            session_id,
+            name,
+            target,
+            undo,
+            tuple(sorted(put)),
+            tuple(remove),
+            sum(1 for p, e in then.items() if now.get(p) == e),
+            tuple(meta["skipped"]),
+        )
 
     def _plan(self, refs: dict[str, str], trees: dict, name: str, now: dict) -> tuple[dict, list[str]]:
         """What to write back (path → (mode, blob)) and what to remove, to go from ``now`` to checkpoint ``name``."""
@@ -277,8 +327,11 @@ class Checkpoints:
             env = self._env(index, None)
             for path in entries:  # a file now standing where a folder must go, or the other way round
                 self._clear_way(path)
-            self._git(["update-index", "-z", "--index-info"], env,
-                      stdin="".join(f"{mode} {blob}\t{path}\0" for path, (mode, blob) in entries.items()))
+            self._git(
+                ["update-index", "-z", "--index-info"],
+                env,
+                stdin="".join(f"{mode} {blob}\t{path}\0" for path, (mode, blob) in entries.items()),
+            )
             self._git(["checkout-index", "-f", "-z", "--stdin"], env, stdin="\0".join(entries))
         finally:
             index.unlink(missing_ok=True)
@@ -305,7 +358,7 @@ class Checkpoints:
     def _refs(self, session_id: str) -> dict[str, str]:
         prefix = f"{REF_ROOT}/{session_id}/"
         out = self._git(["for-each-ref", "--format=%(refname) %(objectname)", prefix], self._env(None, None))
-        return {ref[len(prefix):]: commit for ref, commit in (line.split(" ") for line in out.splitlines())}
+        return {ref[len(prefix) :]: commit for ref, commit in (line.split(" ") for line in out.splitlines())}
 
     def _tree(self, commit: str) -> dict[str, tuple[str, str]]:
         """path → (mode, blob) of a checkpoint."""
@@ -330,8 +383,10 @@ class Checkpoints:
         if shutil.which("git") is None:
             raise RewindError("rewind needs the `git` command line tool, and it is not on PATH: install git")
         if not self.workspace.is_dir():
-            raise RewindError(f"the workspace {self.workspace} does not exist (any more): nothing to snapshot "
-                              "or restore; run from the folder the session worked in, or pass --cwd")
+            raise RewindError(
+                f"the workspace {self.workspace} does not exist (any more): nothing to snapshot "
+                "or restore; run from the folder the session worked in, or pass --cwd"
+            )
         if (self.repo / "HEAD").exists():
             return
         self.repo.parent.mkdir(parents=True, exist_ok=True)
@@ -360,26 +415,45 @@ class Checkpoints:
         return tracked, str(exclude_path) if exclude_path.is_file() else None
 
     def _env(self, index: Path | None, user_exclude: str | None) -> dict[str, str]:
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.repo.parent), "LC_ALL": "C",
-               "GIT_DIR": str(self.repo), "GIT_WORK_TREE": str(self.workspace), "GIT_CONFIG_GLOBAL": "/dev/null",
-               "GIT_CONFIG_NOSYSTEM": "1", "GIT_LITERAL_PATHSPECS": "1", "GIT_TERMINAL_PROMPT": "0",
-               "GIT_AUTHOR_NAME": "drivetrain", "GIT_AUTHOR_EMAIL": "rewind@drivetrain.invalid",
-               "GIT_COMMITTER_NAME": "drivetrain", "GIT_COMMITTER_EMAIL": "rewind@drivetrain.invalid",
-               "GIT_INDEX_FILE": str(index or self.repo / "index-unused"),
-               "GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "core.excludesFile",
-               "GIT_CONFIG_VALUE_0": user_exclude or "/dev/null"}
-        return env
+        return {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": str(self.repo.parent),
+            "LC_ALL": "C",
+            "GIT_DIR": str(self.repo),
+            "GIT_WORK_TREE": str(self.workspace),
+            "GIT_CONFIG_GLOBAL": "/dev/null",
+            "GIT_CONFIG_NOSYSTEM": "1",
+            "GIT_LITERAL_PATHSPECS": "1",
+            "GIT_TERMINAL_PROMPT": "0",
+            "GIT_AUTHOR_NAME": "drivetrain",
+            "GIT_AUTHOR_EMAIL": "rewind@drivetrain.invalid",
+            "GIT_COMMITTER_NAME": "drivetrain",
+            "GIT_COMMITTER_EMAIL": "rewind@drivetrain.invalid",
+            "GIT_INDEX_FILE": str(index or self.repo / "index-unused"),
+            "GIT_CONFIG_COUNT": "1",
+            "GIT_CONFIG_KEY_0": "core.excludesFile",
+            "GIT_CONFIG_VALUE_0": user_exclude or "/dev/null",
+        }
 
     def _git(self, args: list[str], env: dict[str, str], stdin: str | None = None, ok: tuple[int, ...] = (0,)) -> str:
         try:
             cwd = self.workspace if self.workspace.is_dir() else None
-            proc = subprocess.run(["git", *_GIT_OPTIONS, *args], env=env, cwd=cwd, input=stdin,
-                                  capture_output=True, text=True, encoding="utf-8", errors="surrogateescape")
+            proc = subprocess.run(
+                ["git", *_GIT_OPTIONS, *args],
+                env=env,
+                cwd=cwd,
+                input=stdin,
+                capture_output=True,
+                text=True,
+                encoding="utf-8",
+                errors="surrogateescape",
+            )
         except FileNotFoundError:
             raise RewindError("rewind needs the `git` command line tool, and it is not on PATH: install git") from None
         if proc.returncode not in ok:
-            raise RewindError(f"git {args[0]} failed in the checkpoint store {self.repo}: "
-                              f"{proc.stderr.strip() or proc.returncode}")
+            raise RewindError(
+                f"git {args[0]} failed in the checkpoint store {self.repo}: {proc.stderr.strip() or proc.returncode}"
+            )
         return proc.stdout
 
     def list(self, session_id: str) -> list[Checkpoint]:
@@ -388,19 +462,24 @@ class Checkpoints:
         if not (self.repo / "HEAD").exists():
             return []
         prefix = f"{REF_ROOT}/{session_id}/"
-        out = self._git(["for-each-ref", "--format=%(refname) %(objectname) %(committerdate:unix)", prefix],
-                        self._env(None, None))
+        out = self._git(
+            ["for-each-ref", "--format=%(refname) %(objectname) %(committerdate:unix)", prefix], self._env(None, None)
+        )
         found = []
         for ref, commit, when in (line.split(" ") for line in out.splitlines()):
-            name = ref[len(prefix):]
+            name = ref[len(prefix) :]
             if name.isdigit():
-                found.append(Checkpoint(int(name), commit, datetime.fromtimestamp(int(when), timezone.utc)))
+                found.append(Checkpoint(int(name), commit, datetime.fromtimestamp(int(when), UTC)))
         return sorted(found)
 
 
 def _check_session_id(session_id: str) -> None:
-    if not isinstance(session_id, str) or not _SESSION_ID.fullmatch(session_id) or session_id.endswith(".lock") \
-            or ".." in session_id:
+    if (
+        not isinstance(session_id, str)
+        or not _SESSION_ID.fullmatch(session_id)
+        or session_id.endswith(".lock")
+        or ".." in session_id
+    ):
         raise RewindError(f"{session_id!r} is not a session id (letters, digits, '.', '_' and '-' only)")
 
 

@@ -13,12 +13,12 @@ a SQLite index under ``$DRIVETRAIN_HOME``) and ``PostgresStore`` (``drivetrain.s
 
 from __future__ import annotations
 
-import re
 import dataclasses
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
-from datetime import datetime, timezone
-from typing import Any, Iterable, Mapping, Protocol, Sequence
-
+from datetime import UTC, datetime
+from typing import Any, Protocol
 
 VERSION = 1  # each record's "v"
 HEADER = ("ts", "session_id", "seq", "kind", "v")  # in this order, first in every record
@@ -88,8 +88,7 @@ class SessionStore(Protocol):
 
     def info(self, session_id: str) -> SessionInfo | None: ...
 
-    def list(self, *, cwd: str | None = None, query: str | None = None,
-             limit: int | None = None) -> list[SessionInfo]:
+    def list(self, *, cwd: str | None = None, query: str | None = None, limit: int | None = None) -> list[SessionInfo]:
         """Newest ``updated_at`` first; ``query`` is a case-insensitive substring of first_prompt or session_id."""
         ...
 
@@ -117,14 +116,14 @@ def check_session_id(session_id: str) -> str:
 
 
 def now_ts() -> str:
-    return iso(datetime.now(timezone.utc))
+    return iso(datetime.now(UTC))
 
 
 def iso(t: float | datetime) -> str:
     """ISO 8601 in UTC with milliseconds and a "Z", as every ``ts`` is written."""
     if not isinstance(t, datetime):
-        t = datetime.fromtimestamp(t, timezone.utc)
-    return t.astimezone(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        t = datetime.fromtimestamp(t, UTC)
+    return t.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 _TS = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
@@ -143,8 +142,9 @@ def fields_of(session_id: str, given: Mapping[str, Any]) -> tuple[str, dict[str,
     if clash := (set(HEADER) - {"ts"}) & fields.keys():
         raise ValueError(f"reserved record field names: {sorted(clash)}")
     if "ts" in fields and not (isinstance(fields["ts"], str) and _TS.fullmatch(fields["ts"])):
-        raise ValueError(f"a record's own 'ts' must be UTC with milliseconds, as now_ts() writes it, not "
-                         f"{fields['ts']!r}")
+        raise ValueError(
+            f"a record's own 'ts' must be UTC with milliseconds, as now_ts() writes it, not {fields['ts']!r}"
+        )
     return kind, fields
 
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 import difflib
 import os
 import re
-from typing import Protocol, Sequence
+from collections.abc import Sequence
+from typing import Protocol
 
 from drivetrain.sessions.report import evidence, grounding
 
@@ -21,8 +22,12 @@ FACT_FILES = 6  # the files listed
 SHOWN_BYTES = 120  # a small file's content is shown when it is at most this long
 
 # Scripts that name the language a task is written in (the task's script, not its words)
-_SCRIPTS = (("Chinese", re.compile(r"[\u4e00-\u9fff]")), ("Japanese", re.compile(r"[\u3040-\u30ff]")),
-            ("Korean", re.compile(r"[\uac00-\ud7af]")), ("Russian", re.compile(r"[\u0400-\u04ff]")))
+_SCRIPTS = (
+    ("Chinese", re.compile(r"[\u4e00-\u9fff]")),
+    ("Japanese", re.compile(r"[\u3040-\u30ff]")),
+    ("Korean", re.compile(r"[\uac00-\ud7af]")),
+    ("Russian", re.compile(r"[\u0400-\u04ff]")),
+)
 _SUM = re.compile(r"\d+(?:\.\d+)?(?:\s*[-+*/×]\s*\d+(?:\.\d+)?)+\s*=\s*\d+(?:\.\d+)?")
 _QUESTION = re.compile(r"[?？]")  # a question mark, in any language's form
 _DIGITS = re.compile(r"\d+(?:\.\d+)?")
@@ -54,8 +59,14 @@ def facts(before: dict[str, bytes], now: dict[str, bytes], calls: Sequence[Call]
             continue
         verb = "created" if path not in before else "changed"
         content = now[path].decode("utf-8", "replace").strip()
-        rows.append(f"- {verb} {path}" + (f", which now holds: {content!r}" if len(content) <= SHOWN_BYTES
-                                          else f" ({len(content.splitlines())} lines)"))
+        rows.append(
+            f"- {verb} {path}"
+            + (
+                f", which now holds: {content!r}"
+                if len(content) <= SHOWN_BYTES
+                else f" ({len(content.splitlines())} lines)"
+            )
+        )
     if len(changed) > FACT_FILES:
         rows.append(f"- … and {len(changed) - FACT_FILES} more files")
     for call in [c for c in calls if c.command][-FACT_CALLS:]:
@@ -80,7 +91,7 @@ def unseen(answer: str, corpus: str, files: dict[str, bytes]) -> list[str]:
     for token in grounding(answer, corpus).not_found:
         path, _, line = token.rpartition(":")
         path = os.path.normpath(path) if path else path  # ./a.py is a.py
-        if token in sums or line.isdigit() and path in files and int(line) <= files[path].count(b"\n") + 1:
+        if token in sums or (line.isdigit() and path in files and int(line) <= files[path].count(b"\n") + 1):
             continue
         out.append(token)
     return out
@@ -93,28 +104,39 @@ def echoes(answer: str, said: str) -> bool:
     mine, note = _NOT_WORD.sub("", answer.lower()), _NOT_WORD.sub("", said.lower())
     if not mine or not note:
         return False
-    return difflib.SequenceMatcher(None, mine, note, autojunk=False).ratio() >= 0.8 or len(mine) >= 12 and mine in note
+    return difflib.SequenceMatcher(None, mine, note, autojunk=False).ratio() >= 0.8 or (
+        len(mine) >= 12 and mine in note
+    )
 
 
-def disagreements(prompt: str, answer: str, corpus: str, did_work: bool, files: dict[str, bytes],
-                  said: str = "") -> list[str]:
+def disagreements(
+    prompt: str, answer: str, corpus: str, did_work: bool, files: dict[str, bytes], said: str = ""
+) -> list[str]:
     """Why the answer should be written again from the run's facts ([] when it agrees with the run). ``said``: what
     the harness added to the last call's result."""
     out = []
     missing = unseen(answer, corpus, files)
     if echoes(answer, said):
-        out.append("Your answer copies what the harness said of your last call; it is not an answer. Tell the user "
-                   "the result the task asks for and what you did, in your own words.")
+        out.append(
+            "Your answer copies what the harness said of your last call; it is not an answer. Tell the user "
+            "the result the task asks for and what you did, in your own words."
+        )
     elif missing:
-        out.append(f"Your answer reports {', '.join(missing[:4])}, but no command printed "
-                   f"{'it' if len(missing) == 1 else 'them'} and no file holds {'it' if len(missing) == 1 else 'them'}. "
-                   "Report only what the run shows; if a value is still unknown, run a command that prints it.")
+        out.append(
+            f"Your answer reports {', '.join(missing[:4])}, but no command printed "
+            f"{'it' if len(missing) == 1 else 'them'} and no file holds {'it' if len(missing) == 1 else 'them'}. "
+            "Report only what the run shows; if a value is still unknown, run a command that prints it."
+        )
     elif did_work and not evidence(answer):
-        out.append("Your answer does not say what you did. Say which files you created or changed and what they "
-                   "hold, and what the commands you ran printed.")
+        out.append(
+            "Your answer does not say what you did. Say which files you created or changed and what they "
+            "hold, and what the commands you ran printed."
+        )
     elif _QUESTION.search(prompt) and not evidence(answer) and not re.search(r"\d", answer):
-        out.append("The task asks a question, and your answer does not give what the run found. Answer it with the "
-                   "value or place the run showed; if no command has shown it yet, run one that prints it.")
+        out.append(
+            "The task asks a question, and your answer does not give what the run found. Answer it with the "
+            "value or place the run showed; if no command has shown it yet, run one that prints it."
+        )
     wanted = language(prompt)
     if wanted and language(answer) != wanted and out:
         out[-1] += f" Write the answer in {wanted}, the language of the task."

@@ -24,8 +24,10 @@ SHOW_FILES = 3  # files described in full in one note
 SHOW_LINES = 10  # changed lines shown per file
 
 # A command that means to change files: in-place editors, redirections into a file, file writes in Python.
-_EDITS = re.compile(r"\bsed\s+(-\w*\s+)*-\w*i|\bperl\s+-\w*i|(?<![\d&>])>{1,2}(?!&)\s*(?!/dev/)[\w.~/$\"'-]|\btee\b|"
-                    r"\b(mv|cp|rm|touch|truncate|patch)\s|\.write(_text|_bytes)?\(|open\([^)]*,\s*(mode=)?['\"][wax]")
+_EDITS = re.compile(
+    r"\bsed\s+(-\w*\s+)*-\w*i|\bperl\s+-\w*i|(?<![\d&>])>{1,2}(?!&)\s*(?!/dev/)[\w.~/$\"'-]|\btee\b|"
+    r"\b(mv|cp|rm|touch|truncate|patch)\s|\.write(_text|_bytes)?\(|open\([^)]*,\s*(mode=)?['\"][wax]"
+)
 
 
 def snapshot(cwd: Path, known: dict[str, tuple[tuple[int, int], bytes]] | None = None) -> dict[str, bytes]:

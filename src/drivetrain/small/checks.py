@@ -22,24 +22,41 @@ import difflib
 import os
 import re
 import shutil
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
-from typing import Awaitable, Callable
 
-from drivetrain.small.answer import disagreements, facts
-from drivetrain.small.changes import describe, snapshot
-from drivetrain.small.effects import dangling_imports, left_behind, named_calls, shown_not_written
 from drivetrain.control.hooks import Hooks
-from drivetrain.small.codeact import HELD_ALREADY, denied_programs, file_block, to_block
-from drivetrain.small.fragments import TOP_DEF, definitions
+from drivetrain.host.procs import run_command
 from drivetrain.loop.nodes import NodeContext, NodeResult, Proceed, SendBack
 from drivetrain.loop.state import NodePoint
-from drivetrain.host.procs import run_command
+from drivetrain.small.answer import disagreements, facts
+from drivetrain.small.changes import describe, snapshot
+from drivetrain.small.codeact import HELD_ALREADY, denied_programs, file_block, to_block
+from drivetrain.small.effects import dangling_imports, left_behind, named_calls, shown_not_written
+from drivetrain.small.fragments import TOP_DEF, definitions
 from drivetrain.small.prompts import EXTENSIONS, FILE_NAME
 from drivetrain.small.readings import (
-    _INTERPRETERS, _RUNNERS, _TEST_RUNNER, _arithmetic, _bare_test_file, _fence, _header_hint, _indent_hint,
-    _looks_runnable, _no_tests_run, _normal, _not_citations, _parse_error, _printed_by, _program, _rewritten,
-    _set_apart, _shows, _the_part)
+    _INTERPRETERS,
+    _RUNNERS,
+    _TEST_RUNNER,
+    _arithmetic,
+    _bare_test_file,
+    _fence,
+    _header_hint,
+    _indent_hint,
+    _looks_runnable,
+    _no_tests_run,
+    _normal,
+    _not_citations,
+    _parse_error,
+    _printed_by,
+    _program,
+    _rewritten,
+    _set_apart,
+    _shows,
+    _the_part,
+)
 
 Runner = Callable[[str], Awaitable[tuple[int | None, str]]]  # a command -> (exit code or None if not run, output)
 TEST_RUN_TIMEOUT_S = 120
@@ -49,31 +66,69 @@ _TEST_CMD = re.compile(_RUNNERS + r"|(^|[\s/])(test_\w+|\w+_test)\.py\b")  # a r
 _PLACEHOLDER = re.compile(
     r"<(?:your[ _-]?)?[a-z][a-z _-]{0,24}>|\{(?:total|count|result|value|answer|sum|number|n)\}|"
     r"\$\{?(?:total|count|result|value|answer|sum)\}?|\b(?:PLACEHOLDER|TBD|FIXME: fill)\b|\[insert [^\]]*\]|"
-    r"\b(?:your|add|insert|put) (?:own )?(?:implementation|code|logic) here\b", re.I)  # a stub: "# Your implementation here"
+    r"\b(?:your|add|insert|put) (?:own )?(?:implementation|code|logic) here\b",
+    re.I,
+)  # a stub: "# Your implementation here"
 _STUB = re.compile(r"\b(?:your|add|insert|put) (?:own )?(?:implementation|code|logic) here\b", re.I)
 _CODE_FILES = (".py", ".js", ".ts", ".sh", ".rb", ".go", ".rs", ".c", ".h", ".cpp", ".java", ".html", ".css", ".sql")
-_HTML_TAGS = {"html", "head", "body", "div", "span", "p", "a", "b", "i", "ul", "li", "ol", "br", "hr", "table",
-              "tr", "td", "th", "title", "script", "style", "pre", "code", "h1", "h2", "h3", "em", "strong"}
+_HTML_TAGS = {
+    "html",
+    "head",
+    "body",
+    "div",
+    "span",
+    "p",
+    "a",
+    "b",
+    "i",
+    "ul",
+    "li",
+    "ol",
+    "br",
+    "hr",
+    "table",
+    "tr",
+    "td",
+    "th",
+    "title",
+    "script",
+    "style",
+    "pre",
+    "code",
+    "h1",
+    "h2",
+    "h3",
+    "em",
+    "strong",
+}
 _NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w.]*\d)")
 # A command the task names: in backticks, or a script run by its interpreter, or a test runner.
 # Unquoted, a runner takes only options and paths: in "The pytest suite fails" the command is `pytest`, not the prose.
-_NAMED_CMD = re.compile(r"`([^`\n]+)`|(?<![A-Za-z0-9_])((?:python3?|bash|sh|node)\s+[A-Za-z0-9_./-]+\.(?:py|sh|js)"
-                        r"(?:[ \t]+(?:-{1,2}[A-Za-z0-9_=-]+|-?\d+(?:\.\d+)?|[A-Za-z0-9_./-]+\.[A-Za-z0-9]+))*"
-                        r"|pytest(?:[ \t]+(?:-{1,2}[A-Za-z0-9_=-]+|[A-Za-z0-9_.-]*(?:/|\.py\b|::)[A-Za-z0-9_./:-]*))*(?![\w-]|\.\w))")
-_CITATION = re.compile(rf"(?<![A-Za-z0-9_/.-])((?:[A-Za-z0-9_.-]+/)*[A-Za-z0-9_-]+\.{EXTENSIONS}):(\d+)(?![A-Za-z0-9_])")
+_NAMED_CMD = re.compile(
+    r"`([^`\n]+)`|(?<![A-Za-z0-9_])((?:python3?|bash|sh|node)\s+[A-Za-z0-9_./-]+\.(?:py|sh|js)"
+    r"(?:[ \t]+(?:-{1,2}[A-Za-z0-9_=-]+|-?\d+(?:\.\d+)?|[A-Za-z0-9_./-]+\.[A-Za-z0-9]+))*"
+    r"|pytest(?:[ \t]+(?:-{1,2}[A-Za-z0-9_=-]+|[A-Za-z0-9_.-]*(?:/|\.py\b|::)[A-Za-z0-9_./:-]*))*(?![\w-]|\.\w))"
+)
+_CITATION = re.compile(
+    rf"(?<![A-Za-z0-9_/.-])((?:[A-Za-z0-9_.-]+/)*[A-Za-z0-9_-]+\.{EXTENSIONS}):(\d+)(?![A-Za-z0-9_])"
+)
 # The format token a task uses for a list of places, in any language ("以 path:line 格式")
 _ASKS_CITATION = re.compile(r"(?<![A-Za-z])(?:path|file(?:name)?):line(?![A-Za-z])", re.I)
 _IN_PLACE = re.compile(r"\bsed\s+(-\w*\s+)*-\w*i|\bperl\s+-\w*i")  # sed -i, perl -pi
 # A command the answer quotes: what it says the command showed is checked against what the command printed
 _QUOTED_CMD = re.compile(r"`([^`\n]{2,200})`")
 # Literals the task quotes, in any language's quotation marks: an exact output it expects
-_QUOTED = re.compile(r'"([^"\n]{1,200})"|“([^”\n]{1,200})”|「([^」\n]{1,200})」|『([^』\n]{1,200})』|'
-                     r"(?<![A-Za-z0-9])'([^'\n]{1,200})'(?![A-Za-z0-9])|`([^`\n]{1,200})`")
+_QUOTED = re.compile(
+    r'"([^"\n]{1,200})"|“([^”\n]{1,200})”|「([^」\n]{1,200})」|『([^』\n]{1,200})』|'
+    r"(?<![A-Za-z0-9])'([^'\n]{1,200})'(?![A-Za-z0-9])|`([^`\n]{1,200})`"
+)
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _TOKEN = re.compile(r"[A-Za-z0-9_.:/-]+")  # one name, number or path: no line of output by itself
 _SCRIPT_RUN = re.compile(r"(?:python3?|node|bash|sh)\s+[\w./-]+(?:\s+[\w./=-]+)*")
 _DEFINED = re.compile(r"^[ \t]*(?:async[ \t]+)?(?:def|class)[ \t]+([A-Za-z_]\w*)", re.M)
-_IDENT = re.compile(r"`([A-Za-z_][\w.]*)`|(?<![A-Za-z0-9_])([A-Za-z_][A-Za-z0-9_]*_[A-Za-z0-9_]*|[a-z]+[A-Z][A-Za-z0-9_]*)(?![A-Za-z0-9_])")
+_IDENT = re.compile(
+    r"`([A-Za-z_][\w.]*)`|(?<![A-Za-z0-9_])([A-Za-z_][A-Za-z0-9_]*_[A-Za-z0-9_]*|[a-z]+[A-Z][A-Za-z0-9_]*)(?![A-Za-z0-9_])"
+)
 
 
 @dataclass
@@ -91,9 +146,11 @@ Swaps = tuple[set[str], set[str], dict[tuple[str, str], None]]
 
 def _renamed(renames: list[tuple[str, str, list[str], str]]) -> list[str]:
     """A rename the run began is finished: the old name is gone from the workspace's text files."""
-    return [f"You renamed {old} to {new}, but {old} still occurs at {', '.join(places[:8])}"
-            f"{' …' * (len(places) > 8)}. This changes every one of them:\n{_fence(fix)}\nThen check again."
-            for old, new, places, fix in renames]
+    return [
+        f"You renamed {old} to {new}, but {old} still occurs at {', '.join(places[:8])}"
+        f"{' …' * (len(places) > 8)}. This changes every one of them:\n{_fence(fix)}\nThen check again."
+        for old, new, places, fix in renames
+    ]
 
 
 def _line_count(output: str) -> int:
@@ -150,21 +207,39 @@ class WorkChecks:
         command = str(tool_input.get("command", "")) if payload.get("tool_name") == "Bash" else ""
         in_place = bool(_IN_PLACE.search(command))  # a substitution changes what is there: nothing is invented
         for path, content in now.items():
-            if (not in_place and path in self.before and self._last.get(path) != content
-                    and _rewritten(self._last.get(path), content) and not self._shown(path)):
+            if (
+                not in_place
+                and path in self.before
+                and self._last.get(path) != content
+                and _rewritten(self._last.get(path), content)
+                and not self._shown(path)
+            ):
                 if path not in self.unread:
                     self.unread.append(path)
         last, self._last = self._last, now
         self._writers.update({p: str(tool_input) for p, c in now.items() if last.get(p) != c})
         output = str(response.get("content", ""))
         held = payload.get("tool_name") == "Edit" and response.get("is_error") and output.startswith(HELD_ALREADY)
-        self.calls.append(_Call(f"{tool_input}\n{output}", command, bool(response.get("is_error")),
-                                output if command else "", str(tool_input.get("file_path", "")) if held else ""))
+        self.calls.append(
+            _Call(
+                f"{tool_input}\n{output}",
+                command,
+                bool(response.get("is_error")),
+                output if command else "",
+                str(tool_input.get("file_path", "")) if held else "",
+            )
+        )
         note = describe(last, now, command) if self.report_changes else ""
-        note += "".join(f"\n{p} no longer parses: {error}." for p, c in now.items() if last.get(p) != c
-                        and (error := _parse_error(p, c)) and not (p in last and _parse_error(p, last[p])))
-        hint = (_header_hint(command, output, now) or _indent_hint(output, self.cwd)) if response.get("is_error") \
+        note += "".join(
+            f"\n{p} no longer parses: {error}."
+            for p, c in now.items()
+            if last.get(p) != c and (error := _parse_error(p, c)) and not (p in last and _parse_error(p, last[p]))
+        )
+        hint = (
+            (_header_hint(command, output, now) or _indent_hint(output, self.cwd))
+            if response.get("is_error")
             else _no_tests_run(command, now)
+        )
         note = "\n\n".join(n for n in (note, hint) if n)
         own = output if payload.get("tool_name") in ("Edit", "Write") else ""  # the harness's tools' own words
         self._said = "\n\n".join(n for n in (own, note) if n)
@@ -175,10 +250,16 @@ class WorkChecks:
         an answer that only lacks what the work holds (the value it wrote, say) at most ``answer_limit`` times more:
         that costs one turn without tools, and an answer that contradicts the work is worse than no answer."""
         # a denied call never reaches PostToolUse: what the policy denied is read from the history
-        work, answer = await self.sorted_failures(ctx.answer, frozenset(denied_programs(ctx.history)),
-                                                  getattr(ctx, "run", None))
-        kind = "work" if work and self._sent.get("work", 0) < self.work_limit else \
-            "answer" if answer and self._sent.get("answer", 0) < self.answer_limit else None
+        work, answer = await self.sorted_failures(
+            ctx.answer, frozenset(denied_programs(ctx.history)), getattr(ctx, "run", None)
+        )
+        kind = (
+            "work"
+            if work and self._sent.get("work", 0) < self.work_limit
+            else "answer"
+            if answer and self._sent.get("answer", 0) < self.answer_limit
+            else None
+        )
         if kind is None:
             return Proceed()
         self._sent[kind] = self._sent.get(kind, 0) + 1
@@ -194,8 +275,12 @@ class WorkChecks:
         work, answer_only = await self.sorted_failures(answer, denied, run)
         return work + answer_only
 
-    async def sorted_failures(self, answer: str, denied: frozenset[str] = frozenset(), run: Runner | None = None,
-                              ) -> tuple[list[str], list[str]]:
+    async def sorted_failures(
+        self,
+        answer: str,
+        denied: frozenset[str] = frozenset(),
+        run: Runner | None = None,
+    ) -> tuple[list[str], list[str]]:
         """(what needs more work, what needs only a better answer), from one look at the workspace. ``denied``:
         programs the policy denied; ``run``: how a command is run again (in a run, the harness's own Bash call:
         ``NodeContext.run``)."""
@@ -205,26 +290,33 @@ class WorkChecks:
         out = self._missing_outputs(now, answer) + self._placeholders(changed) + self._mismatch(changed, answer)
         out += self._citation_lists(changed) + self._missing_paths(changed) + self._uncomputed(changed)
         unread, self.unread = [p for p in self.unread if p in changed], []  # said once per file
-        out += [f"You rewrote {p} without looking at its content first, so what you wrote may be invented. "
-                f"Show it (cat -n {p}), check your change against what was there, and fix it if needed."
-                for p in unread]
+        out += [
+            f"You rewrote {p} without looking at its content first, so what you wrote may be invented. "
+            f"Show it (cat -n {p}), check your change against what was there, and fix it if needed."
+            for p in unread
+        ]
         swaps = self._swaps(changed)  # one reading of the run's renames, for three checks
         renames = self._renames(now, swaps)
         out += self._broken(changed) + _renamed(renames) + self._misnamed(now, swaps)
         out += self._citations(now, answer) + self._strays(now)
         named = [m.group(1) for m in FILE_NAME.finditer(self.prompt)]
-        out += left_behind(named, self.before, now) + (shown_not_written(named, self.before, now, self.calls)
-                                                       if not changed else [])
+        out += left_behind(named, self.before, now) + (
+            shown_not_written(named, self.before, now, self.calls) if not changed else []
+        )
         out += await self._dangling(run, now)
-        out += await self._tests(run, changed) + await self._named_commands(run, changed) + await self._exact_output(run)
+        out += (
+            await self._tests(run, changed) + await self._named_commands(run, changed) + await self._exact_output(run)
+        )
         written = named_calls(self.prompt, now)  # the calls the task writes out, read once for both checks
         unrun = self._unrun_calls(written)
         out += [await self._run_call(run, text, command) for text, command in unrun]
         out += self._claimed(answer, denied) + _arithmetic(answer)
         if not changed:  # the run's own calls meant a change, and none was made
-            out += [f"Your change to {p} wrote what it already held, and this run changed no file. If the task asks "
-                    f"for a change, write the lines of {p} as they must be (not as they are now)."
-                    for p in dict.fromkeys(c.unchanged for c in self.calls if c.unchanged)]
+            out += [
+                f"Your change to {p} wrote what it already held, and this run changed no file. If the task asks "
+                f"for a change, write the lines of {p} as they must be (not as they are now)."
+                for p in dict.fromkeys(c.unchanged for c in self.calls if c.unchanged)
+            ]
         answer_only = self._unreported(changed, answer)
         if not changed:  # after a change, what a call printed before it may no longer be what it returns
             answer_only += self._unanswered_calls([w for w in written if w not in unrun], answer)  # not said twice
@@ -258,8 +350,11 @@ class WorkChecks:
         for name in self._outputs():
             if not self._unwritten(name, now):
                 continue
-            what = f"{name} is empty. Write the result the task asks for into it." if name in now else \
-                f"The task asks for {name}, but it does not exist. Create it with the right content."
+            what = (
+                f"{name} is empty. Write the result the task asks for into it."
+                if name in now
+                else f"The task asks for {name}, but it does not exist. Create it with the right content."
+            )
             out.append(what + self._hint(name, answer))
         return out
 
@@ -296,8 +391,11 @@ class WorkChecks:
         the code went to the wrong file."""
         if not self.file_blocks or not name.endswith(".py"):
             return None
-        made = [(p, c.decode("utf-8", "replace")) for p, c in self._last.items()
-                if p not in self.before and p != name and p.endswith(".py")]
+        made = [
+            (p, c.decode("utf-8", "replace"))
+            for p, c in self._last.items()
+            if p not in self.before and p != name and p.endswith(".py")
+        ]
         if len(made) != 1 or not definitions(made[0][1]):
             return None
         return f"You wrote the code to {made[0][0]}, not {name}. This writes it:", made[0][1].rstrip("\n")
@@ -317,8 +415,11 @@ class WorkChecks:
     def _computed(self, value: str) -> bool:
         """A command the model ran printed the value, or as many lines (the files ``find`` listed): its answer's
         number is a result, not a guess."""
-        return any(_shows(value, c.output) or value == str(_line_count(c.output))
-                   for c in self.calls if c.command and not c.failed)
+        return any(
+            _shows(value, c.output) or value == str(_line_count(c.output))
+            for c in self.calls
+            if c.command and not c.failed
+        )
 
     def _uncomputed(self, changed: dict[str, bytes]) -> list[str]:
         """A number the run wrote alone in a file is one a command printed, or the count of the lines one printed,
@@ -329,8 +430,10 @@ class WorkChecks:
                 continue  # a command wrote it (wc -l < a.py > total.txt), or a command printed it
             last = next((c for c in reversed(self.calls) if c.command and not c.failed and c.output.strip()), None)
             seen = f" (`{last.command.strip()}` printed {_line_count(last.output)} lines)" if last else ""
-            out.append(f"You wrote {value} to {path}, but no command of this run printed {value}, or {value} "
-                       f"lines{seen}. Compute it with a command that prints the number, then write that.")
+            out.append(
+                f"You wrote {value} to {path}, but no command of this run printed {value}, or {value} "
+                f"lines{seen}. Compute it with a command that prints the number, then write that."
+            )
         return out
 
     def _placeholders(self, changed: dict[str, bytes]) -> list[str]:
@@ -340,15 +443,21 @@ class WorkChecks:
             # in code, {n} and <x> are code (an f-string, a comparison); only a stub is a placeholder there
             for m in (_STUB if path.endswith(_CODE_FILES) else _PLACEHOLDER).finditer(text):
                 inner = m.group(0).strip("<>/ ").lower()
-                if m.group(0) in was or m.group(0).startswith("<") and (
-                        inner in _HTML_TAGS or not path.endswith((".txt", ".md", ".csv")) and len(text) > 200):
+                if m.group(0) in was or (
+                    m.group(0).startswith("<")
+                    and (inner in _HTML_TAGS or (not path.endswith((".txt", ".md", ".csv")) and len(text) > 200))
+                ):
                     continue  # (one the file had before is not the run's)
                 if inner.endswith(" here"):
-                    out.append(f"{path} contains the stub {m.group(0)!r} instead of real code. Write the code, or "
-                               "remove what you added if the task does not need it.")
+                    out.append(
+                        f"{path} contains the stub {m.group(0)!r} instead of real code. Write the code, or "
+                        "remove what you added if the task does not need it."
+                    )
                 else:
-                    out.append(f"{path} contains the placeholder {m.group(0)!r} instead of a real value. Compute the "
-                               "value with a command and write it.")
+                    out.append(
+                        f"{path} contains the placeholder {m.group(0)!r} instead of a real value. Compute the "
+                        "value with a command and write it."
+                    )
                 break
         return out
 
@@ -358,14 +467,23 @@ class WorkChecks:
         out = []
         for path, content in changed.items():
             value = content.decode("utf-8", "replace").strip()
-            if not (re.fullmatch(r"[\w./-]{1,200}", value) and re.search(r"[A-Za-z]", value)
-                    and (FILE_NAME.fullmatch(PurePath(value).name) or "/" in value)):
+            if not (
+                re.fullmatch(r"[\w./-]{1,200}", value)
+                and re.search(r"[A-Za-z]", value)
+                and (FILE_NAME.fullmatch(PurePath(value).name) or "/" in value)
+            ):
                 continue  # not a path: a value, a URL, a list, a date
             if not ((self.cwd / value).exists() if not value.startswith("/") else Path(value).exists()):
                 near = [p for p in self._last if PurePath(p).name == PurePath(value).name]
-                out.append(f"{path} holds {value!r}, but there is no such file"
-                           + (f" (the folder has {', '.join(near[:3])}: a path from the folder has no leading /)"
-                              if near else "") + ". Write the path of a file that exists.")
+                out.append(
+                    f"{path} holds {value!r}, but there is no such file"
+                    + (
+                        f" (the folder has {', '.join(near[:3])}: a path from the folder has no leading /)"
+                        if near
+                        else ""
+                    )
+                    + ". Write the path of a file that exists."
+                )
         return out
 
     @staticmethod
@@ -378,15 +496,20 @@ class WorkChecks:
         said = set(_NUMBER.findall(answer))
         if len(said) > 3:
             return []  # an answer quoting output (dates, line numbers): which number is its result is not known
-        return [f"You wrote {value} to {path}, but your answer says {', '.join(sorted(said))}. Find out which is "
-                "right (recompute it), fix the file or the answer, then answer again."
-                for path, value in self._written_values(changed).items() if said and value not in said]
+        return [
+            f"You wrote {value} to {path}, but your answer says {', '.join(sorted(said))}. Find out which is "
+            "right (recompute it), fix the file or the answer, then answer again."
+            for path, value in self._written_values(changed).items()
+            if said and value not in said
+        ]
 
     def _unreported(self, changed: dict[str, bytes], answer: str) -> list[str]:
         if _NUMBER.search(answer):
             return []
-        return [f"Your answer does not give the value you wrote to {path} ({value}). Answer again, with the value."
-                for path, value in self._written_values(changed).items()]
+        return [
+            f"Your answer does not give the value you wrote to {path} ({value}). Answer again, with the value."
+            for path, value in self._written_values(changed).items()
+        ]
 
     def _citation_lists(self, changed: dict[str, bytes]) -> list[str]:
         """The task wants a list of path:line in a file: each line holds just that (grep -n prints more)."""
@@ -397,8 +520,10 @@ class WorkChecks:
             extra = _not_citations(changed.get(name, b""))
             if extra:
                 fix = self._cite_into(name) or f"grep -rn PATTERN . | cut -d: -f1,2 > {name}"
-                out.append(f"Each line of {name} should be just path:line (like a.py:4), but it has {extra!r}. "
-                           f"Write only path:line on each line, e.g.:\n{_fence(fix)}")
+                out.append(
+                    f"Each line of {name} should be just path:line (like a.py:4), but it has {extra!r}. "
+                    f"Write only path:line on each line, e.g.:\n{_fence(fix)}"
+                )
         return out
 
     def _cite_into(self, name: str) -> str:
@@ -414,8 +539,11 @@ class WorkChecks:
         """The model's own last ``grep -n`` over files whose output was path:line:text ("" when none)."""
         for call in reversed(self.calls):
             c = call.command.strip()
-            if re.match(r"grep\s(.*\s)?-\w*n", c) and not re.search(r"[|>;&\n]", c) \
-                    and re.search(r"\n(\./)?[\w./-]+:\d+:", call.text):
+            if (
+                re.match(r"grep\s(.*\s)?-\w*n", c)
+                and not re.search(r"[|>;&\n]", c)
+                and re.search(r"\n(\./)?[\w./-]+:\d+:", call.text)
+            ):
                 return c
         return ""
 
@@ -432,8 +560,12 @@ class WorkChecks:
             if old not in asked and (asked & defined) - {new}:
                 continue  # the task names the defined name it means, and not this one: not the rename it asks for
             word = re.compile(rf"(?<![A-Za-z0-9_]){re.escape(old)}(?![A-Za-z0-9_])")
-            places = [f"{path}:{i}" for path, content in now.items()
-                      for i, line in enumerate(content.decode("utf-8", "replace").splitlines(), 1) if word.search(line)]
+            places = [
+                f"{path}:{i}"
+                for path, content in now.items()
+                for i, line in enumerate(content.decode("utf-8", "replace").splitlines(), 1)
+                if word.search(line)
+            ]
             if places:
                 files = " ".join(dict.fromkeys(p.rsplit(":", 1)[0] for p in places))
                 out.append((old, new, places, f"perl -pi -e 's/\\b{old}\\b/{new}/g' {files}"))
@@ -469,10 +601,12 @@ class WorkChecks:
         for new in dict.fromkeys(new for old, new in pairs if new in asked and old in defined and old not in asked):
             olds = [old for old, n in pairs if n == new and old in defined and old not in asked]
             if left:
-                out.append(f"You renamed {' and '.join(olds)} to {new}, but the task does not name "
-                           f"{'them' if len(olds) > 1 else 'it'}: it names {', '.join(left)}, which is still there. "
-                           f"Put {' and '.join(olds)} back as {'they were' if len(olds) > 1 else 'it was'}, and make "
-                           f"the change the task asks for to {', '.join(left)}.")
+                out.append(
+                    f"You renamed {' and '.join(olds)} to {new}, but the task does not name "
+                    f"{'them' if len(olds) > 1 else 'it'}: it names {', '.join(left)}, which is still there. "
+                    f"Put {' and '.join(olds)} back as {'they were' if len(olds) > 1 else 'it was'}, and make "
+                    f"the change the task asks for to {', '.join(left)}."
+                )
         return out
 
     def _broken(self, changed: dict[str, bytes]) -> list[str]:
@@ -482,8 +616,9 @@ class WorkChecks:
         for path, content in changed.items():
             error = _parse_error(path, content)
             if error and not (path in self.before and _parse_error(path, self.before[path])):
-                out.append(f"{path} no longer parses after your change: {error}. Show it (cat -n {path}) and fix "
-                           "that line.")
+                out.append(
+                    f"{path} no longer parses after your change: {error}. Show it (cat -n {path}) and fix that line."
+                )
         return out
 
     def _strays(self, now: dict[str, bytes]) -> list[str]:
@@ -495,12 +630,17 @@ class WorkChecks:
                 continue
             names = set(TOP_DEF.findall(now[path].decode("utf-8", "replace")))
             for old, content in self.before.items():
-                common = sorted(names & set(TOP_DEF.findall(content.decode("utf-8", "replace")))) \
-                    if old.endswith(".py") and old in now else []
+                common = (
+                    sorted(names & set(TOP_DEF.findall(content.decode("utf-8", "replace"))))
+                    if old.endswith(".py") and old in now
+                    else []
+                )
                 if common:
                     how = f" (a block naming {old})" if self.file_blocks else ""
-                    out.append(f"You created {path}, but {', '.join(common)} is defined in {old}: the task is "
-                               f"about that file. Make the change in {old}{how}, and remove {path}.")
+                    out.append(
+                        f"You created {path}, but {', '.join(common)} is defined in {old}: the task is "
+                        f"about that file. Make the change in {old}{how}, and remove {path}."
+                    )
                     break
         return out
 
@@ -509,12 +649,17 @@ class WorkChecks:
         cited = list(dict.fromkeys(_CITATION.findall(answer)))
         if not cited:
             if _ASKS_CITATION.search(self.prompt) and not self._outputs():  # asked for in that very format
-                return ["The task asks for path:line, and your answer cites none. Find it (grep -n) and answer "
-                        "as path:line."]
+                return [
+                    "The task asks for path:line, and your answer cites none. Find it (grep -n) and answer "
+                    "as path:line."
+                ]
             return []
         texts = {p: c.decode("utf-8", "replace") for p, c in now.items()}
-        subjects = [w for m in _IDENT.finditer(self.prompt) if (w := m.group(1) or m.group(2))
-                    and any(w in t for t in texts.values())]
+        subjects = [
+            w
+            for m in _IDENT.finditer(self.prompt)
+            if (w := m.group(1) or m.group(2)) and any(w in t for t in texts.values())
+        ]
         out = []
         for path, number in cited[:5]:
             key = os.path.normpath(path)  # ./storage.py is storage.py (grep -rn . prints it so)
@@ -525,8 +670,10 @@ class WorkChecks:
             elif not 1 <= n <= len(lines):
                 out.append(f"You cite {path}:{n}, but {path} has {len(lines)} lines. Find the right line with grep -n.")
             elif subjects and not any(s in lines[n - 1] for s in subjects):
-                out.append(f"You cite {path}:{n}, but that line is {lines[n - 1].strip()!r}, which does not mention "
-                           f"{' or '.join(subjects[:3])}. Find the right line with grep -n.")
+                out.append(
+                    f"You cite {path}:{n}, but that line is {lines[n - 1].strip()!r}, which does not mention "
+                    f"{' or '.join(subjects[:3])}. Find the right line with grep -n."
+                )
         return out
 
     async def _tests(self, run: Runner, changed: dict[str, bytes]) -> list[str]:
@@ -546,9 +693,11 @@ class WorkChecks:
         if code is None or code == 0:  # did not run (denied, say): nothing is known
             return []
         if not changed:  # a run that changed nothing may have been asked only why they fail
-            return [f"The test command `{command}` still fails (exit code {code}), and this run changed no file:\n"
-                    f"{output[-1500:]}\nIf the task is to make the tests pass, change the code they test (not the "
-                    "tests) and run them again. If it only asks about them, answer that they fail, and why."]
+            return [
+                f"The test command `{command}` still fails (exit code {code}), and this run changed no file:\n"
+                f"{output[-1500:]}\nIf the task is to make the tests pass, change the code they test (not the "
+                "tests) and run them again. If it only asks about them, answer that they fail, and why."
+            ]
         return [f"The test command `{command}` fails now (exit code {code}):\n{output[-1500:]}"]
 
     def _runs_tests(self, command: str) -> bool:
@@ -556,16 +705,23 @@ class WorkChecks:
         functions runs none); a command that only shows a test file runs nothing."""
         if _TEST_RUNNER.search(command):
             return True
-        run_by = any(_program(part).split()[0] in _INTERPRETERS and _TEST_CMD.search(part)
-                     for part in re.split(r"&&|\|\|?|;|\n", command) if part.strip())
+        run_by = any(
+            _program(part).split()[0] in _INTERPRETERS and _TEST_CMD.search(part)
+            for part in re.split(r"&&|\|\|?|;|\n", command)
+            if part.strip()
+        )
         return run_by and not _bare_test_file(command, self._last)  # `cat -n tests/test_x.py` ran no test
 
     def _claimed(self, answer: str, denied: frozenset[str]) -> list[str]:
         """A command the answer quotes (its check of the result, in any language) is one the model ran, and a
         number the answer gives right after it is one the command printed: a claimed check that never ran, or
         printed something else, hides a wrong value."""
-        ran = {_program(part) for c in self.calls if c.command and not c.failed
-               for part in re.split(r"&&|\|\|?|;|\n", c.command)}
+        ran = {
+            _program(part)
+            for c in self.calls
+            if c.command and not c.failed
+            for part in re.split(r"&&|\|\|?|;|\n", c.command)
+        }
         out = []
         for m in _QUOTED_CMD.finditer(answer):
             command = m.group(1).strip()
@@ -573,22 +729,29 @@ class WorkChecks:
             if not program or not (shutil.which(program.split()[0]) or _looks_runnable(command, self.cwd)):
                 continue  # `total.txt`, `fetch_account`: not a command
             if program in denied:  # a denied program cannot have shown anything
-                out.append(f"Your answer says what `{command}` showed, but {program} is denied here and never ran. "
-                           "Do not claim it: check the value another way (print the value of each part), then answer "
-                           "with what that showed.")
+                out.append(
+                    f"Your answer says what `{command}` showed, but {program} is denied here and never ran. "
+                    "Do not claim it: check the value another way (print the value of each part), then answer "
+                    "with what that showed."
+                )
                 continue
             same = [c for c in self.calls if c.command and not c.failed and _normal(command) in _normal(c.command)]
             if program not in ran and not same:
-                out.append(f"Your answer says what `{command}` showed, but you did not run {program} (or it failed). "
-                           "Check the result with a command that runs, then answer with what it showed.")
+                out.append(
+                    f"Your answer says what `{command}` showed, but you did not run {program} (or it failed). "
+                    "Check the result with a command that runs, then answer with what it showed."
+                )
                 continue
-            said = _NUMBER.findall(re.split(r"[.;。；\n)）]\s*", answer[m.end():m.end() + 80])[0])
+            said = _NUMBER.findall(re.split(r"[.;。；\n)）]\s*", answer[m.end() : m.end() + 80])[0])
             last = same[-1] if same else None
             if last is not None and said and not any(_shows(v, last.output) for v in said):
                 shown = last.output.strip()[:300]
-                out.append(f"Your answer says `{command}` gave {', '.join(dict.fromkeys(said))}, but it printed "
-                           + (f"{shown!r}" if shown else "nothing") + ". Answer with what it printed, or run what "
-                           "shows the value.")
+                out.append(
+                    f"Your answer says `{command}` gave {', '.join(dict.fromkeys(said))}, but it printed "
+                    + (f"{shown!r}" if shown else "nothing")
+                    + ". Answer with what it printed, or run what "
+                    "shows the value."
+                )
         return out
 
     def _named(self) -> list[str]:
@@ -598,9 +761,19 @@ class WorkChecks:
 
     def _made(self, text: str) -> _Call | None:
         """The last command of the run that made the call ``text`` (any quotes) and printed something."""
-        same = lambda t: _normal(t).replace('\\"', '"').replace('"', "'")  # noqa: E731 (any quote: one call)
-        return next((c for c in reversed(self.calls) if c.command and not c.failed and c.output.strip()
-                     and not c.output.startswith("(no output)") and same(text) in same(c.command)), None)
+        same = lambda t: _normal(t).replace('\\"', '"').replace('"', "'")
+        return next(
+            (
+                c
+                for c in reversed(self.calls)
+                if c.command
+                and not c.failed
+                and c.output.strip()
+                and not c.output.startswith("(no output)")
+                and same(text) in same(c.command)
+            ),
+            None,
+        )
 
     def _unrun_calls(self, written: list[tuple[str, str]]) -> list[tuple[str, str]]:
         """The calls the task writes out of functions the workspace defines that no command of the run made and
@@ -619,8 +792,10 @@ class WorkChecks:
             value = lines[0] if len(lines) == 1 else ""  # more lines: which is the call's value is not known
             bare = value[1:-1] if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"" else value
             if 0 < len(bare) <= 80 and bare not in answer:
-                out.append(f"`{call.command.strip()}` printed {value} for {text}, but your answer does not give "
-                           f"{bare}. Answer with what it printed.")
+                out.append(
+                    f"`{call.command.strip()}` printed {value} for {text}, but your answer does not give "
+                    f"{bare}. Answer with what it printed."
+                )
         return out
 
     async def _run_call(self, run: Runner, text: str, command: str) -> str:
@@ -631,8 +806,10 @@ class WorkChecks:
             return f"The task writes out the call {text}. Run it to see what it returns:\n{_fence(command)}"
         self.calls.append(_Call(f"{command}\n{output}", command, code != 0, output))  # the run has seen it now
         printed = output.strip()[-1500:] or "(nothing)"
-        return (f"The task writes out the call {text}, and no command of yours made it. The harness ran it:\n"
-                f"{_fence(command)}\nExit code {code}; it printed:\n{printed}\nUse what it printed.")
+        return (
+            f"The task writes out the call {text}, and no command of yours made it. The harness ran it:\n"
+            f"{_fence(command)}\nExit code {code}; it printed:\n{printed}\nUse what it printed."
+        )
 
     def _ran(self, command: str) -> bool:
         return any(_normal(command) in _normal(c.command) for c in self.calls if c.command)
@@ -652,8 +829,10 @@ class WorkChecks:
                 words = command.split()
                 fix = f"Change {words[1]} itself (the file)" if words[0] in _INTERPRETERS else "Fix the cause"
                 hint = _indent_hint(output, self.cwd)
-                out.append(f"`{command}` fails now (exit code {code}):\n{output[-1500:]}\n{hint + chr(10) * bool(hint)}"
-                           f"{fix} so that it works, then run `{command}` again.")
+                out.append(
+                    f"`{command}` fails now (exit code {code}):\n{output[-1500:]}\n{hint + chr(10) * bool(hint)}"
+                    f"{fix} so that it works, then run `{command}` again."
+                )
         return out
 
     async def _exact_output(self, run: Runner) -> list[str]:
@@ -661,15 +840,22 @@ class WorkChecks:
         own after a colon): the command is run again — the one the task names, else the script the model last ran,
         else the script the task names — and an output line like the quoted one but not exactly it goes back with
         both (an extra ``!``, a missing space)."""
-        quoted = [q for m in _QUOTED.finditer(self.prompt) for q in m.groups() if q and q.strip()] + _set_apart(self.prompt)
+        quoted = [q for m in _QUOTED.finditer(self.prompt) for q in m.groups() if q and q.strip()] + _set_apart(
+            self.prompt
+        )
         quoted = [q for q in dict.fromkeys(quoted) if not _looks_runnable(q, self.cwd) and not FILE_NAME.fullmatch(q)]
         # The script the task names is run unasked only for a literal that reads as a line of output: a name or
         # a number in quotes (`load`, `8080`) is what a rename or a setting names, not what a script must print.
         output_like = any(not _TOKEN.fullmatch(q) for q in quoted)
-        commands = [c for c in self._named() if not _TEST_CMD.search(c) and self._ran(c)] or \
-            [c.command for c in self.calls[-1:] if _SCRIPT_RUN.fullmatch(c.command.strip())] or \
-            [f"python3 {n}" for m in FILE_NAME.finditer(self.prompt) if (n := m.group(1)).endswith(".py")
-             and b"print(" in self.before.get(n, b"") and output_like]
+        commands = (
+            [c for c in self._named() if not _TEST_CMD.search(c) and self._ran(c)]
+            or [c.command for c in self.calls[-1:] if _SCRIPT_RUN.fullmatch(c.command.strip())]
+            or [
+                f"python3 {n}"
+                for m in FILE_NAME.finditer(self.prompt)
+                if (n := m.group(1)).endswith(".py") and b"print(" in self.before.get(n, b"") and output_like
+            ]
+        )
         out = []
         for command in list(dict.fromkeys(commands))[:2] if quoted else ():  # a script the task names twice: once
             code, output = await run(command.strip())
@@ -683,8 +869,10 @@ class WorkChecks:
                 if near is not None and difflib.SequenceMatcher(None, q, near).ratio() >= 0.6:
                     printed = near if len(lines) == 1 else "\n".join(lines[:10])
                     where = _printed_by(command, near, self._last)
-                    out.append(f"The task asks for exactly {q!r}, but `{command.strip()}` prints {printed!r}.{where} "
-                               "Make it print exactly that line, then run it again.")
+                    out.append(
+                        f"The task asks for exactly {q!r}, but `{command.strip()}` prints {printed!r}.{where} "
+                        "Make it print exactly that line, then run it again."
+                    )
         return out
 
     async def _dangling(self, run: Runner, now: dict[str, bytes]) -> list[str]:
@@ -693,8 +881,9 @@ class WorkChecks:
         out = []
         for text, module in dangling_imports(self.before, now):
             if module:
-                code, printed = await run(f"python3 -c 'import importlib.util as u; "
-                                          f"print(u.find_spec(\"{module.split('.')[0]}\") is None)'")
+                code, printed = await run(
+                    f"python3 -c 'import importlib.util as u; print(u.find_spec(\"{module.split('.')[0]}\") is None)'"
+                )
                 if code != 0 or printed.strip() != "True":
                     continue  # it is there (or cannot tell): not said
             out.append(text)

@@ -70,7 +70,7 @@ def to_command(lang: str, code: str) -> str:
 def to_block(command: str) -> tuple[str, str]:
     """(language, code) of a Bash command: the inverse of ``to_command``."""
     if command.startswith(_PY_OPEN) and command.endswith(_PY_CLOSE):
-        return "python", command[len(_PY_OPEN):-len(_PY_CLOSE)]
+        return "python", command[len(_PY_OPEN) : -len(_PY_CLOSE)]
     return "bash", command
 
 
@@ -126,21 +126,26 @@ def render_result(r: ToolResultBlock, tool: str = "Bash") -> str:
     if text.strip() in ("", "(no output)"):
         return "(no output, exit code 0)"
     if text.startswith("(no output)\n"):  # and a note after it (what the command changed)
-        return "(no output, exit code 0)" + text[len("(no output)"):]
+        return "(no output, exit code 0)" + text[len("(no output)") :]
     return f"Output:\n{text}"
 
 
 def render_user(msg: Message, tools: dict[str, str] | None = None) -> str:
-    parts = [render_result(b, (tools or {}).get(b.tool_use_id, "Bash")) for b in msg.content
-             if isinstance(b, ToolResultBlock)]
+    parts = [
+        render_result(b, (tools or {}).get(b.tool_use_id, "Bash"))
+        for b in msg.content
+        if isinstance(b, ToolResultBlock)
+    ]
     parts += [b.text for b in msg.content if isinstance(b, TextBlock) and b.text]
     return "\n\n".join(parts) or "(empty)"
 
 
 def to_text_history(messages: list[Message]) -> list[Message]:
     tools = {u.id: u.name for m in messages if m.role == "assistant" for u in m.tool_uses}
-    return [Message(m.role, (TextBlock(render_assistant(m) if m.role == "assistant" else render_user(m, tools)),))
-            for m in messages]
+    return [
+        Message(m.role, (TextBlock(render_assistant(m) if m.role == "assistant" else render_user(m, tools)),))
+        for m in messages
+    ]
 
 
 def without_repeats(answer: str) -> str:
@@ -150,7 +155,7 @@ def without_repeats(answer: str) -> str:
     for m in _SENTENCE.finditer(answer):
         sentence = " ".join(m.group(0).split())
         if len(sentence.encode()) >= 12 and sentence in seen:  # (bytes: a CJK sentence is short in characters)
-            return answer[:m.start()].rstrip()
+            return answer[: m.start()].rstrip()
         seen.add(sentence)
     return answer
 
@@ -171,7 +176,7 @@ def parse_reply(text: str) -> tuple[str, tuple[str, str, str | None] | None]:
         code = code[:-1] if code.endswith("\n") else code
         return text[: fence.start()].strip(), (fence.group(1), code, fence.group(2))
     if done:
-        answer = text[done.end():]
+        answer = text[done.end() :]
         end = _ANSWER_END.search(answer)
         return without_repeats(answer[: end.start() if end else None].strip()), None
     return text.strip(), None
@@ -191,10 +196,17 @@ class CodeActionModel:
         if not any(t["name"] == "Bash" for t in request.tools):
             choice = "none"
         files = {"Edit", "Write"} <= {t["name"] for t in request.tools}
-        rules = grammar(choice, denied_programs(request.messages), echoes(request.messages), files,
-                        said(request.messages))
-        inner = replace(request, messages=to_text_history(request.messages), tools=[], tool_choice=None, grammar=rules,
-                        stop_sequences=[*request.stop_sequences, *STOPS])
+        rules = grammar(
+            choice, denied_programs(request.messages), echoes(request.messages), files, said(request.messages)
+        )
+        inner = replace(
+            request,
+            messages=to_text_history(request.messages),
+            tools=[],
+            tool_choice=None,
+            grammar=rules,
+            stop_sequences=[*request.stop_sequences, *STOPS],
+        )
         response = await self.inner.respond(inner)
         raw = "".join(b.text for b in response.content if isinstance(b, TextBlock))
         text, block = parse_reply(raw)
@@ -203,9 +215,13 @@ class CodeActionModel:
             stop = response.stop_reason if response.stop_reason != "tool_use" else "end_turn"
             return replace(response, content=content, stop_reason=stop)
         lang, code, path = block
-        if files and not path and (named := _NAMED_FIRST_LINE.match(code)) and \
-                named.group(1).endswith(".py" if lang.startswith("py") else ".sh"):
-            path, code = named.group(1), code[named.end():]  # "# helpers.py" over the code: that file's content
+        if (
+            files
+            and not path
+            and (named := _NAMED_FIRST_LINE.match(code))
+            and named.group(1).endswith(".py" if lang.startswith("py") else ".sh")
+        ):
+            path, code = named.group(1), code[named.end() :]  # "# helpers.py" over the code: that file's content
         if files and not path and lang.startswith("py") and (home := home_of(code, self.cwd)):
             path, code = home  # it only redefines what that file defines: run, it would change nothing
         if not path and lang.startswith("py") and _shell_in_python(code):
@@ -230,8 +246,11 @@ class CodeActionModel:
 
 def _held_before(request: ModelRequest) -> bool:
     """Did an earlier block of this task change nothing, because its file already held it?"""
-    return any(isinstance(b, ToolResultBlock) and b.is_error and b.text.startswith(HELD_ALREADY)
-               for m in request.messages for b in m.content)
+    return any(
+        isinstance(b, ToolResultBlock) and b.is_error and b.text.startswith(HELD_ALREADY)
+        for m in request.messages
+        for b in m.content
+    )
 
 
 def _shell_in_python(code: str) -> bool:
@@ -294,8 +313,9 @@ def said(messages: list[Message], lines: int = 12) -> list[str]:
     return list(dict.fromkeys(out))[:lines]
 
 
-def grammar(choice: str, denied: list[str] = (), echoed: list[str] = (), files: bool = False,
-            heard: list[str] = ()) -> str:
+def grammar(
+    choice: str, denied: list[str] = (), echoed: list[str] = (), files: bool = False, heard: list[str] = ()
+) -> str:
     """GBNF for one reply: ``auto`` a block or the answer, ``any`` a block, ``none`` the answer. With
     ``files``, a block may also name a file after its language (a change to it, any text).
 
@@ -314,11 +334,17 @@ def grammar(choice: str, denied: list[str] = (), echoed: list[str] = (), files: 
     # the answer: any text, never starting as a line just said does
     rules = _start_rules("answer", starts, " \t\n", lambda depth: f"[^{control}]*", "", control)
     # the plan line: one line, never "DONE:" (the answer's mark: it would read as an answer), nor a line just said
-    rules += _start_rules("thought", ["DONE:", *starts], " \t#",
-                          lambda depth: f'[^`\\n]{{0,{max(THOUGHT_CHARS - depth, 0)}}} "\\n"', '"\\n"', "`\\n")
+    rules += _start_rules(
+        "thought",
+        ["DONE:", *starts],
+        " \t#",
+        lambda depth: f'[^`\\n]{{0,{max(THOUGHT_CHARS - depth, 0)}}} "\\n"',
+        '"\\n"',
+        "`\\n",
+    )
     rules += [
         'done ::= "DONE: " answer',
-        f'act ::= thought? ( {" | ".join(blocks)} )',
+        f"act ::= thought? ( {' | '.join(blocks)} )",
         # a file name has an extension (``text 18`` is not a file) and is bounded (no name until max_tokens)
         'file-name ::= [A-Za-z0-9_/] [A-Za-z0-9_./-]{0,100} "." [A-Za-z0-9]{1,10}',
     ]
@@ -326,8 +352,11 @@ def grammar(choice: str, denied: list[str] = (), echoed: list[str] = (), files: 
         rules += _body_rules("file-body", [], BLANK_ENDS)
     words = [d + end for d in denied for end in _ENDS] + list(EDITORS)
     for lang in ("bash", "python") if python else ("bash",):
-        rules += _body_rules(f"{lang}-body", list(echoed) + list(NEVER_STARTS) * (lang == "bash"),
-                             (words if lang == "bash" else []) + BLANK_ENDS)
+        rules += _body_rules(
+            f"{lang}-body",
+            list(echoed) + list(NEVER_STARTS) * (lang == "bash"),
+            (words if lang == "bash" else []) + BLANK_ENDS,
+        )
     root = {"auto": "act | done", "any": "act", "none": "done"}[choice]
     return f"root ::= {root}\n" + "\n".join(rules) + "\n"
 

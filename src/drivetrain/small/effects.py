@@ -16,7 +16,8 @@ import difflib
 import importlib.util
 import re
 import sys
-from typing import Protocol, Sequence
+from collections.abc import Sequence
+from typing import Protocol
 
 from drivetrain.small.codeact import to_command
 from drivetrain.small.fragments import TOP_DEF
@@ -30,8 +31,9 @@ class Call(Protocol):
     output: str
 
 
-def shown_not_written(named: Sequence[str], before: dict[str, bytes], now: dict[str, bytes],
-                      calls: Sequence[Call]) -> list[str]:
+def shown_not_written(
+    named: Sequence[str], before: dict[str, bytes], now: dict[str, bytes], calls: Sequence[Call]
+) -> list[str]:
     """A named file unchanged by the run, whose reordered or de-duplicated lines a command printed."""
     out = []
     for name in named:
@@ -42,9 +44,11 @@ def shown_not_written(named: Sequence[str], before: dict[str, bytes], now: dict[
             printed = [ln for ln in call.output.splitlines() if ln.strip()]
             if call.failed or name not in call.command or not _transformed(lines, printed):
                 continue
-            out.append(f"`{call.command.strip()}` printed a changed version of {name} ({len(printed)} of its "
-                       f"{len(lines)} lines), but {name} itself did not change. If the task asks for {name} to change, "
-                       f"write the result into it (to a temporary file, then move that over {name}) and show it.")
+            out.append(
+                f"`{call.command.strip()}` printed a changed version of {name} ({len(printed)} of its "
+                f"{len(lines)} lines), but {name} itself did not change. If the task asks for {name} to change, "
+                f"write the result into it (to a temporary file, then move that over {name}) and show it."
+            )
             break
     return out
 
@@ -62,9 +66,11 @@ def _transformed(lines: list[str], printed: list[str]) -> bool:
 def left_behind(named: Sequence[str], before: dict[str, bytes], now: dict[str, bytes]) -> list[str]:
     """A function or class the run defined in a new .py file the task names that a file it existed in before still
     defines. (A new file the task does not name is a stray: ``WorkChecks._strays``.)"""
-    return [f"{', '.join(names)} is now defined both in {path} (new) and in {old}. Code lives in one place: remove it "
-            f"from {old} and import it there (`from {module} import {', '.join(names)}`), then run what uses it again."
-            for path, old, names, module in _copies(named, before, now)]
+    return [
+        f"{', '.join(names)} is now defined both in {path} (new) and in {old}. Code lives in one place: remove it "
+        f"from {old} and import it there (`from {module} import {', '.join(names)}`), then run what uses it again."
+        for path, old, names, module in _copies(named, before, now)
+    ]
 
 
 def _copies(named: Sequence[str], before: dict[str, bytes], now: dict[str, bytes]):
@@ -136,15 +142,25 @@ def dangling_imports(before: dict[str, bytes], now: dict[str, bytes]) -> list[tu
                 if known is None:
                     known = {m for c in before.values() for m, _, _ in _imports(c).values()}
                 if module.split(".")[0] not in known and not _installed(module):
-                    out.append((f"{where}, but there is no {module.replace('.', '/')}.py here, and no installed "
-                                f"module {module}{_replaced(before.get(path, b''), content, line)}."
-                                f"{_defined_where(names, now)}", module))
+                    out.append(
+                        (
+                            f"{where}, but there is no {module.replace('.', '/')}.py here, and no installed "
+                            f"module {module}{_replaced(before.get(path, b''), content, line)}."
+                            f"{_defined_where(names, now)}",
+                            module,
+                        )
+                    )
                 continue
             defined = _top_names(now[source])
             if "*" not in defined and (missing := [n for n in names if n != "*" and n not in defined]):
-                out.append((f"{where}, but {source} does not define {', '.join(missing)}"
-                            f"{_replaced(before.get(path, b''), content, line)}."
-                            f"{_defined_where(missing, now)}", ""))
+                out.append(
+                    (
+                        f"{where}, but {source} does not define {', '.join(missing)}"
+                        f"{_replaced(before.get(path, b''), content, line)}."
+                        f"{_defined_where(missing, now)}",
+                        "",
+                    )
+                )
     return out
 
 
@@ -152,8 +168,9 @@ def _defined_where(names: Sequence[str], files: dict[str, bytes]) -> str:
     """Where each name is defined in the workspace (a def, a class), or that no file defines it."""
     said = []
     for name in names:
-        where = [p for p, c in files.items()
-                 if p.endswith(".py") and name in TOP_DEF.findall(c.decode("utf-8", "replace"))]
+        where = [
+            p for p, c in files.items() if p.endswith(".py") and name in TOP_DEF.findall(c.decode("utf-8", "replace"))
+        ]
         said.append(f" {name} is defined in {', '.join(where)}." if where else f" No file here defines {name}.")
     return "".join(said)
 

@@ -63,7 +63,7 @@ def _reindent(lines: list[str], delta: int) -> list[str]:
     if delta > 0:
         return [" " * delta + ln if ln.strip() else ln for ln in lines]
     if delta < 0:
-        return [ln[min(-delta, _indent(ln)):] for ln in lines]
+        return [ln[min(-delta, _indent(ln)) :] for ln in lines]
     return lines
 
 
@@ -72,8 +72,11 @@ def merge(original: str, fragment: str) -> list[tuple[int, int, list[str]]]:
     overlapping. A line like none of the file's is inserted after the place the block's previous line
     went (before the next one's, when it comes first; at the end of the file when the block shows none)."""
     orig, frag = original.splitlines(), fragment.splitlines()
-    defs = {f"{m.group(2)} {m.group(3)}": (i, len(m.group(1))) for i in reversed(range(len(orig)))
-            if (m := _DEF.match(orig[i]))}  # the first definition of a name wins
+    defs = {
+        f"{m.group(2)} {m.group(3)}": (i, len(m.group(1)))
+        for i in reversed(range(len(orig)))
+        if (m := _DEF.match(orig[i]))
+    }  # the first definition of a name wins
     edits: list[tuple[int, int, list[str]]] = []
     pending: list[str] = []  # new lines waiting for a place
     at: int | None = None  # where the block's previous unit ended, in the file
@@ -167,8 +170,9 @@ def definitions(code: str) -> list[ast.stmt]:
         return []
     body = [n for n in tree.body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
     defs = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
-    if not any(isinstance(n, defs) for n in body) or not all(isinstance(n, (*defs, ast.Import, ast.ImportFrom))
-                                                             for n in body):
+    if not any(isinstance(n, defs) for n in body) or not all(
+        isinstance(n, (*defs, ast.Import, ast.ImportFrom)) for n in body
+    ):
         return []
     return body
 
@@ -199,4 +203,4 @@ def home_of(code: str, cwd: Path, scan: int = 300) -> tuple[str, str] | None:
         return None
     lines = code.splitlines()
     spans = [(min([n.lineno] + [d.lineno for d in getattr(n, "decorator_list", [])]), n.end_lineno) for n in body]
-    return homes[0], "\n\n".join("\n".join(lines[a - 1:b]) for a, b in spans)
+    return homes[0], "\n\n".join("\n".join(lines[a - 1 : b]) for a, b in spans)

@@ -14,9 +14,9 @@ be switched off alone (``SMALL.without("checks")``, or ``DRIVETRAIN_ABLATE=check
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping
 
 from drivetrain.control.hooks import HookChain, Hooks
 from drivetrain.loop.nodes import Node
@@ -48,8 +48,9 @@ def is_small(model_name: str, provider: str) -> bool:
     return bool(_SMALL_NAMES.search(model_name)) and not model_name.startswith(("gpt-", "o1", "o3", "o4"))
 
 
-def select_profile(model_name: str, provider: str, choice: str | None = None,
-                   env: Mapping[str, str] | None = None) -> Profile:
+def select_profile(
+    model_name: str, provider: str, choice: str | None = None, env: Mapping[str, str] | None = None
+) -> Profile:
     """``choice`` ("small" | "full" | None for automatic), less the aids named in $DRIVETRAIN_ABLATE."""
     if choice not in (None, "small", "full"):
         raise ValueError(f"unknown profile {choice!r}; choose small or full")
@@ -76,8 +77,9 @@ class SmallProfile(Profile):
             return policy is None or policy.decide("Read", {"file_path": path}, cwd).behavior == "allow"
 
         hooks = Hooks()
-        model, tools, system, nodes = equip(self, agent.model, list(agent.tools), hooks, cwd, agent.system or None,
-                                            readable)
+        model, tools, system, nodes = equip(
+            self, agent.model, list(agent.tools), hooks, cwd, agent.system or None, readable
+        )
         return Outfit(model, tuple(tools), system or "", HookChain(agent.hooks, hooks), (*agent.nodes, *nodes))
 
 
@@ -90,13 +92,19 @@ def _answers_in_blocks(model: Model) -> bool:
     return False
 
 
-SMALL = SmallProfile("small", **{a: True for a in AIDS})
+SMALL = SmallProfile("small", **dict.fromkeys(AIDS, True))
 SMALL_TOOLS = ("Read", "Write", "Edit", "Bash")  # without code blocks: four tools that do not overlap
 
 
-def equip(profile: Profile, model: Model, tools: list[Tool], hooks: Hooks, cwd: Path,
-          system: str | None = None, readable: Callable[[str], bool] = lambda _: True,
-          ) -> tuple[Model, list[Tool], str | None, list[Node]]:
+def equip(
+    profile: Profile,
+    model: Model,
+    tools: list[Tool],
+    hooks: Hooks,
+    cwd: Path,
+    system: str | None = None,
+    readable: Callable[[str], bool] = lambda _: True,
+) -> tuple[Model, list[Tool], str | None, list[Node]]:
     """The model, tools, system prompt and loop nodes a profile runs with (``system`` None: the profile's own);
     its hooks (workspace context, what the checks watch) are added to ``hooks``. ``readable``: may a file the
     task names be shown with it (the permission policy's answer for a Read of it). Nothing passed in is changed
@@ -107,8 +115,11 @@ def equip(profile: Profile, model: Model, tools: list[Tool], hooks: Hooks, cwd: 
         tools = [t for t in tools if t.name in ("Bash", "Edit", "Write")]
     else:
         tools = [t for t in tools if t.name in SMALL_TOOLS]
-    checks = WorkChecks(cwd, report_changes=profile.changes, file_blocks=profile.codeact, agree=profile.answer) \
-        if profile.checks or profile.changes else None
+    checks = (
+        WorkChecks(cwd, report_changes=profile.changes, file_blocks=profile.codeact, agree=profile.answer)
+        if profile.checks or profile.changes
+        else None
+    )
 
     def context(payload: dict) -> dict:
         """The listing (and the files the task names) go with the task, not in the system prompt, which stays

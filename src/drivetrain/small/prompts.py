@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from drivetrain.prompts import workspace_context
 
@@ -14,8 +14,14 @@ EXTENSIONS = r"(?:txt|md|json|csv|tsv|py|ya?ml|toml|ini|cfg|log|sh|js|ts|html|cs
 FILE_NAME = re.compile(rf"(?<![A-Za-z0-9_/.-])((?:[A-Za-z0-9_-]+/)*[A-Za-z0-9_-]+\.{EXTENSIONS})(?![A-Za-z0-9_])")
 
 
-def named_files(cwd: Path, prompt: str, readable: Callable[[str], bool] = lambda _: True, files: int = 3,
-                lines: int = 30, chars: int = 2000) -> str:
+def named_files(
+    cwd: Path,
+    prompt: str,
+    readable: Callable[[str], bool] = lambda _: True,
+    files: int = 3,
+    lines: int = 30,
+    chars: int = 2000,
+) -> str:
     """The first lines of the existing text files the task names that ``readable`` (the permission policy's
     answer for a Read) lets through, numbered as ``cat -n`` numbers them: what an @-mention attaches. A small
     model otherwise spends its first turn on ``ls`` and then guesses at what it has not seen."""
@@ -65,7 +71,6 @@ def task_context(cwd: Path, prompt: str, show: bool = True, readable: Callable[[
     """What goes with the task in the small profile: the workspace, and (``show``) the files it names."""
     shown = named_files(cwd, prompt, readable) if show else ""
     return workspace_context(cwd) + (f"\n\nThe files the task names:\n{shown}" if shown else "")
-
 
 
 # The small profile's prompt: fixed (the workspace listing goes in the first user message instead), so
@@ -124,12 +129,12 @@ cat -n greet.py
 ```
 User: Output:
      1	import sys
-     2	
-     3	
+     2
+     3
      4	def welcome(name):
      5	    return "Hi " + name
-     6	
-     7	
+     6
+     7
      8	print(welcome(sys.argv[1]))
 Assistant: Fix the welcome function in greet.py.
 ```python greet.py

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import configparser
 import difflib
+import itertools
 import json
 import os
 import re
@@ -19,8 +20,10 @@ _RUNNERS = r"\b(pytest|unittest|npm (run )?test|make (check|test)|go test|cargo 
 _TEST_RUNNER = re.compile(_RUNNERS)
 _INTERPRETERS = ("python", "python3", "bash", "sh", "node")
 _INDENT_ERROR = re.compile(r'File "([^"\n]+)", line (\d+)\n(?:.*\n){0,3}?(?:IndentationError|TabError): ')
-_BAD_NUMBER = re.compile(r"could not convert string to float: '([^'\n]*)'|invalid literal for int\(\) with base 10: "
-                         r"'([^'\n]*)'")
+_BAD_NUMBER = re.compile(
+    r"could not convert string to float: '([^'\n]*)'|invalid literal for int\(\) with base 10: "
+    r"'([^'\n]*)'"
+)
 _SUM = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?(?:\s*\+\s*\d+(?:\.\d+)?)+)\s*=\s*(\d+(?:\.\d+)?)(?![\w.]*\d)")
 _TEST_FUNCTION = re.compile(r"^(?:async\s+)?def\s+test_\w*\s*\(|^class\s+Test\w*", re.M)
 _MAIN = re.compile(r"__name__\s*==\s*['\"]__main__['\"]|unittest\.main\(|pytest\.main\(")
@@ -43,8 +46,11 @@ def _printed_by(command: str, line: str, files: dict[str, bytes]) -> str:
 def _set_apart(prompt: str) -> list[str]:
     """Lines the task sets on a line of their own after a colon (":" or "："): a literal, like a quoted one."""
     lines = prompt.splitlines()
-    return [ln.strip() for before, ln in zip(lines, lines[1:])
-            if before.rstrip().endswith((":", "：")) and ln.strip() and not _LIST_ITEM.match(ln)]
+    return [
+        ln.strip()
+        for before, ln in itertools.pairwise(lines)
+        if before.rstrip().endswith((":", "：")) and ln.strip() and not _LIST_ITEM.match(ln)
+    ]
 
 
 def _fence(command: str) -> str:
@@ -54,19 +60,23 @@ def _fence(command: str) -> str:
 
 
 def _header_hint(command: str, output: str, files: dict[str, bytes]) -> str:
-    """A conversion that failed on a column name of a CSV file the command reads: that is its header row, to be skipped, not a reason to filter every row out."""
+    """A conversion that failed on a column name of a CSV file the command reads: that is its header row, to be
+    skipped, not a reason to filter every row out."""
     m = _BAD_NUMBER.search(output)
     value = (m.group(1) or m.group(2)) if m else None
     for name in dict.fromkeys(n for n in FILE_NAME.findall(command) if n.endswith((".csv", ".tsv"))) if m else ():
         first = files.get(name, b"").decode("utf-8", "replace").partition("\n")[0].strip()
         if value in [f.strip().strip('"') for f in re.split(r"[,\t;]", first)]:
-            return (f"Note: {value!r} is a column name: line 1 of {name} is its header ({first[:120]}). Skip that "
-                    "line (next(reader) first, or csv.DictReader), then convert the values.")
+            return (
+                f"Note: {value!r} is a column name: line 1 of {name} is its header ({first[:120]}). Skip that "
+                "line (next(reader) first, or csv.DictReader), then convert the values."
+            )
     return ""
 
 
 def _indent_hint(output: str, cwd: Path) -> str:
-    """An indentation error in a workspace file: the lines up to it with their leading spaces made visible: the message alone does not show what is wrong."""
+    """An indentation error in a workspace file: the lines up to it with their leading spaces made visible: the
+    message alone does not show what is wrong."""
     m = _INDENT_ERROR.search(output)
     if not m:
         return ""
@@ -77,8 +87,10 @@ def _indent_hint(output: str, cwd: Path) -> str:
         lines = path.read_text().splitlines()
     except (OSError, UnicodeDecodeError, ValueError):
         return ""
-    shown = [f"{i:4}| " + re.sub(r"^[ \t]+", lambda w: w.group(0).replace(" ", "·").replace("\t", "→"), lines[i - 1])
-             for i in range(max(1, n - 4), min(len(lines), n + 1) + 1)]
+    shown = [
+        f"{i:4}| " + re.sub(r"^[ \t]+", lambda w: w.group(0).replace(" ", "·").replace("\t", "→"), lines[i - 1])
+        for i in range(max(1, n - 4), min(len(lines), n + 1) + 1)
+    ]
     rel = path.resolve().relative_to(cwd.resolve()).as_posix()
     return f"Note: {rel} around line {n}, each leading space shown as ·:\n" + "\n".join(shown)
 
@@ -93,10 +105,14 @@ def _arithmetic(answer: str) -> list[str]:
         written = f"{m.group(1)} = {m.group(2)}"
         part = next((t for t in terms if len(terms) > 2 and abs(t - (total - t)) < 1e-9), None)
         if part is not None:
-            out.append(f"Your answer adds {written}, but {_num(part)} is already the sum of the other numbers (a "
-                       f"total line counted as a part), so the total is {_num(part)}. Fix what you wrote and your answer.")
+            out.append(
+                f"Your answer adds {written}, but {_num(part)} is already the sum of the other numbers (a "
+                f"total line counted as a part), so the total is {_num(part)}. Fix what you wrote and your answer."
+            )
         elif abs(total - result) > 1e-6 * max(1.0, abs(result)):
-            out.append(f"Your answer says {written}, but that sum is {_num(total)}. Fix what you wrote and your answer.")
+            out.append(
+                f"Your answer says {written}, but that sum is {_num(total)}. Fix what you wrote and your answer."
+            )
     return out
 
 
@@ -138,8 +154,10 @@ def _rewritten(old: bytes | None, new: bytes) -> bool:
     if old is None:
         return False
     old_lines, new_lines = old.splitlines(), new.splitlines()
-    kept = sum(block.size for block in difflib.SequenceMatcher(None, old_lines, new_lines, autojunk=False)
-               .get_matching_blocks())
+    kept = sum(
+        block.size
+        for block in difflib.SequenceMatcher(None, old_lines, new_lines, autojunk=False).get_matching_blocks()
+    )
     return kept < len(old_lines) / 2
 
 
@@ -162,8 +180,14 @@ def _bare_test_file(command: str, files: dict[str, bytes]) -> str:
 def _no_tests_run(command: str, files: dict[str, bytes]) -> str:
     """A note for a bare interpreter run of a file of pytest-style test functions: nothing called them."""
     name = _bare_test_file(command, files)
-    return (f"Note: that ran no test. {name} only defines test functions, and only a test runner calls them: "
-            f"run `python3 -m pytest {name}`.") if name else ""
+    return (
+        (
+            f"Note: that ran no test. {name} only defines test functions, and only a test runner calls them: "
+            f"run `python3 -m pytest {name}`."
+        )
+        if name
+        else ""
+    )
 
 
 def _program(command: str) -> str:

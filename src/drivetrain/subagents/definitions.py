@@ -37,16 +37,21 @@ class SubagentType:
 
 
 GENERAL_PURPOSE = SubagentType(
-    "general-purpose", "General-purpose agent for researching questions, searching for code and doing multi-step "
-    "tasks. Use it when a search or a piece of work may take many steps.", GENERAL_PURPOSE_PROMPT)
+    "general-purpose",
+    "General-purpose agent for researching questions, searching for code and doing multi-step "
+    "tasks. Use it when a search or a piece of work may take many steps.",
+    GENERAL_PURPOSE_PROMPT,
+)
 
 
 def parse_agent_file(text: str, source: str) -> SubagentType:
     """One agent file; ConfigError naming ``source`` when its front matter is missing or incomplete."""
     m = re.match(r"\A---\s*\n(.*?)\n---\s*(?:\n|\Z)(.*)\Z", text, re.S)
     if not m:
-        raise ConfigError(f"{source}: an agent file starts with a front matter between '---' lines "
-                          "(name, description; optionally tools, model)")
+        raise ConfigError(
+            f"{source}: an agent file starts with a front matter between '---' lines "
+            "(name, description; optionally tools, model)"
+        )
     fields: dict[str, str] = {}
     for line in m.group(1).splitlines():
         key, sep, value = line.partition(":")
@@ -55,11 +60,18 @@ def parse_agent_file(text: str, source: str) -> SubagentType:
     missing = [k for k in ("name", "description") if not fields.get(k)]
     if missing:
         raise ConfigError(f"{source}: the front matter needs {' and '.join(missing)}")
-    tools = tuple(t.strip() for t in fields["tools"].strip("[]").split(",") if t.strip()) if fields.get("tools") \
-        else None
+    tools = (
+        tuple(t.strip() for t in fields["tools"].strip("[]").split(",") if t.strip()) if fields.get("tools") else None
+    )
     model = fields.get("model") or None
-    return SubagentType(fields["name"], fields["description"], m.group(2).strip() or GENERAL_PURPOSE_PROMPT,
-                        tools, None if model == "inherit" else model, source)
+    return SubagentType(
+        fields["name"],
+        fields["description"],
+        m.group(2).strip() or GENERAL_PURPOSE_PROMPT,
+        tools,
+        None if model == "inherit" else model,
+        source,
+    )
 
 
 def load_types(cwd: Path) -> dict[str, SubagentType]:

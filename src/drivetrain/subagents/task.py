@@ -11,13 +11,15 @@ tool_use id (``subagent`` / ``subagent_of`` records), which ``drivetrain session
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 from drivetrain.agent import Agent
-from drivetrain.sessions.audit import AuditLog
 from drivetrain.home import safe_name
+from drivetrain.jsontypes import JsonObject
 from drivetrain.loop.budget import Budget
 from drivetrain.models.base import Model
+from drivetrain.sessions.audit import AuditLog
 from drivetrain.subagents.definitions import SubagentType
 from drivetrain.tools.base import ToolContext, ToolResult
 
@@ -27,18 +29,28 @@ SHARE = 0.5  # of each of the parent's limits, for one child
 
 def share(budget: Budget, max_turns: int | None, fraction: float = SHARE) -> tuple[Budget, int | None]:
     """The child's limits: ``fraction`` of each of the parent's; on reaching one it still answers (wrap_up)."""
+
     def part(x):
         return None if x is None else max(int(x * fraction), 1) if isinstance(x, int) else x * fraction
-    return (dataclasses.replace(budget, usd=part(budget.usd), tokens=part(budget.tokens),
-                                wall_time_s=part(budget.wall_time_s), tool_calls=part(budget.tool_calls),
-                                wrap_up=True), part(max_turns))
+
+    return (
+        dataclasses.replace(
+            budget,
+            usd=part(budget.usd),
+            tokens=part(budget.tokens),
+            wall_time_s=part(budget.wall_time_s),
+            tool_calls=part(budget.tool_calls),
+            wrap_up=True,
+        ),
+        part(max_turns),
+    )
 
 
 class TaskTool:
     """``Task``: run a subagent of one of ``types`` on a prompt and return its final answer."""
 
     name = NAME
-    input_schema = {
+    input_schema: ClassVar[JsonObject] = {
         "type": "object",
         "properties": {
             "description": {"type": "string", "description": "A short (3-5 word) description of the task"},
@@ -48,18 +60,21 @@ class TaskTool:
         "required": ["description", "prompt", "subagent_type"],
     }
 
-    def __init__(self, parent: Agent, types: dict[str, SubagentType],
-                 model_for: Callable[[str], Model] | None = None):
+    def __init__(self, parent: Agent, types: dict[str, SubagentType], model_for: Callable[[str], Model] | None = None):
         self.parent, self.types, self.model_for = parent, types, model_for
 
     @property
     def description(self) -> str:
-        kinds = "\n".join(f"- {t.name}: {t.description} (Tools: {', '.join(t.tools) if t.tools else '*'})"
-                          for t in self.types.values())
-        return ("Launch a subagent to handle a well-scoped part of the task on its own: it works with its own "
-                "context and tools and returns only its final answer. Give it a complete, self-contained prompt "
-                "(it does not see this conversation) and say what it should report back. Several Task calls in "
-                f"one message run at the same time.\n\nAvailable agent types:\n{kinds}")
+        kinds = "\n".join(
+            f"- {t.name}: {t.description} (Tools: {', '.join(t.tools) if t.tools else '*'})"
+            for t in self.types.values()
+        )
+        return (
+            "Launch a subagent to handle a well-scoped part of the task on its own: it works with its own "
+            "context and tools and returns only its final answer. Give it a complete, self-contained prompt "
+            "(it does not see this conversation) and say what it should report back. Several Task calls in "
+            f"one message run at the same time.\n\nAvailable agent types:\n{kinds}"
+        )
 
     async def call(self, input: dict, ctx: ToolContext) -> ToolResult:
         prompt, kind_name = input.get("prompt"), input.get("subagent_type") or "general-purpose"
@@ -75,8 +90,12 @@ class TaskTool:
         result = await run.finish()
         meta = {"usage": result.usage.to_wire(), "subagent_session": child_id}
         if run.paused:
-            return ToolResult(f"The {kind.name} subagent stopped: {len(run.pending)} of its call(s) wait for an "
-                              "approval nobody can give now.", is_error=True, meta=meta)
+            return ToolResult(
+                f"The {kind.name} subagent stopped: {len(run.pending)} of its call(s) wait for an "
+                "approval nobody can give now.",
+                is_error=True,
+                meta=meta,
+            )
         answer = result.result or "(the subagent gave no answer)"
         if result.is_error:
             answer = f"The {kind.name} subagent stopped early ({result.subtype}). {result.note}\n{answer}".strip()
@@ -88,8 +107,17 @@ class TaskTool:
         budget, max_turns = share(p.budget, p.max_turns)
         model = self.model_for(kind.model) if kind.model and self.model_for is not None else p.model
         observers = [AuditLog(p.store, child_id).observe] if p.store is not None else []
-        return dataclasses.replace(p, model=model, tools=tools, system=kind.prompt, budget=budget,
-                                   max_turns=max_turns, observers=observers, checkpoints=None, nodes=[])
+        return dataclasses.replace(
+            p,
+            model=model,
+            tools=tools,
+            system=kind.prompt,
+            budget=budget,
+            max_turns=max_turns,
+            observers=observers,
+            checkpoints=None,
+            nodes=[],
+        )
 
     def _link(self, ctx: ToolContext, child_id: str, kind: SubagentType, description: str) -> None:
         store = self.parent.store

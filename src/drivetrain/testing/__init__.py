@@ -50,6 +50,8 @@ the prompt cache (``cache_control`` breakpoints written and read, ``cache_creati
 
 from drivetrain.models.anthropic_wire import validate
 
+from .cache import PromptCache, count_tokens
+from .chat import ScriptedOpenAIServer, validate_chat
 from .script import (
     RawResponse,
     Respond,
@@ -63,8 +65,6 @@ from .script import (
     thinking,
     tool_call,
 )
-from .cache import PromptCache, count_tokens
-from .chat import ScriptedOpenAIServer, validate_chat
 from .server import Headers, Request, ScriptedServer, first_prompt
 
 __all__ = [
@@ -76,6 +76,8 @@ __all__ = [
     "ScriptedOpenAIServer",
     "ScriptedServer",
     "Step",
+    "count_tokens",
+    "first_prompt",
     "http_error",
     "raw_response",
     "reply",
@@ -86,6 +88,4 @@ __all__ = [
     "tool_call",
     "validate",
     "validate_chat",
-    "count_tokens",
-    "first_prompt",
 ]

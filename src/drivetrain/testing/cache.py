@@ -100,8 +100,13 @@ class PromptCache:
         total = 0
         marks: list[tuple[str, int]] = []  # (prefix key, tokens up to and including the block)
         for block, marked in cache_sequence(body):
-            h.update(canonical(block if not isinstance(block, dict) or "cache_control" not in block
-                               else {k: v for k, v in block.items() if k != "cache_control"}).encode())
+            h.update(
+                canonical(
+                    block
+                    if not isinstance(block, dict) or "cache_control" not in block
+                    else {k: v for k, v in block.items() if k != "cache_control"}
+                ).encode()
+            )
             h.update(b"\0")
             total += 0 if isinstance(block, tuple) else block_tokens(block)
             if marked and total >= self.min_tokens:

@@ -29,8 +29,14 @@ from .script import RawResponse, Respond
 from .server import Request, ScriptedServer, _Stream
 
 CHAT_PATH = "/v1/chat/completions"
-_FINISH = {"end_turn": "stop", "stop_sequence": "stop", "pause_turn": "stop", "tool_use": "tool_calls",
-           "max_tokens": "length", "refusal": "content_filter"}
+_FINISH = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "pause_turn": "stop",
+    "tool_use": "tool_calls",
+    "max_tokens": "length",
+    "refusal": "content_filter",
+}
 _FINISH_REASONS = {"stop", "length", "tool_calls", "content_filter", "function_call"}
 
 
@@ -74,9 +80,18 @@ def _sse(data: dict) -> bytes:
 def build_completion(step: Respond, body: Any, completion_id: str) -> dict:
     body = body if isinstance(body, dict) else {}
     text = "".join(b.get("text", "") for b in step.content if b.get("type") == "text")
-    calls = [{"id": b["id"], "type": "function", "function": {
-        "name": b["name"], "arguments": b["input"] if isinstance(b["input"], str) else json.dumps(b["input"])}}
-        for b in step.content if b.get("type") == "tool_use"]
+    calls = [
+        {
+            "id": b["id"],
+            "type": "function",
+            "function": {
+                "name": b["name"],
+                "arguments": b["input"] if isinstance(b["input"], str) else json.dumps(b["input"]),
+            },
+        }
+        for b in step.content
+        if b.get("type") == "tool_use"
+    ]
     message: dict = {"role": "assistant", "content": text or None, "refusal": None}
     if calls:
         message["tool_calls"] = calls
@@ -85,8 +100,11 @@ def build_completion(step: Respond, body: Any, completion_id: str) -> dict:
     usage.update(step.usage or {})
     usage.setdefault("total_tokens", usage["prompt_tokens"] + usage["completion_tokens"])
     return {
-        "id": completion_id, "object": "chat.completion", "created": int(time.time()),
-        "model": step.model or body.get("model") or "scripted-model", "system_fingerprint": None,
+        "id": completion_id,
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": step.model or body.get("model") or "scripted-model",
+        "system_fingerprint": None,
         "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}],
         "usage": usage,
     }
@@ -107,11 +125,17 @@ def completion_chunks(completion: dict, include_usage: bool) -> list[dict]:
     chunks = [chunk({"role": "assistant", "content": "", "refusal": None})]
     chunks += [chunk({"content": p}) for p in pieces(message["content"] or "")]
     for i, call in enumerate(message.get("tool_calls") or []):
-        head = {"index": i, "id": call["id"], "type": "function",
-                "function": {"name": call["function"]["name"], "arguments": ""}}
+        head = {
+            "index": i,
+            "id": call["id"],
+            "type": "function",
+            "function": {"name": call["function"]["name"], "arguments": ""},
+        }
         chunks.append(chunk({"tool_calls": [head]}))
-        chunks += [chunk({"tool_calls": [{"index": i, "function": {"arguments": p}}]})
-                   for p in pieces(call["function"]["arguments"])]
+        chunks += [
+            chunk({"tool_calls": [{"index": i, "function": {"arguments": p}}]})
+            for p in pieces(call["function"]["arguments"])
+        ]
     chunks.append(chunk({}, choice["finish_reason"]))
     if include_usage:
         chunks.append(dict(base, choices=[], usage=completion["usage"]))
@@ -180,8 +204,10 @@ def _check_messages(messages: list, problems: list[str]) -> None:
             if call_id in awaiting:
                 awaiting.remove(call_id)
             else:
-                problems.append(f"{where}: messages with role 'tool' must be a response to a preceding message "
-                                f"with 'tool_calls' ({call_id!r} is not awaiting an answer)")
+                problems.append(
+                    f"{where}: messages with role 'tool' must be a response to a preceding message "
+                    f"with 'tool_calls' ({call_id!r} is not awaiting an answer)"
+                )
             _check_content(m.get("content"), where, ("text",), problems)
             continue
         if awaiting:
@@ -197,9 +223,11 @@ def _check_messages(messages: list, problems: list[str]) -> None:
 
 
 def _unanswered(i: int, ids: list[str]) -> str:
-    return (f"messages[{i}]: an assistant message with 'tool_calls' must be followed by tool messages "
-            f"responding to each 'tool_call_id'. The following tool_call_ids did not have response "
-            f"messages: {', '.join(ids)}")
+    return (
+        f"messages[{i}]: an assistant message with 'tool_calls' must be followed by tool messages "
+        f"responding to each 'tool_call_id'. The following tool_call_ids did not have response "
+        f"messages: {', '.join(ids)}"
+    )
 
 
 def _check_assistant(m: dict, where: str, seen_ids: set[str], problems: list[str]) -> list[str]:

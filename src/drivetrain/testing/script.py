@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable
+from typing import Any
 
 Expect = Callable[[dict], Any]
 """Called with the request body; raising (AssertionError, …) or returning False records a violation."""
@@ -106,9 +107,18 @@ def respond(
     if stop_reason is None:
         stop_reason = "tool_use" if any(b.get("type") == "tool_use" for b in blocks) else "end_turn"
     return Respond(
-        content=blocks, stop_reason=stop_reason, stop_sequence=stop_sequence, usage=usage, model=model,
-        expect=expect, delay=delay, hold=hold, stall_after_events=stall_after_events, stall_seconds=stall_seconds,
-        error_after_events=error_after_events, error_type=error_type,
+        content=blocks,
+        stop_reason=stop_reason,
+        stop_sequence=stop_sequence,
+        usage=usage,
+        model=model,
+        expect=expect,
+        delay=delay,
+        hold=hold,
+        stall_after_events=stall_after_events,
+        stall_seconds=stall_seconds,
+        error_after_events=error_after_events,
+        error_type=error_type,
     )
 
 
@@ -118,8 +128,13 @@ def reply(text: str, stop_reason: str = "end_turn", **kwargs: Any) -> Respond:
 
 
 def http_error(
-    status: int, error_type: str, message: str, headers: dict[str, str] | None = None,
-    *, expect: Expect | None = None, delay: float = 0.0,
+    status: int,
+    error_type: str,
+    message: str,
+    headers: dict[str, str] | None = None,
+    *,
+    expect: Expect | None = None,
+    delay: float = 0.0,
 ) -> RawResponse:
     """Answer with an Anthropic-shaped error, e.g. ``http_error(529, "overloaded_error", "busy")``."""
     body = {"type": "error", "error": {"type": error_type, "message": message}}
@@ -127,8 +142,13 @@ def http_error(
 
 
 def raw_response(
-    status: int, body: dict | list | str | bytes, headers: dict[str, str] | None = None,
-    content_type: str = "application/json", *, expect: Expect | None = None, delay: float = 0.0,
+    status: int,
+    body: dict | list | str | bytes,
+    headers: dict[str, str] | None = None,
+    content_type: str = "application/json",
+    *,
+    expect: Expect | None = None,
+    delay: float = 0.0,
 ) -> RawResponse:
     """Answer with exactly this status and body (for wrong-shape answers)."""
     return RawResponse(

@@ -12,12 +12,13 @@ import json
 import socket
 import threading
 from collections import deque
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
-from drivetrain.testing.httpd import QuickHTTPServer
 from drivetrain.models.anthropic_wire import same_content, sse_events, validate
+from drivetrain.testing.httpd import QuickHTTPServer
 
 from .cache import MIN_CACHE_TOKENS, PromptCache, count_tokens
 from .script import RawResponse, Respond, Step, assign_ids
@@ -65,8 +66,13 @@ class ScriptedServer:
     ``usage`` counts tokens and simulates prompt caching (``drivetrain.testing.cache``); prefixes under
     ``cache_min_tokens`` are not cached, as on the real API."""
 
-    def __init__(self, steps: Iterable[Step] | Mapping[str, Iterable[Step]], *,
-                 route: Callable[[Any], str | None] | None = None, cache_min_tokens: int = MIN_CACHE_TOKENS):
+    def __init__(
+        self,
+        steps: Iterable[Step] | Mapping[str, Iterable[Step]],
+        *,
+        route: Callable[[Any], str | None] | None = None,
+        cache_min_tokens: int = MIN_CACHE_TOKENS,
+    ):
         self.cache = PromptCache(cache_min_tokens)
         # One script, or one per conversation (runs served concurrently): ``route(body)`` names a request's
         # conversation, by default its first user message's text, and each gets the next step of its own.
@@ -75,7 +81,8 @@ class ScriptedServer:
         self._script = assign_ids([s for script in scripts.values() for s in script])
         numbered = iter(enumerate(self._script))
         self._queues: dict[str | None, deque[tuple[int, Step]]] = {
-            k: deque(next(numbered) for _ in script) for k, script in scripts.items()}
+            k: deque(next(numbered) for _ in script) for k, script in scripts.items()
+        }
         self.requests: list[Request] = []
         self.violations: list[str] = []
         self.unexpected: list[str] = []
@@ -155,8 +162,13 @@ class ScriptedServer:
         """Raise AssertionError if a request broke the API rules, no step was left for a call, or steps are left."""
         with self._lock:
             problems = self.violations + self.unexpected
-            problems += [f"step {i} was never requested" + (f" (conversation {k!r})" if k is not None else "")
-                         + f": {_describe(step)}" for k, q in self._queues.items() for i, step in q]
+            problems += [
+                f"step {i} was never requested"
+                + (f" (conversation {k!r})" if k is not None else "")
+                + f": {_describe(step)}"
+                for k, q in self._queues.items()
+                for i, step in q
+            ]
         if problems:
             raise AssertionError(self._report(problems))
 
@@ -217,7 +229,7 @@ class ScriptedServer:
             try:
                 if step.expect(req.body) is False:  # a bare comparison in a lambda must not pass silently
                     problems.append("expect failed: returned False")
-            except Exception as e:  # noqa: BLE001 - any failure of the user's check is a finding
+            except Exception as e:
                 problems.append(f"expect failed ({type(e).__name__}): {e}")
         if problems:
             self.violations += [f"{where}, step {req.step}: {p}" for p in problems]
@@ -240,10 +252,15 @@ class ScriptedServer:
         if self._paused is not None:
             messages = body.get("messages") if isinstance(body, dict) else None
             last = messages[-1] if isinstance(messages, list) and messages else None
-            if not (isinstance(last, dict) and last.get("role") == "assistant"
-                    and same_content(last.get("content"), self._paused)):
-                problems.append("after a pause_turn response the request must end with that assistant message, "
-                                "unchanged (no user message after it)")
+            if not (
+                isinstance(last, dict)
+                and last.get("role") == "assistant"
+                and same_content(last.get("content"), self._paused)
+            ):
+                problems.append(
+                    "after a pause_turn response the request must end with that assistant message, "
+                    "unchanged (no user message after it)"
+                )
         return problems
 
     def _reply(self, step: Respond, body: dict, n: int) -> RawResponse | _Stream:
@@ -264,8 +281,12 @@ class ScriptedServer:
 
     def _send_stream(self, h: _Handler, answer: _Stream, n: int, req: Request) -> None:
         h.send_response(200)
-        for name, value in {"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
-                            "Transfer-Encoding": "chunked", "request-id": f"req_scripted_{n:04d}"}.items():
+        for name, value in {
+            "Content-Type": "text/event-stream",
+            "Cache-Control": "no-cache",
+            "Transfer-Encoding": "chunked",
+            "request-id": f"req_scripted_{n:04d}",
+        }.items():
             h.send_header(name, value)
         h.end_headers()
         step = answer.step
@@ -308,9 +329,14 @@ def build_message(step: Respond, body: Any, msg_id: str, cache: PromptCache | No
     }
     usage.update(step.usage or {})
     return {
-        "id": msg_id, "type": "message", "role": "assistant", "model": model,
+        "id": msg_id,
+        "type": "message",
+        "role": "assistant",
+        "model": model,
         "content": copy.deepcopy(step.content),
-        "stop_reason": step.stop_reason, "stop_sequence": step.stop_sequence, "usage": usage,
+        "stop_reason": step.stop_reason,
+        "stop_sequence": step.stop_sequence,
+        "usage": usage,
     }
 
 

@@ -9,8 +9,20 @@ from .read import Read
 from .write import Write
 
 __all__ = [
-    "Bash", "Edit", "FunctionTool", "Glob", "Grep", "Read", "Tool", "ToolContext", "ToolError",
-    "ToolResult", "Write", "builtin_tools", "tool", "tool_spec",
+    "Bash",
+    "Edit",
+    "FunctionTool",
+    "Glob",
+    "Grep",
+    "Read",
+    "Tool",
+    "ToolContext",
+    "ToolError",
+    "ToolResult",
+    "Write",
+    "builtin_tools",
+    "tool",
+    "tool_spec",
 ]
 
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import pydantic
 
@@ -87,8 +88,9 @@ def tool_spec(t: Tool) -> dict:
 class FunctionTool:
     """A typed Python function (sync or async) made into a Tool; input validated by pydantic."""
 
-    def __init__(self, fn: Callable, *, name: str | None = None, description: str | None = None,
-                 input_schema: dict | None = None):
+    def __init__(
+        self, fn: Callable, *, name: str | None = None, description: str | None = None, input_schema: dict | None = None
+    ):
         self.fn = fn
         self.name = name or fn.__name__
         summary, described = parse_docstring(inspect.getdoc(fn) or "")
@@ -113,8 +115,11 @@ class FunctionTool:
             try:
                 kwargs = dict(self._model.model_validate(input))
             except pydantic.ValidationError as e:
-                return ToolResult(f"Invalid input for {self.name}: {_format_validation(e)}\n"
-                                  f"Expected schema: {json.dumps(self.input_schema)}", is_error=True)
+                return ToolResult(
+                    f"Invalid input for {self.name}: {_format_validation(e)}\n"
+                    f"Expected schema: {json.dumps(self.input_schema)}",
+                    is_error=True,
+                )
         if self._wants_ctx:
             kwargs["ctx"] = ctx
         if inspect.iscoroutinefunction(self.fn):
@@ -131,21 +136,39 @@ class FunctionTool:
         return self.fn(*args, **kwargs)
 
 
-def tool(fn: Callable | None = None, *, name: str | None = None, description: str | None = None,
-         input_schema: dict | None = None) -> Any:
+def tool(
+    fn: Callable | None = None,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    input_schema: dict | None = None,
+) -> Any:
     """Make a typed function a ``Tool``: ``@tool`` or ``@tool(name=..., input_schema=...)``.
 
     The input schema comes from the type hints; the description from the docstring, whose ``Args:`` section
     (``name: what it is``, continued on more-indented lines) describes each parameter. A parameter named ``ctx``
     receives the ``ToolContext``. ``input_schema`` replaces the derived schema (the input is then not validated).
     """
+
     def wrap(f: Callable) -> FunctionTool:
         return FunctionTool(f, name=name, description=description, input_schema=input_schema)
+
     return wrap(fn) if fn is not None else wrap
 
 
-_SECTIONS = ("Args:", "Arguments:", "Parameters:", "Returns:", "Return:", "Raises:", "Yields:", "Examples:",
-             "Example:", "Note:", "Notes:")
+_SECTIONS = (
+    "Args:",
+    "Arguments:",
+    "Parameters:",
+    "Returns:",
+    "Return:",
+    "Raises:",
+    "Yields:",
+    "Examples:",
+    "Example:",
+    "Note:",
+    "Notes:",
+)
 
 
 def parse_docstring(doc: str) -> tuple[str, dict[str, str]]:

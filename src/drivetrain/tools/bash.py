@@ -11,9 +11,11 @@ import asyncio
 import codecs
 import os
 import signal
-from typing import TYPE_CHECKING, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, ClassVar
 
 from drivetrain.host.procs import child_env, kill_group, signal_group, watch_group
+from drivetrain.jsontypes import JsonObject
 
 from .base import ToolContext, ToolResult
 
@@ -23,8 +25,8 @@ if TYPE_CHECKING:
 DEFAULT_TIMEOUT_MS = 120_000
 MAX_TIMEOUT_MS = 600_000
 OUTPUT_CAP = 30_000
-KILL_GRACE_S = 2.0   # between SIGTERM and SIGKILL
-DRAIN_S = 0.5        # how long to wait for pipes after the shell exits
+KILL_GRACE_S = 2.0  # between SIGTERM and SIGKILL
+DRAIN_S = 0.5  # how long to wait for pipes after the shell exits
 # The command waits for a line from the harness, written once its process group is in the watchdog's hands;
 # without it, a harness killed between the spawn and ``watch_group`` (the spawn awaits, other calls run
 # meanwhile) left the command running for good. EOF instead (the harness died first): it never starts.
@@ -51,14 +53,17 @@ class _Capture:
             take = self.keep - len(self.head)
             self.head, s = self.head + s[:take], s[take:]
         if s:
-            self.tail = (self.tail + s)[-self.keep:]
+            self.tail = (self.tail + s)[-self.keep :]
 
     def render(self, budget: int) -> str:
         if self.total <= budget:
             return self.head + self.tail  # everything, since budget <= 2 * keep
         half = budget // 2
-        return (self.head[:half] + f"\n[... {self.total - 2 * half} characters cut ...]\n"
-                + self.tail[len(self.tail) - half:])
+        return (
+            self.head[:half]
+            + f"\n[... {self.total - 2 * half} characters cut ...]\n"
+            + self.tail[len(self.tail) - half :]
+        )
 
 
 async def _pump(reader: asyncio.StreamReader, capture: _Capture) -> None:
@@ -72,8 +77,9 @@ async def _pipe_reader(fd: int) -> tuple[asyncio.StreamReader, asyncio.BaseTrans
     # when a backgrounded grandchild keeps the write end open forever.
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader()
-    transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader),
-                                                os.fdopen(fd, "rb", buffering=0))
+    transport, _ = await loop.connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(fd, "rb", buffering=0)
+    )
     return reader, transport
 
 
@@ -110,20 +116,28 @@ class Bash:
         "Read/Grep/Glob/Edit over cat/grep/find/sed. To start a server, background it with its "
         "output in a file: `nohup cmd > server.log 2>&1 &`."
     )
-    input_schema = {
+    input_schema: ClassVar[JsonObject] = {
         "type": "object",
         "properties": {
             "command": {"type": "string", "description": "The shell command to run."},
-            "timeout": {"type": "integer", "minimum": 1, "maximum": MAX_TIMEOUT_MS,
-                        "description": f"Timeout in milliseconds (default {DEFAULT_TIMEOUT_MS})."},
-            "description": {"type": "string",
-                            "description": "What the command does, in 5-10 words."},
+            "timeout": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": MAX_TIMEOUT_MS,
+                "description": f"Timeout in milliseconds (default {DEFAULT_TIMEOUT_MS}).",
+            },
+            "description": {"type": "string", "description": "What the command does, in 5-10 words."},
         },
         "required": ["command"],
     }
 
-    def __init__(self, kill_grace: float = KILL_GRACE_S, sandbox: Sandbox | None = None,
-                 env_passthrough: Iterable[str] = (), env: Mapping[str, str] | None = None):
+    def __init__(
+        self,
+        kill_grace: float = KILL_GRACE_S,
+        sandbox: Sandbox | None = None,
+        env_passthrough: Iterable[str] = (),
+        env: Mapping[str, str] | None = None,
+    ):
         self.kill_grace = kill_grace
         self.sandbox = sandbox  # when set, every command runs inside it or not at all
         self.env_passthrough = tuple(env_passthrough)  # names (or globs) of withheld variables to pass anyway
@@ -137,8 +151,10 @@ class Bash:
         if timeout is None:
             timeout = DEFAULT_TIMEOUT_MS
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
-            return ToolResult(f"timeout must be a positive number of milliseconds (max "
-                              f"{MAX_TIMEOUT_MS}), got {timeout!r}.", is_error=True)
+            return ToolResult(
+                f"timeout must be a positive number of milliseconds (max {MAX_TIMEOUT_MS}), got {timeout!r}.",
+                is_error=True,
+            )
         timeout = min(timeout, MAX_TIMEOUT_MS)
         if not ctx.cwd.is_dir():
             return ToolResult(f"The working directory {ctx.cwd} does not exist.", is_error=True)
@@ -147,8 +163,9 @@ class Bash:
     async def _run(self, command: str, timeout_ms: float, ctx: ToolContext) -> ToolResult:
         argv = ["/bin/bash", "-c", command]
         if self.sandbox is None:
-            code, text, timed_out = await self._execute(argv, {**child_env(self.env_passthrough), **self.env},
-                                                        timeout_ms, ctx)
+            code, text, timed_out = await self._execute(
+                argv, {**child_env(self.env_passthrough), **self.env}, timeout_ms, ctx
+            )
             meta: dict = {"exit_code": code}
         else:
             # Fail closed: SandboxUnavailable (a HarnessError) ends the run; the command never runs bare.
@@ -156,28 +173,33 @@ class Bash:
             argv = self.sandbox.wrap(argv, cwd=ctx.cwd)
             try:
                 code, text, timed_out = await self._execute(
-                    argv, {**self.sandbox.environment(self.env_passthrough), **self.env}, timeout_ms, ctx)
+                    argv, {**self.sandbox.environment(self.env_passthrough), **self.env}, timeout_ms, ctx
+                )
             finally:
                 self.sandbox.release()
             meta = {"exit_code": code, "sandboxed": True}
         if timed_out:
-            return ToolResult(f"Command timed out after {timeout_ms:g} ms and was killed."
-                              + (f" Output so far:\n{text}" if text else ""), is_error=True,
-                              meta={**meta, "timed_out": True})
+            return ToolResult(
+                f"Command timed out after {timeout_ms:g} ms and was killed."
+                + (f" Output so far:\n{text}" if text else ""),
+                is_error=True,
+                meta={**meta, "timed_out": True},
+            )
         if code != 0:
             return ToolResult((text + "\n" if text else "") + _exit_text(code), is_error=True, meta=meta)
         return ToolResult(text or "(no output)", meta=meta)
 
-    async def _execute(self, argv: list[str], env: dict[str, str], timeout_ms: float,
-                       ctx: ToolContext) -> tuple[int, str, bool]:
+    async def _execute(
+        self, argv: list[str], env: dict[str, str], timeout_ms: float, ctx: ToolContext
+    ) -> tuple[int, str, bool]:
         """Run ``argv`` in its own process group: (exit code, output, timed out)."""
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         go_r, go_w = os.pipe()
         try:
             proc = await asyncio.create_subprocess_exec(
-                *HOLD, *argv, cwd=ctx.cwd, env=env, stdin=go_r,
-                stdout=out_w, stderr=err_w, start_new_session=True)
+                *HOLD, *argv, cwd=ctx.cwd, env=env, stdin=go_r, stdout=out_w, stderr=err_w, start_new_session=True
+            )
             watch_group(proc.pid)  # so what it leaves running ends with drivetrain, even on kill -9
             os.write(go_w, b"\n")  # only now may the command start
         except BaseException:
@@ -198,7 +220,7 @@ class Bash:
                 pumps.append(asyncio.create_task(_pump(reader, capture)))
             try:
                 await asyncio.wait_for(proc.wait(), timeout_ms / 1000)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 timed_out = True
                 await kill_group(proc.pid, self.kill_grace)
                 await proc.wait()

@@ -7,9 +7,12 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import ClassVar
+
+from drivetrain.jsontypes import JsonObject
 
 from .base import ToolContext, ToolResult
 
@@ -29,7 +32,7 @@ def expand_braces(pattern: str) -> list[str]:
             depth -= 1
             if depth == 0:
                 options, level, cur = [], 0, ""
-                for c in pattern[start + 1:i]:
+                for c in pattern[start + 1 : i]:
                     if c == "," and level == 0:
                         options.append(cur)
                         cur = ""
@@ -39,7 +42,7 @@ def expand_braces(pattern: str) -> list[str]:
                 options.append(cur)
                 if len(options) == 1:  # "{a}" is not a choice: keep it literal
                     continue
-                head, tail = pattern[:start], pattern[i + 1:]
+                head, tail = pattern[:start], pattern[i + 1 :]
                 return [x for opt in options for x in expand_braces(head + opt + tail)]
     return [pattern]
 
@@ -65,9 +68,9 @@ def glob_to_regex(pattern: str) -> str:
         elif c == "\\" and i + 1 < n:
             i += 1
             out.append(re.escape(pattern[i]))
-        elif c == "[" and "]" in pattern[i + 2:]:
+        elif c == "[" and "]" in pattern[i + 2 :]:
             j = pattern.index("]", i + 2)
-            body = pattern[i + 1:j]
+            body = pattern[i + 1 : j]
             if body.startswith("!"):
                 body = "^" + body[1:]
             out.append("[" + body.replace("\\", "\\\\") + "]")
@@ -135,7 +138,7 @@ class IgnoreStack:
         for folder, rules in reversed(self.layers):
             if not path.startswith(folder.rstrip("/") + "/"):
                 continue
-            rel = path[len(folder.rstrip("/")) + 1:]
+            rel = path[len(folder.rstrip("/")) + 1 :]
             for rule in reversed(rules):
                 if rule.matches(rel, is_dir):
                     return not rule.negated
@@ -204,12 +207,11 @@ class Glob:
         f"and the .git folder are skipped. At most {MAX_RESULTS} results. Use Grep to search "
         "file contents."
     )
-    input_schema = {
+    input_schema: ClassVar[JsonObject] = {
         "type": "object",
         "properties": {
             "pattern": {"type": "string", "description": "Glob pattern, e.g. **/*.ts"},
-            "path": {"type": "string",
-                     "description": "Folder to search in (default: the working directory)."},
+            "path": {"type": "string", "description": "Folder to search in (default: the working directory)."},
         },
         "required": ["pattern"],
     }
@@ -217,13 +219,14 @@ class Glob:
     async def call(self, input: dict, ctx: ToolContext) -> ToolResult:
         pattern, path = input.get("pattern"), input.get("path")
         if not isinstance(pattern, str) or not pattern.strip():
-            return ToolResult("pattern is required, e.g. \"**/*.py\".", is_error=True)
+            return ToolResult('pattern is required, e.g. "**/*.py".', is_error=True)
         if path is not None and not isinstance(path, str):
             return ToolResult("path must be a string (a folder).", is_error=True)
         root = ctx.resolve(path) if path else ctx.cwd
         if not root.is_dir():
-            return ToolResult(f"{root} is not a directory." if root.exists()
-                              else f"Directory does not exist: {root}", is_error=True)
+            return ToolResult(
+                f"{root} is not a directory." if root.exists() else f"Directory does not exist: {root}", is_error=True
+            )
         prefix, rest = split_literal_prefix(pattern.removeprefix("./"))
         root = root / prefix if prefix else root
         return await asyncio.to_thread(self._glob, root, rest, pattern, ctx)
@@ -238,7 +241,7 @@ class Glob:
         skipped = Skipped(ctx, root)
         base = root.as_posix().rstrip("/") + "/"
         for f in walk_files(root, max_depth):
-            if regex.match(f.as_posix()[len(base):]) and not skipped.hides(f):
+            if regex.match(f.as_posix()[len(base) :]) and not skipped.hides(f):
                 try:
                     found.append((f.stat().st_mtime, f))
                 except OSError:  # vanished, or a dangling symlink
@@ -248,8 +251,10 @@ class Glob:
         found.sort(key=lambda mf: (-mf[0], mf[1].as_posix()))
         lines = [display_path(f, ctx.cwd) for _, f in found[:MAX_RESULTS]]
         if len(found) > MAX_RESULTS:
-            lines.append(f"({len(found) - MAX_RESULTS} more files omitted: showing the "
-                         f"{MAX_RESULTS} newest. Use a narrower pattern or path.)")
+            lines.append(
+                f"({len(found) - MAX_RESULTS} more files omitted: showing the "
+                f"{MAX_RESULTS} newest. Use a narrower pattern or path.)"
+            )
         return ToolResult("\n".join(lines) + skipped.note("\n"))
 
 
@@ -271,5 +276,9 @@ class Skipped:
         """``(1 file skipped: denied by Read(**/.env))``, after ``sep``; empty if none was."""
         if not self.counts:
             return ""
-        return sep + "(" + "; ".join(f"{n} file{'s' if n != 1 else ''} skipped: {why}"
-                                     for why, n in self.counts.items()) + ")"
+        return (
+            sep
+            + "("
+            + "; ".join(f"{n} file{'s' if n != 1 else ''} skipped: {why}" for why, n in self.counts.items())
+            + ")"
+        )

@@ -14,6 +14,9 @@ import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
+
+from drivetrain.jsontypes import JsonObject
 
 from .base import ToolContext, ToolResult
 from .glob import Skipped, compile_glob, display_path, walk_files
@@ -25,13 +28,30 @@ OUTPUT_CAP = 30_000
 RG_TIMEOUT_S = 120
 # The fallback's subset of ripgrep's --type names.
 TYPES = {
-    "py": "*.{py,pyi}", "js": "*.{js,jsx,mjs,cjs,vue}", "ts": "*.{ts,tsx,mts,cts}",
-    "rust": "*.rs", "go": "*.go", "java": "*.{java,jsp}", "c": "*.{c,h,H}",
-    "cpp": "*.{cpp,cc,cxx,c++,hpp,hh,hxx,h,inl}", "rb": "*.{rb,gemspec}", "ruby": "*.{rb,gemspec}",
-    "php": "*.{php,php3,php4,php5,phtml}", "sh": "*.{sh,bash,zsh}", "html": "*.{htm,html}",
-    "css": "*.{css,scss}", "json": "*.json", "yaml": "*.{yaml,yml}", "toml": "*.toml",
-    "md": "*.{md,markdown,mdx}", "markdown": "*.{md,markdown,mdx}", "txt": "*.txt",
-    "sql": "*.sql", "swift": "*.swift", "kotlin": "*.{kt,kts}", "cs": "*.cs",
+    "py": "*.{py,pyi}",
+    "js": "*.{js,jsx,mjs,cjs,vue}",
+    "ts": "*.{ts,tsx,mts,cts}",
+    "rust": "*.rs",
+    "go": "*.go",
+    "java": "*.{java,jsp}",
+    "c": "*.{c,h,H}",
+    "cpp": "*.{cpp,cc,cxx,c++,hpp,hh,hxx,h,inl}",
+    "rb": "*.{rb,gemspec}",
+    "ruby": "*.{rb,gemspec}",
+    "php": "*.{php,php3,php4,php5,phtml}",
+    "sh": "*.{sh,bash,zsh}",
+    "html": "*.{htm,html}",
+    "css": "*.{css,scss}",
+    "json": "*.json",
+    "yaml": "*.{yaml,yml}",
+    "toml": "*.toml",
+    "md": "*.{md,markdown,mdx}",
+    "markdown": "*.{md,markdown,mdx}",
+    "txt": "*.txt",
+    "sql": "*.sql",
+    "swift": "*.swift",
+    "kotlin": "*.{kt,kts}",
+    "cs": "*.cs",
 }
 
 
@@ -101,11 +121,12 @@ def _path_filter(q: Query, type_glob: re.Pattern | None = None):
     prefix = q.root.as_posix().rstrip("/") + "/"
 
     def keep(path: Path) -> bool:
-        rel = path.as_posix()[len(prefix):]
+        rel = path.as_posix()[len(prefix) :]
         name = path.name
         if glob and not glob.match(rel if "/" in q.glob else name):
             return False
         return not type_glob or bool(type_glob.match(name))
+
     return keep
 
 
@@ -132,13 +153,11 @@ async def _run_rg(rg: str, q: Query, files: bool):
         args += ["-B", str(q.before), "-A", str(q.after)] if q.before or q.after else []
         args += ["-e", q.pattern]
     args += ["--", str(q.root)]
-    proc = await asyncio.create_subprocess_exec(*args, stdout=asyncio.subprocess.PIPE,
-                                                stderr=asyncio.subprocess.PIPE)
+    proc = await asyncio.create_subprocess_exec(*args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     try:
         out, err = await asyncio.wait_for(proc.communicate(), RG_TIMEOUT_S)
-    except asyncio.TimeoutError:
-        raise GrepError(f"Search timed out after {RG_TIMEOUT_S} s; narrow it with path, glob "
-                        "or type.") from None
+    except TimeoutError:
+        raise GrepError(f"Search timed out after {RG_TIMEOUT_S} s; narrow it with path, glob or type.") from None
     finally:
         if proc.returncode is None:  # timed out or cancelled
             proc.kill()
@@ -178,8 +197,10 @@ def format_hits(hits: list[FileHits], q: Query, cwd: Path) -> str:
         # Say what was searched: a model that took Grep for a file-name search needs to learn it here.
         where = display_path(q.root, cwd) or "."
         scope = f" in files matching {q.glob!r}" if q.glob else ""
-        return (f"No matches found: no line in {where}{scope} matches the regex {q.pattern!r}. Grep searches "
-                "file contents; to find files by name, use Glob.")
+        return (
+            f"No matches found: no line in {where}{scope} matches the regex {q.pattern!r}. Grep searches "
+            "file contents; to find files by name, use Glob."
+        )
     if q.mode == "files_with_matches":
         header = f"Found {_plural(len(hits), 'file')}"
         out = [display_path(h.path, cwd) for h in hits]
@@ -191,7 +212,7 @@ def format_hits(hits: list[FileHits], q: Query, cwd: Path) -> str:
         header, out = None, _content_lines(hits, q.numbers, cwd)
     total_lines = len(out)
     if q.head_limit and total_lines > q.head_limit:
-        out = out[:q.head_limit]
+        out = out[: q.head_limit]
     text, size = [], 0
     for line in out:
         size += len(line) + 1
@@ -200,8 +221,10 @@ def format_hits(hits: list[FileHits], q: Query, cwd: Path) -> str:
         text.append(line)
     body = "\n".join(([header] if header else []) + text)
     if len(text) < total_lines:
-        body += (f"\n\n(Showing {len(text)} of {total_lines} results. Narrow the search with path, "
-                 "glob or type, or raise head_limit.)")
+        body += (
+            f"\n\n(Showing {len(text)} of {total_lines} results. Narrow the search with path, "
+            "glob or type, or raise head_limit.)"
+        )
     return body
 
 
@@ -226,35 +249,33 @@ def _content_lines(hits: list[FileHits], numbers: bool, cwd: Path) -> list[str]:
 
 
 class Grep:
-    """Claude Code's ``Grep``: a regular-expression search (ripgrep when installed, else Python), in its output modes."""
+    """Claude Code's ``Grep``: a regular-expression search (ripgrep when installed, else Python), in its output
+    modes."""
 
     name = "Grep"
     description = (
         "Search file contents with a regular expression (ripgrep syntax: escape literal ( [ { . "
         "with a backslash). Searches the working directory, or `path` (a folder or one file); "
         "files ignored by .gitignore, the .git folder and binary files are skipped. "
-        "output_mode: \"files_with_matches\" (default) lists matching files; \"content\" shows "
-        "matching lines as path:line:text (use -A/-B/-C for context lines); \"count\" gives "
-        "matches per file. Filter files with glob (e.g. \"*.py\", \"src/**/*.{ts,tsx}\") or type "
-        "(e.g. \"py\", \"js\", \"rust\"). -i ignores case. head_limit keeps the first N results."
+        'output_mode: "files_with_matches" (default) lists matching files; "content" shows '
+        'matching lines as path:line:text (use -A/-B/-C for context lines); "count" gives '
+        'matches per file. Filter files with glob (e.g. "*.py", "src/**/*.{ts,tsx}") or type '
+        '(e.g. "py", "js", "rust"). -i ignores case. head_limit keeps the first N results.'
     )
-    input_schema = {
+    input_schema: ClassVar[JsonObject] = {
         "type": "object",
         "properties": {
             "pattern": {"type": "string", "description": "Regular expression to search for."},
-            "path": {"type": "string",
-                     "description": "File or folder to search (default: working directory)."},
+            "path": {"type": "string", "description": "File or folder to search (default: working directory)."},
             "glob": {"type": "string", "description": "Only files matching this glob, e.g. *.py"},
             "type": {"type": "string", "description": "Only files of this type, e.g. py, js."},
             "output_mode": {"type": "string", "enum": list(MODES), "default": "files_with_matches"},
             "-i": {"type": "boolean", "description": "Case-insensitive search."},
-            "-n": {"type": "boolean",
-                   "description": "Show line numbers in content mode (default true)."},
+            "-n": {"type": "boolean", "description": "Show line numbers in content mode (default true)."},
             "-A": {"type": "integer", "minimum": 0, "description": "Context lines after a match."},
             "-B": {"type": "integer", "minimum": 0, "description": "Context lines before a match."},
             "-C": {"type": "integer", "minimum": 0, "description": "Context lines before and after."},
-            "head_limit": {"type": "integer", "minimum": 0,
-                           "description": "Show only the first N results (0 = all)."},
+            "head_limit": {"type": "integer", "minimum": 0, "description": "Show only the first N results (0 = all)."},
         },
         "required": ["pattern"],
     }
@@ -276,8 +297,11 @@ class Grep:
         except GrepError as e:
             return ToolResult(str(e), is_error=True)
         except re.error as e:
-            return ToolResult(f"Invalid regular expression {input.get('pattern')!r}: {e}. "
-                              "Escape literal characters like ( [ { . with a backslash.", is_error=True)
+            return ToolResult(
+                f"Invalid regular expression {input.get('pattern')!r}: {e}. "
+                "Escape literal characters like ( [ { . with a backslash.",
+                is_error=True,
+            )
         return ToolResult(format_hits(hits, q, ctx.cwd) + skipped.note("\n\n"))
 
     def _parse(self, input: dict, ctx: ToolContext) -> Query:
@@ -294,8 +318,7 @@ class Grep:
             if input.get(key) is not None and not isinstance(input[key], str):
                 raise GrepError(f"{key} must be a string.")
         if input.get("type") and not self.rg and input["type"] not in TYPES:
-            raise GrepError(f"Unknown type {input['type']!r}. Known: {', '.join(sorted(TYPES))}; "
-                            "or use glob instead.")
+            raise GrepError(f"Unknown type {input['type']!r}. Known: {', '.join(sorted(TYPES))}; or use glob instead.")
         root = ctx.resolve(input["path"]) if input.get("path") else ctx.cwd
         if not root.exists():
             raise GrepError(f"Path does not exist: {root}")
@@ -305,7 +328,15 @@ class Grep:
         after = ints["-A"] if ints["-A"] is not None else context
         if mode != "content":
             before = after = 0
-        return Query(pattern, Path(os.path.abspath(root)), mode, bool(input.get("-i")), before,
-                     after, input.get("glob") or None, input.get("type") or None,
-                     numbers=input.get("-n", True) is not False,
-                     head_limit=ints["head_limit"] or None)
+        return Query(
+            pattern,
+            Path(os.path.abspath(root)),
+            mode,
+            bool(input.get("-i")),
+            before,
+            after,
+            input.get("glob") or None,
+            input.get("type") or None,
+            numbers=input.get("-n", True) is not False,
+            head_limit=ints["head_limit"] or None,
+        )

@@ -7,6 +7,9 @@ import codecs
 import difflib
 import os
 from pathlib import Path
+from typing import ClassVar
+
+from drivetrain.jsontypes import JsonObject
 
 from .base import ToolContext, ToolResult
 
@@ -32,7 +35,7 @@ def looks_binary(head: bytes) -> bool:
     return False
 
 
-def int_field(input: dict, key: str, *, minimum: int) -> int | None | str:
+def int_field(input: dict, key: str, *, minimum: int) -> int | str | None:
     """The optional integer ``input[key]``, or an error message string."""
     value = input.get(key)
     if value is None:
@@ -70,8 +73,10 @@ def directory_message(path: Path) -> str:
     shown = [e.name + ("/" if e.is_dir() else "") for e in entries[:20]]
     more = f", ... ({len(entries) - 20} more)" if len(entries) > 20 else ""
     listing = ", ".join(shown) + more if shown else "(empty)"
-    return (f"{path} is a directory, not a file. It contains {len(entries)} entries: {listing}. "
-            "Read one of the files, or use Glob to search it.")
+    return (
+        f"{path} is a directory, not a file. It contains {len(entries)} entries: {listing}. "
+        "Read one of the files, or use Glob to search it."
+    )
 
 
 class Read:
@@ -86,14 +91,16 @@ class Read:
         f"{MAX_LINE_CHARS} characters are cut. file_path may be absolute or relative to the "
         "working directory. To list a directory use Glob or Bash `ls`."
     )
-    input_schema = {
+    input_schema: ClassVar[JsonObject] = {
         "type": "object",
         "properties": {
             "file_path": {"type": "string", "description": "Path of the file to read."},
-            "offset": {"type": "integer", "minimum": 1,
-                       "description": "1-based line number to start reading from."},
-            "limit": {"type": "integer", "minimum": 1,
-                      "description": f"How many lines to read (default {DEFAULT_LIMIT})."},
+            "offset": {"type": "integer", "minimum": 1, "description": "1-based line number to start reading from."},
+            "limit": {
+                "type": "integer",
+                "minimum": 1,
+                "description": f"How many lines to read (default {DEFAULT_LIMIT}).",
+            },
         },
         "required": ["file_path"],
     }
@@ -107,8 +114,7 @@ class Read:
         for v in (offset, limit):
             if isinstance(v, str):
                 return ToolResult(v, is_error=True)
-        return await asyncio.to_thread(self._read, ctx.resolve(file_path), offset or 1,
-                                       limit or DEFAULT_LIMIT)
+        return await asyncio.to_thread(self._read, ctx.resolve(file_path), offset or 1, limit or DEFAULT_LIMIT)
 
     def _read(self, path: Path, offset: int, limit: int) -> ToolResult:
         if path.is_dir():
@@ -126,8 +132,7 @@ class Read:
         if size == 0 and not head:
             return ToolResult(f"{path} exists but is empty (0 bytes).")
         if looks_binary(head):
-            return ToolResult(f"{path} is a binary file ({size} bytes); Read only shows text files.",
-                              is_error=True)
+            return ToolResult(f"{path} is a binary file ({size} bytes); Read only shows text files.", is_error=True)
         shown: list[str] = []
         total = 0
         # errors="replace": one odd byte deep in a text file should not hide the whole file.
@@ -139,11 +144,11 @@ class Read:
                         line = line[:MAX_LINE_CHARS] + f" [... line cut, {len(line)} chars]"
                     shown.append(line)
         if offset > total:
-            return ToolResult(f"offset {offset} is past the end of {path}, which has {total} lines.",
-                              is_error=True)
+            return ToolResult(f"offset {offset} is past the end of {path}, which has {total} lines.", is_error=True)
         text = number_lines(shown, offset)
         last = offset + len(shown) - 1
         if offset > 1 or last < total:
-            text += (f"\n\n(Showing lines {offset}-{last} of {total}."
-                     + (f" Use offset={last + 1} to read more.)" if last < total else ")"))
+            text += f"\n\n(Showing lines {offset}-{last} of {total}." + (
+                f" Use offset={last + 1} to read more.)" if last < total else ")"
+            )
         return ToolResult(text)

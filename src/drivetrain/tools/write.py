@@ -6,10 +6,12 @@ import asyncio
 import os
 import stat
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
+from typing import ClassVar
 
 from drivetrain.host.paths import confined_write, confining_root, default_file_mode, real_roots
+from drivetrain.jsontypes import JsonObject
 
 from .base import ToolContext, ToolResult
 
@@ -52,8 +54,9 @@ def atomic_write(path: Path, data: bytes, roots: Sequence[Path] = ()) -> bool:
 def _in_workspace(path: Path, roots: Sequence[Path]) -> bool:
     """Meant for the workspace: as written (a symlink swapped in later must not carry it out) or as resolved."""
     candidates = [*roots, *real_roots(roots)]
-    return any(confining_root(p, candidates) is not None
-               for p in (Path(os.path.normpath(path)), Path(os.path.realpath(path))))
+    return any(
+        confining_root(p, candidates) is not None for p in (Path(os.path.normpath(path)), Path(os.path.realpath(path)))
+    )
 
 
 def count_lines(text: str) -> int:
@@ -69,7 +72,7 @@ class Write:
         "file_path may be absolute or relative to the working directory. To change part of an "
         "existing file, prefer Edit: Write replaces everything, so you must pass the whole file."
     )
-    input_schema = {
+    input_schema: ClassVar[JsonObject] = {
         "type": "object",
         "properties": {
             "file_path": {"type": "string", "description": "Path of the file to write."},
@@ -83,8 +86,9 @@ class Write:
         if not isinstance(file_path, str) or not file_path.strip():
             return ToolResult("file_path is required: the path of the file to write.", is_error=True)
         if not isinstance(content, str):
-            return ToolResult("content is required and must be a string (the whole file; "
-                              "use \"\" for an empty file).", is_error=True)
+            return ToolResult(
+                'content is required and must be a string (the whole file; use "" for an empty file).', is_error=True
+            )
         path = ctx.resolve(file_path)
         if path.is_dir():
             return ToolResult(f"{path} is a directory; give a file path to write.", is_error=True)

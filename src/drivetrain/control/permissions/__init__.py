@@ -9,20 +9,44 @@ Modules: ``policy`` (Policy, Decision; file tools, WebFetch, user tools) and ``b
 ``shell`` (tree-sitter → simple commands), ``grammar`` (the node types it knows), ``redirects``
 (redirections, here-documents) and ``words`` (quotes, substitutions, word ends: the cross-check);
 ``commands`` (wrappers, nested shells → parts), ``programs`` (the read-only set) and
-``analyzers`` (git, find, sed, awk, escape hatches); ``search`` (Read rules inside a folder: what Grep/Glob skip, ``grep -r``). Paths (resolution, confinement,
-``confined_write``) are ``drivetrain.host.paths``, below the tools that write.
+``analyzers`` (git, find, sed, awk, escape hatches); ``search`` (Read rules inside a folder: what Grep/Glob
+skip, ``grep -r``). Paths (resolution, confinement, ``confined_write``) are ``drivetrain.host.paths``, below the
+tools that write.
 """
 
-from .commands import Part, analyze_command
 from drivetrain.host.paths import ConfinementError, Resolved, confined_write, is_within, resolve
+
+from .commands import Part, analyze_command
 from .policy import Decision, Policy
 from .rules import PathPattern, Rule, RuleError, SettingsError, parse_rule, split_tool_list
 from .settings import MODES, Settings, drivetrain_home, load_settings, load_settings_file, make_sandbox
 from .shell import ParsedShell, SimpleCommand, Word, decode_word, parse_shell
 
 __all__ = [
-    "MODES", "ConfinementError", "Decision", "ParsedShell", "Part", "PathPattern", "Policy", "Resolved",
-    "Rule", "RuleError", "Settings", "SettingsError", "SimpleCommand", "Word", "analyze_command",
-    "confined_write", "decode_word", "drivetrain_home", "is_within", "load_settings", "load_settings_file",
-    "make_sandbox",     "parse_rule", "parse_shell", "resolve", "split_tool_list",
+    "MODES",
+    "ConfinementError",
+    "Decision",
+    "ParsedShell",
+    "Part",
+    "PathPattern",
+    "Policy",
+    "Resolved",
+    "Rule",
+    "RuleError",
+    "Settings",
+    "SettingsError",
+    "SimpleCommand",
+    "Word",
+    "analyze_command",
+    "confined_write",
+    "decode_word",
+    "drivetrain_home",
+    "is_within",
+    "load_settings",
+    "load_settings_file",
+    "make_sandbox",
+    "parse_rule",
+    "parse_shell",
+    "resolve",
+    "split_tool_list",
 ]

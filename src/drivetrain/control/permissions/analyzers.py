@@ -15,33 +15,103 @@ import re
 from .programs import Effects, opt_hits, runtime, scan
 from .words import Word, dynamic
 
-GIT_GLOBAL_OK = {"--no-pager", "-P", "-p", "--paginate", "--no-optional-locks", "--literal-pathspecs",
-                 "--glob-pathspecs", "--noglob-pathspecs", "--icase-pathspecs", "--no-replace-objects",
-                 "--version"}
+GIT_GLOBAL_OK = {
+    "--no-pager",
+    "-P",
+    "-p",
+    "--paginate",
+    "--no-optional-locks",
+    "--literal-pathspecs",
+    "--glob-pathspecs",
+    "--noglob-pathspecs",
+    "--icase-pathspecs",
+    "--no-replace-objects",
+    "--version",
+}
 _DIFFISH = ("", ("output", "ext-diff"))
 GIT_READONLY: dict[str, tuple[str, tuple[str, ...]]] = {
-    **{s: _DIFFISH for s in ("log", "show", "diff", "whatchanged", "diff-tree", "diff-index",
-                             "diff-files", "shortlog", "range-diff")},
-    **{s: ("", ()) for s in ("status", "blame", "annotate", "rev-parse", "rev-list", "ls-files",
-                             "ls-tree", "cat-file", "describe", "merge-base", "name-rev", "show-ref",
-                             "for-each-ref", "count-objects", "check-ignore", "check-attr", "version")},
+    **dict.fromkeys(
+        ("log", "show", "diff", "whatchanged", "diff-tree", "diff-index", "diff-files", "shortlog", "range-diff"),
+        _DIFFISH,
+    ),
+    **dict.fromkeys(
+        (
+            "status",
+            "blame",
+            "annotate",
+            "rev-parse",
+            "rev-list",
+            "ls-files",
+            "ls-tree",
+            "cat-file",
+            "describe",
+            "merge-base",
+            "name-rev",
+            "show-ref",
+            "for-each-ref",
+            "count-objects",
+            "check-ignore",
+            "check-attr",
+            "version",
+        ),
+        ("", ()),
+    ),
     "grep": ("O", ("open-files-in-pager",)),
 }
 # Subcommands that print what files hold (a Read rule on a file named in their arguments applies).
-GIT_SHOWS = {"log", "show", "diff", "whatchanged", "diff-tree", "diff-index", "diff-files", "range-diff", "blame",
-             "annotate", "cat-file", "grep", "archive", "format-patch", "stash", "shortlog", "apply", "am"}
+GIT_SHOWS = {
+    "log",
+    "show",
+    "diff",
+    "whatchanged",
+    "diff-tree",
+    "diff-index",
+    "diff-files",
+    "range-diff",
+    "blame",
+    "annotate",
+    "cat-file",
+    "grep",
+    "archive",
+    "format-patch",
+    "stash",
+    "shortlog",
+    "apply",
+    "am",
+}
 # Flags of other git subcommands that run a program of the caller's choosing.
 GIT_ESCAPES: dict[str, tuple[str, tuple[str, ...]]] = {
-    "rebase": ("x", ("exec",)), "difftool": ("xt", ("extcmd", "tool")), "mergetool": ("t", ("tool",)),
-    "clone": ("cu", ("config", "template", "upload-pack")), "fetch": ("", ("upload-pack",)),
-    "pull": ("", ("upload-pack",)), "ls-remote": ("", ("upload-pack",)),
-    "push": ("", ("receive-pack", "exec")), "archive": ("", ("exec", "output", "remote")),
+    "rebase": ("x", ("exec",)),
+    "difftool": ("xt", ("extcmd", "tool")),
+    "mergetool": ("t", ("tool",)),
+    "clone": ("cu", ("config", "template", "upload-pack")),
+    "fetch": ("", ("upload-pack",)),
+    "pull": ("", ("upload-pack",)),
+    "ls-remote": ("", ("upload-pack",)),
+    "push": ("", ("receive-pack", "exec")),
+    "archive": ("", ("exec", "output", "remote")),
     "init": ("", ("template",)),
 }
 # Subcommands that run commands of the caller's choosing (at this word, or at the subcommand).
-GIT_RUNS_COMMANDS = {"submodule": "foreach", "bisect": "run", **{s: None for s in (
-    "filter-branch", "filter-repo", "daemon", "send-email", "instaweb", "p4", "svn", "cvsimport",
-    "web--browse", "help", "credential")}}
+GIT_RUNS_COMMANDS = {
+    "submodule": "foreach",
+    "bisect": "run",
+    **dict.fromkeys(
+        (
+            "filter-branch",
+            "filter-repo",
+            "daemon",
+            "send-email",
+            "instaweb",
+            "p4",
+            "svn",
+            "cvsimport",
+            "web--browse",
+            "help",
+            "credential",
+        )
+    ),
+}
 
 
 def git_effects(words: list[Word]) -> Effects:
@@ -115,18 +185,39 @@ def _git_reads(sub: str, rest: list[Word], fx: Effects) -> None:
 
 def _branch_tag(rest: list[Word], si: int, fx: Effects) -> None:
     sub = rest[0].value
-    bad = ("dDmMcCfut", ("delete", "move", "copy", "force", "set-upstream-to", "unset-upstream",
-                         "edit-description", "track", "no-track", "create-reflog")) if sub == "branch" else \
-        ("dasfumFe", ("delete", "annotate", "sign", "force", "local-user", "message", "file", "edit",
-                      "create-reflog"))
+    bad = (
+        (
+            "dDmMcCfut",
+            (
+                "delete",
+                "move",
+                "copy",
+                "force",
+                "set-upstream-to",
+                "unset-upstream",
+                "edit-description",
+                "track",
+                "no-track",
+                "create-reflog",
+            ),
+        )
+        if sub == "branch"
+        else (
+            "dasfumFe",
+            ("delete", "annotate", "sign", "force", "local-user", "message", "file", "edit", "create-reflog"),
+        )
+    )
     values = ("contains", "no-contains", "merged", "no-merged", "points-at", "sort", "format")
     listing = False
     for j, role in scan(rest, "", values):
         v = rest[j].value or ""
         if role == "opt" and opt_hits(v, *bad):
             fx.dangers.append((si + j, f"git {sub} {v} changes the repository"))
-        listing = listing or v in ("-l", "--list") or (role == "opt" and v.startswith("-") and "l" in v[1:]
-                                                         and not v.startswith("--"))
+        listing = (
+            listing
+            or v in ("-l", "--list")
+            or (role == "opt" and v.startswith("-") and "l" in v[1:] and not v.startswith("--"))
+        )
     positional = [j for j, role in scan(rest, "", values) if role == "arg"]
     if positional and not listing and not fx.dangers:  # with -d/-m…, the names are its arguments
         fx.dangers.append((si + positional[0], f"git {sub} NAME creates a {sub}"))
@@ -138,10 +229,26 @@ def _remote(rest: list[Word], si: int, fx: Effects) -> None:
         fx.dangers.append((si + args[0][0], f"git remote {args[0][1]} changes the repository"))
 
 
-_CONFIG_READ = ("--get", "--get-all", "--get-regexp", "--get-urlmatch", "--list", "-l", "--get-color",
-                "--get-colorbool")
-_CONFIG_WRITE = ("--add", "--unset", "--unset-all", "--replace-all", "--rename-section", "--remove-section",
-                 "--edit", "-e")
+_CONFIG_READ = (
+    "--get",
+    "--get-all",
+    "--get-regexp",
+    "--get-urlmatch",
+    "--list",
+    "-l",
+    "--get-color",
+    "--get-colorbool",
+)
+_CONFIG_WRITE = (
+    "--add",
+    "--unset",
+    "--unset-all",
+    "--replace-all",
+    "--rename-section",
+    "--remove-section",
+    "--edit",
+    "-e",
+)
 
 
 def _config(rest: list[Word], si: int, fx: Effects) -> None:
@@ -158,10 +265,41 @@ _LISTING = {"branch": _branch_tag, "tag": _branch_tag, "remote": _remote, "confi
 
 FIND_EXEC = ("-exec", "-execdir", "-ok", "-okdir")
 FIND_WRITES = {"-fprint": 1, "-fprint0": 1, "-fls": 1, "-fprintf": 2}
-FIND_VALUE = {"-name", "-iname", "-path", "-ipath", "-regex", "-iregex", "-type", "-xtype", "-user", "-group",
-              "-perm", "-size", "-mtime", "-mmin", "-atime", "-amin", "-ctime", "-cmin", "-maxdepth",
-              "-mindepth", "-printf", "-wholename", "-iwholename", "-lname", "-ilname", "-links", "-inum",
-              "-uid", "-gid", "-used", "-fstype", "-regextype", "-context"}
+FIND_VALUE = {
+    "-name",
+    "-iname",
+    "-path",
+    "-ipath",
+    "-regex",
+    "-iregex",
+    "-type",
+    "-xtype",
+    "-user",
+    "-group",
+    "-perm",
+    "-size",
+    "-mtime",
+    "-mmin",
+    "-atime",
+    "-amin",
+    "-ctime",
+    "-cmin",
+    "-maxdepth",
+    "-mindepth",
+    "-printf",
+    "-wholename",
+    "-iwholename",
+    "-lname",
+    "-ilname",
+    "-links",
+    "-inum",
+    "-uid",
+    "-gid",
+    "-used",
+    "-fstype",
+    "-regextype",
+    "-context",
+}
 FIND_READS = {"-newer", "-anewer", "-cnewer", "-samefile", "-files0-from"}
 
 
@@ -191,14 +329,21 @@ def find_effects(words: list[Word]) -> Effects:
         elif v == "-files0-from":
             fx.dangers.append((i, "find -files0-from reads its starting points from a file"))
         elif v in FIND_EXEC:
-            j = next((k for k in range(i + 1, n) if words[k].value == ";"
-                      or (words[k].value == "+" and words[k - 1].value == "{}")), None)
+            j = next(
+                (
+                    k
+                    for k in range(i + 1, n)
+                    if words[k].value == ";" or (words[k].value == "+" and words[k - 1].value == "{}")
+                ),
+                None,
+            )
             if j is None or j == i + 1:
                 fx.problems.append(f"find {v} without a command and a ; or + after it")
                 return fx
-            fx.nested.append([_placeholder(x, fx.reads[:max(starts, 1)] if v in ("-exec", "-ok") else [])
-                              for x in words[i + 1:j]])
-            fx.trees.extend(w for w in fx.reads[:max(starts, 1)] if w not in fx.trees)  # {} is any file there
+            fx.nested.append(
+                [_placeholder(x, fx.reads[: max(starts, 1)] if v in ("-exec", "-ok") else []) for x in words[i + 1 : j]]
+            )
+            fx.trees.extend(w for w in fx.reads[: max(starts, 1)] if w not in fx.trees)  # {} is any file there
             i = j
         elif v == "-delete":
             fx.dangers.append((i, "find -delete deletes files"))
@@ -213,6 +358,7 @@ def find_effects(words: list[Word]) -> Effects:
             i += 1
         i += 1
     return fx
+
 
 def _placeholder(w: Word, starts: list[Word]) -> Word:
     """find -exec's {} is a path under the one starting point (-execdir's is relative to a subfolder)."""
@@ -287,8 +433,11 @@ def sed_effects(words: list[Word]) -> Effects:
         elif role == "opt" and v.startswith("--expression="):
             if not sed_script_ok(v.split("=", 1)[1]):
                 fx.dangers.append((i, "the sed script writes files or runs commands"))
-        elif role == "opt" and not re.fullmatch(r"-[nErsuz]*[el]?|--(quiet|silent|regexp-extended|separate|"
-                                                 r"unbuffered|null-data|posix|debug|sandbox|line-length=\d+)|--", v):
+        elif role == "opt" and not re.fullmatch(
+            r"-[nErsuz]*[el]?|--(quiet|silent|regexp-extended|separate|"
+            r"unbuffered|null-data|posix|debug|sandbox|line-length=\d+)|--",
+            v,
+        ):
             fx.dangers.append((i, f"sed {v} edits files in place or reads a script file"))
         elif role == "arg":
             args.append(i)
@@ -325,18 +474,24 @@ def awk_effects(words: list[Word]) -> Effects:
 
 # Other programs' escape hatches: (short letters, long names, whether `+cmd` args run commands).
 ESCAPES: dict[str, tuple[str, tuple[str, ...], bool]] = {
-    "tar": ("FI", ("checkpoint-action", "to-command", "use-compress-program", "rsh-command", "info-script",
-                   "new-volume-script"), False),
+    "tar": (
+        "FI",
+        ("checkpoint-action", "to-command", "use-compress-program", "rsh-command", "info-script", "new-volume-script"),
+        False,
+    ),
     "zip": ("T", ("unzip-command",), False),
     "man": ("PHpBC", ("pager", "html", "preprocessor", "browser", "config-file"), False),
     "less": ("koO", ("lesskey-file", "lesskey-src", "log-file", "LOG-FILE"), True),
     "more": ("", (), True),
-    **{v: ("cSuse", ("cmd",), True) for v in ("vi", "vim", "nvim", "view", "ex", "vimdiff")},
+    **dict.fromkeys(("vi", "vim", "nvim", "view", "ex", "vimdiff"), ("cSuse", ("cmd",), True)),
     "rsync": ("e", ("rsh", "rsync-path"), False),
-    **{m: ("Cc", ("script-shell", "prefix", "userconfig", "globalconfig", "node-options", "call"), False)
-       for m in ("npm", "npx", "pnpm", "yarn")},
+    **dict.fromkeys(
+        ("npm", "npx", "pnpm", "yarn"),
+        ("Cc", ("script-shell", "prefix", "userconfig", "globalconfig", "node-options", "call"), False),
+    ),
     "make": ("E", ("eval",), False),
-    "fd": ("xX", ("exec", "exec-batch"), False), "fdfind": ("xX", ("exec", "exec-batch"), False),
+    "fd": ("xX", ("exec", "exec-batch"), False),
+    "fdfind": ("xX", ("exec", "exec-batch"), False),
     "cargo": ("", ("config",), False),
 }
 

@@ -19,18 +19,18 @@ import os
 import re
 from pathlib import Path
 
-from .commands import Part, analyze_command, known_program, program_name
 from drivetrain.host.paths import confining_root
+
+from .commands import Part, analyze_command, known_program, program_name
 from .decision import Decision, PolicyView, _by_rule, harmless, word_paths
 from .rules import Rule
 from .search import covered_under
 from .shell import Word
 
 
-
 def _short(text: str, n: int = 80) -> str:
     text = " ".join(text.split())
-    return text if len(text) <= n else text[:n - 1] + "…"
+    return text if len(text) <= n else text[: n - 1] + "…"
 
 
 def _layers(p: Part, deny: bool = False) -> list[list[Word]]:
@@ -77,16 +77,21 @@ def _file_rule(policy: PolicyView, behavior: str, p: Part, cw, cwd: Path) -> Dec
             for res in word_paths(w, cw, policy.home) or []:
                 rule = policy._file_rule(behavior, tool, res, cwd)
                 if rule and (bare_ok or not rule.bare):
-                    return _by_rule(behavior, rule, f"`{label}` {'reads' if tool == 'Read' else 'writes'} "
-                                                    f"{res.lexical}")
+                    return _by_rule(
+                        behavior, rule, f"`{label}` {'reads' if tool == 'Read' else 'writes'} {res.lexical}"
+                    )
     for w in p.fx.trees:
         for res in word_paths(w, cw, policy.home) or []:
             hit = covered_under(policy, behavior, res, cwd)
             if isinstance(hit, str):
                 return Decision("ask", f"`{label}` reads every file under {res.lexical}, and {hit}", "builtin")
             if hit:
-                return _by_rule(behavior, hit[0], f"`{label}` reads every file under {res.lexical}, {hit[1]} "
-                                                  "among them (the Grep tool searches a folder and skips such files)")
+                return _by_rule(
+                    behavior,
+                    hit[0],
+                    f"`{label}` reads every file under {res.lexical}, {hit[1]} "
+                    "among them (the Grep tool searches a folder and skips such files)",
+                )
     return None
 
 
@@ -113,8 +118,9 @@ def decide_bash(policy: PolicyView, command: str, cwd: Path) -> Decision:
         return d
     msrc = f"mode:{policy.mode}"
     if problems:
-        if (policy.mode == "bypassPermissions" or policy._first("allow", "Bash", lambda r: r.bare)) \
-                and not _mentions_protected(policy, command):
+        if (
+            policy.mode == "bypassPermissions" or policy._first("allow", "Bash", lambda r: r.bare)
+        ) and not _mentions_protected(policy, command):
             return Decision("allow", f"not fully understood, but {policy.mode} allows every command", msrc)
         return Decision("ask", f"not fully understood: {problems[0]}", "builtin", details=tuple(problems))
     verdicts = [_part(policy, p, cw, cwd) for p, cw in zip(parts, cwds, strict=True)]
@@ -128,8 +134,9 @@ def decide_bash(policy: PolicyView, command: str, cwd: Path) -> Decision:
     return Decision("allow", reason, ruled[0].source if ruled else msrc, ruled[0].rule if ruled else None, details)
 
 
-def _deny_or_ask_rules(policy: PolicyView, command: str, parts: list[Part], cwds, problems: list[str],
-                       cwd: Path) -> Decision | None:
+def _deny_or_ask_rules(
+    policy: PolicyView, command: str, parts: list[Part], cwds, problems: list[str], cwd: Path
+) -> Decision | None:
     """Steps 1 and 2: deny rules, then ask rules, on every part and every file a part touches."""
     unsure = None  # a folder too big to check against the Read rules: asked, unless something denies
     for behavior in ("deny", "ask"):
@@ -147,8 +154,11 @@ def _deny_or_ask_rules(policy: PolicyView, command: str, parts: list[Part], cwds
             for rule in (r for r in policy.rules if r.behavior == "deny" and r.tool == "Bash" and r.words):
                 name = rule.words[0].value or ""
                 if re.search(rf"(?<![\w.-]){re.escape(name)}(?![\w.-])", command):
-                    return _by_rule("deny", rule, f"not fully understood ({problems[0]}) and it mentions "
-                                                  f"{name!r}, which a deny rule names")
+                    return _by_rule(
+                        "deny",
+                        rule,
+                        f"not fully understood ({problems[0]}) and it mentions {name!r}, which a deny rule names",
+                    )
         if unsure:
             return unsure
     return None
@@ -169,8 +179,9 @@ def _allow_rule(policy: PolicyView, p: Part) -> tuple[Rule | None, str]:
             outside = [why for i, why in p.fx.dangers if i >= len(r.words)]
             if not outside:
                 return r, ""
-            blocked = blocked or (f"{r.text} matches `{_short(p.text)}`, but {outside[0]}; "
-                                  "a prefix rule does not approve that")
+            blocked = blocked or (
+                f"{r.text} matches `{_short(p.text)}`, but {outside[0]}; a prefix rule does not approve that"
+            )
     return None, blocked
 
 
@@ -201,8 +212,7 @@ def _part(policy: PolicyView, p: Part, cw, cwd: Path) -> Decision:
         elif mode == "acceptEdits" and p.fx.edit_ok and not p.fx.dangers:
             why = "a file edit acceptEdits allows"
         else:
-            why = blocked or (f"`{label}` reads outside the workspace" if read_only
-                              else f"no rule allows `{label}`")
+            why = blocked or (f"`{label}` reads outside the workspace" if read_only else f"no rule allows `{label}`")
             return Decision("ask", why, "builtin" if blocked else msrc)
     for w in writes:
         if d := _write_ok(policy, p, w, cw, cwd, by_rule=rule is not None):
@@ -210,13 +220,18 @@ def _part(policy: PolicyView, p: Part, cw, cwd: Path) -> Decision:
     if rule is None:
         return Decision("allow", f"`{label}`: {why}", msrc)
     if rule.prefix and not _reads_inside(policy, p, cw, cwd):
-        return Decision("ask", f"{rule.text} matches `{label}`, but it reads outside the workspace (or a path "
-                               "only known at run time); a Read(...) allow rule can extend the workspace", msrc)
+        return Decision(
+            "ask",
+            f"{rule.text} matches `{label}`, but it reads outside the workspace (or a path "
+            "only known at run time); a Read(...) allow rule can extend the workspace",
+            msrc,
+        )
     return _by_rule("allow", rule, f"`{label}` is allowed")
 
 
-def _gates(policy: PolicyView, p: Part, cw, cwd: Path, rule: Rule | None, writes: list[Word],
-           read_only: bool) -> Decision | None:
+def _gates(
+    policy: PolicyView, p: Part, cw, cwd: Path, rule: Rule | None, writes: list[Word], read_only: bool
+) -> Decision | None:
     """Before any allowance: the tool's own settings, dangerous assignments, sudo, plan, bypass, bare Bash."""
     mode, label = policy.mode, _short(p.text)
     for w in writes:
@@ -227,14 +242,23 @@ def _gates(policy: PolicyView, p: Part, cw, cwd: Path, rule: Rule | None, writes
     bare = policy._first("allow", "Bash", lambda r: r.bare)
     free = mode == "bypassPermissions" or bare is not None
     if p.dangerous_assigns and not free:
-        return Decision("ask", f"`{label}` sets {', '.join(p.dangerous_assigns)}, which can change what runs",
-                        "builtin")
+        return Decision(
+            "ask", f"`{label}` sets {', '.join(p.dangerous_assigns)}, which can change what runs", "builtin"
+        )
     if p.sudo and not free and not (rule and not rule.prefix):
         return Decision("ask", f"`{label}` runs as another user (sudo): always asked", "builtin")
-    if p.words and p.words[0].value and program_name(p.words[0].value) == "git" and \
-            (bare_repo := _bare_repository(policy, p, cw, cwd)):
-        return Decision("ask", f"`{label}` would use the repository at {bare_repo}, a bare repository inside "
-                               "the workspace (its config can make git run programs)", "builtin")
+    if (
+        p.words
+        and p.words[0].value
+        and program_name(p.words[0].value) == "git"
+        and (bare_repo := _bare_repository(policy, p, cw, cwd))
+    ):
+        return Decision(
+            "ask",
+            f"`{label}` would use the repository at {bare_repo}, a bare repository inside "
+            "the workspace (its config can make git run programs)",
+            "builtin",
+        )
     if mode == "plan" and (not read_only or writes):
         return Decision("deny", f"plan mode allows only read-only commands: `{label}`", f"mode:{mode}")
     if mode == "bypassPermissions":
@@ -276,6 +300,5 @@ def _write_ok(policy: PolicyView, p: Part, w: Word, cw, cwd: Path, by_rule: bool
         if ".git" in res.real.parts or ".git" in res.lexical.parts:
             return Decision("ask", f"`{label}` writes under .git (which can make git run programs)", "builtin")
         if not by_rule and policy.mode != "acceptEdits":
-            return Decision("ask", f"{policy.mode} mode asks before writing files (`{label}`)",
-                            f"mode:{policy.mode}")
+            return Decision("ask", f"{policy.mode} mode asks before writing files (`{label}`)", f"mode:{policy.mode}")
     return None

@@ -26,14 +26,36 @@ DANGEROUS_VAR = re.compile(
     r"RIPGREP_CONFIG_PATH|TERMINFO.*|TZDIR|LOCPATH|NLSPATH|GCONV_PATH|HOSTALIASES|RESOLV_.*|MALLOC_.*|"
     r"GLIBC_TUNABLES|OPENSSL_.*|SSL_CERT_.*|CURL_CA_BUNDLE|REQUESTS_CA_BUNDLE|.*_PROXY|CARGO_.*|"
     r"RUSTC.*|RUSTFLAGS|GOFLAGS|JAVA_TOOL_OPTIONS|_JAVA_OPTIONS|DOCKER_.*|KUBECONFIG|SUDO_.*|FUNCNEST)",
-    re.IGNORECASE)
+    re.IGNORECASE,
+)
 VALID_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Builtins that run a string as code, or evaluate array subscripts (a[$(cmd)]) as arithmetic.
-CODE_BUILTINS = {"eval": "eval runs a string as a command", "trap": "trap runs a string as a command",
-                 "let": "let evaluates arithmetic (which can run commands)", "fc": "fc re-runs history",
-                 "enable": "enable can load code", "coproc": "coproc", "source": "", ".": ""}
-VARNAME_BUILTINS = {"read", "unset", "declare", "typeset", "local", "export", "readonly", "getopts", "wait",
-                    "printf", "test", "[", "mapfile", "readarray"}
+CODE_BUILTINS = {
+    "eval": "eval runs a string as a command",
+    "trap": "trap runs a string as a command",
+    "let": "let evaluates arithmetic (which can run commands)",
+    "fc": "fc re-runs history",
+    "enable": "enable can load code",
+    "coproc": "coproc",
+    "source": "",
+    ".": "",
+}
+VARNAME_BUILTINS = {
+    "read",
+    "unset",
+    "declare",
+    "typeset",
+    "local",
+    "export",
+    "readonly",
+    "getopts",
+    "wait",
+    "printf",
+    "test",
+    "[",
+    "mapfile",
+    "readarray",
+}
 DECLARE = {"declare", "typeset", "local", "export", "readonly"}
 
 
@@ -71,45 +93,112 @@ def _fs(*a: str) -> frozenset:
 
 
 WRAPPERS: dict[str, Wrap] = {
-    "timeout": Wrap(_fs("--preserve-status", "--foreground", "-v", "--verbose"), _fs("-s", "--signal", "-k",
-                    "--kill-after"), r"-[sk].+|--(signal|kill-after)=.*", skip=1),
+    "timeout": Wrap(
+        _fs("--preserve-status", "--foreground", "-v", "--verbose"),
+        _fs("-s", "--signal", "-k", "--kill-after"),
+        r"-[sk].+|--(signal|kill-after)=.*",
+        skip=1,
+    ),
     "nohup": Wrap(),
     "setsid": Wrap(_fs("-f", "--fork", "-w", "--wait", "-c", "--ctty")),
-    "ionice": Wrap(_fs("-t", "--ignore"), _fs("-c", "--class", "-n", "--classdata"),
-                   r"-[cn]\d+|--(class|classdata)=.*"),
+    "ionice": Wrap(
+        _fs("-t", "--ignore"), _fs("-c", "--class", "-n", "--classdata"), r"-[cn]\d+|--(class|classdata)=.*"
+    ),
     "noglob": Wrap(),
     "chronic": Wrap(_fs("-e", "-v")),
     "unbuffer": Wrap(_fs("-p")),
     "nice": Wrap(values=_fs("-n", "--adjustment"), attached=r"-n-?\d+|--adjustment=-?\d+|--?\d+"),
-    "stdbuf": Wrap(values=_fs("-i", "-o", "-e", "--input", "--output", "--error"),
-                   attached=r"-[ioe].+|--(input|output|error)=.*"),
-    "time": Wrap(_fs("-p", "-v", "--verbose", "-a", "--append", "-q", "--quiet", "--portability"),
-                 _fs("-f", "--format", "-o", "--output"), r"--format=.*", writes=_fs("-o", "--output")),
+    "stdbuf": Wrap(
+        values=_fs("-i", "-o", "-e", "--input", "--output", "--error"), attached=r"-[ioe].+|--(input|output|error)=.*"
+    ),
+    "time": Wrap(
+        _fs("-p", "-v", "--verbose", "-a", "--append", "-q", "--quiet", "--portability"),
+        _fs("-f", "--format", "-o", "--output"),
+        r"--format=.*",
+        writes=_fs("-o", "--output"),
+    ),
     "command": Wrap(_fs("-p"), no_cmd=_fs("-v", "-V")),
     "builtin": Wrap(),
     "exec": Wrap(_fs("-c", "-l", "-cl", "-lc"), _fs("-a")),
     "doas": Wrap(_fs("-n", "-s"), _fs("-u", "-C"), assigns=False, shell=_fs("-s")),
-    "sudo": Wrap(_fs("-E", "-H", "-n", "-S", "-k", "-P", "-A", "-b", "-B", "-N", "--preserve-env",
-                     "--non-interactive", "--stdin", "--askpass", "--background"),
-                 _fs("-u", "-g", "-C", "-D", "-h", "-p", "-r", "-t", "-T", "-U", "--user", "--group"),
-                 r"-[ugCDhprtTU].+|--(user|group|preserve-env|chdir|prompt)=.*", assigns=True,
-                 no_cmd=_fs("-l", "-v", "-K", "-V", "-e", "--list", "--validate", "--edit"),
-                 shell=_fs("-s", "-i", "--shell", "--login")),
-    "env": Wrap(_fs("-i", "-", "--ignore-environment", "-0", "--null", "-v", "--debug"),
-                _fs("-u", "--unset"), r"-u.+|--unset=.*|--(default|ignore|block)-signal(=.*)?",
-                assigns=True, shell=_fs("-S", "--split-string", "-C", "--chdir")),
+    "sudo": Wrap(
+        _fs(
+            "-E",
+            "-H",
+            "-n",
+            "-S",
+            "-k",
+            "-P",
+            "-A",
+            "-b",
+            "-B",
+            "-N",
+            "--preserve-env",
+            "--non-interactive",
+            "--stdin",
+            "--askpass",
+            "--background",
+        ),
+        _fs("-u", "-g", "-C", "-D", "-h", "-p", "-r", "-t", "-T", "-U", "--user", "--group"),
+        r"-[ugCDhprtTU].+|--(user|group|preserve-env|chdir|prompt)=.*",
+        assigns=True,
+        no_cmd=_fs("-l", "-v", "-K", "-V", "-e", "--list", "--validate", "--edit"),
+        shell=_fs("-s", "-i", "--shell", "--login"),
+    ),
+    "env": Wrap(
+        _fs("-i", "-", "--ignore-environment", "-0", "--null", "-v", "--debug"),
+        _fs("-u", "--unset"),
+        r"-u.+|--unset=.*|--(default|ignore|block)-signal(=.*)?",
+        assigns=True,
+        shell=_fs("-S", "--split-string", "-C", "--chdir"),
+    ),
 }
-XARGS_VALUES = _fs("-a", "--arg-file", "-d", "--delimiter", "-E", "-I", "-L", "-n", "--max-args", "-P",
-                   "--max-procs", "-s", "--max-chars", "--process-slot-var")
-XARGS_BOOLS = _fs("-0", "--null", "-p", "--interactive", "-r", "--no-run-if-empty", "-t", "--verbose", "-x",
-                  "--exit", "-o", "--open-tty", "--show-limits")
+XARGS_VALUES = _fs(
+    "-a",
+    "--arg-file",
+    "-d",
+    "--delimiter",
+    "-E",
+    "-I",
+    "-L",
+    "-n",
+    "--max-args",
+    "-P",
+    "--max-procs",
+    "-s",
+    "--max-chars",
+    "--process-slot-var",
+)
+XARGS_BOOLS = _fs(
+    "-0",
+    "--null",
+    "-p",
+    "--interactive",
+    "-r",
+    "--no-run-if-empty",
+    "-t",
+    "--verbose",
+    "-x",
+    "--exit",
+    "-o",
+    "--open-tty",
+    "--show-limits",
+)
 
 
 def known_program(value: str) -> bool:
     """Whether drivetrain knows what this program does with its arguments (so a word is not a command)."""
     name = program_name(value)
-    return name in READONLY or name in WRITERS or name in ESCAPES or name in SHELLS or name in WRAPPERS or \
-        name in CODE_BUILTINS or name in VARNAME_BUILTINS or name in ("git", "find", "sed", "awk", "xargs")
+    return (
+        name in READONLY
+        or name in WRITERS
+        or name in ESCAPES
+        or name in SHELLS
+        or name in WRAPPERS
+        or name in CODE_BUILTINS
+        or name in VARNAME_BUILTINS
+        or name in ("git", "find", "sed", "awk", "xargs")
+    )
 
 
 def program_name(value: str) -> str:
@@ -128,12 +217,15 @@ def _unwrap(name: str, spec: Wrap, words: list[Word], part: Part) -> list[Word] 
         if v == "--":
             i += 1
             break
-        if not v.startswith("-") or v == "-" and name != "env":
+        if not v.startswith("-") or (v == "-" and name != "env"):
             break
         if v in spec.no_cmd:
             return None
-        if v in spec.shell or any(v.startswith(s + "=") for s in spec.shell if s.startswith("--")) or \
-                any(v.startswith(s) and len(s) == 2 for s in spec.shell if len(v) > 2 and v[1] != "-"):
+        if (
+            v in spec.shell
+            or any(v.startswith(s + "=") for s in spec.shell if s.startswith("--"))
+            or any(v.startswith(s) and len(s) == 2 for s in spec.shell if len(v) > 2 and v[1] != "-")
+        ):
             part.problems.append(f"{name} {v} runs the command through a shell or another directory")
             return None
         if v in spec.values:
@@ -164,10 +256,20 @@ def _xargs(words: list[Word], part: Part) -> list[Word] | None:
             if v in ("-a", "--arg-file") and i + 1 < n:
                 part.fx.reads.append(words[i + 1])
             i += 2
-        elif v in XARGS_BOOLS or re.fullmatch(r"-[eiIlLnPsdE].*|--(max-args|max-procs|max-chars|delimiter|"
-                                               r"arg-file|eof|replace|max-lines|process-slot-var)=.*", v):
-            repl = ("{}" if v in ("-i", "--replace") else v[2:] if v.startswith(("-i", "-I")) else
-                    v.split("=", 1)[1] if v.startswith("--replace=") else repl)
+        elif v in XARGS_BOOLS or re.fullmatch(
+            r"-[eiIlLnPsdE].*|--(max-args|max-procs|max-chars|delimiter|"
+            r"arg-file|eof|replace|max-lines|process-slot-var)=.*",
+            v,
+        ):
+            repl = (
+                "{}"
+                if v in ("-i", "--replace")
+                else v[2:]
+                if v.startswith(("-i", "-I"))
+                else v.split("=", 1)[1]
+                if v.startswith("--replace=")
+                else repl
+            )
             i += 1
         else:
             part.problems.append(f"xargs: unknown option {v}")
@@ -200,10 +302,13 @@ def _shell(words: list[Word], part: Part, parts: list[Part], home: str | None, d
     if not has_c:
         if i >= n:
             part.problems.append(f"{words[0].value} reads its commands from standard input")
-        return Effects(mentions=words[i:i + 1])  # a script file
+        return Effects(mentions=words[i : i + 1])  # a script file
     if i >= n or words[i].value is None:
-        part.problems.append(f"the string given to {words[0].value} -c is only known at run time"
-                             if i < n else f"{words[0].value} -c without a command string")
+        part.problems.append(
+            f"the string given to {words[0].value} -c is only known at run time"
+            if i < n
+            else f"{words[0].value} -c without a command string"
+        )
         return Effects()
     parsed = parse_shell(words[i].value or "", home, depth + 1)
     part.problems.extend(f"in {words[0].value} -c: {p}" for p in parsed.problems)
@@ -221,7 +326,7 @@ def _program(words: list[Word], part: Part, parts: list[Part], home: str | None,
             if w.value and "=" in w.value and not w.value.startswith("-"):
                 key, _, val = w.value.partition("=")
                 part.assigns.append((key.rstrip("+"), Word(val, val)))
-    if name in CODE_BUILTINS and CODE_BUILTINS[name]:
+    if CODE_BUILTINS.get(name):
         part.problems.append(CODE_BUILTINS[name])
         return Effects(mentions=words[1:])
     if name in SHELLS:
@@ -262,8 +367,9 @@ def _simple(cmd: SimpleCommand, parts: list[Part], home: str | None, depth: int)
     while words:
         head = words[0]
         if head.value is None or head.glob:
-            part.problems.append(f"the command name {head.raw} is only known at run time"
-                                 f" ({head.why or 'glob pattern'})")
+            part.problems.append(
+                f"the command name {head.raw} is only known at run time ({head.why or 'glob pattern'})"
+            )
             inner_fx = Effects()
             break
         name = program_name(head.value)

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import glob
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Protocol
 
 from drivetrain.host.paths import HARMLESS_READS, HARMLESS_WRITES, Resolved, resolve
+
 from .rules import Rule
 from .shell import Word
 
@@ -69,7 +71,7 @@ def word_paths(w: Word, cwds: list[Path] | None, home: Path, limit: int = 1000) 
         if not w.glob:
             out.append(resolve(value or ".", c, home))
             continue
-        head = value[:min(value.find(ch) for ch in "*?[" if ch in value)]
+        head = value[: min(value.find(ch) for ch in "*?[" if ch in value)]
         out.append(resolve((head.rsplit("/", 1)[0] or "/") if "/" in head else ".", c, home))
         matches = list(itertools.islice(glob.iglob(value, root_dir=c), limit + 1))
         if len(matches) > limit:

@@ -8,24 +8,56 @@ from __future__ import annotations
 
 from functools import cache
 
-WORDS = {"word", "string", "raw_string", "ansi_c_string", "translated_string", "number", "concatenation",
-         "simple_expansion", "expansion", "command_substitution", "process_substitution", "brace_expression",
-         "command_name", "variable_name"}
+WORDS = {
+    "word",
+    "string",
+    "raw_string",
+    "ansi_c_string",
+    "translated_string",
+    "number",
+    "concatenation",
+    "simple_expansion",
+    "expansion",
+    "command_substitution",
+    "process_substitution",
+    "brace_expression",
+    "command_name",
+    "variable_name",
+}
 SUBSTITUTIONS = ("command_substitution", "process_substitution")
 TERMS = {";", "&", "\n"}
 # The operators and reserved words each construct may hold (anything else: not understood).
 TOKENS = {
-    "program": TERMS, "subshell": TERMS | {"(", ")"}, "compound_statement": TERMS | {"{", "}"},
-    "do_group": TERMS | {"do", "done"}, "if_statement": TERMS | {"if", "then", "fi"},
-    "elif_clause": TERMS | {"elif", "then"}, "else_clause": TERMS | {"else"},
-    "while_statement": TERMS | {"while", "until"}, "list": {"&&", "||"}, "pipeline": {"|", "|&"},
-    "negated_command": {"!"}, "for_statement": TERMS | {"for", "in"},
+    "program": TERMS,
+    "subshell": TERMS | {"(", ")"},
+    "compound_statement": TERMS | {"{", "}"},
+    "do_group": TERMS | {"do", "done"},
+    "if_statement": TERMS | {"if", "then", "fi"},
+    "elif_clause": TERMS | {"elif", "then"},
+    "else_clause": TERMS | {"else"},
+    "while_statement": TERMS | {"while", "until"},
+    "list": {"&&", "||"},
+    "pipeline": {"|", "|&"},
+    "negated_command": {"!"},
+    "for_statement": TERMS | {"for", "in"},
 }
 STATEMENTS = set(TOKENS) - {"program", "do_group", "elif_clause", "else_clause"} | {
-    "command", "redirected_statement", "variable_assignment", "variable_assignments", "declaration_command",
-    "unset_command", "test_command", "c_style_for_statement", "case_statement", "function_definition"}
-UNSUPPORTED = {"case_statement": "a case statement", "c_style_for_statement": "an arithmetic for loop",
-               "function_definition": "defines a shell function (it could shadow any command name)"}
+    "command",
+    "redirected_statement",
+    "variable_assignment",
+    "variable_assignments",
+    "declaration_command",
+    "unset_command",
+    "test_command",
+    "c_style_for_statement",
+    "case_statement",
+    "function_definition",
+}
+UNSUPPORTED = {
+    "case_statement": "a case statement",
+    "c_style_for_statement": "an arithmetic for loop",
+    "function_definition": "defines a shell function (it could shadow any command name)",
+}
 
 
 @cache

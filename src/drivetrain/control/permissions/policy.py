@@ -12,15 +12,17 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 from urllib.parse import urlparse
 
 from drivetrain.host.paths import Resolved, confining_root, expand, is_within, real_roots, resolve
-from .rules import Rule, parse_rule, split_tool_list
+
 from .bash_policy import decide_bash
 from .decision import Decision, _by_rule
+from .rules import Rule, parse_rule, split_tool_list
 from .search import SearchFilter
 from .settings import MODES, Settings, check_mode, drivetrain_home, load_settings
 
@@ -45,24 +47,42 @@ class Policy:
         self.drivetrain_home = Path(self.drivetrain_home or self.home / ".drivetrain")
 
     @classmethod
-    def load(cls, project_dir: str | os.PathLike, *, mode: str | None = None, allowed_tools: Iterable[str] = (),
-             disallowed_tools: Iterable[str] = (), add_dirs: Iterable[str | os.PathLike] = (),
-             interactive: bool = True, env: Mapping[str, str] | None = None,
-             home: str | os.PathLike | None = None, settings: Settings | None = None) -> Policy:
+    def load(
+        cls,
+        project_dir: str | os.PathLike,
+        *,
+        mode: str | None = None,
+        allowed_tools: Iterable[str] = (),
+        disallowed_tools: Iterable[str] = (),
+        add_dirs: Iterable[str | os.PathLike] = (),
+        interactive: bool = True,
+        env: Mapping[str, str] | None = None,
+        home: str | os.PathLike | None = None,
+        settings: Settings | None = None,
+    ) -> Policy:
         """Settings files (or ``settings`` already loaded from them) + ``--allowedTools``/``--disallowedTools``/
         ``--add-dir``/``--permission-mode``."""
         project = Path(project_dir).absolute()
         home_p = Path(home) if home is not None else Path.home()
         settings = settings if settings is not None else load_settings(project, env, home_p)
-        rules = [parse_rule(t, "deny", "--disallowedTools", project, home_p)
-                 for t in split_tool_list(disallowed_tools, "--disallowedTools")]
-        rules += [parse_rule(t, "allow", "--allowedTools", project, home_p)
-                  for t in split_tool_list(allowed_tools, "--allowedTools")]
+        rules = [
+            parse_rule(t, "deny", "--disallowedTools", project, home_p)
+            for t in split_tool_list(disallowed_tools, "--disallowedTools")
+        ]
+        rules += [
+            parse_rule(t, "allow", "--allowedTools", project, home_p)
+            for t in split_tool_list(allowed_tools, "--allowedTools")
+        ]
         dirs = [Path(os.path.normpath(project / str(expand(d, project, home_p)))) for d in add_dirs]
-        return cls(mode=check_mode(mode, "--permission-mode") if mode else settings.default_mode or "default",
-                   rules=rules + settings.rules, additional_dirs=dirs + settings.additional_dirs,
-                   interactive=interactive, home=home_p, drivetrain_home=drivetrain_home(env, home_p),
-                   project_dir=project)
+        return cls(
+            mode=check_mode(mode, "--permission-mode") if mode else settings.default_mode or "default",
+            rules=rules + settings.rules,
+            additional_dirs=dirs + settings.additional_dirs,
+            interactive=interactive,
+            home=home_p,
+            drivetrain_home=drivetrain_home(env, home_p),
+            project_dir=project,
+        )
 
     # ------------------------------------------------------------ entry points
 
@@ -116,8 +136,14 @@ class Policy:
     def _file_rule(self, behavior: str, tool: str, res: Resolved, cwd: Path) -> Rule | None:
         # deny and ask match what the path says or where it leads; allow only where it leads
         views = res.views() if behavior != "allow" else (res.real,)
-        return self._first(behavior, tool, lambda r: r.pattern is None and r.bare
-                           or r.pattern is not None and any(r.pattern.matches(v, cwd) for v in views))
+        return self._first(
+            behavior,
+            tool,
+            lambda r: (
+                (r.pattern is None and r.bare)
+                or (r.pattern is not None and any(r.pattern.matches(v, cwd) for v in views))
+            ),
+        )
 
     def protected(self, res: Resolved) -> bool:
         """The tool's own settings: .drivetrain/settings*.json anywhere, and everything in ~/.drivetrain."""
@@ -177,8 +203,9 @@ class Policy:
             if rule := self._first(behavior, tool, hit):
                 return _by_rule(behavior, rule, f"{tool}{f' of {host}' if host else ''}: {behavior}")
         if tool in DELEGATING_TOOLS:
-            return Decision("allow", f"{tool} needs no permission: each call it makes is decided by this policy",
-                            "builtin")
+            return Decision(
+                "allow", f"{tool} needs no permission: each call it makes is decided by this policy", "builtin"
+            )
         if self.mode == "bypassPermissions":
             return Decision("allow", "bypassPermissions allows everything", f"mode:{self.mode}")
         return Decision("ask", f"no rule allows {tool}; {self.mode} mode asks", f"mode:{self.mode}")
@@ -200,4 +227,4 @@ def glob_literal_prefix(pattern: str) -> str:
     return prefix or ("/" if pattern.removeprefix("./").startswith("/") else "")
 
 
-__all__ = ["Decision", "MODES", "Policy"]
+__all__ = ["MODES", "Decision", "Policy"]

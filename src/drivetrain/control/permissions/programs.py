@@ -12,8 +12,8 @@ rule's own words include that word (``Bash(sed -i:*)`` approves ``-i``; ``Bash(s
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
 
 from .words import Word, dynamic
 
@@ -52,8 +52,11 @@ def scan(words: list[Word], value_short: str = "", value_long: tuple[str, ...] =
             yield i, "opt"
         else:
             yield i, "opt"
-            takes = (v[2:] in value_long) if v.startswith("--") else (
-                v[-1] in value_short and not any(c in value_short for c in v[1:-1]))
+            takes = (
+                (v[2:] in value_long)
+                if v.startswith("--")
+                else (v[-1] in value_short and not any(c in value_short for c in v[1:-1]))
+            )
             if takes and i + 1 < len(words):
                 i += 1
                 yield i, "val"
@@ -158,14 +161,21 @@ def _search(words: list[Word], fx: Effects) -> None:
     opts = [words[i].value or "" for i, role in roles if role == "opt"]
     args = [i for i, role in roles if role == "arg"]
     listing = rg and any(v in ("--files", "--type-list") for v in opts)
-    patterns = [words[i] for i, role in roles if role == "val" and
-                ((words[i - 1].value or "") == "--regexp" or re.fullmatch(r"-[^-]*e", words[i - 1].value or ""))]
+    patterns = [
+        words[i]
+        for i, role in roles
+        if role == "val"
+        and ((words[i - 1].value or "") == "--regexp" or re.fullmatch(r"-[^-]*e", words[i - 1].value or ""))
+    ]
     if args and not listing and not any(opt_hits(v, "ef", ("regexp", "file")) for v in opts):
         patterns.append(words[args.pop(0)])
     fx.reads[:] = [r for r in fx.reads if not any(r is w for w in patterns)]
     vals = [words[i].value for i, role in roles if role == "val" and words[i - 1].value in ("-d", "--directories")]
-    recursive = rg or any(opt_hits(v, "rR", ("recursive", "dereference-recursive")) or v == "--directories=recurse"
-                          for v in opts) or "recurse" in vals
+    recursive = (
+        rg
+        or any(opt_hits(v, "rR", ("recursive", "dereference-recursive")) or v == "--directories=recurse" for v in opts)
+        or "recurse" in vals
+    )
     if recursive and not listing:
         fx.trees.extend([words[i] for i in args] or [Word(".", ".")])
         if not args and not rg:
@@ -197,34 +207,121 @@ def _dirstack(words: list[Word], fx: Effects) -> None:
 # The built-in read-only set. Conservative: a program is here only if no flag of it runs other
 # programs or writes files, or if every such flag is listed (and so becomes a danger).
 READONLY: dict[str, Spec] = {
-    **{n: Spec(inert=True) for n in (
-        "cat", "head", "tail", "wc", "stat", "nl", "tac", "rev", "od", "hexdump", "hd", "strings",
-        "cut", "paste", "column", "fold", "expand", "unexpand", "cmp", "comm", "md5sum",
-        "sha1sum", "sha224sum", "sha256sum", "sha384sum", "sha512sum", "b2sum", "cksum", "sum",
-        "readlink", "realpath", "jq")},
+    **{
+        n: Spec(inert=True)
+        for n in (
+            "cat",
+            "head",
+            "tail",
+            "wc",
+            "stat",
+            "nl",
+            "tac",
+            "rev",
+            "od",
+            "hexdump",
+            "hd",
+            "strings",
+            "cut",
+            "paste",
+            "column",
+            "fold",
+            "expand",
+            "unexpand",
+            "cmp",
+            "comm",
+            "md5sum",
+            "sha1sum",
+            "sha224sum",
+            "sha256sum",
+            "sha384sum",
+            "sha512sum",
+            "b2sum",
+            "cksum",
+            "sum",
+            "readlink",
+            "realpath",
+            "jq",
+        )
+    },
     "diff": Spec(inert=True, check=_diff),
-    **{n: Spec(inert=True, follow_short="R", follow_long=("dereference-recursive",), check=_search,
-               value_short="efmABCdD", value_long=("regexp", "file", "max-count", "after-context",
-                                                   "before-context", "context", "directories", "devices",
-                                                   "include", "exclude", "exclude-dir", "exclude-from", "label"))
-       for n in ("grep", "egrep", "fgrep")},
-    **{n: Spec(inert=True, implicit_cwd=True, follow_short="L", follow_long=("dereference",))
-       for n in ("ls", "du")},
+    **{
+        n: Spec(
+            inert=True,
+            follow_short="R",
+            follow_long=("dereference-recursive",),
+            check=_search,
+            value_short="efmABCdD",
+            value_long=(
+                "regexp",
+                "file",
+                "max-count",
+                "after-context",
+                "before-context",
+                "context",
+                "directories",
+                "devices",
+                "include",
+                "exclude",
+                "exclude-dir",
+                "exclude-from",
+                "label",
+            ),
+        )
+        for n in ("grep", "egrep", "fgrep")
+    },
+    **{n: Spec(inert=True, implicit_cwd=True, follow_short="L", follow_long=("dereference",)) for n in ("ls", "du")},
     "df": Spec(inert=True),
-    **{n: Spec(kind="text", inert=True) for n in (
-        "echo", "pwd", "true", "false", ":", "whoami", "id", "uname", "nproc", "printenv", "which",
-        "type", "basename", "dirname", "seq", "sleep", "locale", "arch", "groups", "tty", "env", "tr")},
+    **{
+        n: Spec(kind="text", inert=True)
+        for n in (
+            "echo",
+            "pwd",
+            "true",
+            "false",
+            ":",
+            "whoami",
+            "id",
+            "uname",
+            "nproc",
+            "printenv",
+            "which",
+            "type",
+            "basename",
+            "dirname",
+            "seq",
+            "sleep",
+            "locale",
+            "arch",
+            "groups",
+            "tty",
+            "env",
+            "tr",
+        )
+    },
     "printf": Spec(kind="text", bad_short="v"),
     "date": Spec(kind="text", check=_date),
     "hostname": Spec(kind="text", check=_hostname),
     "test": Spec(kind="text", check=_test),
     "[": Spec(kind="text", check=_test),
     "file": Spec(bad_short="C", bad_long=("compile",), value_short="mfFeP"),
-    "tree": Spec(bad_short="oR", bad_long=("output",), implicit_cwd=True, value_short="LPIHTo", follow_short="l",
-                 follow_long=("follow",)),
-    "rg": Spec(bad_long=("pre", "pre-glob", "hostname-bin"), implicit_cwd=True, follow_short="L",
-               follow_long=("follow",), check=_search, value_short="ABCEegfjmMtTr",
-               value_long=("pre", "glob", "type", "max-count", "context", "regexp", "file")),
+    "tree": Spec(
+        bad_short="oR",
+        bad_long=("output",),
+        implicit_cwd=True,
+        value_short="LPIHTo",
+        follow_short="l",
+        follow_long=("follow",),
+    ),
+    "rg": Spec(
+        bad_long=("pre", "pre-glob", "hostname-bin"),
+        implicit_cwd=True,
+        follow_short="L",
+        follow_long=("follow",),
+        check=_search,
+        value_short="ABCEegfjmMtTr",
+        value_long=("pre", "glob", "type", "max-count", "context", "regexp", "file"),
+    ),
     "sort": Spec(bad_short="o", bad_long=("output", "compress-program", "files0-from"), value_short="kotST"),
     "uniq": Spec(value_short="fsw", check=_second_is_output),
     "xxd": Spec(value_short="clgos", check=_second_is_output),
@@ -235,12 +332,20 @@ READONLY: dict[str, Spec] = {
 
 # Programs that change files; their file arguments are the writes, checked against the workspace.
 WRITERS: dict[str, tuple[str, tuple[str, ...], int]] = {  # name: (short value flags, long ones, skip)
-    "rm": ("", (), 0), "rmdir": ("", (), 0), "unlink": ("", (), 0), "shred": ("nsu", (), 0),
-    "mkdir": ("m", ("mode",), 0), "touch": ("dtr", ("date", "reference"), 0),
-    "cp": ("St", ("suffix", "target-directory"), 0), "mv": ("St", ("suffix", "target-directory"), 0),
-    "ln": ("St", ("suffix", "target-directory"), 0), "install": ("gmoSt", ("group", "mode", "owner"), 0),
-    "chmod": ("", ("reference",), 1), "chown": ("", ("reference", "from"), 1),
-    "chgrp": ("", ("reference",), 1), "truncate": ("sr", ("size", "reference"), 0),
+    "rm": ("", (), 0),
+    "rmdir": ("", (), 0),
+    "unlink": ("", (), 0),
+    "shred": ("nsu", (), 0),
+    "mkdir": ("m", ("mode",), 0),
+    "touch": ("dtr", ("date", "reference"), 0),
+    "cp": ("St", ("suffix", "target-directory"), 0),
+    "mv": ("St", ("suffix", "target-directory"), 0),
+    "ln": ("St", ("suffix", "target-directory"), 0),
+    "install": ("gmoSt", ("group", "mode", "owner"), 0),
+    "chmod": ("", ("reference",), 1),
+    "chown": ("", ("reference", "from"), 1),
+    "chgrp": ("", ("reference",), 1),
+    "truncate": ("sr", ("size", "reference"), 0),
     "tee": ("", ("output-error",), 0),
 }
 EDIT_OK = {"mkdir", "touch", "cp", "mv", "tee"}  # acceptEdits allows these inside the workspace

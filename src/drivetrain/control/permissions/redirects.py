@@ -56,13 +56,13 @@ class Redirections:
                 targets.append(child)
             else:
                 self.problem(f"unsupported redirection: {self.text(node)[:40]!r}")
-                return
+                return None
         if fd is not None:
             self.cover(fd)
         self.one_line(node.children, node)
         if op is None:
             self.problem(f"unsupported redirection: {self.text(node)[:40]!r}")
-            return
+            return None
         number = int(self.text(fd)) if fd is not None and self.text(fd).isdigit() else None
         if op in (">&-", "<&-"):
             cmd.redirects.append(Redirect(op[:2], number, None))
@@ -127,11 +127,14 @@ class Redirections:
         newline = src.find("\n", self.span(start)[1])  # bash reads the body from the next line on
         body_from = newline + 1
         line = [c for c in node.children if c.type not in ("heredoc_body", "heredoc_end")]
-        if newline < 0 or any(self.span(c)[1] > newline for c in line) or \
-                self.span(body if body is not None else end)[0] < body_from:
+        if (
+            newline < 0
+            or any(self.span(c)[1] > newline for c in line)
+            or self.span(body if body is not None else end)[0] < body_from
+        ):
             self.problem("a here-document whose command goes on over several lines")
             return
-        end_a, end_b = self.span(end)
+        end_a, _end_b = self.span(end)
         line_from = src.rfind("\n", 0, end_a) + 1
         line_to = src.find("\n", end_a) % (len(src) + 1)  # -1 (the last line) becomes len(src)
         strip = (lambda s: s.lstrip("\t")) if op == "<<-" else (lambda s: s)

@@ -14,9 +14,9 @@ covers Write. Bash rules match the *parsed words* of a command, never its text.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
 
 from drivetrain.errors import ConfigError
 
@@ -91,9 +91,9 @@ def glob_to_regex(glob: str) -> str:
         elif glob[i] == "?":
             out.append("[^/]")
             i += 1
-        elif glob[i] == "[" and "]" in glob[i + 2:]:
+        elif glob[i] == "[" and "]" in glob[i + 2 :]:
             j = glob.index("]", i + 2)
-            body = glob[i + 1:j]
+            body = glob[i + 1 : j]
             out.append("[" + ("^" + body[1:] if body.startswith("!") else body).replace("\\", "\\\\") + "]")
             i = j + 1
         else:
@@ -158,8 +158,10 @@ class Rule:
         n = len(self.words)
         if len(words) < n or (not self.prefix and len(words) != n):
             return False
-        return all(c.value is not None and c.value == r.value and c.glob == r.glob
-                   for c, r in zip(words, self.words, strict=False))
+        return all(
+            c.value is not None and c.value == r.value and c.glob == r.glob
+            for c, r in zip(words, self.words, strict=False)
+        )
 
 
 def parse_rule(text: str, behavior: str, source: str, root: Path, home: Path) -> Rule:
@@ -187,8 +189,12 @@ def parse_rule(text: str, behavior: str, source: str, root: Path, home: Path) ->
             raise RuleError(source, text, "WebFetch rules take domain:HOST, e.g. WebFetch(domain:example.com)")
         return Rule(text, behavior, source, tool, domain=domain[7:].strip().lower())
     hint = " (Read(...) covers Grep and Glob)" if tool in ("Grep", "Glob") else ""
-    raise RuleError(source, text, f"{tool} takes no specifier: only Bash, Read, Edit, Write and WebFetch do{hint}; "
-                                  f"write the bare name {tool} to match every use")
+    raise RuleError(
+        source,
+        text,
+        f"{tool} takes no specifier: only Bash, Read, Edit, Write and WebFetch do{hint}; "
+        f"write the bare name {tool} to match every use",
+    )
 
 
 def _bash_words(text: str, source: str, content: str) -> tuple[tuple[Word, ...], bool]:
@@ -202,8 +208,12 @@ def _bash_words(text: str, source: str, content: str) -> tuple[tuple[Word, ...],
     if parsed.problems:
         raise RuleError(source, text, parsed.problems[0])
     if len(parsed.commands) != 1 or parsed.commands[0].assigns or parsed.commands[0].redirects:
-        raise RuleError(source, text, "a Bash rule must be one simple command (no ;, &&, |, redirections "
-                                      "or VAR=value): each part of a command is checked on its own")
+        raise RuleError(
+            source,
+            text,
+            "a Bash rule must be one simple command (no ;, &&, |, redirections "
+            "or VAR=value): each part of a command is checked on its own",
+        )
     words = parsed.commands[0].words
     if not words:
         raise RuleError(source, text, "the command is empty")
@@ -211,8 +221,12 @@ def _bash_words(text: str, source: str, content: str) -> tuple[tuple[Word, ...],
         if w.value is None:
             raise RuleError(source, text, f"{w.raw} is not a literal word ({w.why}); rules match literal words")
         if w.value == "*" and w.glob:
-            raise RuleError(source, text, "a lone * is not a wildcard in Bash rules; end the rule with :* "
-                                          "to match every command starting with these words")
+            raise RuleError(
+                source,
+                text,
+                "a lone * is not a wildcard in Bash rules; end the rule with :* "
+                "to match every command starting with these words",
+            )
     return tuple(words), prefix
 
 

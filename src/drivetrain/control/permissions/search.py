@@ -13,18 +13,24 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .decision import PolicyView
 from drivetrain.host.paths import Resolved, resolve
-from .rules import Rule
 
+from .decision import PolicyView
+from .rules import Rule
 
 WALK_LIMIT = 20_000  # entries looked at under one folder before giving up (and asking)
 
 
 def rules_under(policy: PolicyView, behavior: str, folder: Resolved, cwd: Path) -> list[Rule]:
     """The Read rules of this behavior whose pattern could match a path inside ``folder``."""
-    return [r for r in policy.rules if r.behavior == behavior and r.covers_tool("Read") and r.pattern is not None
-            and any(r.pattern.may_match_under(v, cwd) for v in folder.views())]
+    return [
+        r
+        for r in policy.rules
+        if r.behavior == behavior
+        and r.covers_tool("Read")
+        and r.pattern is not None
+        and any(r.pattern.may_match_under(v, cwd) for v in folder.views())
+    ]
 
 
 @dataclass(frozen=True)
@@ -40,8 +46,10 @@ class SearchFilter:
         if rule := self._rule("deny", res):
             return f"denied by {rule.text}"
         rule = self._rule("ask", res)
-        if rule and not (rule.pattern and any(rule.pattern.matches(v, self.cwd)
-                                              for v in resolve(searched, self.cwd, self.policy.home).views())):
+        if rule and not (
+            rule.pattern
+            and any(rule.pattern.matches(v, self.cwd) for v in resolve(searched, self.cwd, self.policy.home).views())
+        ):
             return f"{rule.text} asks before reading them (name one as the path to be asked)"
         return None
 
@@ -78,6 +86,7 @@ def covered_under(policy: PolicyView, behavior: str, folder: Resolved, cwd: Path
             if hit:
                 return hit, folder.lexical / sub
             if entry.is_dir(follow_symlinks=False) and any(
-                    r.pattern and r.pattern.may_match_under(v, cwd) for r in rules for v in views):
+                r.pattern and r.pattern.may_match_under(v, cwd) for r in rules for v in views
+            ):
                 stack.append(sub)
     return None

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Sequence
 
 from drivetrain.home import drivetrain_home
 from drivetrain.host.sandbox import Sandbox
@@ -42,8 +42,7 @@ class Settings:
     env_passthrough: list[str] = field(default_factory=list)  # shellEnvironment.passthrough, from every file
 
 
-def settings_files(project_dir: Path, env: Mapping[str, str] | None = None,
-                   home: Path | None = None) -> list[Path]:
+def settings_files(project_dir: Path, env: Mapping[str, str] | None = None, home: Path | None = None) -> list[Path]:
     """Most specific first: local, project, user."""
     d = Path(project_dir) / ".drivetrain"
     return [d / "settings.local.json", d / "settings.json", drivetrain_home(env, home) / "settings.json"]
@@ -66,8 +65,9 @@ def load_settings_file(path: Path, home: Path) -> Settings | None:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
-        raise SettingsError(f"Settings file {path} is not valid JSON: {e.msg} at line {e.lineno}, "
-                            f"column {e.colno}") from None
+        raise SettingsError(
+            f"Settings file {path} is not valid JSON: {e.msg} at line {e.lineno}, column {e.colno}"
+        ) from None
     if not isinstance(data, dict):
         raise SettingsError(f"Settings file {path} must hold a JSON object, not {type(data).__name__}")
     out = Settings(files=[path], raw=[(path, data)], env_passthrough=_passthrough(data, path))
@@ -75,11 +75,13 @@ def load_settings_file(path: Path, home: Path) -> Settings | None:
     if perms is None:
         return out
     if not isinstance(perms, dict):
-        raise SettingsError(f"In {path}: \"permissions\" must be an object with keys {', '.join(PERMISSION_KEYS)}")
+        raise SettingsError(f'In {path}: "permissions" must be an object with keys {", ".join(PERMISSION_KEYS)}')
     unknown = sorted(set(perms) - set(PERMISSION_KEYS))
     if unknown:
-        raise SettingsError(f"In {path}: unknown key(s) under \"permissions\": {', '.join(unknown)}; "
-                            f"the known keys are {', '.join(PERMISSION_KEYS)}")
+        raise SettingsError(
+            f'In {path}: unknown key(s) under "permissions": {", ".join(unknown)}; '
+            f"the known keys are {', '.join(PERMISSION_KEYS)}"
+        )
     root = path.parent.parent  # the project root: the folder holding .drivetrain/
     for behavior in BEHAVIORS:
         for text_rule in _string_list(perms, behavior, path):
@@ -98,8 +100,11 @@ def load_settings_file(path: Path, home: Path) -> Settings | None:
 def _passthrough(data: dict, path: Path) -> list[str]:
     section = data.get("shellEnvironment", {})
     names = section.get("passthrough", []) if isinstance(section, dict) else None
-    if (not isinstance(names, list) or not all(isinstance(n, str) and n for n in names)
-            or set(section) - {"passthrough"}):
+    if (
+        not isinstance(names, list)
+        or not all(isinstance(n, str) and n for n in names)
+        or set(section) - {"passthrough"}
+    ):
         raise SettingsError(f'In {path}: "shellEnvironment" must be like {{"passthrough": ["GITHUB_TOKEN", "AWS_*"]}}')
     return names
 
@@ -133,7 +138,8 @@ def load_settings(project_dir: Path, env: Mapping[str, str] | None = None, home:
 
 
 def make_sandbox(forced: bool, cwd: Path, extra_writable: Sequence[Path | str], settings: Settings) -> Sandbox | None:
-    """Bash's sandbox when ``forced`` (``--sandbox``) or a settings file turns it on, checked to work (fail closed, before the
+    """Bash's sandbox when ``forced`` (``--sandbox``) or a settings file turns it on, checked to work (fail closed,
+    before the
     model is even asked); None when it is off."""
     sections = [_sandbox_section(path, data) for path, data in settings.raw]
     if not (forced or any(s.get("enabled") for s in sections)):

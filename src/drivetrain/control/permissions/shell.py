@@ -13,6 +13,7 @@ understood is reported in ``ParsedShell.problems`` and must be asked about, neve
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass, field
 
@@ -88,8 +89,10 @@ class _Walker(Redirections):
         if self.chars is None:
             return node.start_byte, node.end_byte
         c = self.chars
-        return (c[node.start_byte] if node.start_byte < len(c) else len(self.src),
-                c[node.end_byte] if node.end_byte < len(c) else len(self.src))
+        return (
+            c[node.start_byte] if node.start_byte < len(c) else len(self.src),
+            c[node.end_byte] if node.end_byte < len(c) else len(self.src),
+        )
 
     def text(self, node) -> str:
         a, b = self.span(node)
@@ -107,8 +110,8 @@ class _Walker(Redirections):
     def one_line(self, nodes: list, node) -> None:
         """The parts of one simple command (or redirection) are separated by blanks only: a newline
         between them ends the command in bash, whatever the grammar made of it (``echo != =~⏎rm``)."""
-        for prev, nxt in zip(nodes, nodes[1:]):
-            if not BLANKS.fullmatch(self.src[self.span(prev)[1]:self.span(nxt)[0]]):
+        for prev, nxt in itertools.pairwise(nodes):
+            if not BLANKS.fullmatch(self.src[self.span(prev)[1] : self.span(nxt)[0]]):
                 self.problem(f"cannot tell where the command ends: {self.text(node)[:60]!r}")
                 return
 
@@ -147,8 +150,9 @@ class _Walker(Redirections):
             self.redirected(node)
         elif kind in ("variable_assignment", "variable_assignments"):
             pairs = [node] if kind == "variable_assignment" else node.named_children
-            cmd = SimpleCommand([], [self.assignment(a) for a in pairs if a.type == "variable_assignment"],
-                                text=self.text(node))
+            cmd = SimpleCommand(
+                [], [self.assignment(a) for a in pairs if a.type == "variable_assignment"], text=self.text(node)
+            )
             if any(a.type not in ("variable_assignment", "comment") for a in pairs):
                 self.problem(f"unsupported assignment: {self.text(node)[:60]}")
             self.one_line(node.children, node)
@@ -158,8 +162,10 @@ class _Walker(Redirections):
         elif kind == "test_command":
             opener = node.children[0].type if node.children else ""
             if opener != "[":
-                self.problem(f"unsupported shell construct: {opener} … (a test or arithmetic command that "
-                             "evaluates arithmetic, which can run commands)")
+                self.problem(
+                    f"unsupported shell construct: {opener} … (a test or arithmetic command that "
+                    "evaluates arithmetic, which can run commands)"
+                )
             self.flat(node, "[ … ]")
         elif kind == "for_statement":
             self.for_loop(node)
@@ -184,8 +190,9 @@ class _Walker(Redirections):
         if var is not None:
             self.cover(var)
             name = self.text(var)
-            self.result.commands.append(SimpleCommand([], [(name, dynamic(name, "loop variable"))], [],
-                                                      self.text(node)))
+            self.result.commands.append(
+                SimpleCommand([], [(name, dynamic(name, "loop variable"))], [], self.text(node))
+            )
         header = [c for c in node.children if c.type in WORDS or c.type in ("for", "select", "in")]
         self.one_line(header, node)
         for child in node.children:
@@ -236,8 +243,11 @@ class _Walker(Redirections):
             elif child.type in ("unary_expression", "binary_expression", "parenthesized_expression"):
                 pieces.pop()
                 stack.extend(reversed(child.children))
-            elif child.type in WORDS or child.type in ("variable_assignment", "test_operator", "regex") \
-                    or not child.is_named:
+            elif (
+                child.type in WORDS
+                or child.type in ("variable_assignment", "test_operator", "regex")
+                or not child.is_named
+            ):
                 cmd.words.append(self.word(child))
             else:
                 self.problem(f"unsupported shell construct in {where}: {child.type}")
@@ -307,7 +317,7 @@ class _Walker(Redirections):
     def substituted(self, raw: str, spans: list[tuple[int, int, str]]) -> None:
         """Parse the commands inside each substitution from the text our scanner found."""
         for start, end, kind in spans:
-            body = raw[start + 1:end - 1] if kind == "`" else raw[start + 2:end - 1]
+            body = raw[start + 1 : end - 1] if kind == "`" else raw[start + 2 : end - 1]
             inner = parse_shell(unescape_backticks(body) if kind == "`" else body, self.home, self.depth + 1)
             self.result.commands.extend(inner.commands)
             for p in inner.problems:

@@ -14,8 +14,21 @@ import re
 from dataclasses import dataclass
 
 _EXPANSION_START = re.compile(r"[A-Za-z0-9_{(\[@*#?!$-]")
-_ANSI_SIMPLE = {"a": "\a", "b": "\b", "e": "\x1b", "E": "\x1b", "f": "\f", "n": "\n", "r": "\r",
-                "t": "\t", "v": "\v", "\\": "\\", "'": "'", '"': '"', "?": "?"}
+_ANSI_SIMPLE = {
+    "a": "\a",
+    "b": "\b",
+    "e": "\x1b",
+    "E": "\x1b",
+    "f": "\f",
+    "n": "\n",
+    "r": "\r",
+    "t": "\t",
+    "v": "\v",
+    "\\": "\\",
+    "'": "'",
+    '"': '"',
+    "?": "?",
+}
 
 
 @dataclass(frozen=True)
@@ -69,7 +82,7 @@ def decode_word(raw: str, home: str | None = None) -> Word:
             j = raw.find("'", i + 1)
             if j < 0:
                 return dynamic(raw, "unterminated quote")
-            out.append(raw[i + 1:j])
+            out.append(raw[i + 1 : j])
             i = j + 1
         elif c == '"' or (c == "$" and raw.startswith('$"', i)):
             i += 2 if c == "$" else 1
@@ -91,7 +104,7 @@ def decode_word(raw: str, home: str | None = None) -> Word:
         elif c == "{" and _is_brace_expansion(raw, i):
             return dynamic(raw, "brace expansion")
         else:
-            glob = glob or c in "*?" or (c == "[" and "]" in raw[i + 1:])
+            glob = glob or c in "*?" or (c == "[" and "]" in raw[i + 1 :])
             out.append(c)
             i += 1
     value = "".join(out)
@@ -137,7 +150,7 @@ def _ansi_c(raw: str, i: int) -> tuple[str, int, str]:
             out.append(chr(int(e + m.group(), 8) & 0xFF))
             i += m.end()
         elif e in "xuU":
-            m = re.match(r"[0-9a-fA-F]{1,%d}" % {"x": 2, "u": 4, "U": 8}[e], raw[i:])
+            m = re.match(rf"[0-9a-fA-F]{{1,{ {'x': 2, 'u': 4, 'U': 8}[e] }}}", raw[i:])
             if not m:
                 out.append("\\" + e)
                 continue
@@ -155,9 +168,7 @@ def _ansi_c(raw: str, i: int) -> tuple[str, int, str]:
 
 def _is_brace_expansion(raw: str, i: int) -> bool:
     j = raw.find("}", i + 1)
-    return j > i and ("," in raw[i + 1:j] or ".." in raw[i + 1:j])
-
-
+    return j > i and ("," in raw[i + 1 : j] or ".." in raw[i + 1 : j])
 
 
 # ---------------------------------------------------------------- substitutions
@@ -322,7 +333,7 @@ def expansion_problems(text: str) -> list[str]:
     out = []
     for m in re.finditer(r"\$\{", text):
         end = _brace_end(text, m.end())
-        piece = text[m.start():end] if end else text[m.start():]
+        piece = text[m.start() : end] if end else text[m.start() :]
         if end is None:
             out.append(f"cannot tell where {piece[:30]!r} ends")
         elif re.search(r"\$\(|`|[<>]\(", piece):
@@ -391,7 +402,7 @@ def parameter_problem(raw: str) -> str | None:
     """Why a ${…} in this word could run commands: arithmetic on a variable's value (${x:off},
     ${a[i]}), indirection (${!x}), prompt expansion (${x@P}), or an assignment (${x=v})."""
     for m in re.finditer(r"\$\{", raw):
-        body = raw[m.end():]
+        body = raw[m.end() :]
         head = re.match(r"([#!]?)([A-Za-z_][A-Za-z0-9_]*|[0-9]+|[@*#?$!-])?(.?)(.?)", body)
         bang, name, op, op2 = head.groups()
         if bang == "!" and name:
