@@ -84,3 +84,7 @@ def test_readme_python_examples_run_as_written(tmp_path, monkeypatch, capsys):
     audit = [json.loads(line) for line in log.read_text().splitlines()]
     assert [(r["kind"], r["tool"], r["decided_by"]) for r in audit] == [("denied", "Bash", "callback")]
     assert namespace["result"].result == "a.py has 3 lines"  # the testing example's own scripted server
+
+
+def test_the_readme_stays_short_enough_to_read_in_ten_minutes():
+    assert len(README.read_bytes()) <= 12 * 1024  # the rest lives in docs/
