@@ -16,12 +16,12 @@ import time
 from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 from drivetrain.control.redact import redact
-from drivetrain.loop.events import HookReported, PermissionDecided, ToolFinished, ToolStarted
+from drivetrain.jsontypes import JsonObject, JsonValue
+from drivetrain.loop.events import Event, HookReported, PermissionDecided, ToolFinished, ToolStarted
 from drivetrain.sessions.file import FileStore
-from drivetrain.sessions.store import SessionStore, check_session_id, iso
+from drivetrain.sessions.store import AuditKind, SessionStore, check_session_id, iso
 
 
 class AuditLog:
@@ -37,16 +37,20 @@ class AuditLog:
         self._started: dict[str, float] = {}
 
     @classmethod
-    def for_session(cls, session_id: str, home: Path | None = None, **kw: Any) -> AuditLog:
+    def for_session(
+        cls, session_id: str, home: Path | None = None, *, sync: bool = False, extra_secrets: Iterable[str] = ()
+    ) -> AuditLog:
         """The log at ``<home or $DRIVETRAIN_HOME>/sessions/<session_id>.jsonl``."""
         store = FileStore(home)
-        log = cls(store, session_id, **kw)
+        log = cls(store, session_id, sync=sync, extra_secrets=extra_secrets)
         log._owned = store
         return log
 
     # -- the records the loop writes
 
-    def intent(self, call_id: str, tool: str, input: Any, decision: str, decided_by: str, reason: str = "") -> dict:
+    def intent(
+        self, call_id: str, tool: str, input: JsonObject, decision: str, decided_by: str, reason: str = ""
+    ) -> JsonObject:
         """Before a call runs: what will run, and who or what allowed it."""
         return self.write(
             "intent", call_id=call_id, tool=tool, input=input, decision=decision, decided_by=decided_by, reason=reason
@@ -62,7 +66,7 @@ class AuditLog:
         exit_code: int | None = None,
         error: str | None = None,
         result_bytes: int | None = None,
-    ) -> dict:
+    ) -> JsonObject:
         """After a call ran. Times are wall-clock (``time.time()``) or datetimes."""
         duration = _seconds(ended_at) - _seconds(started_at)
         return self.write(
@@ -78,11 +82,11 @@ class AuditLog:
             result_bytes=result_bytes,
         )
 
-    def denied(self, call_id: str, tool: str, input: Any, decided_by: str, reason: str = "") -> dict:
+    def denied(self, call_id: str, tool: str, input: JsonObject, decided_by: str, reason: str = "") -> JsonObject:
         """A call that was never run."""
         return self.write("denied", call_id=call_id, tool=tool, input=input, decided_by=decided_by, reason=reason)
 
-    def observe(self, event: Any) -> None:
+    def observe(self, event: Event) -> None:
         """An ``Agent`` observer: a record for every decision, before every call runs, and after it."""
         match event:
             case PermissionDecided(call=c, behavior="deny", by=by, reason=reason):
@@ -116,7 +120,7 @@ class AuditLog:
 
     # -- the mechanism
 
-    def write(self, kind: str, **fields: Any) -> dict:
+    def write(self, kind: AuditKind, **fields: JsonValue) -> JsonObject:
         """Append one record; returns it as written."""
         fields = redact(fields, extra_secrets=self.extra_secrets)
         [record] = self.store.append(self.session_id, [{"kind": kind, **fields}], sync=self.sync)
@@ -129,7 +133,7 @@ class AuditLog:
     def __enter__(self) -> AuditLog:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 

@@ -23,9 +23,10 @@ import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from drivetrain.home import drivetrain_home
+from drivetrain.jsontypes import JsonObject, JsonValue
 from drivetrain.sessions.store import (
     FOLDED_KINDS,
     HEADER,
@@ -45,6 +46,7 @@ from drivetrain.sessions.store import (
 
 INDEX_SCHEMA = 2  # the SQLite index's user_version (2: one b-tree, no secondary indexes)
 T = TypeVar("T")
+IndexRows = list[tuple[SessionInfo, int]]  # each session's index entry and its last seq
 log = logging.getLogger(__name__)
 
 
@@ -154,7 +156,9 @@ class FileStore:
         """Where the session's log is (or would be)."""
         return self.dir / f"{check_session_id(session_id)}.jsonl"
 
-    def append(self, session_id: str, records: Sequence[Mapping[str, Any]], *, sync: bool = False) -> list[Record]:
+    def append(
+        self, session_id: str, records: Sequence[Mapping[str, JsonValue]], *, sync: bool = False
+    ) -> list[Record]:
         path = self.path(session_id)
         given = [fields_of(session_id, r) for r in records]
         if not given:
@@ -181,14 +185,15 @@ class FileStore:
             self._rebuild_index(lost)
         return written
 
-    def _write(self, fd: int, session_id: str, given: list[tuple[str, dict[str, Any]]], sync: bool) -> list[Record]:
+    def _write(self, fd: int, session_id: str, given: list[tuple[str, JsonObject]], sync: bool) -> list[Record]:
         stat = os.fstat(fd)
         size = stat.st_size
         seen = self._tail.get(session_id)
         seq = seen[2] if seen and seen[:2] == (stat.st_ino, size) else _last_seq(fd, size)
         # a torn line (a crash mid-write) is closed, so our first record starts on a line of its own
         prefix = b"\n" if size and os.pread(fd, 1, size - 1) != b"\n" else b""
-        written, lines = [], [prefix]
+        written: list[Record] = []
+        lines = [prefix]
         for kind, fields in given:
             seq += 1
             record = {
@@ -299,8 +304,8 @@ class FileStore:
         self._index.discard()
         self._ready()
 
-    def _scan(self) -> list[tuple[SessionInfo, int]]:
-        rows = []
+    def _scan(self) -> IndexRows:
+        rows: IndexRows = []
         for path in sorted(self.dir.glob("*.jsonl")) if self.dir.is_dir() else ():
             try:
                 records = read_log(self.path(path.stem))
@@ -320,7 +325,7 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _row(info: SessionInfo, last_seq: int) -> tuple:
+def _row(info: SessionInfo, last_seq: int) -> tuple[str | int | float | None, ...]:
     return (*(getattr(info, name) for name in INDEX_FIELDS), last_seq)
 
 
@@ -339,7 +344,9 @@ def _use_wal(db: sqlite3.Connection) -> None:
 
 def _corrupt(error: sqlite3.DatabaseError) -> bool:
     """A damaged file or not a database at all (not: locked, busy, full disk)."""
-    return (getattr(error, "sqlite_errorcode", 0) & 0xFF) in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)
+    # Set on the errors SQLite reports; absent on those the sqlite3 module raises itself (a closed database).
+    code: int = getattr(error, "sqlite_errorcode", 0)
+    return (code & 0xFF) in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)
 
 
 _COLUMNS = ", ".join(INDEX_FIELDS)
@@ -391,7 +398,7 @@ class _Index:
             db.execute("PRAGMA synchronous=NORMAL")  # no fsync per commit: the logs are the durable part
             db.create_function("lower_text", 1, lambda s: s.lower() if isinstance(s, str) else s, deterministic=True)
             db.execute("BEGIN IMMEDIATE")
-            version = db.execute("PRAGMA user_version").fetchone()[0]
+            version: int = db.execute("PRAGMA user_version").fetchone()[0]
             fresh = version != INDEX_SCHEMA
             if fresh:
                 if version:
@@ -443,7 +450,7 @@ class _Index:
         with self._lock:
             return self._conn().execute("DELETE FROM sessions WHERE session_id = ?", (session_id,)).rowcount > 0
 
-    def replace(self, rows: list[tuple[SessionInfo, int]]) -> None:
+    def replace(self, rows: IndexRows) -> None:
         with self._lock:
             db = self._conn()
             db.execute("BEGIN IMMEDIATE")
@@ -458,7 +465,8 @@ class _Index:
                 raise
 
     def select(self, cwd: str | None, query: str | None, limit: int | None) -> list[SessionInfo]:
-        where, args = ["1"], []
+        where: list[str] = ["1"]
+        args: list[str | int] = []
         if cwd is not None:
             where.append("cwd = ?")
             args.append(cwd)

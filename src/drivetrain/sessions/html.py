@@ -6,19 +6,21 @@ which calls were refused. No script, no network, no external file."""
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from html import escape
 
+from drivetrain.jsontypes import JsonObject
 from drivetrain.pricing import context_window, format_usd
 from drivetrain.sessions.report import turn_log
+from drivetrain.sessions.store import Record
 
 
 @dataclass
 class Call:
     id: str
     name: str
-    input: dict
+    input: JsonObject
     repeated: bool = False  # the same tool with the same input was called before in this session
     refused: str = ""  # denied / not_run / deferred, from the audit records
 
@@ -28,7 +30,7 @@ class Turn:
     turn: int
     stop_reason: str
     model: str
-    usage: dict
+    usage: JsonObject
     cost_usd: float | None
     cumulative_cost_usd: float | None  # the sum of the known costs so far; None while none was known
     calls: list[Call] = field(default_factory=list)
@@ -36,13 +38,16 @@ class Turn:
     @property
     def context_tokens(self) -> int:
         u = self.usage
-        return u.get("input_tokens", 0) + u.get("cache_creation_input_tokens", 0) + u.get("cache_read_input_tokens", 0)
+        tokens: int = (
+            u.get("input_tokens", 0) + u.get("cache_creation_input_tokens", 0) + u.get("cache_read_input_tokens", 0)
+        )
+        return tokens
 
 
 _REFUSED = {"deny": "denied", "defer": "deferred", "not_run": "not_run"}  # the audit record's kind, as shown
 
 
-def turns_from_records(records: Sequence[Mapping]) -> list[Turn]:
+def turns_from_records(records: Sequence[Record]) -> list[Turn]:
     """One ``Turn`` per ``turn`` record, in order (``report.turn_log`` pairs each with its calls), with the
     running cost and the calls that repeat an earlier one."""
     turns: list[Turn] = []
@@ -61,11 +66,14 @@ def turns_from_records(records: Sequence[Mapping]) -> list[Turn]:
     return turns
 
 
-def render(session_id: str, records: list[Mapping]) -> str:
+def render(session_id: str, records: Sequence[Record]) -> str:
     turns = turns_from_records(records)
-    first = lambda kind: next((r for r in records if r.get("kind") == kind), {})
+
+    def first(kind: str) -> Record:
+        return next((r for r in records if r.get("kind") == kind), {})
+
     session = first("session")
-    result = next((r for r in reversed(records) if r.get("kind") == "result"), {})
+    result: Record = next((r for r in reversed(records) if r.get("kind") == "result"), {})
     model = session.get("model") or (turns[-1].model if turns else "")
     window = context_window(model) if model else None
     totals = {

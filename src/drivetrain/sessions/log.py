@@ -20,12 +20,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 
 from drivetrain.control.redact import redact
+from drivetrain.jsontypes import JsonObject, JsonValue
 from drivetrain.loop.events import INTERVENTIONS, Event, ModelResponded
 from drivetrain.loop.repair import close_open_calls
 from drivetrain.loop.state import CallModel, Done, RunState, RunTools, SubmitPrompt
 from drivetrain.messages import Message
 from drivetrain.pricing import cost_usd
-from drivetrain.sessions.store import SessionStore
+from drivetrain.sessions.store import RecordKind, SessionStore
 
 log = logging.getLogger("drivetrain.sessions.log")
 
@@ -36,7 +37,7 @@ class SessionLog:
     def __init__(self, store: SessionStore, session_id: str, model: str = ""):
         self.store, self.session_id, self.model = store, session_id, model
         self._saved: tuple[Message, ...] = ()  # the history as the log holds it
-        self._counters: dict | None = None  # the run's other fields, as the log holds them
+        self._counters: JsonObject | None = None  # the run's other fields, as the log holds them
 
     def begin(
         self,
@@ -68,10 +69,10 @@ class SessionLog:
         self._counters = value.counters_json()
 
     def save(
-        self, before: RunState, after: RunState, events: Sequence[Event] = (), *, extra: Iterable[dict] = ()
+        self, before: RunState, after: RunState, events: Sequence[Event] = (), *, extra: Iterable[JsonObject] = ()
     ) -> None:
         """One step: the prompt it submitted, the history's change, each model response, the new value."""
-        records: list[dict] = []
+        records: list[JsonObject] = []
         if isinstance(before.state, SubmitPrompt) and not isinstance(after.state, SubmitPrompt):
             records.append({"kind": "prompt", "text": before.state.prompt})
         # The value before the history: a write cut short then loses the new messages, never the state that
@@ -102,17 +103,18 @@ class SessionLog:
         records += extra
         self.store.append(self.session_id, redact(records), sync=boundary or isinstance(after.state, RunTools))
 
-    def write(self, kind: str, sync: bool = True, **fields) -> None:
+    def write(self, kind: RecordKind, sync: bool = True, **fields: JsonValue) -> None:
         self.store.append(self.session_id, [{"kind": kind, **fields}], sync=sync)
 
 
-def state_delta(old: dict | None, new: dict) -> dict:
+def state_delta(old: JsonObject | None, new: JsonObject) -> JsonObject:
     """A ``state`` record's fields: ``run`` the fields that changed, ``add`` those that only grew (the new
     entries of a dict, the new tail of a list). The path, the trajectory and the repeat guard grow with the
     run: written whole at every step they would make the log quadratic in its length."""
     if old is None:
         return {"run": new}
-    run, add = {}, {}
+    run: JsonObject = {}
+    add: JsonObject = {}
     for key, value in new.items():
         was = old.get(key)
         if value == was:
@@ -126,11 +128,14 @@ def state_delta(old: dict | None, new: dict) -> dict:
     return {"run": run, "add": add} if add else {"run": run}
 
 
-def apply_state(counters: dict | None, record: dict) -> dict:
+def apply_state(counters: JsonObject | None, record: JsonObject) -> JsonObject:
     """The run's fields after a ``state`` record (see ``state_delta``)."""
     out = {**(counters or {}), **record["run"]}
     for key, grown in record.get("add", {}).items():
-        out[key] = out[key] + grown if isinstance(grown, list) else {**out[key], **grown}
+        if isinstance(grown, list):
+            out[key] = out[key] + grown
+        else:
+            out[key] = {**out[key], **grown}
     return out
 
 
@@ -149,7 +154,7 @@ def _changed_from(saved: tuple[Message, ...], now: tuple[Message, ...]) -> int |
 class Loaded:
     value: RunState
     seq: int  # the last record's seq
-    repaired: dict | None  # the repair record written, if the history needed one
+    repaired: JsonObject | None  # the repair record written, if the history needed one
 
 
 def load(store: SessionStore, session_id: str, *, why: str = "the process ended", save_repair: bool = True) -> Loaded:
@@ -161,7 +166,7 @@ def load(store: SessionStore, session_id: str, *, why: str = "the process ended"
     session stays as it was, and the repair is recorded in the fork."""
     records = store.read(session_id)
     history: list[Message] = []
-    counters: dict | None = None
+    counters: JsonObject | None = None
     started: set[str] = set()
     finished: set[str] = set()
     for r in records:
@@ -179,11 +184,11 @@ def load(store: SessionStore, session_id: str, *, why: str = "the process ended"
     else:
         value = RunState(session_id, tuple(history), CallModel())
     value, note = close_open_calls(value, started, finished, why)
-    fixed = None
+    fixed: JsonObject | None = None
     if note:
         fixed = {"kind": "repair", **note}
         if save_repair:
-            written = [fixed]
+            written: list[JsonObject] = [fixed]
             if (cut := _changed_from(tuple(history), value.history)) is not None:
                 written.append({"kind": "history", "at": cut, "messages": [m.to_wire() for m in value.history[cut:]]})
             written.append({"kind": "state", "run": value.counters_json()})

@@ -18,15 +18,16 @@ import json
 import math
 import re
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from itertools import groupby
-from typing import Any
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
+from psycopg.rows import TupleRow
 from psycopg.types.json import Jsonb
 
+from drivetrain.jsontypes import JsonObject, JsonValue
 from drivetrain.sessions.store import (
     INDEX_FIELDS,
     VERSION,
@@ -65,7 +66,9 @@ class PostgresStore:
         self._conn: psycopg.Connection | None = None
         self._lock = threading.Lock()  # one transaction at a time on the shared connection
 
-    def append(self, session_id: str, records: Sequence[Mapping[str, Any]], *, sync: bool = False) -> list[Record]:
+    def append(
+        self, session_id: str, records: Sequence[Mapping[str, JsonValue]], *, sync: bool = False
+    ) -> list[Record]:
         check_session_id(session_id)
         given = [fields_of(session_id, r) for r in records]
         if not given:
@@ -76,7 +79,8 @@ class PostgresStore:
                 if not sync:
                     db.execute("SET LOCAL synchronous_commit = off")
                 info, seq = _lock_session(db, session_id)
-                written, rows = [], []
+                written: list[Record] = []
+                rows: list[tuple[str, int, datetime, str, int, Jsonb]] = []
                 for kind, fields in given:
                     seq += 1
                     given_ts = fields.pop("ts", None)
@@ -120,7 +124,8 @@ class PostgresStore:
         return _info(row) if row else None
 
     def list(self, *, cwd: str | None = None, query: str | None = None, limit: int | None = None) -> list[SessionInfo]:
-        where, args = ["records > 0"], []
+        where: list[str] = ["records > 0"]
+        args: list[str | int] = []
         if cwd is not None:
             where.append("cwd = %s")
             args.append(cwd)
@@ -159,12 +164,13 @@ class PostgresStore:
             with db.transaction():
                 db.execute("LOCK TABLE drivetrain_sessions IN SHARE ROW EXCLUSIVE MODE")  # appends wait
                 db.execute("DELETE FROM drivetrain_sessions")
-                rebuilt = []
+                rebuilt: list[tuple[SessionInfo, int]] = []
                 with db.cursor(name="drivetrain_reindex") as cursor:  # streamed: one session in memory at a time
                     cursor.execute(f"{_RECORDS} ORDER BY session_id, seq")
                     for _, rows in groupby(cursor, key=lambda row: row[0]):
                         records = [_record(row) for row in rows]
-                        rebuilt.append((fold(None, records), records[-1]["seq"]))
+                        if (info := fold(None, records)) is not None:  # always: a group has a record
+                            rebuilt.append((info, records[-1]["seq"]))
                 for info, last_seq in rebuilt:
                     db.execute("INSERT INTO drivetrain_sessions (session_id) VALUES (%s)", (info.session_id,))
                     _put(db, info, last_seq)
@@ -219,13 +225,13 @@ def _put(db: psycopg.Connection, info: SessionInfo | None, last_seq: int) -> Non
     )
 
 
-def _info(row: Iterable[Any]) -> SessionInfo:
+def _info(row: TupleRow) -> SessionInfo:
     values = list(row)
     values[4:6] = [iso(values[4]), iso(values[5])]  # created_at, updated_at
     return SessionInfo(*values)
 
 
-def _record(row: tuple[str, int, datetime, str, int, dict]) -> Record:
+def _record(row: tuple[str, int, datetime, str, int, JsonObject]) -> Record:
     session_id, seq, ts, kind, v, body = row
     return {"ts": iso(ts), "session_id": session_id, "seq": seq, "kind": kind, "v": v, **body}
 
@@ -233,7 +239,7 @@ def _record(row: tuple[str, int, datetime, str, int, dict]) -> Record:
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 
-def _storable(value: Any) -> Any:
+def _storable(value: JsonValue) -> JsonValue:
     """``value`` as jsonb can hold it: no NUL or lone surrogate in strings, no NaN or infinity."""
     match value:
         case str():

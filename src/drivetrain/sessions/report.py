@@ -20,8 +20,9 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Literal
 
+from drivetrain.jsontypes import JsonObject, JsonValue
 from drivetrain.messages import Message, ToolResultBlock, ToolUseBlock
 from drivetrain.sessions.store import Record, fold
 
@@ -30,16 +31,20 @@ HEAD_CHARS = 100  # of each tool result, in the turn log
 _REPEAT_NOTE = re.compile(r"\n\n\[drivetrain: this is the same \S+ call you made in turn \d+.*\]\Z", re.S)
 _REFUSED_REPEAT = "Not run: you have made this exact "
 
+# What let or stopped a call: the audit log's intent (its decision), denied, deferred or not_run record
+CallDecision = Literal["allow", "deny", "defer", "not_run"]
+Verdict = Literal["cites tool results", "cites nothing the tools returned", "no checkable claims"]
+
 
 @dataclass(frozen=True)
 class CallEntry:
     id: str
     tool: str
-    input: dict
+    input: JsonObject
     result_head: str | None  # the first HEAD_CHARS characters of the result; None: no result in the log
     result_chars: int  # the result's whole length
     is_error: bool
-    decision: str | None  # "allow", "deny", "defer", "not_run", or None when no audit record names the call
+    decision: CallDecision | None  # None when no audit record names the call
     decided_by: str | None
     reason: str | None
 
@@ -48,7 +53,7 @@ class CallEntry:
 class TurnEntry:
     turn: int
     stop_reason: str | None
-    usage: dict
+    usage: JsonObject
     cost_usd: float | None
     model: str | None
     text: str  # the assistant's text in this turn (a plan line, or the answer)
@@ -57,14 +62,14 @@ class TurnEntry:
 
 @dataclass(frozen=True)
 class Grounding:
-    verdict: str  # "cites tool results" | "cites nothing the tools returned" | "no checkable claims"
+    verdict: Verdict
     found: tuple[str, ...]  # evidence-like tokens of the answer that appear in a tool result or input
     not_found: tuple[str, ...]
 
 
 @dataclass(frozen=True)
 class Health:
-    repeated_calls: tuple[tuple[str, dict, int], ...]  # (tool, input, times) for identical call+result pairs
+    repeated_calls: tuple[tuple[str, JsonObject, int], ...]  # (tool, input, times) for identical call+result pairs
     trajectory: tuple[str, ...]  # each turn's stop_reason
     ended_at_once: bool  # the first turn was already end_turn, without a tool call
     tool_use_to_cap: bool  # every turn tool_use, and the run stopped at its turn cap
@@ -79,7 +84,7 @@ def turn_log(records: Sequence[Record]) -> list[TurnEntry]:
     turns: list[tuple[Record, Message | None]] = []
     claimed: set[int] = set()  # id() of the assistant messages already paired with a turn
     results: dict[str, ToolResultBlock] = {}  # tool_use_id -> its result, as last seen in the history
-    decisions: dict[str, tuple[str, str | None, str | None]] = {}
+    decisions: dict[str, tuple[CallDecision, str | None, str | None]] = {}
     for r in records:
         match r.get("kind"):
             case "history":
@@ -112,7 +117,7 @@ def _entry(
     r: Record,
     message: Message | None,
     results: dict[str, ToolResultBlock],
-    decisions: dict[str, tuple[str, str | None, str | None]],
+    decisions: dict[str, tuple[CallDecision, str | None, str | None]],
 ) -> TurnEntry:
     calls = []
     for use in message.tool_uses if message is not None else ():
@@ -177,11 +182,11 @@ def _history(records: Sequence[Record]) -> list[Message]:
     return history
 
 
-def _repeats(uses: list[ToolUseBlock], results: dict[str, str]) -> tuple[tuple[str, dict, int], ...]:
+def _repeats(uses: list[ToolUseBlock], results: dict[str, str]) -> tuple[tuple[str, JsonObject, int], ...]:
     """Identical calls with identical results. The harness's own repeat note is not part of the result,
     and a repeat it refused to run counts as one more of the same call."""
     counts: dict[tuple[str, str, str], int] = {}
-    inputs: dict[tuple[str, str, str], dict] = {}
+    inputs: dict[tuple[str, str, str], JsonObject] = {}
     last: dict[tuple[str, str], str] = {}  # (tool, input) -> its last real result
     for use in uses:
         call = (use.name, json.dumps(use.input, sort_keys=True, ensure_ascii=False))
@@ -198,7 +203,7 @@ def _repeats(uses: list[ToolUseBlock], results: dict[str, str]) -> tuple[tuple[s
     return tuple((k[0], inputs[k], n) for k, n in counts.items() if n >= 2)
 
 
-def _input_text(value: Any) -> str:
+def _input_text(value: JsonValue) -> str:
     """A tool input's strings and numbers, one per line (a path the model passed is evidence it had)."""
     if isinstance(value, dict):
         return "\n".join(_input_text(v) for v in value.values())
@@ -263,7 +268,7 @@ def grounding(answer: str, corpus: str) -> Grounding:
     tokens = evidence(answer)
     found = tuple(t for t in tokens if cited(t, corpus))
     not_found = tuple(t for t in tokens if t not in found)
-    verdict = (
+    verdict: Verdict = (
         "no checkable claims" if not tokens else "cites tool results" if found else "cites nothing the tools returned"
     )
     return Grounding(verdict, found, not_found)
@@ -272,7 +277,7 @@ def grounding(answer: str, corpus: str) -> Grounding:
 # ---------------------------------------------------------------- output
 
 
-def to_json(records: Sequence[Record]) -> dict:
+def to_json(records: Sequence[Record]) -> JsonObject:
     info = fold(None, records)
     h = health(records)
     return {
@@ -344,14 +349,16 @@ def cost_text(cost: float | None) -> str:
     return "$?" if cost is None else f"${cost:.6f}".rstrip("0").rstrip(".") if cost else "$0"
 
 
-def _cached(usage: dict) -> str:
+def _cached(usage: JsonObject) -> str:
     read, write = usage.get("cache_read_input_tokens", 0), usage.get("cache_creation_input_tokens", 0)
     return f" (+{read} cache read, {write} cache write)" if read or write else ""
 
 
 def _said(reason: str, result_head: str | None) -> bool:
     """The result (shown next) already starts with the reason: do not print it twice."""
-    return bool(result_head) and _one_line(result_head).startswith(_one_line(reason)[: HEAD_CHARS // 2])
+    if not result_head:
+        return False
+    return _one_line(result_head).startswith(_one_line(reason)[: HEAD_CHARS // 2])
 
 
 def _one_line(text: str) -> str:

@@ -35,10 +35,11 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 from drivetrain.errors import HarnessError
 from drivetrain.home import drivetrain_home
+from drivetrain.jsontypes import JsonObject
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +68,11 @@ _GIT_OPTIONS = (
 )
 
 
+Tree = dict[str, tuple[str, str]]  # a checkpoint's files: path → (mode, blob)
+# What a workspace path is to a snapshot: a regular file or symlink to take, one too big, nothing, or anything else
+FileKind = Literal["file", "big", "absent", "other"]
+
+
 class RewindError(HarnessError):
     """A checkpoint could not be taken or restored; the message says what to do."""
 
@@ -75,6 +81,13 @@ class Checkpoint(NamedTuple):
     prompt: int
     commit: str
     time: datetime
+
+
+class CheckpointMeta(NamedTuple):
+    """What a checkpoint's commit message records beyond its tree."""
+
+    absent: set[str]  # files known not to exist when it was taken
+    skipped: list[str]  # files left out as too large
 
 
 @dataclass(frozen=True)
@@ -90,7 +103,7 @@ class RestoreReport:
     unchanged: int
     skipped: tuple[str, ...] = ()  # too large when snapshotted: left as they are
 
-    def to_json(self) -> dict:
+    def to_json(self) -> JsonObject:
         return {
             **asdict(self),
             "restored": list(self.restored),
@@ -114,7 +127,7 @@ class Checkpoints:
 
     def snapshot(self, session_id: str, prompt: int, also: Iterable[Path] = ()) -> str:
         """Record the workspace as it is before user prompt ``prompt``; return the commit id."""
-        if not isinstance(prompt, int) or isinstance(prompt, bool) or prompt < 1:
+        if not _is_prompt_number(prompt):
             raise RewindError(f"a prompt number is a whole number from 1, not {prompt!r}")
         return self._snapshot(session_id, str(prompt), also)
 
@@ -193,7 +206,7 @@ class Checkpoints:
             raise RewindError(f"session {session_id} has no checkpoint for prompt {prompt} yet: snapshot it first")
         tree, meta = self._tree(old), self._meta(old)
         present, absent = self._also(paths)
-        present, absent = present - set(tree) - meta["absent"], absent - set(tree) - meta["absent"]
+        present, absent = present - set(tree) - meta.absent, absent - set(tree) - meta.absent
         if not present and not absent:
             return old
         index = self.repo / f"index-keep-{uuid.uuid4().hex}"
@@ -210,7 +223,7 @@ class Checkpoints:
         finally:
             index.unlink(missing_ok=True)
         message = json.loads(self._git(["log", "-1", "--format=%B", old], env))
-        message["absent"] = sorted(meta["absent"] | absent)
+        message["absent"] = sorted(meta.absent | absent)
         commit = self._git(["commit-tree", new_tree, "-m", json.dumps(message)], env).strip()
         self._git(["update-ref", ref, commit, old], env)  # fails, rather than lose an update, if it moved meanwhile
         return commit
@@ -233,7 +246,7 @@ class Checkpoints:
                 absent.add(rel)
         return present, absent
 
-    def _kind(self, rel: str, limit: bool = True) -> str:
+    def _kind(self, rel: str, limit: bool = True) -> FileKind:
         """ "file" (a regular file or symlink to snapshot), "big", "absent" or "other" (a directory, a fifo…)."""
         if not rel or rel.endswith("/"):  # "dir/" is a nested repository
             return "other"
@@ -286,19 +299,19 @@ class Checkpoints:
             tuple(sorted(put)),
             tuple(remove),
             sum(1 for p, e in then.items() if now.get(p) == e),
-            tuple(meta["skipped"]),
+            tuple(meta.skipped),
         )
 
-    def _plan(self, refs: dict[str, str], trees: dict, name: str, now: dict) -> tuple[dict, list[str]]:
+    def _plan(self, refs: dict[str, str], trees: dict[str, Tree], name: str, now: Tree) -> tuple[Tree, list[str]]:
         """What to write back (path → (mode, blob)) and what to remove, to go from ``now`` to checkpoint ``name``."""
         then, meta = trees[name], self._meta(refs[name])
         later = [n for n in sorted(refs, key=_order) if name.isdigit() and n.isdigit() and int(n) > int(name)]
         put = {p: e for p, e in then.items() if now.get(p) != e}
-        extra = sorted(set(now) - set(then) - set(meta["skipped"]))
+        extra = sorted(set(now) - set(then) - set(meta.skipped))
         ignored = self._ignored(extra)
         remove = []
         for path in extra:
-            if path not in ignored or path in meta["absent"]:
+            if path not in ignored or path in meta.absent:
                 remove.append(path)
                 continue
             for n in later:  # an ignored Write/Edit target: the nearest later checkpoint that knows it
@@ -306,7 +319,7 @@ class Checkpoints:
                     if trees[n][path] != now[path]:
                         put[path] = trees[n][path]
                     break
-                if path in self._meta(refs[n])["absent"]:
+                if path in self._meta(refs[n]).absent:
                     remove.append(path)
                     break
         return put, remove
@@ -360,7 +373,7 @@ class Checkpoints:
         out = self._git(["for-each-ref", "--format=%(refname) %(objectname)", prefix], self._env(None, None))
         return {ref[len(prefix) :]: commit for ref, commit in (line.split(" ") for line in out.splitlines())}
 
-    def _tree(self, commit: str) -> dict[str, tuple[str, str]]:
+    def _tree(self, commit: str) -> Tree:
         """path → (mode, blob) of a checkpoint."""
         out = self._git(["ls-tree", "-r", "-z", "--full-tree", commit], self._env(None, None))
         entries = {}
@@ -370,12 +383,12 @@ class Checkpoints:
             entries[path] = (mode, blob)
         return entries
 
-    def _meta(self, commit: str) -> dict:
+    def _meta(self, commit: str) -> CheckpointMeta:
         try:
-            meta = json.loads(self._git(["log", "-1", "--format=%B", commit], self._env(None, None)))
+            meta: JsonObject = json.loads(self._git(["log", "-1", "--format=%B", commit], self._env(None, None)))
         except ValueError:
             meta = {}
-        return {"absent": set(meta.get("absent", ())), "skipped": list(meta.get("skipped", ()))}
+        return CheckpointMeta(set(meta.get("absent", ())), list(meta.get("skipped", ())))
 
     # -- git -----------------------------------------------------------------------------------------------------
 
@@ -473,7 +486,8 @@ class Checkpoints:
         return sorted(found)
 
 
-def _check_session_id(session_id: str) -> None:
+def _check_session_id(session_id: object) -> None:
+    """Raises unless ``session_id`` is one (a caller without type checks may pass anything)."""
     if (
         not isinstance(session_id, str)
         or not _SESSION_ID.fullmatch(session_id)
@@ -481,6 +495,11 @@ def _check_session_id(session_id: str) -> None:
         or ".." in session_id
     ):
         raise RewindError(f"{session_id!r} is not a session id (letters, digits, '.', '_' and '-' only)")
+
+
+def _is_prompt_number(value: object) -> bool:
+    """A whole number from 1 (a caller without type checks may pass anything)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
 def _order(name: str) -> tuple[int, int, str]:

@@ -18,14 +18,23 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Literal, Protocol
+
+from drivetrain.jsontypes import JsonObject, JsonValue
 
 VERSION = 1  # each record's "v"
 HEADER = ("ts", "session_id", "seq", "kind", "v")  # in this order, first in every record
 STORE_ENV = "DRIVETRAIN_SESSION_STORE"
 FIRST_PROMPT_CHARS = 200
 
-Record = dict[str, Any]  # one JSON object of a log
+Record = JsonObject  # one JSON object of a log
+
+# What a record is (docs/sessions.md): the kinds drivetrain writes. A store keeps any non-empty string it is given.
+LoopKind = Literal["session", "checkpoint", "prompt", "history", "turn", "state", "interrupted", "repair", "result"]
+InterventionKind = Literal["loop_detected", "limit_approaching", "limit_reached", "compacted"]  # loop.events'
+AuditKind = Literal["intent", "outcome", "denied", "deferred", "not_run", "hook_error"]  # sessions.audit's
+LinkKind = Literal["subagent", "subagent_of"]  # a subagent's session and its parent's, each naming the other
+RecordKind = Literal[LoopKind, InterventionKind, AuditKind, LinkKind]
 
 
 class SessionNotFound(KeyError):
@@ -67,7 +76,7 @@ class SessionInfo:
     status: str  # "running", a result's subtype, or "interrupted"
     records: int
 
-    def to_json(self) -> dict:
+    def to_json(self) -> JsonObject:
         return asdict(self)
 
 
@@ -77,7 +86,9 @@ INDEX_FIELDS = tuple(f.name for f in dataclasses.fields(SessionInfo))  # the ind
 class SessionStore(Protocol):
     """Where session logs live. Every method is safe to call from several threads and processes."""
 
-    def append(self, session_id: str, records: Sequence[Mapping[str, Any]], *, sync: bool = False) -> list[Record]:
+    def append(
+        self, session_id: str, records: Sequence[Mapping[str, JsonValue]], *, sync: bool = False
+    ) -> list[Record]:
         """Append ``{"kind": …, **fields}`` records in order; returns them as written, with their header.
         ``sync`` makes them durable before returning (the loop asks for it at turn boundaries)."""
         ...
@@ -129,7 +140,7 @@ def iso(t: float | datetime) -> str:
 _TS = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
 
 
-def fields_of(session_id: str, given: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+def fields_of(session_id: str, given: Mapping[str, JsonValue]) -> tuple[str, JsonObject]:
     """The kind and the fields of a record to append; the rest of the header is the store's to write.
 
     A ``session_id`` field equal to the session's own (a RunResult carries one) is dropped. A ``ts`` (as
@@ -150,7 +161,7 @@ def fields_of(session_id: str, given: Mapping[str, Any]) -> tuple[str, dict[str,
 
 # The kinds ``fold`` reads beyond their ``ts``; a record of any other kind is only counted, so a store may move
 # an index row on by such records without reading it (FileStore does).
-FOLDED_KINDS = frozenset({"session", "prompt", "turn", "result", "interrupted"})
+FOLDED_KINDS: frozenset[RecordKind] = frozenset({"session", "prompt", "turn", "result", "interrupted"})
 
 
 def fold(info: SessionInfo | None, records: Iterable[Record]) -> SessionInfo | None:
@@ -158,24 +169,28 @@ def fold(info: SessionInfo | None, records: Iterable[Record]) -> SessionInfo | N
     for r in records:
         if info is None:
             info = SessionInfo(r["session_id"], None, None, None, r["ts"], r["ts"], None, 0, None, "running", 0)
-        change: dict[str, Any] = {"updated_at": r["ts"], "records": info.records + 1}
-        match r["kind"]:
-            case kind if kind not in FOLDED_KINDS:
-                pass  # only counted (a case added below must be named in FOLDED_KINDS to be reached)
-            case "session":
-                change.update(cwd=r.get("cwd"), model=r.get("model"), parent_id=r.get("parent_id"))
-            case "prompt":
-                change["status"] = "running"
-                if info.first_prompt is None:
-                    change["first_prompt"] = str(r.get("text", ""))[:FIRST_PROMPT_CHARS]
-            case "turn":
-                change["num_turns"] = info.num_turns + 1
-                cost = r.get("cost_usd")
-                if isinstance(cost, (int, float)) and not isinstance(cost, bool):
-                    change["total_cost_usd"] = (info.total_cost_usd or 0.0) + cost
-            case "result":
-                change["status"] = str(r.get("subtype") or "ended")
-            case "interrupted":
-                change["status"] = "interrupted"
-        info = replace(info, **change)
+        info = replace(info, updated_at=r["ts"], records=info.records + 1)
+        if r["kind"] in FOLDED_KINDS:  # any other kind is only counted
+            info = _folded(info, r)
+    return info
+
+
+def _folded(info: SessionInfo, r: Record) -> SessionInfo:
+    """``info`` changed by a record of one of the ``FOLDED_KINDS`` (a case added here must be named there)."""
+    match r["kind"]:
+        case "session":
+            return replace(info, cwd=r.get("cwd"), model=r.get("model"), parent_id=r.get("parent_id"))
+        case "prompt":
+            if info.first_prompt is None:
+                return replace(info, status="running", first_prompt=str(r.get("text", ""))[:FIRST_PROMPT_CHARS])
+            return replace(info, status="running")
+        case "turn":
+            cost = r.get("cost_usd")
+            if isinstance(cost, (int, float)) and not isinstance(cost, bool):
+                return replace(info, num_turns=info.num_turns + 1, total_cost_usd=(info.total_cost_usd or 0.0) + cost)
+            return replace(info, num_turns=info.num_turns + 1)
+        case "result":
+            return replace(info, status=str(r.get("subtype") or "ended"))
+        case "interrupted":
+            return replace(info, status="interrupted")
     return info

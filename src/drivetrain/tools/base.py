@@ -13,18 +13,24 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Generic, ParamSpec, Protocol, TypeVar, overload, runtime_checkable
 
 import pydantic
+from pydantic.fields import FieldInfo
+
+from drivetrain.jsontypes import JsonObject
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
 class ToolResult:
     """What a tool returns: the content the model reads (text, or content blocks), whether it is an error."""
 
-    content: str | list[dict]
+    content: str | list[JsonObject]  # text, or content blocks in the wire format
     is_error: bool = False
-    meta: dict = field(default_factory=dict)  # facts for the audit log (e.g. exit_code), never sent to the model
+    meta: JsonObject = field(default_factory=dict)  # facts for the audit log (e.g. exit_code), never sent to the model
 
     @property
     def text(self) -> str:
@@ -53,7 +59,7 @@ class ToolContext:
     cwd: Path
     # Folders file writes must stay inside, written without following symlinks (empty: not confined).
     roots: list[Path] = field(default_factory=list)
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, object] = field(default_factory=dict)  # whatever the embedding application hands its tools
     read_filter: ReadFilter | None = None  # what Grep and Glob must skip (None: nothing)
     # This session's saved tool outputs (context.py): read tools may read them although outside the workspace.
     outputs: Path | None = None
@@ -71,25 +77,37 @@ class ToolError(Exception):
 
 @runtime_checkable
 class Tool(Protocol):
-    """The tool seam: a name, a description and an input schema the model sees, and one async call."""
+    """The tool seam: a name, a description and an input schema the model sees, and one async call.
 
-    name: str
-    description: str
-    input_schema: dict
+    Read-only members, so a class attribute, an instance attribute or a property each fits."""
 
-    async def call(self, input: dict, ctx: ToolContext) -> ToolResult: ...
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def description(self) -> str: ...
+
+    @property
+    def input_schema(self) -> JsonObject: ...
+
+    async def call(self, input: JsonObject, ctx: ToolContext) -> ToolResult: ...
 
 
-def tool_spec(t: Tool) -> dict:
+def tool_spec(t: Tool) -> JsonObject:
     """The Anthropic `tools` entry for a tool."""
     return {"name": t.name, "description": t.description, "input_schema": t.input_schema}
 
 
-class FunctionTool:
+class FunctionTool(Generic[P, R]):
     """A typed Python function (sync or async) made into a Tool; input validated by pydantic."""
 
     def __init__(
-        self, fn: Callable, *, name: str | None = None, description: str | None = None, input_schema: dict | None = None
+        self,
+        fn: Callable[P, R],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        input_schema: JsonObject | None = None,
     ):
         self.fn = fn
         self.name = name or fn.__name__
@@ -97,18 +115,21 @@ class FunctionTool:
         self.description = description or summary or self.name
         sig = inspect.signature(fn)
         self._wants_ctx = "ctx" in sig.parameters
-        fields: dict[str, Any] = {}
+        fields: dict[str, tuple[object, FieldInfo]] = {}
         for pname, p in sig.parameters.items():
             if pname == "ctx":
                 continue
-            ann = p.annotation if p.annotation is not inspect.Parameter.empty else Any
+            ann = p.annotation if p.annotation is not inspect.Parameter.empty else object  # pydantic: any value
             default = ... if p.default is inspect.Parameter.empty else p.default
             fields[pname] = (ann, pydantic.Field(default, description=described.get(pname)))
+        # mypy checks a **dict against every keyword parameter of create_model (__config__, __doc__, ...), not only
+        # the **field_definitions it fills: a mypy limitation
         self._model = pydantic.create_model(f"{self.name}_input", **fields)  # type: ignore[call-overload]
         self._raw_schema = input_schema is not None
         self.input_schema = input_schema or _clean_schema(self._model.model_json_schema())
 
-    async def call(self, input: dict, ctx: ToolContext) -> ToolResult:
+    async def call(self, input: JsonObject, ctx: ToolContext) -> ToolResult:
+        kwargs: dict[str, object]
         if self._raw_schema:
             kwargs = dict(input)
         else:
@@ -122,27 +143,49 @@ class FunctionTool:
                 )
         if self._wants_ctx:
             kwargs["ctx"] = ctx
-        if inspect.iscoroutinefunction(self.fn):
-            out = await self.fn(**kwargs)
+        fn: Callable[..., object] = self.fn  # called with the validated input as keywords
+        out: object
+        if inspect.iscoroutinefunction(fn):
+            out = await fn(**kwargs)
         else:
-            out = await asyncio.to_thread(self.fn, **kwargs)
+            out = await asyncio.to_thread(fn, **kwargs)
         if isinstance(out, ToolResult):
             return out
         if isinstance(out, str):
             return ToolResult(out)
         return ToolResult(json.dumps(out, default=str))
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.fn(*args, **kwargs)
 
 
+@overload
 def tool(
-    fn: Callable | None = None,
+    fn: Callable[P, R],
     *,
     name: str | None = None,
     description: str | None = None,
-    input_schema: dict | None = None,
-) -> Any:
+    input_schema: JsonObject | None = None,
+) -> FunctionTool[P, R]: ...
+
+
+@overload
+def tool(
+    fn: None = None,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    input_schema: JsonObject | None = None,
+) -> Callable[[Callable[P, R]], FunctionTool[P, R]]: ...
+
+
+def tool(
+    fn: Callable[P, R] | None = None,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    input_schema: JsonObject | None = None,
+) -> FunctionTool[P, R] | Callable[[Callable[P, R]], FunctionTool[P, R]]:
     """Make a typed function a ``Tool``: ``@tool`` or ``@tool(name=..., input_schema=...)``.
 
     The input schema comes from the type hints; the description from the docstring, whose ``Args:`` section
@@ -150,7 +193,7 @@ def tool(
     receives the ``ToolContext``. ``input_schema`` replaces the derived schema (the input is then not validated).
     """
 
-    def wrap(f: Callable) -> FunctionTool:
+    def wrap(f: Callable[P, R]) -> FunctionTool[P, R]:
         return FunctionTool(f, name=name, description=description, input_schema=input_schema)
 
     return wrap(fn) if fn is not None else wrap
@@ -196,7 +239,7 @@ def parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
     return summary, described
 
 
-def _clean_schema(schema: dict) -> dict:
+def _clean_schema(schema: JsonObject) -> JsonObject:
     schema = dict(schema)
     schema.pop("title", None)
     for prop in schema.get("properties", {}).values():

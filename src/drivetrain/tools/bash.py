@@ -143,7 +143,7 @@ class Bash:
         self.env_passthrough = tuple(env_passthrough)  # names (or globs) of withheld variables to pass anyway
         self.env = dict(env or {})  # set for every command (a batch task's "env")
 
-    async def call(self, input: dict, ctx: ToolContext) -> ToolResult:
+    async def call(self, input: JsonObject, ctx: ToolContext) -> ToolResult:
         command = input.get("command")
         if not isinstance(command, str) or not command.strip():
             return ToolResult("command is required: the shell command to run.", is_error=True)
@@ -166,7 +166,7 @@ class Bash:
             code, text, timed_out = await self._execute(
                 argv, {**child_env(self.env_passthrough), **self.env}, timeout_ms, ctx
             )
-            meta: dict = {"exit_code": code}
+            meta: JsonObject = {"exit_code": code}
         else:
             # Fail closed: SandboxUnavailable (a HarnessError) ends the run; the command never runs bare.
             await asyncio.to_thread(self.sandbox.check)
@@ -211,7 +211,7 @@ class Bash:
                 os.close(fd)
         out, err = _Capture(), _Capture()
         transports: list[asyncio.BaseTransport] = []
-        pumps: list[asyncio.Task] = []
+        pumps: list[asyncio.Task[None]] = []
         timed_out = False
         try:
             for fd, capture in ((out_r, out), (err_r, err)):

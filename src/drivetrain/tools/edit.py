@@ -94,7 +94,7 @@ class Edit:
         "required": ["file_path", "old_string", "new_string"],
     }
 
-    async def call(self, input: dict, ctx: ToolContext) -> ToolResult:
+    async def call(self, input: JsonObject, ctx: ToolContext) -> ToolResult:
         file_path = input.get("file_path")
         old, new = input.get("old_string"), input.get("new_string")
         replace_all = input.get("replace_all", False)

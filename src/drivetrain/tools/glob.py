@@ -81,14 +81,14 @@ def glob_to_regex(pattern: str) -> str:
     return "".join(out)
 
 
-def compile_glob(pattern: str) -> re.Pattern:
+def compile_glob(pattern: str) -> re.Pattern[str]:
     alternatives = "|".join(f"(?:{glob_to_regex(p)})" for p in expand_braces(pattern))
     return re.compile(f"(?:{alternatives})\\Z")
 
 
 @dataclass(frozen=True)
 class IgnoreRule:
-    regex: re.Pattern
+    regex: re.Pattern[str]
     negated: bool
     dir_only: bool
     anchored: bool  # has a slash: matched against the path from the .gitignore's folder
@@ -216,7 +216,7 @@ class Glob:
         "required": ["pattern"],
     }
 
-    async def call(self, input: dict, ctx: ToolContext) -> ToolResult:
+    async def call(self, input: JsonObject, ctx: ToolContext) -> ToolResult:
         pattern, path = input.get("pattern"), input.get("path")
         if not isinstance(pattern, str) or not pattern.strip():
             return ToolResult('pattern is required, e.g. "**/*.py".', is_error=True)

@@ -12,9 +12,10 @@ import json
 import os
 import re
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, Literal, get_args, overload
 
 from drivetrain.jsontypes import JsonObject
 
@@ -22,7 +23,8 @@ from .base import ToolContext, ToolResult
 from .glob import Skipped, compile_glob, display_path, walk_files
 from .read import int_field
 
-MODES = ("content", "files_with_matches", "count")
+GrepMode = Literal["content", "files_with_matches", "count"]  # Grep's output_mode
+MODES: tuple[GrepMode, ...] = get_args(GrepMode)
 MAX_LINE_CHARS = 500
 OUTPUT_CAP = 30_000
 RG_TIMEOUT_S = 120
@@ -69,7 +71,7 @@ class FileHits:
 class Query:
     pattern: str
     root: Path  # absolute; a folder or one file
-    mode: str = "files_with_matches"
+    mode: GrepMode = "files_with_matches"
     ignore_case: bool = False
     before: int = 0  # context lines, content mode only
     after: int = 0
@@ -88,7 +90,7 @@ def search_python(q: Query, skipped: Skipped | None = None) -> list[FileHits]:
     regex = re.compile(q.pattern, re.IGNORECASE if q.ignore_case else 0)
     keep = _path_filter(q, type_glob=compile_glob(TYPES[q.type]) if q.type else None)
     files = [q.root] if q.root.is_file() else (f for f in walk_files(q.root) if keep(f))
-    hits = []
+    hits: list[FileHits] = []
     for path in files:
         if not path.is_file() or (skipped and skipped.hides(path)):  # FIFOs and sockets would block
             continue
@@ -114,16 +116,17 @@ def search_python(q: Query, skipped: Skipped | None = None) -> list[FileHits]:
     return hits
 
 
-def _path_filter(q: Query, type_glob: re.Pattern | None = None):
+def _path_filter(q: Query, type_glob: re.Pattern[str] | None = None) -> Callable[[Path], bool]:
     """The ``glob`` (and fallback ``type``) filter. Applied after ignore rules, never instead:
     ripgrep's own --glob would re-include ignored files, so neither back-end uses it."""
     glob = compile_glob(q.glob) if q.glob else None
+    whole_path = q.glob is not None and "/" in q.glob  # a glob naming folders matches the relative path, else the name
     prefix = q.root.as_posix().rstrip("/") + "/"
 
     def keep(path: Path) -> bool:
         rel = path.as_posix()[len(prefix) :]
         name = path.name
-        if glob and not glob.match(rel if "/" in q.glob else name):
+        if glob and not glob.match(rel if whole_path else name):
             return False
         return not type_glob or bool(type_glob.match(name))
 
@@ -141,7 +144,15 @@ async def search_rg(rg: str, q: Query, skipped: Skipped | None = None) -> list[F
     return [h for h in hits if not skipped.filter.hidden(h.path, skipped.root)]
 
 
-async def _run_rg(rg: str, q: Query, files: bool):
+@overload
+async def _run_rg(rg: str, q: Query, files: Literal[False]) -> list[FileHits]: ...
+
+
+@overload
+async def _run_rg(rg: str, q: Query, files: Literal[True]) -> list[Path]: ...
+
+
+async def _run_rg(rg: str, q: Query, files: bool) -> list[FileHits] | list[Path]:
     """ripgrep's hits, or (files=True) the files it would search."""
     args = [rg, "--no-config", "--no-require-git", "--hidden", "--glob", "!.git"]
     if q.type:
@@ -161,12 +172,12 @@ async def _run_rg(rg: str, q: Query, files: bool):
     finally:
         if proc.returncode is None:  # timed out or cancelled
             proc.kill()
-    keep = _path_filter(q) if q.root.is_dir() else (lambda p: True)
+    keep: Callable[[Path], bool] = _path_filter(q) if q.root.is_dir() else (lambda p: True)
     if files:
         return [p for p in (Path(os.fsdecode(line)) for line in out.splitlines()) if keep(p)]
     by_path: dict[str, FileHits] = {}
     for raw in out.splitlines():
-        msg = json.loads(raw)
+        msg: JsonObject = json.loads(raw)
         if msg["type"] not in ("match", "context"):
             continue
         data = msg["data"]
@@ -180,9 +191,10 @@ async def _run_rg(rg: str, q: Query, files: bool):
     return [h for h in by_path.values() if keep(h.path)]
 
 
-def _rg_text(obj: dict) -> str:
+def _rg_text(obj: JsonObject) -> str:
     if "text" in obj:
-        return obj["text"]
+        text: str = obj["text"]
+        return text
     return base64.b64decode(obj["bytes"]).decode("utf-8", errors="replace")
 
 
@@ -286,7 +298,7 @@ class Grep:
         if use_ripgrep and not self.rg:
             raise ValueError("use_ripgrep=True, but rg is not on PATH")
 
-    async def call(self, input: dict, ctx: ToolContext) -> ToolResult:
+    async def call(self, input: JsonObject, ctx: ToolContext) -> ToolResult:
         try:
             q = self._parse(input, ctx)
             skipped = Skipped(ctx, q.root)
@@ -304,16 +316,19 @@ class Grep:
             )
         return ToolResult(format_hits(hits, q, ctx.cwd) + skipped.note("\n\n"))
 
-    def _parse(self, input: dict, ctx: ToolContext) -> Query:
+    def _parse(self, input: JsonObject, ctx: ToolContext) -> Query:
         pattern = input.get("pattern")
         if not isinstance(pattern, str) or not pattern:
             raise GrepError("pattern is required: a regular expression to search for.")
         mode = input.get("output_mode") or "files_with_matches"
         if mode not in MODES:
             raise GrepError(f"output_mode must be one of {', '.join(MODES)}; got {mode!r}.")
-        ints = {k: int_field(input, k, minimum=0) for k in ("-A", "-B", "-C", "head_limit")}
-        for bad in (v for v in ints.values() if isinstance(v, str)):
-            raise GrepError(bad)
+        ints: dict[str, int | None] = {}
+        for k in ("-A", "-B", "-C", "head_limit"):
+            value = int_field(input, k, minimum=0)
+            if isinstance(value, str):
+                raise GrepError(value)
+            ints[k] = value
         for key in ("glob", "type", "path"):
             if input.get(key) is not None and not isinstance(input[key], str):
                 raise GrepError(f"{key} must be a string.")

@@ -35,7 +35,7 @@ def looks_binary(head: bytes) -> bool:
     return False
 
 
-def int_field(input: dict, key: str, *, minimum: int) -> int | str | None:
+def int_field(input: JsonObject, key: str, *, minimum: int) -> int | str | None:
     """The optional integer ``input[key]``, or an error message string."""
     value = input.get(key)
     if value is None:
@@ -105,15 +105,16 @@ class Read:
         "required": ["file_path"],
     }
 
-    async def call(self, input: dict, ctx: ToolContext) -> ToolResult:
+    async def call(self, input: JsonObject, ctx: ToolContext) -> ToolResult:
         file_path = input.get("file_path")
         if not isinstance(file_path, str) or not file_path.strip():
             return ToolResult("file_path is required: the path of the file to read.", is_error=True)
         offset = int_field(input, "offset", minimum=1)
         limit = int_field(input, "limit", minimum=1)
-        for v in (offset, limit):
-            if isinstance(v, str):
-                return ToolResult(v, is_error=True)
+        if isinstance(offset, str):
+            return ToolResult(offset, is_error=True)
+        if isinstance(limit, str):
+            return ToolResult(limit, is_error=True)
         return await asyncio.to_thread(self._read, ctx.resolve(file_path), offset or 1, limit or DEFAULT_LIMIT)
 
     def _read(self, path: Path, offset: int, limit: int) -> ToolResult:

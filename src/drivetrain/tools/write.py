@@ -81,7 +81,7 @@ class Write:
         "required": ["file_path", "content"],
     }
 
-    async def call(self, input: dict, ctx: ToolContext) -> ToolResult:
+    async def call(self, input: JsonObject, ctx: ToolContext) -> ToolResult:
         file_path, content = input.get("file_path"), input.get("content")
         if not isinstance(file_path, str) or not file_path.strip():
             return ToolResult("file_path is required: the path of the file to write.", is_error=True)
