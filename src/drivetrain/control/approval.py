@@ -8,14 +8,19 @@ with a verdict per call id.
 from __future__ import annotations
 
 import inspect
+import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
+
+from drivetrain.control.permissions.rules import Behavior
+from drivetrain.jsontypes import JsonObject
+from drivetrain.tools.base import ToolContext
 
 
 @dataclass(frozen=True)
 class Allow:
-    updated_input: dict | None = None  # the approver may edit the call before it runs
+    updated_input: JsonObject | None = None  # the approver may edit the call before it runs
     by: str = "callback"  # who decided, for the audit log: "rule:…", "mode:…", "hook:…", "person", "callback"
     reason: str = ""
 
@@ -38,19 +43,32 @@ Verdict = Allow | Deny | Defer
 class PendingCall:
     id: str
     name: str
-    input: dict
+    input: JsonObject
     reason: str = ""  # why it needs approval
 
-    def to_json(self) -> dict:
+    def to_json(self) -> JsonObject:
         return {"id": self.id, "name": self.name, "input": self.input, "reason": self.reason}
+
+
+class PermissionAnswer(Protocol):
+    """A decider's answer for one call: ``drivetrain.control.permissions.Decision`` is one."""
+
+    @property
+    def behavior(self) -> Behavior: ...
+
+    @property
+    def reason(self) -> str: ...
+
+    @property
+    def source(self) -> str: ...  # the rule's settings file or flag, "mode:<mode>", "builtin", …
 
 
 class PermissionDecider(Protocol):
     """Decides what a tool call may do before anyone is asked: ``drivetrain.Policy`` is one."""
 
     def decide(
-        self, tool_name: str, tool_input: dict, ctx: Any
-    ) -> Any: ...  # .behavior allow|ask|deny, .reason, .source
+        self, tool_name: str, tool_input: JsonObject, ctx: ToolContext | str | os.PathLike[str]
+    ) -> PermissionAnswer: ...
 
 
 Approver = Callable[[PendingCall], Verdict | Awaitable[Verdict]]
@@ -84,7 +102,7 @@ async def ask(approver: Approver | None, call: PendingCall) -> Verdict:
     return verdict
 
 
-def verdict_to_json(v: Verdict) -> dict:
+def verdict_to_json(v: Verdict) -> JsonObject:
     if isinstance(v, Allow):
         return {"behavior": "allow", "updated_input": v.updated_input, "by": v.by, "reason": v.reason}
     if isinstance(v, Deny):
@@ -92,7 +110,7 @@ def verdict_to_json(v: Verdict) -> dict:
     return {"behavior": "defer"}
 
 
-def verdict_from_json(d: dict) -> Verdict:
+def verdict_from_json(d: JsonObject) -> Verdict:
     match d.get("behavior"):
         case "allow":
             return Allow(d.get("updated_input"), d.get("by", "callback"), d.get("reason", ""))

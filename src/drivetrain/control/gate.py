@@ -11,18 +11,18 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
 
 from drivetrain.control.approval import Allow, Approver, Deny, PendingCall, PermissionDecider, Verdict, ask
-from drivetrain.control.hooks import HookOutcome
+from drivetrain.control.hooks import HookEvent, HookOutcome
+from drivetrain.control.hooks import HookRunner as HookRunner  # named here too: the loop and the agent import it
+from drivetrain.control.permissions.rules import Behavior
+from drivetrain.jsontypes import JsonObject
 from drivetrain.messages import ToolResultBlock, ToolUseBlock
+from drivetrain.models.openai_wire import InvalidToolUseBlock
 from drivetrain.tools.base import Tool, ToolContext
 
-Report = Callable[[str, HookOutcome], None]  # (hook event, outcome): the run notes errors and stop requests
-
-
-class HookRunner(Protocol):
-    async def run(self, event: str, payload: dict, *, tool_name: str | None = None) -> HookOutcome: ...
+Report = Callable[[HookEvent, HookOutcome], None]  # (hook event, outcome): the run notes errors and stop requests
+ToolOutput = str | list[JsonObject]  # a tool result's content: text, or content blocks
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ class Gate:
     policy: PermissionDecider | None = None  # None: every call is allowed
     approver: Approver | None = None  # None: what would ask is denied (non-interactive)
 
-    async def admit(self, payload: dict, report: Report) -> Admitted:
+    async def admit(self, payload: JsonObject, report: Report) -> Admitted:
         if not self.hooks:
             return Admitted(Allow())
         out = await self.hooks.run("UserPromptSubmit", payload)
@@ -49,19 +49,21 @@ class Gate:
         return Admitted(Allow(by="hook"), tuple(c for c in out.additional_context if c))
 
     async def decide(
-        self, call: ToolUseBlock, tools: dict[str, Tool], ctx: ToolContext, payload: dict, report: Report
+        self, call: ToolUseBlock, tools: dict[str, Tool], ctx: ToolContext, payload: JsonObject, report: Report
     ) -> Verdict:
         """May this call run (and with what input)? Hooks first, then the policy, then the approver."""
         if call.name not in tools:
             return Deny(f"No tool named {call.name!r}. Available tools: {', '.join(tools)}.", by="harness")
-        if getattr(call, "input_error", None):  # the provider could not decode the arguments: never run on a guess
+        # the provider could not decode the arguments: never run on a guess
+        if isinstance(call, InvalidToolUseBlock) and call.input_error:
             schema = json.dumps(tools[call.name].input_schema)
             return Deny(
                 f"{call.input_error}\nThe call was not run. Call {call.name} again with arguments that "
                 f"match its input schema: {schema}",
                 by="harness",
             )
-        tool_input, hook_says, hook_by = call.input, None, ""
+        tool_input, hook_by = call.input, ""
+        hook_says: Behavior | None = None
         if self.hooks:
             out = await self.hooks.run(
                 "PreToolUse",
@@ -96,8 +98,14 @@ class Gate:
         return verdict
 
     async def after(
-        self, call: ToolUseBlock, tool_input: dict, content: Any, is_error: bool, payload: dict, report: Report
-    ) -> Any:
+        self,
+        call: ToolUseBlock,
+        tool_input: JsonObject,
+        content: ToolOutput,
+        is_error: bool,
+        payload: JsonObject,
+        report: Report,
+    ) -> ToolOutput:
         """The result as the model will see it: PostToolUse hooks may add context or replace the output."""
         if not self.hooks:
             return content
@@ -125,7 +133,7 @@ class Gate:
             return "\n\n".join([content, *extra])
         return [*content, *({"type": "text", "text": e} for e in extra)]
 
-    async def compact(self, payload: dict, report: Report) -> Verdict:
+    async def compact(self, payload: JsonObject, report: Report) -> Verdict:
         """May the history be compacted now? A PreCompact hook that blocks says no."""
         if not self.hooks:
             return Allow()
@@ -135,7 +143,7 @@ class Gate:
             return Deny(out.reason or "a PreCompact hook blocked it", by="hook:" + ", ".join(out.sources))
         return Allow()
 
-    async def stop(self, payload: dict, report: Report) -> Verdict:
+    async def stop(self, payload: JsonObject, report: Report) -> Verdict:
         """May the run end here? ``Deny`` carries what the Stop hooks want done first."""
         if not self.hooks:
             return Allow()

@@ -53,28 +53,32 @@ import shutil
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Literal, Protocol, get_args
 
+from drivetrain.control.permissions.rules import Behavior
 from drivetrain.host.procs import child_env, kill_group, watch_group
+from drivetrain.jsontypes import JsonObject, JsonValue
 
 log = logging.getLogger("drivetrain.control.hooks")
 
-HOOK_EVENTS = ("PreToolUse", "PostToolUse", "UserPromptSubmit", "Stop", "PreCompact")
-TOOL_EVENTS = ("PreToolUse", "PostToolUse")  # the only events whose hooks filter on a matcher
+HookEvent = Literal["PreToolUse", "PostToolUse", "UserPromptSubmit", "Stop", "PreCompact"]
+HOOK_EVENTS: tuple[HookEvent, ...] = get_args(HookEvent)
+TOOL_EVENTS: tuple[HookEvent, ...] = ("PreToolUse", "PostToolUse")  # the only events whose hooks filter on a matcher
 KILL_GRACE_S = 1.0  # between SIGTERM and SIGKILL for a hook that timed out
 
-_RANK = {"allow": 0, "ask": 1, "deny": 2}  # most restrictive wins
+_RANK: dict[Behavior, int] = {"allow": 0, "ask": 1, "deny": 2}  # most restrictive wins
 
-HookFn = Callable[[dict], "dict | Awaitable[dict | None] | None"]
+# A Python hook: the payload in, the JSON answer out (or None), directly or awaited.
+HookFn = Callable[[JsonObject], JsonObject | Awaitable[JsonObject | None] | None]
 
 
 @dataclass
 class HookOutcome:
     """The merged result of every matching hook for one event (see the module docstring)."""
 
-    decision: str | None = None
+    decision: Behavior | None = None
     reason: str = ""
-    updated_input: dict | None = None
+    updated_input: JsonObject | None = None
     block: bool = False
     additional_context: list[str] = field(default_factory=list)
     updated_output: str | None = None
@@ -85,12 +89,18 @@ class HookOutcome:
     system_messages: list[str] = field(default_factory=list)  # systemMessage: warnings for the user
 
 
+class HookRunner(Protocol):
+    """What fires hooks: ``Hooks``, ``HookChain``, or anything with their ``run``."""
+
+    async def run(self, event: HookEvent, payload: JsonObject, *, tool_name: str | None = None) -> HookOutcome: ...
+
+
 @dataclass(frozen=True)
 class _Hook:
-    event: str
+    event: HookEvent
     source: str  # the command text or the function's name: how errors and the audit log name it
     timeout: float
-    matcher: re.Pattern | None = None
+    matcher: re.Pattern[str] | None = None
     fn: HookFn | None = None
     command: str | None = None
     cwd: Path | None = None
@@ -110,19 +120,25 @@ class Hooks:
         self._hooks: list[_Hook] = []
         self.env_passthrough = tuple(env_passthrough)
 
-    def add(self, event: str, fn: HookFn, *, matcher: str | None = None, timeout: float = 60) -> None:
+    def add(self, event: HookEvent, fn: HookFn, *, matcher: str | None = None, timeout: float = 60) -> None:
         """A Python hook: ``fn(payload)`` returns what a shell hook would print, as a dict, or None."""
         name = getattr(fn, "__qualname__", None) or repr(fn)
         self._hooks.append(_Hook(event, name, timeout, _compile(event, matcher), fn=fn))
 
     def add_command(
-        self, event: str, command: str, *, matcher: str | None = None, timeout: float = 60, cwd: Path | None = None
+        self,
+        event: HookEvent,
+        command: str,
+        *,
+        matcher: str | None = None,
+        timeout: float = 60,
+        cwd: Path | None = None,
     ) -> None:
         """A shell hook, run with bash (or /bin/sh) in ``cwd``, else in the payload's ``cwd``."""
         self._hooks.append(_Hook(event, command, timeout, _compile(event, matcher), command=command, cwd=cwd))
 
     @classmethod
-    def from_settings(cls, settings: list[tuple[Path, dict]], env_passthrough: Iterable[str] = ()) -> Hooks:
+    def from_settings(cls, settings: list[tuple[Path, JsonObject]], env_passthrough: Iterable[str] = ()) -> Hooks:
         """Read the ``hooks`` of Claude Code settings files, in order. Malformed entries raise ValueError."""
         hooks = cls(env_passthrough)
         for path, data in settings:
@@ -137,7 +153,7 @@ class Hooks:
                 hooks._add_groups(path, event, groups)
         return hooks
 
-    def _add_groups(self, path: Path, event: str, groups: Any) -> None:
+    def _add_groups(self, path: Path, event: str, groups: JsonValue) -> None:
         where = f"{path}: hooks.{event}"
         if not isinstance(groups, list):
             raise ValueError(f"{where} must be a list of {{matcher, hooks}} entries, got {groups!r}")
@@ -172,7 +188,7 @@ class Hooks:
     def __bool__(self) -> bool:
         return bool(self._hooks)
 
-    async def run(self, event: str, payload: dict, *, tool_name: str | None = None) -> HookOutcome:
+    async def run(self, event: HookEvent, payload: JsonObject, *, tool_name: str | None = None) -> HookOutcome:
         """Run every hook matching ``event`` (and the tool, for tool events) concurrently; merge their answers.
 
         Never raises for a hook's failure: failures are in ``errors`` (and logged as warnings).
@@ -181,7 +197,7 @@ class Hooks:
         payload = {**payload, "hook_event_name": payload.get("hook_event_name") or event}
         name = tool_name if tool_name is not None else payload.get("tool_name")
         chosen: list[_Hook] = []
-        seen: set[tuple] = set()
+        seen: set[tuple[str, str, Path | None] | tuple[str, int]] = set()
         for h in self._hooks:
             # The same command from two settings files runs once, as in Claude Code.
             key = ("command", h.command, h.cwd) if h.command is not None else ("fn", id(h))
@@ -195,29 +211,30 @@ class Hooks:
 class HookChain:
     """Several hook runners as one (an agent's own hooks, then its profile's): each runs, their answers merged."""
 
-    def __init__(self, *runners: Any) -> None:
+    def __init__(self, *runners: HookRunner | None) -> None:
         self.runners = [r for r in runners if r is not None]
 
-    async def run(self, event: str, payload: dict, *, tool_name: str | None = None) -> HookOutcome:
+    async def run(self, event: HookEvent, payload: JsonObject, *, tool_name: str | None = None) -> HookOutcome:
         return _merge([await r.run(event, payload, tool_name=tool_name) for r in self.runners])
 
 
 # ---------------------------------------------------------------- running one hook
 
 
-async def _run_one(h: _Hook, payload: dict, env_passthrough: tuple[str, ...]) -> HookOutcome:
+async def _run_one(h: _Hook, payload: JsonObject, env_passthrough: tuple[str, ...]) -> HookOutcome:
     try:
         if h.command is not None:
-            return await _run_command(h, payload, env_passthrough)
-        return await _run_callable(h, payload)
+            return await _run_command(h, h.command, payload, env_passthrough)
+        assert h.fn is not None  # a hook has a command or a function
+        return await _run_callable(h, h.fn, payload)
     except Exception as e:  # a broken hook must not end the run: report it and carry on
         return _failed(h, f"failed: {type(e).__name__}: {e}")
 
 
-async def _run_callable(h: _Hook, payload: dict) -> HookOutcome:
-    async def call() -> Any:
+async def _run_callable(h: _Hook, fn: HookFn, payload: JsonObject) -> HookOutcome:
+    async def call() -> JsonValue:
         arg = copy.deepcopy(payload)  # one hook must not change what the others (or the caller) see
-        out = h.fn(arg) if inspect.iscoroutinefunction(h.fn) else await asyncio.to_thread(h.fn, arg)
+        out = fn(arg) if inspect.iscoroutinefunction(fn) else await asyncio.to_thread(fn, arg)
         return await out if inspect.isawaitable(out) else out
 
     try:
@@ -232,14 +249,14 @@ async def _run_callable(h: _Hook, payload: dict) -> HookOutcome:
     return _interpret(h, out)
 
 
-async def _run_command(h: _Hook, payload: dict, env_passthrough: tuple[str, ...]) -> HookOutcome:
+async def _run_command(h: _Hook, command: str, payload: JsonObject, env_passthrough: tuple[str, ...]) -> HookOutcome:
     env = child_env(env_passthrough)
     if payload.get("cwd"):
         env["CLAUDE_PROJECT_DIR"] = env["DRIVETRAIN_PROJECT_DIR"] = str(payload["cwd"])
     proc = await asyncio.create_subprocess_exec(
         shutil.which("bash") or "/bin/sh",
         "-c",
-        h.command,
+        command,
         cwd=h.cwd or payload.get("cwd") or None,
         env=env,
         stdin=asyncio.subprocess.PIPE,
@@ -284,7 +301,7 @@ async def _kill_group(proc: asyncio.subprocess.Process, grace: float) -> None:
 # ---------------------------------------------------------------- reading answers
 
 
-def _interpret(h: _Hook, data: dict) -> HookOutcome:
+def _interpret(h: _Hook, data: JsonObject) -> HookOutcome:
     """One hook's JSON answer as an outcome; bad fields are reported and skipped, the rest still counts."""
     o, problems = HookOutcome(), []
     decision = data.get("decision")
@@ -315,7 +332,7 @@ def _interpret(h: _Hook, data: dict) -> HookOutcome:
     return o
 
 
-def _read_specific(h: _Hook, s: dict, o: HookOutcome, problems: list[str]) -> None:
+def _read_specific(h: _Hook, s: JsonObject, o: HookOutcome, problems: list[str]) -> None:
     pd = s.get("permissionDecision")
     if pd is not None:
         pd = "ask" if pd == "defer" else pd  # a pause for a human is our nearest to Claude Code's defer
@@ -377,7 +394,7 @@ def _report(h: _Hook, what: str) -> str:
     return message
 
 
-def _text(value: Any) -> str:
+def _text(value: JsonValue) -> str:
     return "" if value is None else value if isinstance(value, str) else json.dumps(value)
 
 
@@ -386,7 +403,7 @@ def _check_event(event: str) -> None:
         raise ValueError(f"unknown hook event {event!r}; the events are {', '.join(HOOK_EVENTS)}")
 
 
-def _compile(event: str, matcher: str | None) -> re.Pattern | None:
+def _compile(event: str, matcher: str | None) -> re.Pattern[str] | None:
     _check_event(event)
     if event not in TOOL_EVENTS or matcher in (None, "", "*"):
         return None

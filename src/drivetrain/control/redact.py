@@ -28,8 +28,9 @@ from __future__ import annotations
 import functools
 import os
 import re
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Iterable
+
+from drivetrain.jsontypes import JsonValue
 
 MARK = "[REDACTED]"
 
@@ -325,11 +326,11 @@ def env_secrets(environ: dict[str, str] | None = None) -> list[str]:
 
 
 @functools.lru_cache(maxsize=4)
-def _env_secrets_of_raw(raw: tuple) -> tuple[str, ...]:
+def _env_secrets_of_raw(raw: tuple[tuple[bytes, bytes], ...]) -> tuple[str, ...]:
     return _env_secrets(tuple((os.fsdecode(k), os.fsdecode(v)) for k, v in raw))
 
 
-def _env_secrets(items: tuple) -> tuple[str, ...]:
+def _env_secrets(items: tuple[tuple[str, str], ...]) -> tuple[str, ...]:
     found = {v.strip() for k, v in items if _ENV_NAME.search(k) and _env_secret_value(v.strip())}
     return tuple(sorted(found, key=len, reverse=True))
 
@@ -337,12 +338,12 @@ def _env_secrets(items: tuple) -> tuple[str, ...]:
 # ---------------------------------------------------------------- shapes
 
 
-def _keep_prefix(m: re.Match) -> str:
+def _keep_prefix(m: re.Match[str]) -> str:
     return m.group(1) + MARK
 
 
 _SCHEME = r"(?:bearer|basic|token|digest|negotiate)"
-_SHAPES: list[tuple[re.Pattern, Any]] = [
+_SHAPES: list[tuple[re.Pattern[str], Callable[[re.Match[str]], str]]] = [
     (
         re.compile(r"(-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----)[\s\S]*?(-----END [A-Z0-9 ]*PRIVATE KEY-----|\Z)"),
         lambda m: m.group(1) + MARK + m.group(2),
@@ -419,7 +420,7 @@ def _is_placeholder(s: str) -> bool:
     )
 
 
-def _assignment(m: re.Match) -> str:
+def _assignment(m: re.Match[str]) -> str:
     name, value, sep = m.group("name"), m.group("value"), m.group("sep")
     quoted_name = m.re is _ASSIGN and bool(m.group("q"))
     level = secrecy(name.rsplit(".", 1)[-1])  # token.tag = ...: an attribute of a token
@@ -453,7 +454,7 @@ def _redact_text(text: str, secrets: tuple[str, ...]) -> str:
     return _ASSIGN.sub(_assignment, text)
 
 
-def _walk(value: Any, secrets: tuple[str, ...]) -> Any:
+def _walk(value: JsonValue, secrets: tuple[str, ...]) -> JsonValue:
     if isinstance(value, str):
         return redact_text(value, secrets)
     if isinstance(value, dict):
@@ -463,7 +464,7 @@ def _walk(value: Any, secrets: tuple[str, ...]) -> Any:
     return value
 
 
-def _secret_entry(key: Any, value: Any) -> bool:
+def _secret_entry(key: object, value: object) -> bool:
     if not isinstance(key, str) or not value or value == MARK:
         return False
     level = secrecy(key)
@@ -472,11 +473,11 @@ def _secret_entry(key: Any, value: Any) -> bool:
     return level == SECRET and isinstance(value, (str, dict, list, tuple))
 
 
-def redact(value: Any, *, extra_secrets: Iterable[str] = ()) -> Any:
+def redact(value: JsonValue, *, extra_secrets: Iterable[str | None] = ()) -> JsonValue:
     """A copy of ``value`` (str, dict, list, tuple; other leaves as they are) with secrets redacted.
 
     ``extra_secrets`` are exact strings to remove too, e.g. a key read from a config file
-    (4+ characters; shorter ones would blank out ordinary text).
+    (4+ characters; shorter ones would blank out ordinary text; None, a key that is not set, is skipped).
     """
     extra = {s.strip() for s in extra_secrets if isinstance(s, str) and len(s.strip()) >= 4}
     secrets = tuple(sorted({*env_secrets(), *extra}, key=len, reverse=True)) if extra else tuple(env_secrets())

@@ -38,7 +38,9 @@ class Resolved:
         return (self.lexical,) if self.lexical == self.real else (self.lexical, self.real)
 
 
-def expand(path: str | os.PathLike, cwd: str | os.PathLike, home: str | os.PathLike | None = None) -> Path:
+def expand(
+    path: str | os.PathLike[str], cwd: str | os.PathLike[str], home: str | os.PathLike[str] | None = None
+) -> Path:
     """Absolute, ``~`` expanded, ``.``/``..`` folded without touching the file system."""
     text = os.fspath(path)
     if text == "~" or text.startswith("~/"):
@@ -46,7 +48,9 @@ def expand(path: str | os.PathLike, cwd: str | os.PathLike, home: str | os.PathL
     return Path(os.path.normpath(os.path.join(os.fspath(cwd), text)))
 
 
-def resolve(path: str | os.PathLike, cwd: str | os.PathLike, home: str | os.PathLike | None = None) -> Resolved:
+def resolve(
+    path: str | os.PathLike[str], cwd: str | os.PathLike[str], home: str | os.PathLike[str] | None = None
+) -> Resolved:
     text = os.fspath(path)
     if text == "~" or text.startswith("~/"):
         text = os.path.join(os.fspath(home) if home is not None else os.path.expanduser("~"), text[2:])
@@ -55,12 +59,12 @@ def resolve(path: str | os.PathLike, cwd: str | os.PathLike, home: str | os.Path
     return Resolved(Path(os.path.normpath(joined)), Path(os.path.realpath(joined)))
 
 
-def is_within(path: str | os.PathLike, root: str | os.PathLike) -> bool:
+def is_within(path: str | os.PathLike[str], root: str | os.PathLike[str]) -> bool:
     p, r = os.fspath(path), os.fspath(root).rstrip("/") or "/"
     return p == r or p.startswith(r if r == "/" else r + "/")
 
 
-def real_roots(roots: Iterable[str | os.PathLike]) -> list[Path]:
+def real_roots(roots: Iterable[str | os.PathLike[str]]) -> list[Path]:
     return [Path(os.path.realpath(os.fspath(r))) for r in roots]
 
 
@@ -96,7 +100,7 @@ def _open_child_dir(name: str, parent_fd: int, create: bool) -> int:
 
 
 def confined_write(
-    root_dirs: Sequence[str | os.PathLike], path: str | os.PathLike, data: bytes, *, make_parents: bool = True
+    root_dirs: Sequence[str | os.PathLike[str]], path: str | os.PathLike[str], data: bytes, *, make_parents: bool = True
 ) -> bool:
     """Write ``data`` to ``path`` atomically, never outside ``root_dirs``. Returns True if it existed.
 

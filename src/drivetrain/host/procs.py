@@ -91,7 +91,8 @@ def keep_environment_private() -> bool:
     dumps and same-user debuggers (py-spy, gdb then need root). Children are unaffected: exec resets it.
     False where it cannot be done (not Linux)."""
     try:
-        return ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
+        status: int = ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+        return status == 0
     except (OSError, AttributeError):
         return False
 

@@ -104,7 +104,7 @@ class Sandbox:
         self,
         workspace: Path,
         *,
-        extra_writable: Iterable[Path] = (),
+        extra_writable: Iterable[Path | str] = (),
         allow_network: bool = False,
         readonly_inside: Sequence[str] = PROTECTED,
     ):

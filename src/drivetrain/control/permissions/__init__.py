@@ -14,21 +14,25 @@ skip, ``grep -r``). Paths (resolution, confinement, ``confined_write``) are ``dr
 tools that write.
 """
 
+from drivetrain.home import drivetrain_home
 from drivetrain.host.paths import ConfinementError, Resolved, confined_write, is_within, resolve
 
 from .commands import Part, analyze_command
 from .policy import Decision, Policy
-from .rules import PathPattern, Rule, RuleError, SettingsError, parse_rule, split_tool_list
-from .settings import MODES, Settings, drivetrain_home, load_settings, load_settings_file, make_sandbox
-from .shell import ParsedShell, SimpleCommand, Word, decode_word, parse_shell
+from .rules import Behavior, PathPattern, Rule, RuleError, SettingsError, parse_rule, split_tool_list
+from .settings import MODES, PermissionMode, Settings, load_settings, load_settings_file, make_sandbox
+from .shell import ParsedShell, SimpleCommand, parse_shell
+from .words import Word, decode_word
 
 __all__ = [
     "MODES",
+    "Behavior",
     "ConfinementError",
     "Decision",
     "ParsedShell",
     "Part",
     "PathPattern",
+    "PermissionMode",
     "Policy",
     "Resolved",
     "Rule",

@@ -379,8 +379,7 @@ def sed_script_ok(script: str) -> bool:
     """Only printing, deleting, substituting and the like: no w/W/r/R/e, no s///e or s///w."""
     i, n = 0, len(script)
     while i < n:
-        m = _SED_RANGE.match(script, i)
-        i = m.end()
+        i = _match_end(_SED_RANGE, script, i)
         if i >= n:
             break
         c = script[i]
@@ -392,14 +391,12 @@ def sed_script_ok(script: str) -> bool:
             i = n if end < 0 else end
             continue
         if c in "pdqQ=lnNPDgGhHxz":
-            m = re.compile(r"[a-zA-Z=]\d*").match(script, i)
-            i = m.end()
+            i = _match_end(re.compile(r"[a-zA-Z=]\d*"), script, i)
         elif c in "aic":
             end = script.find("\n", i)
             i = n if end < 0 else end
         elif c in "btT:":
-            m = re.compile(r".[ \t]*[^;\n]*").match(script, i)
-            i = m.end()
+            i = _match_end(re.compile(r".[ \t]*[^;\n]*"), script, i)
         elif c in "sy":
             if i + 1 >= n or script[i + 1] in "\\\n" or script[i + 1].isalnum():
                 return False
@@ -408,14 +405,21 @@ def sed_script_ok(script: str) -> bool:
             if not m:
                 return False
             i = m.end()
-            flags = re.compile(r"[gpiImM0-9]*" if c == "s" else "").match(script, i)
-            i = flags.end()
+            i = _match_end(re.compile(r"[gpiImM0-9]*" if c == "s" else ""), script, i)  # the flags
         else:
             return False
         m = re.compile(r"\s*(?:[;\n}]|$)").match(script, i)
         if not m:
             return False
     return True
+
+
+def _match_end(pattern: re.Pattern[str], text: str, at: int) -> int:
+    """Where ``pattern``'s match at ``at`` ends: one that cannot fail (every part optional, or its first character
+    already seen)."""
+    m = pattern.match(text, at)
+    assert m is not None
+    return m.end()
 
 
 def sed_effects(words: list[Word]) -> Effects:
@@ -444,7 +448,7 @@ def sed_effects(words: list[Word]) -> Effects:
     if not scripts and args:
         scripts.append(args.pop(0))
     for i in scripts:
-        if words[i].value is not None and not sed_script_ok(words[i].value):
+        if (v := words[i].value) is not None and not sed_script_ok(v):
             fx.dangers.append((i, "the sed script writes files or runs commands (w, e, r…)"))
     joined = "\n".join(words[i].value or "" for i in scripts)
     if scripts and not fx.dangers and not sed_script_ok(joined):  # -e pieces are joined by newlines

@@ -17,15 +17,18 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 from drivetrain.host.paths import confining_root
 
 from .commands import Part, analyze_command, known_program, program_name
 from .decision import Decision, PolicyView, _by_rule, harmless, word_paths
-from .rules import Rule
+from .rules import Behavior, Rule
 from .search import covered_under
-from .shell import Word
+from .words import Word
+
+Cwds = list[Path] | None  # the folders a part may run in; None: not knowable (a cd to a run-time path)
 
 
 def _short(text: str, n: int = 80) -> str:
@@ -42,7 +45,7 @@ def _layers(p: Part, deny: bool = False) -> list[list[Word]]:
     out = list(p.layers)
     inner = p.words
     if deny and inner and inner[0].value and not known_program(inner[0].value):
-        out += [inner[k:] for k in range(1, len(inner)) if inner[k].value and not inner[k].value.startswith("-")]
+        out += [inner[k:] for k, w in enumerate(inner[1:], 1) if w.value and not w.value.startswith("-")]
     for layer in list(out):
         v = layer[0].value if layer else None
         if v and "/" in v:
@@ -50,9 +53,9 @@ def _layers(p: Part, deny: bool = False) -> list[list[Word]]:
     return out
 
 
-def _cwds(parts: list[Part], cwd: Path) -> list[list[Path] | None]:
+def _cwds(parts: list[Part], cwd: Path) -> list[Cwds]:
     """The directories each part may run in: a cd adds its target (it may fail, or be in a subshell)."""
-    cur: list[Path] | None = [cwd]
+    cur: Cwds = [cwd]
     out = []
     for p in parts:
         out.append(cur)
@@ -67,7 +70,7 @@ def _cwds(parts: list[Part], cwd: Path) -> list[list[Path] | None]:
     return out
 
 
-def _file_rule(policy: PolicyView, behavior: str, p: Part, cw, cwd: Path) -> Decision | None:
+def _file_rule(policy: PolicyView, behavior: Behavior, p: Part, cw: Cwds, cwd: Path) -> Decision | None:
     """A Read rule on a file the part reads (or may read: an unknown program's arguments, every file
     under a folder it reads whole), or a Write rule on a file it writes."""
     label = _short(p.text)
@@ -135,7 +138,7 @@ def decide_bash(policy: PolicyView, command: str, cwd: Path) -> Decision:
 
 
 def _deny_or_ask_rules(
-    policy: PolicyView, command: str, parts: list[Part], cwds, problems: list[str], cwd: Path
+    policy: PolicyView, command: str, parts: list[Part], cwds: list[Cwds], problems: list[str], cwd: Path
 ) -> Decision | None:
     """Steps 1 and 2: deny rules, then ask rules, on every part and every file a part touches."""
     unsure = None  # a folder too big to check against the Read rules: asked, unless something denies
@@ -144,7 +147,7 @@ def _deny_or_ask_rules(
             return _by_rule(behavior, rule, f"every Bash command: {behavior}")
         for p, cw in zip(parts, cwds, strict=True):
             layers = _layers(p, deny=behavior == "deny")
-            if rule := policy._first(behavior, "Bash", lambda r, ls=layers: any(r.match_words(x) for x in ls)):
+            if rule := policy._first(behavior, "Bash", _matches_any(layers)):
                 return _by_rule(behavior, rule, f"`{_short(p.text)}`: {behavior}")
             if d := _file_rule(policy, behavior, p, cw, cwd):
                 if d.behavior == behavior:
@@ -162,6 +165,10 @@ def _deny_or_ask_rules(
         if unsure:
             return unsure
     return None
+
+
+def _matches_any(layers: list[list[Word]]) -> Callable[[Rule], bool]:
+    return lambda r: any(r.match_words(x) for x in layers)
 
 
 def _mentions_protected(policy: PolicyView, text: str) -> bool:
@@ -185,7 +192,7 @@ def _allow_rule(policy: PolicyView, p: Part) -> tuple[Rule | None, str]:
     return None, blocked
 
 
-def _reads_inside(policy: PolicyView, p: Part, cw, cwd: Path) -> bool:
+def _reads_inside(policy: PolicyView, p: Part, cw: Cwds, cwd: Path) -> bool:
     roots = policy.roots(cwd)
     for w in p.fx.reads:
         if harmless(w, writes=False):
@@ -199,7 +206,7 @@ def _reads_inside(policy: PolicyView, p: Part, cw, cwd: Path) -> bool:
     return True
 
 
-def _part(policy: PolicyView, p: Part, cw, cwd: Path) -> Decision:
+def _part(policy: PolicyView, p: Part, cw: Cwds, cwd: Path) -> Decision:
     mode, msrc, label = policy.mode, f"mode:{policy.mode}", _short(p.text)
     writes = [w for w in p.fx.writes if not harmless(w, writes=True)]
     read_only = p.fx.readonly and not p.fx.dangers and not p.problems
@@ -230,7 +237,7 @@ def _part(policy: PolicyView, p: Part, cw, cwd: Path) -> Decision:
 
 
 def _gates(
-    policy: PolicyView, p: Part, cw, cwd: Path, rule: Rule | None, writes: list[Word], read_only: bool
+    policy: PolicyView, p: Part, cw: Cwds, cwd: Path, rule: Rule | None, writes: list[Word], read_only: bool
 ) -> Decision | None:
     """Before any allowance: the tool's own settings, dangerous assignments, sudo, plan, bypass, bare Bash."""
     mode, label = policy.mode, _short(p.text)
@@ -268,7 +275,7 @@ def _gates(
     return None
 
 
-def _bare_repository(policy: PolicyView, p: Part, cw, cwd: Path) -> Path | None:
+def _bare_repository(policy: PolicyView, p: Part, cw: Cwds, cwd: Path) -> Path | None:
     """A folder git would take for a bare repository (HEAD, objects/, refs/, no .git) on its way
     up from where it runs to the workspace root: files the agent may have written itself."""
     starts = [Path(os.path.realpath(c)) for c in cw or []]
@@ -286,7 +293,7 @@ def _bare_repository(policy: PolicyView, p: Part, cw, cwd: Path) -> Path | None:
     return None
 
 
-def _write_ok(policy: PolicyView, p: Part, w: Word, cw, cwd: Path, by_rule: bool) -> Decision | None:
+def _write_ok(policy: PolicyView, p: Part, w: Word, cw: Cwds, cwd: Path, by_rule: bool) -> Decision | None:
     label = _short(p.text)
     resolved = word_paths(w, cw, policy.home)
     if resolved is None:

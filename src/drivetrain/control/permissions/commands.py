@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 
 from .analyzers import ESCAPES, awk_effects, escape_effects, find_effects, git_effects, sed_effects
 from .programs import READONLY, WRITERS, Effects, _generic, writer_effects
-from .shell import ParsedShell, SimpleCommand, Word, dynamic, parse_shell
+from .shell import ParsedShell, SimpleCommand, parse_shell
+from .words import Word, dynamic
 
 SYSTEM_DIRS = {"/bin/", "/usr/bin/", "/usr/local/bin/", "/sbin/", "/usr/sbin/"}
 SHELLS = {"bash", "sh", "zsh", "dash"}
@@ -78,17 +79,17 @@ class Part:
 
 @dataclass(frozen=True)
 class Wrap:
-    bools: frozenset = frozenset()
-    values: frozenset = frozenset()
+    bools: frozenset[str] = frozenset()
+    values: frozenset[str] = frozenset()
     attached: str = "(?!)"  # options with their value attached
     skip: int = 0  # positional words before the command (timeout's DURATION)
-    no_cmd: frozenset = frozenset()  # options after which nothing is run (command -v)
+    no_cmd: frozenset[str] = frozenset()  # options after which nothing is run (command -v)
     assigns: bool = False  # NAME=VALUE words may come before the command
-    shell: frozenset = frozenset()  # options that pass the command through a shell
-    writes: frozenset = frozenset()  # value options naming a file written
+    shell: frozenset[str] = frozenset()  # options that pass the command through a shell
+    writes: frozenset[str] = frozenset()  # value options naming a file written
 
 
-def _fs(*a: str) -> frozenset:
+def _fs(*a: str) -> frozenset[str]:
     return frozenset(a)
 
 

@@ -15,30 +15,31 @@ from typing import Protocol
 
 from drivetrain.host.paths import HARMLESS_READS, HARMLESS_WRITES, Resolved, resolve
 
-from .rules import Rule
-from .shell import Word
+from .rules import Behavior, Rule
+from .settings import PermissionMode
+from .words import Word
 
 
 class PolicyView(Protocol):
     """What the Bash half of the policy and the search filter read of it."""
 
     home: Path
-    drivetrain_home: Path
-    mode: str
+    drivetrain_home: Path | None
+    mode: PermissionMode
     rules: list[Rule]
 
     def roots(self, cwd: Path) -> list[Path]: ...
 
     def protected(self, res: Resolved) -> bool: ...
 
-    def _first(self, behavior: str, tool: str, pred: Callable[[Rule], bool] = ...) -> Rule | None: ...
+    def _first(self, behavior: Behavior, tool: str, pred: Callable[[Rule], bool] = ...) -> Rule | None: ...
 
-    def _file_rule(self, behavior: str, tool: str, res: Resolved, cwd: Path) -> Rule | None: ...
+    def _file_rule(self, behavior: Behavior, tool: str, res: Resolved, cwd: Path) -> Rule | None: ...
 
 
 @dataclass(frozen=True)
 class Decision:
-    behavior: str  # "allow" | "ask" | "deny"
+    behavior: Behavior
     reason: str
     source: str  # the settings file or flag of the rule, "mode:<mode>", or "builtin"
     rule: str | None = None  # the rule's text, when a rule decided
@@ -49,7 +50,7 @@ class Decision:
         return self.behavior == "allow"
 
 
-def _by_rule(behavior: str, rule: Rule, reason: str) -> Decision:
+def _by_rule(behavior: Behavior, rule: Rule, reason: str) -> Decision:
     return Decision(behavior, f"{reason} (rule {rule.text} from {rule.source})", rule.source, rule.text)
 
 

@@ -7,6 +7,10 @@ an ERROR or MISSING node anywhere, means the command is not understood.
 from __future__ import annotations
 
 from functools import cache
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tree_sitter import Language, Node
 
 WORDS = {
     "word",
@@ -61,21 +65,21 @@ UNSUPPORTED = {
 
 
 @cache
-def _language():
+def _language() -> Language:
     import tree_sitter_bash
     from tree_sitter import Language
 
     return Language(tree_sitter_bash.language())
 
 
-def parse_tree(source: bytes):
+def parse_tree(source: bytes) -> Node:
     """The syntax tree's root node (the language is loaded once, on first use)."""
     from tree_sitter import Parser
 
     return Parser(_language()).parse(source).root_node
 
 
-def first_error(node):
+def first_error(node: Node) -> Node | None:
     stack = [node]
     while stack:
         n = stack.pop()
@@ -85,7 +89,7 @@ def first_error(node):
     return None
 
 
-def rightmost_command(node):
+def rightmost_command(node: Node) -> Node:
     """The simple command a redirection after ``a && b | c`` belongs to in bash (c)."""
     while node.type in ("pipeline", "list", "negated_command"):
         kids = [c for c in node.named_children if c.type != "comment"]

@@ -12,19 +12,21 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlparse
 
+from drivetrain.home import drivetrain_home
 from drivetrain.host.paths import Resolved, confining_root, expand, is_within, real_roots, resolve
+from drivetrain.jsontypes import JsonValue
+from drivetrain.tools.base import ToolContext
 
 from .bash_policy import decide_bash
 from .decision import Decision, _by_rule
-from .rules import Rule, parse_rule, split_tool_list
+from .rules import Behavior, Rule, parse_rule, split_tool_list
 from .search import SearchFilter
-from .settings import MODES, Settings, check_mode, drivetrain_home, load_settings
+from .settings import MODES, PermissionMode, Settings, check_mode, load_settings
 
 READ_TOOLS = ("Read", "Grep", "Glob")
 EDIT_TOOLS = ("Edit", "Write")
@@ -33,7 +35,7 @@ DELEGATING_TOOLS = ("Task",)  # a subagent's own calls pass this same policy, so
 
 @dataclass
 class Policy:
-    mode: str = "default"
+    mode: PermissionMode = "default"
     rules: list[Rule] = field(default_factory=list)
     additional_dirs: list[Path] = field(default_factory=list)
     interactive: bool = True  # False: every "ask" becomes "deny" (nobody is there to answer)
@@ -49,15 +51,15 @@ class Policy:
     @classmethod
     def load(
         cls,
-        project_dir: str | os.PathLike,
+        project_dir: str | os.PathLike[str],
         *,
         mode: str | None = None,
         allowed_tools: Iterable[str] = (),
         disallowed_tools: Iterable[str] = (),
-        add_dirs: Iterable[str | os.PathLike] = (),
+        add_dirs: Iterable[str | os.PathLike[str]] = (),
         interactive: bool = True,
         env: Mapping[str, str] | None = None,
-        home: str | os.PathLike | None = None,
+        home: str | os.PathLike[str] | None = None,
         settings: Settings | None = None,
     ) -> Policy:
         """Settings files (or ``settings`` already loaded from them) + ``--allowedTools``/``--disallowedTools``/
@@ -93,10 +95,12 @@ class Policy:
             self.rules.append(rule)
         return rule
 
-    def decide(self, tool_name: str, input: Mapping[str, Any], ctx: Any) -> Decision:
-        """``ctx`` is a ToolContext (anything with ``.cwd``) or the working directory itself."""
+    def decide(self, tool_name: str, input: JsonValue, ctx: ToolContext | str | os.PathLike[str]) -> Decision:
+        """``input`` is the tool's input (an object; anything else is taken as empty); ``ctx`` is the call's
+        ToolContext or the working directory itself."""
         cwd = Path(ctx if isinstance(ctx, (str, os.PathLike)) else ctx.cwd).absolute()
-        outputs = getattr(ctx, "outputs", None)  # this session's saved tool outputs (context.py)
+        # this session's saved tool outputs (context.py)
+        outputs = ctx.outputs if isinstance(ctx, ToolContext) else None
         d = self._decide(tool_name, input if isinstance(input, Mapping) else {}, cwd, outputs)
         if d.behavior == "ask" and not self.interactive:
             d = replace(d, behavior="deny", reason=d.reason + "; not interactive, so nobody can approve it")
@@ -106,11 +110,11 @@ class Policy:
         """The workspace: the working directory and the additional directories, symlinks resolved."""
         return real_roots([cwd, *self.additional_dirs])
 
-    def search_filter(self, cwd: str | os.PathLike) -> SearchFilter:
+    def search_filter(self, cwd: str | os.PathLike[str]) -> SearchFilter:
         """For Grep and Glob: the files a search of an allowed folder must skip (Read deny rules…)."""
         return SearchFilter(self, Path(cwd).absolute())
 
-    def _decide(self, tool: str, input: Mapping[str, Any], cwd: Path, outputs: Path | None = None) -> Decision:
+    def _decide(self, tool: str, input: Mapping[str, JsonValue], cwd: Path, outputs: Path | None = None) -> Decision:
         if tool in READ_TOOLS:
             key = "file_path" if tool == "Read" else "path"
             # an empty optional path means the default, as the tools take it
@@ -130,10 +134,10 @@ class Policy:
 
     # ------------------------------------------------------------ rules
 
-    def _first(self, behavior: str, tool: str, pred=lambda r: True) -> Rule | None:
+    def _first(self, behavior: Behavior, tool: str, pred: Callable[[Rule], bool] = lambda r: True) -> Rule | None:
         return next((r for r in self.rules if r.behavior == behavior and r.covers_tool(tool) and pred(r)), None)
 
-    def _file_rule(self, behavior: str, tool: str, res: Resolved, cwd: Path) -> Rule | None:
+    def _file_rule(self, behavior: Behavior, tool: str, res: Resolved, cwd: Path) -> Rule | None:
         # deny and ask match what the path says or where it leads; allow only where it leads
         views = res.views() if behavior != "allow" else (res.real,)
         return self._first(
@@ -148,7 +152,7 @@ class Policy:
     def protected(self, res: Resolved) -> bool:
         """The tool's own settings: .drivetrain/settings*.json anywhere, and everything in ~/.drivetrain."""
         for v in res.views():
-            if v.name == ".drivetrain" or is_within(v, self.drivetrain_home):
+            if v.name == ".drivetrain" or (self.drivetrain_home is not None and is_within(v, self.drivetrain_home)):
                 return True
             if v.parent.name == ".drivetrain" and re.fullmatch(r"settings.*\.json", v.name):
                 return True
@@ -156,7 +160,7 @@ class Policy:
 
     # ------------------------------------------------------------ file tools
 
-    def _file(self, tool: str, raw: Any, cwd: Path, edit: bool, outputs: Path | None = None) -> Decision:
+    def _file(self, tool: str, raw: JsonValue, cwd: Path, edit: bool, outputs: Path | None = None) -> Decision:
         if not isinstance(raw, str) or not raw:
             return Decision("deny", f"{tool} needs a path string", "builtin")
         res = resolve(raw, cwd, self.home)
@@ -185,8 +189,8 @@ class Policy:
             return Decision("allow", "acceptEdits allows edits inside the workspace", mode_src)
         return Decision("ask", f"{self.mode} mode asks before editing files", mode_src)
 
-    def _other(self, tool: str, input: Mapping[str, Any]) -> Decision:
-        host = None
+    def _other(self, tool: str, input: Mapping[str, JsonValue]) -> Decision:
+        host = ""
         if tool == "WebFetch":
             try:
                 host = (urlparse(str(input.get("url", ""))).hostname or "").lower()

@@ -10,11 +10,15 @@ in it is a command that runs.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from .grammar import STATEMENTS, WORDS
 from .words import Word, decode_word, expansion_problems, heredoc_substitution_spans
+
+if TYPE_CHECKING:
+    from tree_sitter import Node
 
 REDIRECTS = ("file_redirect", "heredoc_redirect", "herestring_redirect")
 
@@ -33,10 +37,41 @@ class Redirected(Protocol):
     redirects: list[Redirect]
 
 
-class Redirections:
-    """Mixed into the shell walker (``shell._Walker``), whose word, cover, span and problem it uses."""
+class WalkerParts(Protocol):
+    """What the redirections read and call of the shell walker (``shell._Walker``), which mixes them in."""
 
-    def redirect(self, node, cmd: Redirected) -> None:
+    src: str
+    home: str | None
+
+    def problem(self, msg: str) -> None: ...
+
+    def span(self, node: Node) -> tuple[int, int]: ...
+
+    def text(self, node: Node) -> str: ...
+
+    def cover(self, node_or_span: Node | tuple[int, int]) -> None: ...
+
+    def one_line(self, nodes: list[Node], node: Node) -> None: ...
+
+    def container(self, node: Node) -> None: ...
+
+    def statement(self, node: Node) -> None: ...
+
+    def comment(self, node: Node) -> None: ...
+
+    def word(self, node: Node) -> Word: ...
+
+    def word_text(self, node: Node) -> str: ...
+
+    def substitutions(self, node: Node) -> list[tuple[int, int]]: ...
+
+    def substituted(self, raw: str, spans: list[tuple[int, int, str]]) -> None: ...
+
+
+class Redirections(WalkerParts):
+    """Mixed into the shell walker (``shell._Walker``), which provides the ``WalkerParts`` it uses."""
+
+    def redirect(self, node: Node, cmd: Redirected) -> None:
         """Adds the redirection to ``cmd``; words the grammar hangs on a redirection (``> out extra``)
         are the command's own words, as bash reads them."""
         if node.type == "heredoc_redirect":
@@ -81,7 +116,7 @@ class Redirections:
                 cmd.redirects.append(Redirect(op, number, word))
         cmd.words.extend(self.word(t) for t in targets)
 
-    def heredoc(self, node, cmd: Redirected) -> None:
+    def heredoc(self, node: Node, cmd: Redirected) -> None:
         fd, op, start, body, end = None, "", None, None, None
         for child in node.children:
             kind = child.type
@@ -116,7 +151,7 @@ class Redirections:
         cmd.redirects.append(Redirect(op, number, None))
         self.heredoc_body(node, op, start, body, end)
 
-    def heredoc_body(self, node, op: str, start, body, end) -> None:
+    def heredoc_body(self, node: Node, op: str, start: Node, body: Node | None, end: Node) -> None:
         """Check the body ends where bash would end it, and look through what an unquoted one runs."""
         src = self.src
         raw = self.word_text(start)
@@ -137,7 +172,7 @@ class Redirections:
         end_a, _end_b = self.span(end)
         line_from = src.rfind("\n", 0, end_a) + 1
         line_to = src.find("\n", end_a) % (len(src) + 1)  # -1 (the last line) becomes len(src)
-        strip = (lambda s: s.lstrip("\t")) if op == "<<-" else (lambda s: s)
+        strip: Callable[[str], str] = (lambda s: s.lstrip("\t")) if op == "<<-" else (lambda s: s)
         lines = src[body_from:line_from].split("\n")[:-1]
         if strip(src[line_from:line_to]) != delim or any(strip(x) == delim for x in lines):
             self.problem(f"cannot tell where the here-document {delim!r} ends")

@@ -17,12 +17,15 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal, get_args
 
 from drivetrain.errors import ConfigError
 
-from .shell import Word, parse_shell
+from .shell import parse_shell
+from .words import Word
 
-BEHAVIORS = ("allow", "ask", "deny")
+Behavior = Literal["allow", "ask", "deny"]  # what a rule, a decision or a hook says of a tool use
+BEHAVIORS: tuple[Behavior, ...] = get_args(Behavior)
 PATH_TOOLS = {"Read": ("Read", "Grep", "Glob"), "Edit": ("Edit", "Write"), "Write": ("Write",)}
 _RULE = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_.-]*)\s*(?:\((.*)\))?\s*", re.DOTALL)
 
@@ -41,7 +44,7 @@ class RuleError(SettingsError):
 class PathPattern:
     text: str
     base: Path | None  # None: the working directory at decision time
-    regex: re.Pattern
+    regex: re.Pattern[str]
     glob: str = "**"  # the pattern below its base ("**/name" for a name without a slash)
 
     def may_match_under(self, folder: Path, cwd: Path) -> bool:
@@ -132,7 +135,7 @@ def parse_path_pattern(text: str, root: Path, home: Path) -> PathPattern:
 @dataclass(frozen=True)
 class Rule:
     text: str
-    behavior: str  # allow | ask | deny
+    behavior: Behavior
     source: str  # the settings file, or --allowedTools / --disallowedTools
     tool: str
     words: tuple[Word, ...] = ()  # Bash(...)
@@ -164,7 +167,7 @@ class Rule:
         )
 
 
-def parse_rule(text: str, behavior: str, source: str, root: Path, home: Path) -> Rule:
+def parse_rule(text: str, behavior: Behavior, source: str, root: Path, home: Path) -> Rule:
     if not isinstance(text, str):
         raise RuleError(source, repr(text), "a rule must be a string")
     m = _RULE.fullmatch(text)
@@ -234,7 +237,8 @@ def split_tool_list(values: Iterable[str], source: str) -> list[str]:
     """``--allowedTools "Bash(git log:*),Edit" Read`` → the rules, split at commas/spaces outside ()."""
     rules: list[str] = []
     for value in values:
-        depth, cur = 0, []
+        depth = 0
+        cur: list[str] = []
         for ch in value:
             if ch in ",\n\t " and depth == 0:
                 if "".join(cur).strip():

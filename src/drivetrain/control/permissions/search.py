@@ -16,12 +16,12 @@ from pathlib import Path
 from drivetrain.host.paths import Resolved, resolve
 
 from .decision import PolicyView
-from .rules import Rule
+from .rules import Behavior, Rule
 
 WALK_LIMIT = 20_000  # entries looked at under one folder before giving up (and asking)
 
 
-def rules_under(policy: PolicyView, behavior: str, folder: Resolved, cwd: Path) -> list[Rule]:
+def rules_under(policy: PolicyView, behavior: Behavior, folder: Resolved, cwd: Path) -> list[Rule]:
     """The Read rules of this behavior whose pattern could match a path inside ``folder``."""
     return [
         r
@@ -57,12 +57,14 @@ class SearchFilter:
         res = resolve(folder, self.cwd, self.policy.home)
         return bool(rules_under(self.policy, "deny", res, self.cwd) or rules_under(self.policy, "ask", res, self.cwd))
 
-    def _rule(self, behavior: str, res: Resolved) -> Rule | None:
+    def _rule(self, behavior: Behavior, res: Resolved) -> Rule | None:
         rule = self.policy._file_rule(behavior, "Read", res, self.cwd)
         return rule if rule is not None and not rule.bare else None
 
 
-def covered_under(policy: PolicyView, behavior: str, folder: Resolved, cwd: Path) -> tuple[Rule, Path] | str | None:
+def covered_under(
+    policy: PolicyView, behavior: Behavior, folder: Resolved, cwd: Path
+) -> tuple[Rule, Path] | str | None:
     """A path inside ``folder`` (symlinks not followed) that a Read rule of this behavior covers, with
     the rule; None if there is none; a message if the folder is too big to look through."""
     rules = rules_under(policy, behavior, folder, cwd)

@@ -22,13 +22,16 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal, get_args
 
 from drivetrain.home import drivetrain_home
 from drivetrain.host.sandbox import Sandbox
+from drivetrain.jsontypes import JsonObject
 
 from .rules import BEHAVIORS, Rule, RuleError, SettingsError, parse_rule
 
-MODES = ("default", "acceptEdits", "plan", "bypassPermissions")
+PermissionMode = Literal["default", "acceptEdits", "plan", "bypassPermissions"]
+MODES: tuple[PermissionMode, ...] = get_args(PermissionMode)
 PERMISSION_KEYS = (*BEHAVIORS, "additionalDirectories", "defaultMode")
 
 
@@ -36,9 +39,9 @@ PERMISSION_KEYS = (*BEHAVIORS, "additionalDirectories", "defaultMode")
 class Settings:
     rules: list[Rule] = field(default_factory=list)
     additional_dirs: list[Path] = field(default_factory=list)
-    default_mode: str | None = None
+    default_mode: PermissionMode | None = None
     files: list[Path] = field(default_factory=list)  # the files that were found and read
-    raw: list[tuple[Path, dict]] = field(default_factory=list)  # each file's whole JSON, in the order of files
+    raw: list[tuple[Path, JsonObject]] = field(default_factory=list)  # each file's whole JSON, in the order of files
     env_passthrough: list[str] = field(default_factory=list)  # shellEnvironment.passthrough, from every file
 
 
@@ -48,7 +51,7 @@ def settings_files(project_dir: Path, env: Mapping[str, str] | None = None, home
     return [d / "settings.local.json", d / "settings.json", drivetrain_home(env, home) / "settings.json"]
 
 
-def check_mode(mode: str, source: str) -> str:
+def check_mode(mode: str, source: str) -> PermissionMode:
     if mode not in MODES:
         raise SettingsError(f"Unknown permission mode {mode!r} in {source}; use one of: {', '.join(MODES)}")
     return mode
@@ -60,8 +63,10 @@ def load_settings_file(path: Path, home: Path) -> Settings | None:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return None
-    except (OSError, UnicodeDecodeError) as e:
-        raise SettingsError(f"Cannot read settings file {path}: {getattr(e, 'strerror', None) or e}") from None
+    except OSError as e:
+        raise SettingsError(f"Cannot read settings file {path}: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise SettingsError(f"Cannot read settings file {path}: {e}") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
@@ -97,7 +102,7 @@ def load_settings_file(path: Path, home: Path) -> Settings | None:
     return out
 
 
-def _passthrough(data: dict, path: Path) -> list[str]:
+def _passthrough(data: JsonObject, path: Path) -> list[str]:
     section = data.get("shellEnvironment", {})
     names = section.get("passthrough", []) if isinstance(section, dict) else None
     if (
@@ -109,7 +114,7 @@ def _passthrough(data: dict, path: Path) -> list[str]:
     return names
 
 
-def _string_list(perms: dict, key: str, path: Path) -> list[str]:
+def _string_list(perms: JsonObject, key: str, path: Path) -> list[str]:
     value = perms.get(key, [])
     if not isinstance(value, list):
         raise SettingsError(f"In {path}: permissions.{key} must be a list of strings, not {type(value).__name__}")
@@ -149,7 +154,7 @@ def make_sandbox(forced: bool, cwd: Path, extra_writable: Sequence[Path | str], 
     return sandbox
 
 
-def _sandbox_section(path: Path, data: dict) -> dict:
+def _sandbox_section(path: Path, data: JsonObject) -> JsonObject:
     section = data.get("sandbox", {})
     if not isinstance(section, dict):
         raise SettingsError(f'In {path}: "sandbox" must be an object like {{"enabled": true, "network": false}}')

@@ -16,10 +16,14 @@ from __future__ import annotations
 import itertools
 import re
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from .grammar import STATEMENTS, SUBSTITUTIONS, TOKENS, UNSUPPORTED, WORDS, first_error, parse_tree, rightmost_command
 from .redirects import REDIRECTS, Redirect, Redirections
 from .words import Word, decode_word, dynamic, parameter_problem, substitution_spans, unescape_backticks, word_end
+
+if TYPE_CHECKING:
+    from tree_sitter import Node
 
 # Control characters other than tab and newline (\r among them), and Unicode characters that
 # make the text a person approves look unlike what bash runs (line separators, bidi overrides).
@@ -85,7 +89,7 @@ class _Walker(Redirections):
         if msg not in self.result.problems:
             self.result.problems.append(msg)
 
-    def span(self, node) -> tuple[int, int]:
+    def span(self, node: Node) -> tuple[int, int]:
         if self.chars is None:
             return node.start_byte, node.end_byte
         c = self.chars
@@ -94,20 +98,20 @@ class _Walker(Redirections):
             c[node.end_byte] if node.end_byte < len(c) else len(self.src),
         )
 
-    def text(self, node) -> str:
+    def text(self, node: Node) -> str:
         a, b = self.span(node)
         return self.src[a:b]
 
-    def cover(self, node_or_span) -> None:
+    def cover(self, node_or_span: Node | tuple[int, int]) -> None:
         self.covered.append(node_or_span if isinstance(node_or_span, tuple) else self.span(node_or_span))
 
-    def token(self, node, allowed: set[str] | tuple[str, ...], where: str) -> None:
+    def token(self, node: Node, allowed: set[str] | tuple[str, ...], where: str) -> None:
         if node.type in allowed:
             self.cover(node)
         else:
             self.problem(f"unexpected {self.text(node)[:20]!r} in {where.replace('_', ' ')}")
 
-    def one_line(self, nodes: list, node) -> None:
+    def one_line(self, nodes: list[Node], node: Node) -> None:
         """The parts of one simple command (or redirection) are separated by blanks only: a newline
         between them ends the command in bash, whatever the grammar made of it (``echo != =~⏎rm``)."""
         for prev, nxt in itertools.pairwise(nodes):
@@ -115,7 +119,7 @@ class _Walker(Redirections):
                 self.problem(f"cannot tell where the command ends: {self.text(node)[:60]!r}")
                 return
 
-    def walk_all(self, root) -> None:
+    def walk_all(self, root: Node) -> None:
         if root.has_error:
             bad = first_error(root)
             at = self.text(bad)[:40] if bad is not None else ""
@@ -127,7 +131,7 @@ class _Walker(Redirections):
 
     # ------------------------------------------------------------ statements
 
-    def container(self, node) -> None:
+    def container(self, node: Node) -> None:
         """program, subshell, { … }, do … done, if, while, &&/||, |, !: statements and their operators."""
         allowed = TOKENS.get(node.type, set())
         for child in node.children:
@@ -142,7 +146,7 @@ class _Walker(Redirections):
             else:
                 self.problem(f"unsupported shell construct: {child.type.replace('_', ' ')}")
 
-    def statement(self, node) -> None:
+    def statement(self, node: Node) -> None:
         kind = node.type
         if kind == "command":
             self.command(node)
@@ -175,7 +179,7 @@ class _Walker(Redirections):
         else:
             self.container(node)
 
-    def salvage(self, node) -> None:
+    def salvage(self, node: Node) -> None:
         """In a construct that is not understood, still find the commands inside (for deny rules)."""
         for child in node.named_children:
             if child.type in STATEMENTS:
@@ -183,7 +187,7 @@ class _Walker(Redirections):
             elif child.type in ("do_group", "compound_statement", "case_item", "subshell"):
                 self.salvage(child)
 
-    def for_loop(self, node) -> None:
+    def for_loop(self, node: Node) -> None:
         if node.children and node.children[0].type == "select":
             self.problem("a select loop")
         var = node.child_by_field_name("variable")
@@ -209,7 +213,7 @@ class _Walker(Redirections):
             else:
                 self.problem(f"unsupported shell construct in a for loop: {child.type}")
 
-    def command(self, node) -> SimpleCommand:
+    def command(self, node: Node) -> SimpleCommand:
         cmd = SimpleCommand([], [], [], self.text(node))
         named = False
         for child in node.children:
@@ -230,7 +234,7 @@ class _Walker(Redirections):
         self.made[node.id] = cmd
         return cmd
 
-    def flat(self, node, where: str) -> None:
+    def flat(self, node: Node, where: str) -> None:
         """declare/export/local/unset and ``[ … ]``, as one simple command of blank-separated words
         (each checked to be one word by bash's rules)."""
         cmd = SimpleCommand([], [], [], self.text(node))
@@ -254,7 +258,7 @@ class _Walker(Redirections):
         self.one_line(pieces, node)
         self.result.commands.append(cmd)
 
-    def redirected(self, node) -> None:
+    def redirected(self, node: Node) -> None:
         body = node.child_by_field_name("body")
         if body is not None:
             self.statement(body)
@@ -279,7 +283,7 @@ class _Walker(Redirections):
         if target is None and (cmd.redirects or cmd.words):
             self.result.commands.append(cmd)
 
-    def lost_words(self, before, after, cmd: SimpleCommand) -> None:
+    def lost_words(self, before: Node, after: Node, cmd: SimpleCommand) -> None:
         """Between a command and its redirections only blanks, or plain words the grammar dropped
         (it loses the ``-`` of ``python3 - <<'PY'``): those are read by bash's rules and kept."""
         a, b = self.span(before)[1], self.span(after)[0]
@@ -295,7 +299,7 @@ class _Walker(Redirections):
 
     # ------------------------------------------------------------ words
 
-    def word_text(self, node) -> str:
+    def word_text(self, node: Node) -> str:
         """The node's text, once bash's own rules agree that it is exactly one word."""
         a, b = self.span(node)
         self.cover((a, b))
@@ -303,7 +307,7 @@ class _Walker(Redirections):
             self.problem(f"cannot tell where the word {self.src[a:b][:40]!r} ends")
         return self.src[a:b]
 
-    def substitutions(self, node) -> list[tuple[int, int]]:
+    def substitutions(self, node: Node) -> list[tuple[int, int]]:
         """The outermost $(…), `…`, <(…) and >(…) the grammar found under ``node``."""
         found, stack = [], [node]
         while stack:
@@ -323,7 +327,7 @@ class _Walker(Redirections):
             for p in inner.problems:
                 self.problem(f"in {raw[start:end][:40]}: {p}")
 
-    def word(self, node) -> Word:
+    def word(self, node: Node) -> Word:
         """Decode a word node, and parse the commands substituted into it.
 
         The substitutions are found twice, by the grammar and by our own scanner of bash's quoting
@@ -341,13 +345,13 @@ class _Walker(Redirections):
         self.substituted(raw, mine or [])
         return decode_word(raw, self.home)
 
-    def assignment(self, node) -> tuple[str, Word]:
+    def assignment(self, node: Node) -> tuple[str, Word]:
         raw = self.text(node)
         self.word(node)  # the whole NAME=value is one word; walk substitutions in the value
         name, _, value = raw.partition("=")
         return name.rstrip("+"), decode_word(value, self.home)
 
-    def comment(self, node) -> None:
+    def comment(self, node: Node) -> None:
         """bash starts a comment only at the start of a word."""
         a, b = self.span(node)
         if a and self.src[a - 1] not in " \t\n;&|()":

@@ -114,7 +114,7 @@ def decode_word(raw: str, home: str | None = None) -> Word:
 
 
 def _double_quoted(raw: str, i: int) -> tuple[str, int, str]:
-    out = []
+    out: list[str] = []
     while i < len(raw):
         c = raw[i]
         if c == '"':
@@ -132,7 +132,7 @@ def _double_quoted(raw: str, i: int) -> tuple[str, int, str]:
 
 
 def _ansi_c(raw: str, i: int) -> tuple[str, int, str]:
-    out = []
+    out: list[str] = []
     while i < len(raw):
         c = raw[i]
         if c == "'":
@@ -147,6 +147,7 @@ def _ansi_c(raw: str, i: int) -> tuple[str, int, str]:
             out.append(_ANSI_SIMPLE[e])
         elif e in "01234567":
             m = re.match(r"[0-7]{0,2}", raw[i:])
+            assert m is not None  # it matches the empty string
             out.append(chr(int(e + m.group(), 8) & 0xFF))
             i += m.end()
         elif e in "xuU":
@@ -404,6 +405,7 @@ def parameter_problem(raw: str) -> str | None:
     for m in re.finditer(r"\$\{", raw):
         body = raw[m.end() :]
         head = re.match(r"([#!]?)([A-Za-z_][A-Za-z0-9_]*|[0-9]+|[@*#?$!-])?(.?)(.?)", body)
+        assert head is not None  # every part is optional
         bang, name, op, op2 = head.groups()
         if bang == "!" and name:
             return f"${{!{name}…}} expands a name held in a variable"
