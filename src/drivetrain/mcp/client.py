@@ -13,14 +13,15 @@ import asyncio
 import base64
 import json
 import os
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import httpx2
 import mcp_types
 from mcp import Client, MCPError, StdioServerParameters
+from mcp.client import Transport
 from mcp.client.sse import sse_client
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
@@ -28,8 +29,12 @@ from mcp.client.streamable_http import streamable_http_client
 from drivetrain.errors import ConfigError
 from drivetrain.home import drivetrain_home, safe_name
 from drivetrain.host.procs import watch_group
+from drivetrain.jsontypes import JsonObject
 from drivetrain.mcp.config import ServerSpec
 from drivetrain.tools.base import ToolContext, ToolResult
+
+if TYPE_CHECKING:
+    from mcp.client._transport import TransportStreams  # what a transport yields: the SDK names it only here
 
 START_TIMEOUT_S = 30.0  # MCP_TIMEOUT, in ms as Claude Code reads it
 TOOL_TIMEOUT_S = 60.0  # MCP_TOOL_TIMEOUT, in ms
@@ -65,14 +70,14 @@ class Connection:
         self.failed = ""  # why it cannot be used (empty while it can)
         self.restarts = 0
         self._client: Client | None = None
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
         self._closing = asyncio.Event()
         self._lock = asyncio.Lock()  # one restart at a time, however many calls find it down
 
     async def start(self) -> bool:
         """Connect and list the tools, within the start timeout. False (with ``failed`` set) if it could not."""
         self._closing = asyncio.Event()
-        ready: asyncio.Future = asyncio.get_running_loop().create_future()
+        ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         ready.add_done_callback(lambda f: f.cancelled() or f.exception())  # a failure after the timeout is not news
         self._task = asyncio.create_task(self._hold(ready), name=f"mcp:{self.spec.name}")
         try:
@@ -87,7 +92,7 @@ class Connection:
         self.note(f"{self.failed}; its tools are not available.{self._log_hint()}")
         return False
 
-    async def _hold(self, ready: asyncio.Future) -> None:
+    async def _hold(self, ready: asyncio.Future[None]) -> None:
         try:
             async with Client(
                 self._target(), client_info=mcp_types.Implementation(name="drivetrain", version="0.1")
@@ -107,7 +112,7 @@ class Connection:
         finally:
             self._client = None
 
-    def _target(self) -> Any:
+    def _target(self) -> Transport:
         s = self.spec.expanded()
         if s.transport == "stdio":
             return _stdio(
@@ -124,7 +129,7 @@ class Connection:
     def _log_hint(self) -> str:
         return f" Its stderr is in {self._log_path()}." if self.spec.transport == "stdio" else ""
 
-    async def call(self, tool: str, arguments: dict) -> mcp_types.CallToolResult:
+    async def call(self, tool: str, arguments: JsonObject) -> mcp_types.CallToolResult:
         """The server's answer; ``ServerFailed`` when it is down, crashed or too slow (the message says which)."""
         client = await self._ready()
         try:
@@ -161,8 +166,9 @@ class Connection:
 
     async def _ready(self) -> Client:
         async with self._lock:
-            if self._client is not None:
-                return self._client
+            client = self._client
+            if client is not None:
+                return client
             if self.failed and (self.spec.transport != "stdio" or self.restarts >= RESTARTS or not self.tools):
                 raise ServerFailed(f"{self.failed}; it is not available in this run.")
             self.restarts += 1
@@ -188,7 +194,7 @@ class Connection:
 
 
 @asynccontextmanager
-async def _stdio(params: StdioServerParameters, log_path: Path):
+async def _stdio(params: StdioServerParameters, log_path: Path) -> AsyncIterator[TransportStreams]:
     """The SDK's stdio transport, the server's stderr kept in a log file instead of drawn over the terminal."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "a", encoding="utf-8") as errlog:
@@ -197,7 +203,7 @@ async def _stdio(params: StdioServerParameters, log_path: Path):
 
 
 @asynccontextmanager
-async def _http(url: str, headers: dict[str, str]):
+async def _http(url: str, headers: dict[str, str]) -> AsyncIterator[TransportStreams]:
     """The SDK's streamable HTTP transport with the configured headers (its own HTTP client, closed with it)."""
     async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=300)) as http:
         async with streamable_http_client(url, http_client=http) as streams:
@@ -205,7 +211,8 @@ async def _http(url: str, headers: dict[str, str]):
 
 
 async def _list_all(client: Client) -> list[mcp_types.Tool]:
-    tools, cursor = [], None
+    tools: list[mcp_types.Tool] = []
+    cursor: str | None = None
     while True:
         page = await client.list_tools(cursor=cursor)
         tools += page.tools
@@ -249,7 +256,7 @@ class McpTool:
         self.description = tool.description or tool.title or tool.name
         self.input_schema = dict(tool.input_schema or {"type": "object", "properties": {}})
 
-    async def call(self, input: dict, ctx: ToolContext) -> ToolResult:
+    async def call(self, input: JsonObject, ctx: ToolContext) -> ToolResult:
         try:
             result = await self.connection.call(self.remote, input)
         except ServerFailed as e:
@@ -263,10 +270,10 @@ class McpTool:
         return ToolResult(content, is_error=bool(result.is_error))
 
 
-def result_content(result: mcp_types.CallToolResult) -> str | list[dict]:
+def result_content(result: mcp_types.CallToolResult) -> str | list[JsonObject]:
     """MCP content as tool_result content: text blocks joined as text (so output caps apply), images as image
     blocks, resources by their text or link, structured content as JSON when nothing else was sent."""
-    blocks: list[dict] = []
+    blocks: list[JsonObject] = []
     for c in result.content:
         if isinstance(c, mcp_types.TextContent):
             blocks.append({"type": "text", "text": c.text})
@@ -275,7 +282,7 @@ def result_content(result: mcp_types.CallToolResult) -> str | list[dict]:
             blocks.append({"type": "image", "source": {"type": "base64", "media_type": c.mime_type, "data": c.data}})
         elif isinstance(c, mcp_types.EmbeddedResource):
             r = c.resource
-            text = getattr(r, "text", None)
+            text = r.text if isinstance(r, mcp_types.TextResourceContents) else None
             blocks.append(
                 {
                     "type": "text",
@@ -285,7 +292,7 @@ def result_content(result: mcp_types.CallToolResult) -> str | list[dict]:
         elif isinstance(c, mcp_types.ResourceLink):
             blocks.append({"type": "text", "text": f"[resource {c.uri}: {c.name}]"})
         else:
-            blocks.append({"type": "text", "text": f"[{getattr(c, 'type', type(c).__name__)} content, not shown]"})
+            blocks.append({"type": "text", "text": f"[{c.type} content, not shown]"})
     if not blocks and result.structured_content is not None:
         return json.dumps(result.structured_content, ensure_ascii=False)
     if all(b["type"] == "text" for b in blocks):

@@ -19,16 +19,20 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 from drivetrain.errors import ConfigError
 from drivetrain.home import drivetrain_home
+from drivetrain.jsontypes import JsonObject
 
-Scope = Literal["flag", "local", "project", "user"]
-TRANSPORTS = ("stdio", "http", "sse")
+FileScope = Literal["local", "project", "user"]  # the scopes kept in a file (``mcp add --scope``)
+Scope = Literal["flag", FileScope]
+SCOPES: tuple[FileScope, ...] = get_args(FileScope)
+TransportType = Literal["stdio", "http", "sse"]  # a server's "type"
+TRANSPORTS: tuple[TransportType, ...] = get_args(TransportType)
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-(.*?))?\}")
 
 
@@ -37,7 +41,7 @@ class ServerSpec:
     """One server as configured (before ``${VAR}`` expansion)."""
 
     name: str
-    transport: str  # stdio | http | sse
+    transport: TransportType
     scope: Scope
     source: str  # the file (or flag) it came from
     command: str = ""
@@ -53,7 +57,7 @@ class ServerSpec:
         env = " ".join(f"{k}={v}" for k, v in self.env.items())
         return " ".join(filter(None, [env, _quote(self.command), *map(_quote, self.args)]))
 
-    def to_json(self) -> dict:
+    def to_json(self) -> JsonObject:
         if self.transport == "stdio":
             return {"type": "stdio", "command": self.command, "args": list(self.args), "env": dict(self.env)}
         return {"type": self.transport, "url": self.url, "headers": dict(self.headers)}
@@ -63,11 +67,12 @@ class ServerSpec:
         env = os.environ if environ is None else environ
 
         def sub(text: str) -> str:
-            def one(m: re.Match) -> str:
+            def one(m: re.Match[str]) -> str:
+                default: str | None = m.group(2)
                 if m.group(1) in env:
                     return env[m.group(1)]
-                if m.group(2) is not None:
-                    return m.group(2)
+                if default is not None:
+                    return default
                 raise ConfigError(
                     f"MCP server {self.name!r} ({self.source}) uses ${{{m.group(1)}}}, which is not "
                     f"set: set it, or write ${{{m.group(1)}:-default}}"
@@ -160,7 +165,7 @@ def _json(text: str, source: str) -> object:
         raise ConfigError(f"{source} is not valid JSON: {e.msg} at line {e.lineno}, column {e.colno}") from None
 
 
-def read_json(path: Path) -> dict:
+def read_json(path: Path) -> JsonObject:
     try:
         data = _json(path.read_text(encoding="utf-8"), str(path))
     except FileNotFoundError:
@@ -172,7 +177,7 @@ def read_json(path: Path) -> dict:
     return data
 
 
-def scope_file(scope: str, cwd: Path) -> Path:
+def scope_file(scope: FileScope, cwd: Path) -> Path:
     """Where a scope's servers are kept (``drivetrain mcp add --scope``)."""
     return {
         "local": cwd / ".drivetrain" / "settings.local.json",
@@ -189,7 +194,7 @@ class Configured:
     unapproved: list[ServerSpec]  # from .mcp.json, neither approved nor refused yet
 
 
-def configured(cwd: Path, flags: list[str] = (), strict: bool = False) -> Configured:
+def configured(cwd: Path, flags: Sequence[str] = (), strict: bool = False) -> Configured:
     """Every server for a run in ``cwd``, highest precedence first; raises ConfigError on a malformed entry."""
     found: list[ServerSpec] = [s for value in flags for s in from_flag(value)]
     unapproved: list[ServerSpec] = []
@@ -210,7 +215,7 @@ def configured(cwd: Path, flags: list[str] = (), strict: bool = False) -> Config
     return Configured(list(servers.values()), [s for s in unapproved if s.name not in servers])
 
 
-def project_verdict(name: str, settings: tuple[dict, ...]) -> bool | None:
+def project_verdict(name: str, settings: tuple[JsonObject, ...]) -> bool | None:
     """Approved (True), refused (False) or not decided (None), by the person's own settings."""
     if any(name in _names(data, "disabledMcpjsonServers") for data in settings):
         return False
@@ -222,7 +227,7 @@ def project_verdict(name: str, settings: tuple[dict, ...]) -> bool | None:
     return None
 
 
-def _names(data: dict, key: str) -> list[str]:
+def _names(data: JsonObject, key: str) -> list[str]:
     names = data.get(key, [])
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
         raise ConfigError(f'"{key}" in the settings must be a list of server names, like ["calc"]')
@@ -238,7 +243,7 @@ def remember_approval(cwd: Path, name: str, approved: bool) -> None:
     write_json(path, data)
 
 
-def write_json(path: Path, data: dict) -> None:
+def write_json(path: Path, data: JsonObject) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")

@@ -6,11 +6,12 @@ import asyncio
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from drivetrain.mcp.config import ServerSpec
 
 if TYPE_CHECKING:
+    from drivetrain.control.permissions import Policy
     from drivetrain.mcp.client import Connection, McpTool
 
 
@@ -34,7 +35,7 @@ class McpServers:
     async def start(self) -> None:
         await asyncio.gather(*(c.start() for c in self.connections))
 
-    def tools(self, policy: Any = None) -> list[McpTool]:
+    def tools(self, policy: Policy | None = None) -> list[McpTool]:
         """Every tool of every started server, less those a deny rule forbids whatever the input (not offered:
         the model need not learn of them). A call to one is still decided by the policy like any call."""
         if not self.connections:
@@ -53,10 +54,10 @@ class McpServers:
         await self.start()
         return self
 
-    async def __aexit__(self, *exc: Any) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
 
-def _denied_by_rule(policy: Any, name: str, cwd: Path) -> bool:
+def _denied_by_rule(policy: Policy, name: str, cwd: Path) -> bool:
     decision = policy.decide(name, {}, cwd)
     return decision.behavior == "deny" and decision.rule is not None

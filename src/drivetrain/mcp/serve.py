@@ -16,14 +16,16 @@ from dataclasses import replace
 from pathlib import Path
 
 import mcp_types
+from mcp.server import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 
 from drivetrain.control.approval import Allow, Deny
 from drivetrain.control.gate import Gate
 from drivetrain.control.hooks import Hooks
-from drivetrain.control.permissions import Policy, load_settings, make_sandbox
+from drivetrain.control.permissions import MODES, Policy, load_settings, make_sandbox
 from drivetrain.host.procs import keep_environment_private
+from drivetrain.jsontypes import JsonObject
 from drivetrain.loop.events import PermissionDecided, ToolFinished, ToolStarted
 from drivetrain.messages import ToolResultBlock, ToolUseBlock
 from drivetrain.sessions.audit import AuditLog
@@ -36,7 +38,7 @@ from drivetrain.tools.base import Tool, ToolContext, ToolResult
 def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--permission-mode",
-        choices=("default", "acceptEdits", "plan", "bypassPermissions"),
+        choices=MODES,
         default=None,
         help="default: the settings files' defaultMode, else default",
     )
@@ -96,14 +98,14 @@ class ToolServer:
             for t in self.tools.values()
         ]
 
-    async def call(self, name: str, arguments: dict) -> mcp_types.CallToolResult:
+    async def call(self, name: str, arguments: JsonObject) -> mcp_types.CallToolResult:
         call = ToolUseBlock(f"mcp_{uuid.uuid4().hex[:16]}", name, arguments)
         payload = {"session_id": self.session_id, "cwd": str(self.context.cwd), "hook_event_name": "PreToolUse"}
         verdict = await self.gate.decide(call, self.tools, self.context, payload, lambda event, outcome: None)
-        if not isinstance(verdict, Allow):
-            message = verdict.message if isinstance(verdict, Deny) else "Not run: it needs an approval."
-            self.audit.observe(PermissionDecided(call, "deny", getattr(verdict, "by", "harness"), message))
-            return _answer(ToolResult(message, is_error=True))
+        if not isinstance(verdict, Allow):  # a Defer is a denial too: nobody is here to approve it later
+            deny = verdict if isinstance(verdict, Deny) else Deny("Not run: it needs an approval.", by="harness")
+            self.audit.observe(PermissionDecided(call, "deny", deny.by, deny.message))
+            return _answer(ToolResult(deny.message, is_error=True))
         self.audit.observe(PermissionDecided(call, "allow", verdict.by, verdict.reason))
         tool_input = verdict.updated_input if verdict.updated_input is not None else arguments
         self.audit.observe(ToolStarted(call, tool_input, verdict.by))
@@ -124,8 +126,10 @@ class ToolServer:
 
 
 def _answer(result: ToolResult) -> mcp_types.CallToolResult:
-    blocks = [{"type": "text", "text": result.content}] if isinstance(result.content, str) else result.content
-    content: list = []
+    blocks: list[JsonObject] = (
+        [{"type": "text", "text": result.content}] if isinstance(result.content, str) else result.content
+    )
+    content: list[mcp_types.ContentBlock] = []
     for b in blocks:
         if b.get("type") == "image":
             content.append(
@@ -145,10 +149,12 @@ async def serve(args: argparse.Namespace) -> int:
         flush=True,
     )
 
-    async def list_tools(ctx, params) -> mcp_types.ListToolsResult:
+    async def list_tools(
+        ctx: ServerRequestContext, params: mcp_types.PaginatedRequestParams | None
+    ) -> mcp_types.ListToolsResult:
         return mcp_types.ListToolsResult(tools=tools.listing())
 
-    async def call_tool(ctx, params: mcp_types.CallToolRequestParams) -> mcp_types.CallToolResult:
+    async def call_tool(ctx: ServerRequestContext, params: mcp_types.CallToolRequestParams) -> mcp_types.CallToolResult:
         return await tools.call(params.name, dict(params.arguments or {}))
 
     server = Server("drivetrain", on_list_tools=list_tools, on_call_tool=call_tool)

@@ -10,42 +10,60 @@ from __future__ import annotations
 import asyncio
 import json
 import traceback
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from abc import ABC, abstractmethod
+from collections.abc import AsyncGenerator, Callable, Mapping
+from typing import TYPE_CHECKING, TypeAlias
 
 from starlette.requests import Request
 from starlette.responses import Response
 
+from drivetrain.jsontypes import JsonObject, JsonValue
 from drivetrain.models.base import ModelResponse
 from drivetrain.models.http import httpx, root_cause
-from drivetrain.serve.calls import ClientGone, EventStream, ModelCall, first_item, unless_disconnected, until_disconnect
+from drivetrain.serve.calls import (
+    ClientGone,
+    EventStream,
+    ModelCall,
+    RequestFields,
+    first_item,
+    unless_disconnected,
+    until_disconnect,
+)
 from drivetrain.serve.errors import HTTPError, model_failure
-from drivetrain.serve.passthrough import json_usage, relay
+from drivetrain.serve.observe import Usage
+from drivetrain.serve.passthrough import Upstream, UpstreamResponse, json_usage, relay
 
 if TYPE_CHECKING:
     from drivetrain.serve.state import ServeState
 
+Answer: TypeAlias = "Response | EventStream"  # what a route returns: an ASGI app that sends the answer
 
-class StreamWriter:
+
+class StreamWriter(ABC):
     """One API's SSE dialect: the frames that open the stream, carry text, keep it alive, end it, or fail it."""
 
     keepalive_frame = b""
     upstream_start = b""  # the upstream's opening frame, dropped when open() already sent one of ours
 
+    @abstractmethod
     def open(self) -> bytes: ...
+    @abstractmethod
     def text(self, piece: str) -> bytes: ...
+    @abstractmethod
     def finish(self, response: ModelResponse, streamed: str) -> bytes: ...
+    @abstractmethod
     def error(self, e: HTTPError) -> bytes: ...
 
 
-async def read_json(request: Request, max_body: int) -> Any:
+async def read_json(request: Request, max_body: int) -> JsonValue:
     if "json" not in (request.headers.get("content-type") or "").lower():
         # also keeps web pages out: a browser cannot send application/json cross-site without asking first
         raise HTTPError(415, "Content-Type must be application/json")
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > max_body:
         raise _too_large(max_body)
-    parts, size = [], 0
+    parts: list[bytes] = []
+    size = 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > max_body:
@@ -62,7 +80,7 @@ def _too_large(max_body: int) -> HTTPError:
     return HTTPError(413, f"request body is larger than {max_body} bytes", headers={"connection": "close"})
 
 
-def json_response(obj: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+def json_response(obj: JsonValue, status: int = 200, headers: dict[str, str] | None = None) -> Response:
     return Response(json.dumps(obj).encode(), status, headers, media_type="application/json")
 
 
@@ -70,12 +88,17 @@ def json_response(obj: Any, status: int = 200, headers: dict[str, str] | None = 
 
 
 async def from_model(
-    request: Request, state: ServeState, fields: dict, stream: bool, writer: StreamWriter | None, to_json
-) -> Response | EventStream:
+    request: Request,
+    state: ServeState,
+    fields: RequestFields,
+    stream: bool,
+    writer: StreamWriter,
+    to_json: Callable[[ModelResponse], JsonObject],
+) -> Answer:
     if not state.admission.try_acquire():
         await unless_disconnected(request.receive, state.admission.acquire())
     call = ModelCall(state.model, state.admission, fields, stream)
-    usage = request.scope["drivetrain.usage"]
+    usage: Usage = request.scope["drivetrain.usage"]
     if not stream:
         try:
             response = await unless_disconnected(request.receive, call.task)
@@ -94,7 +117,9 @@ async def from_model(
     return EventStream(_relay_call(state, call, writer, first, usage))
 
 
-async def _relay_call(state: ServeState, call: ModelCall, writer: StreamWriter, first, usage) -> AsyncIterator[bytes]:
+async def _relay_call(
+    state: ServeState, call: ModelCall, writer: StreamWriter, first: str | ModelResponse | None, usage: Usage
+) -> AsyncGenerator[bytes, None]:
     streamed: list[str] = []
     item = first
     try:
@@ -131,19 +156,26 @@ def _failed(state: ServeState, e: BaseException) -> HTTPError:
 
 
 async def forwarded(
-    request: Request, state: ServeState, body: dict, stream: bool, writer: StreamWriter | None, path_suffix: str = ""
-) -> Response | EventStream:
-    upstream, usage = state.upstream, request.scope["drivetrain.usage"]
+    request: Request,
+    state: ServeState,
+    upstream: Upstream,
+    body: JsonObject,
+    writer: StreamWriter | None,
+    path_suffix: str = "",
+) -> Answer:
+    """``body`` sent to ``upstream``; the answer streamed in ``writer``'s dialect, or in one piece if None."""
+    usage: Usage = request.scope["drivetrain.usage"]
     if not state.admission.try_acquire():
         await unless_disconnected(request.receive, state.admission.acquire())
-    if not stream:
+    if writer is None:
         work = asyncio.ensure_future(_post_and_read(upstream, body, request.headers, path_suffix))
         state.admission.release_when_done(work)
         status, ctype, raw = await unless_disconnected(request.receive, work)
         json_usage(raw, usage)
         return Response(raw, status, media_type=ctype)
     sending = asyncio.ensure_future(upstream.post(body, request.headers, path_suffix))
-    ended = asyncio.get_running_loop().create_future()  # the slot is held until the stream ends, however it ends
+    # the slot is held until the stream ends, however it ends
+    ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
     state.admission.release_when_done(ended)
     # one watcher for the whole exchange, handed on to the stream (a task less a request than a new one each)
     watch = asyncio.ensure_future(until_disconnect(request.receive))
@@ -160,7 +192,9 @@ async def forwarded(
     return EventStream(_ending(frames, writer, ended), watch=watch)
 
 
-async def _post_and_read(upstream, body: dict, headers, path_suffix: str) -> tuple[int, str, bytes]:
+async def _post_and_read(
+    upstream: Upstream, body: JsonObject, headers: Mapping[str, str], path_suffix: str
+) -> tuple[int, str, bytes]:
     response = await upstream.post(body, headers, path_suffix)
     try:
         return response.status_code, response.headers.get("content-type", "application/json"), await response.aread()
@@ -168,7 +202,9 @@ async def _post_and_read(upstream, body: dict, headers, path_suffix: str) -> tup
         await response.aclose()
 
 
-async def _late(state: ServeState, sending: asyncio.Future, writer: StreamWriter, usage) -> AsyncIterator[bytes]:
+async def _late(
+    state: ServeState, sending: asyncio.Future[UpstreamResponse], writer: StreamWriter, usage: Usage
+) -> AsyncGenerator[bytes, None]:
     """An upstream slow to answer: the stream opens now with our own opening frame, and keep-alives
     until the upstream's events take over (its own opening frame dropped)."""
     try:
@@ -188,7 +224,9 @@ async def _late(state: ServeState, sending: asyncio.Future, writer: StreamWriter
         sending.cancel()
 
 
-async def _ending(frames: AsyncIterator[bytes], writer: StreamWriter, ended: asyncio.Future) -> AsyncIterator[bytes]:
+async def _ending(
+    frames: AsyncGenerator[bytes, None], writer: StreamWriter, ended: asyncio.Future[None]
+) -> AsyncGenerator[bytes, None]:
     """``frames``, then the slot given back; an upstream that breaks off mid-stream ends in an error event."""
     try:
         async for chunk in frames:
@@ -196,6 +234,6 @@ async def _ending(frames: AsyncIterator[bytes], writer: StreamWriter, ended: asy
     except (httpx.HTTPError, OSError, EOFError) as e:
         yield writer.error(HTTPError(502, f"the served model's stream broke off: {root_cause(e)}"))
     finally:
-        await frames.aclose()  # type: ignore[attr-defined]
+        await frames.aclose()
         if not ended.done():
             ended.set_result(None)

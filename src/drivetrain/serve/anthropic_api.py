@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import json
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from starlette.requests import Request
 
-from drivetrain.messages import Message, block_from_wire
+from drivetrain.jsontypes import JsonObject, JsonValue
+from drivetrain.messages import Block, Message, block_from_wire
 from drivetrain.models.anthropic_wire import block_events, estimate_tokens, sse_events, validate
 from drivetrain.models.base import ModelResponse
-from drivetrain.serve.answer import StreamWriter, forwarded, from_model, json_response, read_json
+from drivetrain.serve.answer import Answer, StreamWriter, forwarded, from_model, json_response, read_json
+from drivetrain.serve.calls import RequestFields
 from drivetrain.serve.errors import HTTPError
 
 if TYPE_CHECKING:
@@ -26,43 +28,46 @@ if TYPE_CHECKING:
 TOOL_CHOICES = ("auto", "any", "none", "tool")
 
 
-async def messages(request: Request, state: ServeState):
+async def messages(request: Request, state: ServeState) -> Answer:
     body = await read_json(request, state.settings.max_body)
     fields = request_fields(body)
     stream = body.get("stream") is True
     msg_id, model = f"msg_{uuid.uuid4().hex[:24]}", state.model.name
     writer = _Events(msg_id, model)
-    if state.upstream is not None and state.upstream.dialect == "anthropic":
+    upstream = state.upstream
+    if upstream is not None and upstream.dialect == "anthropic":
         wire = [m.to_wire() for m in fields["messages"]]  # string contents as blocks, as the provider sends them
-        return await forwarded(request, state, dict(body, model=model, messages=wire), stream, writer)
+        sent = dict(body, model=model, messages=wire)
+        return await forwarded(request, state, upstream, sent, writer if stream else None)
     return await from_model(request, state, fields, stream, writer, lambda r: to_message(r, msg_id, model))
 
 
-async def count_tokens(request: Request, state: ServeState):
+async def count_tokens(request: Request, state: ServeState) -> Answer:
     """The provider's count when it is Anthropic; otherwise an estimate (about four characters a token)."""
     body = await read_json(request, state.settings.max_body)
     problems = validate(dict(body, max_tokens=1) if isinstance(body, dict) else body)
     if problems:
         raise HTTPError(400, "; ".join(problems))
-    if state.upstream is not None and state.upstream.dialect == "anthropic":
-        return await forwarded(request, state, dict(body, model=state.model.name), False, None, "/count_tokens")
+    upstream = state.upstream
+    if upstream is not None and upstream.dialect == "anthropic":
+        return await forwarded(request, state, upstream, dict(body, model=state.model.name), None, "/count_tokens")
     return json_response({"input_tokens": estimate_tokens(body)})
 
 
-def request_fields(body: Any) -> dict:
+def request_fields(body: JsonValue) -> RequestFields:
     """The ModelRequest fields of a Messages request body; HTTPError 400 naming the field if it is wrong."""
     problems = validate(body)
     if not problems:
         problems = _extra_problems(body)
     if problems:
         raise HTTPError(400, "; ".join(problems))
-    history = []
+    history: list[Message] = []
     for i, m in enumerate(body["messages"]):
         content = m["content"]
         if isinstance(content, str):
             history.append(Message.from_wire(m))
             continue
-        blocks = []
+        blocks: list[Block] = []
         for j, b in enumerate(content):
             try:
                 blocks.append(block_from_wire(b))
@@ -72,7 +77,7 @@ def request_fields(body: Any) -> dict:
     system = body.get("system") or ""
     if isinstance(system, list):
         system = "\n\n".join(b["text"] for b in system)
-    fields: dict[str, Any] = {
+    fields: RequestFields = {
         "messages": history,
         "system": system,
         "tools": list(body.get("tools") or []),
@@ -90,9 +95,9 @@ def request_fields(body: Any) -> dict:
     return fields
 
 
-def _extra_problems(body: dict) -> list[str]:
+def _extra_problems(body: JsonObject) -> list[str]:
     """What ``validate`` leaves to the real API's schema check, which a server must do itself."""
-    problems = []
+    problems: list[str] = []
     if "stream" in body and not isinstance(body["stream"], bool):
         problems.append(f"stream: must be a boolean, got {body['stream']!r}")
     system = body.get("system")
@@ -119,7 +124,7 @@ def _extra_problems(body: dict) -> list[str]:
     return problems
 
 
-def to_message(response: ModelResponse, msg_id: str, model: str) -> dict:
+def to_message(response: ModelResponse, msg_id: str, model: str) -> JsonObject:
     return {
         "id": msg_id,
         "type": "message",
@@ -144,7 +149,7 @@ class _Events(StreamWriter):
 
     def open(self) -> bytes:
         usage = {"input_tokens": 0, "output_tokens": 0, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
-        start = {
+        start: JsonObject = {
             "id": self.msg_id,
             "type": "message",
             "role": "assistant",
@@ -174,11 +179,11 @@ class _Events(StreamWriter):
         return _frame("error", {"type": "error", "error": {"type": "api_error", "message": e.message}})
 
 
-def _frame(event: str, data: dict) -> bytes:
+def _frame(event: str, data: JsonObject) -> bytes:
     return f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
 
 
-def tail_events(message: dict, streamed: str) -> list[tuple[str, dict]]:
+def tail_events(message: JsonObject, streamed: str) -> list[tuple[str, JsonObject]]:
     """The events after message_start that make a client's accumulated message equal ``message``,
     given that ``streamed`` text was already sent as text block 0."""
     events = sse_events(message)
@@ -193,12 +198,12 @@ def tail_events(message: dict, streamed: str) -> list[tuple[str, dict]]:
         all_text = "".join(b["text"] for b in blocks if b.get("type") == "text")
         rest_text = all_text[len(streamed) :] if all_text.startswith(streamed) else ""
         rest = [b for b in blocks if b.get("type") != "text"]
-    out = [("content_block_delta", _text_delta(rest_text))] if rest_text else []
+    out: list[tuple[str, JsonObject]] = [("content_block_delta", _text_delta(rest_text))] if rest_text else []
     out.append(("content_block_stop", {"type": "content_block_stop", "index": 0}))
     for i, block in enumerate(rest, start=1):
         out += block_events(i, block)
     return out + events[-2:]  # message_delta (stop_reason, final usage) and message_stop
 
 
-def _text_delta(piece: str, index: int = 0) -> dict:
+def _text_delta(piece: str, index: int = 0) -> JsonObject:
     return {"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": piece}}

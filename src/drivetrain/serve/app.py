@@ -13,15 +13,16 @@ from urllib.parse import unquote
 
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from drivetrain.serve import anthropic_api, openai_api
-from drivetrain.serve.answer import json_response
+from drivetrain.serve.answer import Answer, json_response
 from drivetrain.serve.calls import ClientGone
-from drivetrain.serve.errors import HTTPError, dialect_of, error_bytes, unauthorized
+from drivetrain.serve.errors import Dialect, HTTPError, dialect_of, error_bytes, unauthorized
 from drivetrain.serve.observe import Usage, access_line
 from drivetrain.serve.state import ServeState
 
-Handler = Callable[[Request, "ServeState"], Awaitable[object]]
+Handler = Callable[[Request, ServeState], Awaitable[Answer]]
 ROUTES: dict[tuple[str, str], Handler] = {
     ("POST", "/v1/messages"): anthropic_api.messages,
     ("POST", "/v1/messages/count_tokens"): anthropic_api.count_tokens,
@@ -41,10 +42,10 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def build_app(state: ServeState):
+def build_app(state: ServeState) -> ASGIApp:
     """The ASGI callable: the guard around the routes."""
 
-    async def app(scope: dict, receive, send) -> None:
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
             return await _lifespan(state, receive, send)
         if scope["type"] != "http":
@@ -54,7 +55,7 @@ def build_app(state: ServeState):
     return app
 
 
-async def _lifespan(state: ServeState, receive, send) -> None:
+async def _lifespan(state: ServeState, receive: Receive, send: Send) -> None:
     while True:
         message = await receive()
         if message["type"] == "lifespan.startup":
@@ -68,7 +69,7 @@ async def _lifespan(state: ServeState, receive, send) -> None:
             return
 
 
-async def _guarded(state: ServeState, scope: dict, receive, send) -> None:
+async def _guarded(state: ServeState, scope: Scope, receive: Receive, send: Send) -> None:
     started = time.perf_counter()
     path = scope["path"].rstrip("/") or "/"
     headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
@@ -76,7 +77,7 @@ async def _guarded(state: ServeState, scope: dict, receive, send) -> None:
     usage = scope["drivetrain.usage"] = Usage()
     status = 499  # logged when the client leaves before any answer
 
-    async def sending(message: dict) -> None:
+    async def sending(message: Message) -> None:
         nonlocal status
         if message["type"] == "http.response.start":
             status = message["status"]
@@ -129,9 +130,10 @@ def _refusal(state: ServeState, method: str, path: str, headers: dict[str, str])
     return None
 
 
-async def _dispatch(state: ServeState, scope: dict, receive, send, path: str, dialect: str) -> None:
+async def _dispatch(state: ServeState, scope: Scope, receive: Receive, send: Send, path: str, dialect: Dialect) -> None:
     request = Request(scope, receive)
     method = scope["method"]
+    response: Answer
     try:
         handler = ROUTES.get((method, path))
         if handler is not None:
@@ -158,11 +160,11 @@ async def _dispatch(state: ServeState, scope: dict, receive, send, path: str, di
     await response(scope, receive, send)
 
 
-def _error_response(dialect: str, e: HTTPError) -> Response:
+def _error_response(dialect: Dialect, e: HTTPError) -> Response:
     return Response(error_bytes(dialect, e), e.status, e.headers, media_type="application/json")
 
 
-async def _send_error(send, dialect: str, e: HTTPError) -> None:
+async def _send_error(send: Send, dialect: Dialect, e: HTTPError) -> None:
     body = error_bytes(dialect, e)
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     headers += [(k.encode(), v.encode()) for k, v in e.headers.items()]

@@ -11,15 +11,30 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, TypeVar
+from collections.abc import AsyncGenerator, Awaitable
+from typing import NotRequired, TypedDict, TypeVar
 
+from starlette.types import Receive, Scope, Send
+
+from drivetrain.jsontypes import JsonObject
+from drivetrain.messages import Message
 from drivetrain.models.base import Model, ModelRequest, ModelResponse
 from drivetrain.serve.errors import overloaded
 from drivetrain.serve.observe import Metrics
 
 T = TypeVar("T")
-_DONE = object()
+
+
+class RequestFields(TypedDict):
+    """The ModelRequest fields read from a request body, either API's (``on_text`` is the call's own)."""
+
+    messages: list[Message]
+    system: str
+    tools: list[JsonObject]
+    max_tokens: NotRequired[int]
+    stop_sequences: NotRequired[list[str]]
+    temperature: NotRequired[float]
+    tool_choice: NotRequired[str]
 
 
 class ClientGone(Exception):
@@ -36,7 +51,7 @@ class Admission:
     def __init__(self, limit: int, queue: int, metrics: Metrics):
         self.limit, self.queue, self.metrics = limit, queue, metrics
         self.running = 0
-        self._waiting: deque[asyncio.Future] = deque()
+        self._waiting: deque[asyncio.Future[None]] = deque()
         self._mean_seconds = 1.0  # a call's recent duration, for the retry-after estimate
 
     @property
@@ -61,7 +76,7 @@ class Admission:
                 f"the model is busy: {self.running} request(s) running and {len(self._waiting)} "
                 f"waiting, which is all the queue holds; retry in about {wait} s",
             )
-        turn = asyncio.get_running_loop().create_future()
+        turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiting.append(turn)
         self.metrics.queued += 1
         try:
@@ -91,20 +106,20 @@ class Admission:
     def retry_after(self) -> int:
         return max(1, round(self._mean_seconds * (len(self._waiting) + 1) / self.limit))
 
-    def release_when_done(self, task: asyncio.Future) -> None:
+    def release_when_done(self, task: asyncio.Future[T]) -> None:
         """Give the slot back when ``task`` ends, however it ends (a done callback also runs for a task
         cancelled before it started, which a ``finally`` inside it would not)."""
         started = time.monotonic()
         task.add_done_callback(lambda _: self.release(time.monotonic() - started))
 
 
-async def until_disconnect(receive: Callable[[], Awaitable[dict]]) -> None:
+async def until_disconnect(receive: Receive) -> None:
     """Return when the client hangs up. Call only after the request body was read."""
     while (await receive())["type"] != "http.disconnect":
         pass
 
 
-async def unless_disconnected(receive, work: Awaitable[T], watch: asyncio.Future | None = None) -> T:
+async def unless_disconnected(receive: Receive, work: Awaitable[T], watch: asyncio.Future[None] | None = None) -> T:
     """``work``'s result, or ClientGone (with ``work`` cancelled) if the client hangs up first.
 
     ``watch``: a running ``until_disconnect`` task to share (its owner cancels it); else one is made here."""
@@ -128,12 +143,12 @@ class ModelCall:
     """One ``model.respond`` running as a task in an admission slot the caller took; streamed text arrives
     on a queue."""
 
-    def __init__(self, model: Model, admission: Admission, fields: dict, stream: bool):
-        self._events: asyncio.Queue = asyncio.Queue()
+    def __init__(self, model: Model, admission: Admission, fields: RequestFields, stream: bool):
+        self._events: asyncio.Queue[str | None] = asyncio.Queue()  # text pieces, then None: the call ended
         request = ModelRequest(**fields, on_text=self._events.put_nowait if stream else None)
         self.task = asyncio.ensure_future(model.respond(request))
         admission.release_when_done(self.task)
-        self.task.add_done_callback(lambda _: self._events.put_nowait(_DONE))
+        self.task.add_done_callback(lambda _: self._events.put_nowait(None))
 
     async def next(self, timeout: float) -> str | ModelResponse | None:
         """The next text piece, the finished response (raises the model's error), or None after ``timeout``."""
@@ -141,7 +156,7 @@ class ModelCall:
             item = await asyncio.wait_for(self._events.get(), timeout)
         except TimeoutError:
             return None
-        return self.task.result() if item is _DONE else item
+        return self.task.result() if item is None else item
 
     def cancel(self) -> None:
         self.task.cancel()  # the local model stops at its next token; an HTTP provider closes its stream
@@ -152,7 +167,10 @@ class EventStream:
     and the stream is cancelled (its ``finally`` runs) the moment the client hangs up."""
 
     def __init__(
-        self, frames: AsyncIterator[bytes], headers: dict[str, str] | None = None, watch: asyncio.Future | None = None
+        self,
+        frames: AsyncGenerator[bytes, None],
+        headers: dict[str, str] | None = None,
+        watch: asyncio.Future[None] | None = None,
     ):
         self.frames, self.watch = frames, watch  # watch: the request's until_disconnect task, if it has one
         self.headers = [
@@ -162,7 +180,7 @@ class EventStream:
         ]  # a proxy in front must not hold the events back
         self.headers += [(k.encode(), v.encode()) for k, v in (headers or {}).items()]
 
-    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": self.headers})
         try:
             await unless_disconnected(receive, self._pump(send), self.watch)
@@ -172,16 +190,16 @@ class EventStream:
             if self.watch is not None:
                 self.watch.cancel()
 
-    async def _pump(self, send: Callable) -> None:
+    async def _pump(self, send: Send) -> None:
         try:
             async for frame in self.frames:
                 await send({"type": "http.response.body", "body": frame, "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
-            await self.frames.aclose()  # type: ignore[attr-defined]
+            await self.frames.aclose()
 
 
-async def first_item(receive, call: ModelCall, commit_after: float) -> Any:
+async def first_item(receive: Receive, call: ModelCall, commit_after: float) -> str | ModelResponse | None:
     """The call's first text (or its whole answer, or None after ``commit_after`` s): until then no status
     has gone out, so a model that fails early still gets a real HTTP error status."""
     try:

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from typing import Literal
 
 from drivetrain.errors import HarnessError
+from drivetrain.jsontypes import JsonObject
+
+Dialect = Literal["anthropic", "openai"]  # the API a request was made in, and so the shape of its answers
 
 _ANTHROPIC_TYPES = {
     400: "invalid_request_error",
@@ -42,7 +47,7 @@ class HTTPError(Exception):
         self.headers = headers or {}
 
 
-def dialect_of(path: str, headers: dict[str, str]) -> str:
+def dialect_of(path: str, headers: Mapping[str, str]) -> Dialect:
     """Which API's error shape a request gets: its path's, else Anthropic's if it sent anthropic-version."""
     if path in ANTHROPIC_PATHS:
         return "anthropic"
@@ -51,16 +56,17 @@ def dialect_of(path: str, headers: dict[str, str]) -> str:
     return "anthropic" if "anthropic-version" in headers else "openai"
 
 
-def error_body(dialect: str, e: HTTPError) -> dict:
+def error_body(dialect: Dialect, e: HTTPError) -> JsonObject:
     if dialect == "anthropic":
         kind = e.kind or _ANTHROPIC_TYPES.get(e.status, "api_error" if e.status >= 500 else "invalid_request_error")
         return {"type": "error", "error": {"type": kind, "message": e.message}}
-    kind = e.kind if e.kind and e.kind != "overloaded_error" else None
-    kind = kind or _OPENAI_TYPES.get(e.status, "server_error" if e.status >= 500 else "invalid_request_error")
+    kind = (e.kind if e.kind != "overloaded_error" else None) or _OPENAI_TYPES.get(
+        e.status, "server_error" if e.status >= 500 else "invalid_request_error"
+    )
     return {"error": {"message": e.message, "type": kind, "param": e.param, "code": e.code}}
 
 
-def error_bytes(dialect: str, e: HTTPError) -> bytes:
+def error_bytes(dialect: Dialect, e: HTTPError) -> bytes:
     return json.dumps(error_body(dialect, e)).encode()
 
 

@@ -11,22 +11,32 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+from collections.abc import AsyncGenerator
 from urllib.parse import urlsplit
 
 
 class LeanResponse:
     """The parts of an ``httpx.Response`` passthrough uses: status_code, headers, aread, aiter_raw, aclose."""
 
-    def __init__(self, pool: LeanPool, status: int, headers: dict[str, str], reader, writer, idle: float):
+    def __init__(
+        self,
+        pool: LeanPool,
+        status: int,
+        headers: dict[str, str],
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        idle: float,
+    ):
         self.status_code, self.headers = status, headers
-        self._pool, self._reader, self._writer, self._idle = pool, reader, writer, idle
+        self._pool, self._reader, self._idle = pool, reader, idle
+        self._writer: asyncio.StreamWriter | None = writer  # None once closed or given back
         self._complete = False
         length = headers.get("content-length")
         self._chunked = "chunked" in headers.get("transfer-encoding", "").lower()
         self._left = int(length) if length is not None and not self._chunked else None
         self._until_close = self._left is None and not self._chunked
 
-    async def aiter_raw(self):
+    async def aiter_raw(self) -> AsyncGenerator[bytes, None]:
         """The body as it arrives (chunked framing removed)."""
         read = self._reader
         async with asyncio.timeout(None) as deadline:
@@ -94,7 +104,9 @@ class LeanPool:
             reader, writer = await asyncio.open_connection(self.host, self.port, ssl=self._ssl, limit=1 << 20)
         return await self._exchange(reader, writer, request)
 
-    async def _exchange(self, reader, writer, request: bytes) -> LeanResponse:
+    async def _exchange(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: bytes
+    ) -> LeanResponse:
         writer.write(request)
         async with asyncio.timeout(self.idle_timeout):
             head = await reader.readuntil(b"\r\n\r\n")
@@ -107,7 +119,7 @@ class LeanPool:
                 headers[name.strip().lower()] = value.strip()
         return LeanResponse(self, status, headers, reader, writer, self.idle_timeout)
 
-    def give_back(self, reader, writer) -> None:
+    def give_back(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if len(self._idle) < self.max_idle and not writer.is_closing():
             self._idle.append((reader, writer))
         else:

@@ -10,6 +10,8 @@ import os
 from collections import Counter
 from dataclasses import dataclass, field
 
+from drivetrain.jsontypes import JsonValue
+
 # upper bounds (seconds) of the latency histogram's buckets
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 
@@ -22,8 +24,9 @@ class Usage:
     output: int = 0
     cache_read: int = 0
 
-    def add(self, usage: dict | None) -> None:
-        """Fold in a usage object of either API; later values replace earlier ones (streams repeat them)."""
+    def add(self, usage: JsonValue) -> None:
+        """Fold in a usage object of either API (anything else is ignored); later values replace earlier ones
+        (streams repeat them)."""
         if not isinstance(usage, dict):
             return
         self.input = _int(usage.get("input_tokens", usage.get("prompt_tokens")), self.input)
@@ -31,15 +34,15 @@ class Usage:
         self.cache_read = _int(usage.get("cache_read_input_tokens"), self.cache_read)
 
 
-def _int(value, default: int) -> int:
+def _int(value: JsonValue, default: int) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else default
 
 
 @dataclass
 class Metrics:
-    requests: Counter = field(default_factory=Counter)  # (method, route, status) -> count
-    latency: dict = field(default_factory=dict)  # route -> [bucket counts..., +Inf count, sum]
-    tokens: Counter = field(default_factory=Counter)  # kind -> count
+    requests: Counter[tuple[str, str, int]] = field(default_factory=Counter)  # (method, route, status) -> count
+    latency: dict[str, list[float]] = field(default_factory=dict)  # route -> [bucket counts..., +Inf count, sum]
+    tokens: Counter[str] = field(default_factory=Counter)  # kind -> count
     in_flight: int = 0
     queued: int = 0  # requests waiting for the model
     rejected: int = 0  # turned away because the queue was full
@@ -73,8 +76,8 @@ class Metrics:
         ]
         for route, row in sorted(self.latency.items()):
             labels = f'route="{route}",pid="{pid}"'
-            for bound, n in zip(BUCKETS, row):
-                out.append(f'drivetrain_serve_request_seconds_bucket{{{labels},le="{bound}"}} {n}')
+            for bound, count in zip(BUCKETS, row):
+                out.append(f'drivetrain_serve_request_seconds_bucket{{{labels},le="{bound}"}} {count}')
             out.append(f'drivetrain_serve_request_seconds_bucket{{{labels},le="+Inf"}} {row[len(BUCKETS)]}')
             out.append(f"drivetrain_serve_request_seconds_sum{{{labels}}} {row[-1]:.6f}")
             out.append(f"drivetrain_serve_request_seconds_count{{{labels}}} {row[len(BUCKETS)]}")

@@ -10,14 +10,16 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from starlette.requests import Request
 
+from drivetrain.jsontypes import JsonObject, JsonValue
 from drivetrain.models.anthropic_wire import validate
 from drivetrain.models.base import ModelResponse
 from drivetrain.models.openai_wire import from_chat_messages, from_chat_tools, to_chat_completion
-from drivetrain.serve.answer import StreamWriter, forwarded, from_model, read_json
+from drivetrain.serve.answer import Answer, StreamWriter, forwarded, from_model, read_json
+from drivetrain.serve.calls import RequestFields
 from drivetrain.serve.errors import HTTPError
 
 if TYPE_CHECKING:
@@ -27,21 +29,22 @@ ROLES = ("system", "developer", "user", "assistant", "tool")
 TOOL_CHOICES = {"auto": "auto", "none": "none", "required": "any"}
 
 
-async def chat_completions(request: Request, state: ServeState):
+async def chat_completions(request: Request, state: ServeState) -> Answer:
     body = await read_json(request, state.settings.max_body)
     fields = request_fields(body)
     stream = body.get("stream") is True
     completion_id, model = f"chatcmpl-{uuid.uuid4().hex[:24]}", state.model.name
     include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
     writer = _Chunks(completion_id, model, include_usage)
-    if state.upstream is not None and state.upstream.dialect == "openai":
-        return await forwarded(request, state, dict(body, model=model), stream, writer)
+    upstream = state.upstream
+    if upstream is not None and upstream.dialect == "openai":
+        return await forwarded(request, state, upstream, dict(body, model=model), writer if stream else None)
     return await from_model(
         request, state, fields, stream, writer, lambda r: to_chat_completion(r, model) | {"id": completion_id}
     )
 
 
-def request_fields(body: Any) -> dict:
+def request_fields(body: JsonValue) -> RequestFields:
     """The ModelRequest fields of a chat request body; HTTPError 400 naming the field if it is wrong."""
     if not isinstance(body, dict):
         raise _bad("request body is not a JSON object", None)
@@ -50,7 +53,7 @@ def request_fields(body: Any) -> dict:
     tools = body.get("tools") or []
     _check_tools(tools)
     system, history = from_chat_messages(body["messages"])
-    fields: dict[str, Any] = {"messages": history, "system": system, "tools": from_chat_tools(tools)}
+    fields: RequestFields = {"messages": history, "system": system, "tools": from_chat_tools(tools)}
     max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
     if max_tokens:
         fields["max_tokens"] = max_tokens
@@ -78,7 +81,7 @@ def _bad(message: str, param: str | None) -> HTTPError:
     return HTTPError(400, message, param=param)
 
 
-def _check_params(body: dict) -> None:
+def _check_params(body: JsonObject) -> None:
     if not isinstance(body.get("model"), str) or not body["model"]:
         raise _bad("model: field required (a non-empty string)", "model")
     for name in ("max_tokens", "max_completion_tokens"):
@@ -106,7 +109,7 @@ def _check_params(body: dict) -> None:
         raise _bad("stop: must be a string or a list of strings", "stop")
 
 
-def _check_tool_choice(choice: Any, tools: list) -> None:
+def _check_tool_choice(choice: JsonValue, tools: list[JsonValue]) -> None:
     if choice is None or (isinstance(choice, str) and choice in TOOL_CHOICES):
         return
     name = (choice.get("function") or {}).get("name") if isinstance(choice, dict) else None
@@ -119,7 +122,7 @@ def _check_tool_choice(choice: Any, tools: list) -> None:
         )
 
 
-def _check_messages(messages: Any) -> None:
+def _check_messages(messages: JsonValue) -> None:
     if not isinstance(messages, list) or not messages:
         raise _bad("messages: field required (a non-empty list)", "messages")
     pending: set[str] = set()  # tool_call ids of the last assistant message not yet answered
@@ -159,7 +162,7 @@ def _check_messages(messages: Any) -> None:
         raise _bad(f"messages: the assistant message's tool_calls {sorted(pending)} have no tool message", "messages")
 
 
-def _check_content(content: Any, where: str) -> None:
+def _check_content(content: JsonValue, where: str) -> None:
     if isinstance(content, str):
         return
     if not isinstance(content, list):
@@ -176,12 +179,12 @@ def _check_content(content: Any, where: str) -> None:
         )
 
 
-def _check_tool_calls(calls: Any, where: str) -> set[str]:
+def _check_tool_calls(calls: JsonValue, where: str) -> set[str]:
     if calls is None:
         return set()
     if not isinstance(calls, list):
         raise _bad(f"{where}.tool_calls: must be a list", f"{where}.tool_calls")
-    ids = set()
+    ids: set[str] = set()
     for k, call in enumerate(calls):
         at = f"{where}.tool_calls.[{k}]"
         fn = call.get("function") if isinstance(call, dict) else None
@@ -195,7 +198,7 @@ def _check_tool_calls(calls: Any, where: str) -> set[str]:
     return ids
 
 
-def _check_tools(tools: Any) -> None:
+def _check_tools(tools: JsonValue) -> None:
     if not isinstance(tools, list):
         raise _bad("tools: must be a list", "tools")
     for j, tool in enumerate(tools):
@@ -229,7 +232,7 @@ class _Chunks(StreamWriter):
         choice = completion["choices"][0]
         message = choice["message"]
         content = message.get("content") or ""
-        out = []
+        out: list[bytes] = []
         if content.startswith(streamed) and content[len(streamed) :]:
             out.append(self.chunk({"content": content[len(streamed) :]}))
         extra = {k: v for k, v in message.items() if k not in ("role", "content", "tool_calls") and v is not None}
@@ -257,7 +260,7 @@ class _Chunks(StreamWriter):
     def error(self, e: HTTPError) -> bytes:
         return _data({"error": {"message": e.message, "type": "server_error", "param": None, "code": None}})
 
-    def chunk(self, delta: dict, finish_reason: str | None = None) -> bytes:
+    def chunk(self, delta: JsonObject, finish_reason: str | None = None) -> bytes:
         return _data(
             {
                 "id": self.id,
@@ -269,5 +272,5 @@ class _Chunks(StreamWriter):
         )
 
 
-def _data(data: dict) -> bytes:
+def _data(data: JsonObject) -> bytes:
     return f"data: {json.dumps(data)}\n\n".encode()

@@ -13,10 +13,12 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from typing import Protocol
 
+from drivetrain.jsontypes import JsonObject, JsonValue
 from drivetrain.models.http import PROXY_VARS, httpx, retry_delay, unreachable_message
-from drivetrain.serve.errors import HTTPError
+from drivetrain.serve.errors import Dialect, HTTPError
 from drivetrain.serve.lean_http import LeanPool
 from drivetrain.serve.observe import Usage
 
@@ -24,10 +26,22 @@ RETRYABLE = {408, 409, 500, 502, 503, 504}  # 429 and 529 go back to the client,
 FORWARDED = ("anthropic-version", "anthropic-beta")
 
 
+class UpstreamResponse(Protocol):
+    """An answer whose body is still unread: an ``httpx.Response`` (through a proxy) or a ``LeanResponse``."""
+
+    @property
+    def status_code(self) -> int: ...
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+    def aiter_raw(self) -> AsyncIterator[bytes]: ...
+    async def aread(self) -> bytes: ...
+    async def aclose(self) -> None: ...
+
+
 class Upstream:
     def __init__(
         self,
-        dialect: str,
+        dialect: Dialect,
         url: str,
         auth: dict[str, str],
         *,
@@ -97,7 +111,9 @@ class Upstream:
             await self._client.aclose()
             self._client = None
 
-    async def post(self, body: dict, client_headers, path_suffix: str = ""):
+    async def post(
+        self, body: JsonObject, client_headers: Mapping[str, str], path_suffix: str = ""
+    ) -> UpstreamResponse:
         """Send ``body``; the response (an httpx.Response or a LeanResponse) with its body still unread.
         HTTPError for an answer that failed."""
         headers = {"content-type": "application/json", "accept-encoding": "identity", **self.auth}
@@ -105,6 +121,7 @@ class Upstream:
         content, url = json.dumps(body).encode(), self.url + path_suffix
         attempt = 0
         while True:
+            response: UpstreamResponse
             try:
                 if self._lean is not None:
                     response = await self._lean.post(self._lean.path + path_suffix, content, headers)
@@ -135,7 +152,8 @@ class Upstream:
                 await asyncio.sleep(retry_delay(_StatusError(response), attempt, self.backoff))
             attempt += 1
 
-    def _failure(self, url: str, response, raw: bytes) -> HTTPError:
+    def _failure(self, url: str, response: UpstreamResponse, raw: bytes) -> HTTPError:
+        err: JsonValue
         try:
             err = json.loads(raw)
             err = err.get("error", err) if isinstance(err, dict) else {}
@@ -161,7 +179,7 @@ class Upstream:
 class _StatusError(Exception):
     """What ``retry_delay`` reads a retry-after from."""
 
-    def __init__(self, response):
+    def __init__(self, response: UpstreamResponse):
         self.response = response
 
 
@@ -172,7 +190,7 @@ def json_usage(raw: bytes, usage: Usage) -> None:
         pass
 
 
-async def relay(response, usage: Usage, skip_first: bytes = b"") -> AsyncIterator[bytes]:
+async def relay(response: UpstreamResponse, usage: Usage, skip_first: bytes = b"") -> AsyncGenerator[bytes, None]:
     """The upstream's SSE bytes, as they arrive, whole frames at a time (so a frame can be looked at: the
     usage is read from those that carry one). ``skip_first``: drop the first frame if it starts so."""
     pending = b""

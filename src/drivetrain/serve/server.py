@@ -14,9 +14,11 @@ import socket
 import sys
 import threading
 from collections.abc import Callable
-from typing import Any
+from types import FrameType
+from typing import TypedDict, Unpack
 
 import uvicorn
+from starlette.types import ASGIApp
 
 from drivetrain.models.base import Model
 from drivetrain.serve.app import build_app, is_loopback
@@ -31,7 +33,7 @@ class _Server(uvicorn.Server):
 
     started_event: threading.Event | None = None
 
-    def handle_exit(self, sig: int, frame: Any) -> None:
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         for state in _LIVE:
             state.draining = True
         super().handle_exit(sig, frame)
@@ -42,18 +44,18 @@ class _Server(uvicorn.Server):
             self.started_event.set()
 
 
-def uvicorn_config(app: Any, *, grace: float, quick: bool, **kw: Any) -> uvicorn.Config:
+def uvicorn_config(app: ASGIApp, *, grace: float, quick: bool) -> uvicorn.Config:
     return uvicorn.Config(
         app,
         log_config=None,
         access_log=False,  # serve writes its own access log (with tokens)
         lifespan="on",
-        timeout_graceful_shutdown=grace,
+        # uvicorn annotates it int, but only hands it to asyncio.timeout, which takes fractions of a second
+        timeout_graceful_shutdown=grace,  # type: ignore[arg-type]
         server_header=False,
         proxy_headers=False,
         http="httptools" if _has("httptools") else "h11",
         loop="uvloop" if quick and _has("uvloop") else "asyncio",
-        **kw,
     )
 
 
@@ -72,6 +74,17 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+class ServerOptions(TypedDict, total=False):
+    """The ``Settings`` a ``ModelServer`` takes by keyword (besides ``host`` and ``log``)."""
+
+    api_key: str | None
+    max_body: int
+    max_concurrent: int | None
+    max_queue: int
+    commit_after: float
+    keepalive_every: float
+
+
 class ModelServer:
     """Serve ``model`` on ``host:port`` (0: any free port) from a background thread until ``close()``.
 
@@ -88,7 +101,7 @@ class ModelServer:
         *,
         log: Callable[[str], None] | None = None,
         grace: float = 30.0,
-        **settings: Any,
+        **settings: Unpack[ServerOptions],
     ):
         self.model = model
         self.host, self.port, self.grace = host, port, grace
@@ -110,15 +123,15 @@ class ModelServer:
     def start(self) -> ModelServer:
         sock = bind(self.host, self.port)
         self.port = sock.getsockname()[1]
-        self._server = _Server(uvicorn_config(build_app(self.state), grace=self.grace, quick=False))
-        self._server.started_event = started = threading.Event()
-        self.loop = asyncio.new_event_loop()
+        server = self._server = _Server(uvicorn_config(build_app(self.state), grace=self.grace, quick=False))
+        server.started_event = started = threading.Event()
+        loop = self.loop = asyncio.new_event_loop()
         _LIVE.append(self.state)
 
         def run() -> None:
-            asyncio.set_event_loop(self.loop)
+            asyncio.set_event_loop(loop)
             try:
-                self.loop.run_until_complete(self._server.serve(sockets=[sock]))
+                loop.run_until_complete(server.serve(sockets=[sock]))
             finally:
                 sock.close()
                 started.set()
@@ -134,19 +147,20 @@ class ModelServer:
 
     def close(self) -> None:
         """Stop: new requests get 503, those in flight finish (up to ``grace`` seconds)."""
-        if self._server is None:
+        server, thread, loop = self._server, self._thread, self.loop
+        if server is None or thread is None or loop is None:  # not started, or closed already
             return
         self.drain()
-        self._server.should_exit = True
-        self._thread.join(timeout=self.grace + 10)
-        self.loop.close()
+        server.should_exit = True
+        thread.join(timeout=self.grace + 10)
+        loop.close()
         _LIVE.remove(self.state)
         self._server = self._thread = None
 
     def __enter__(self) -> ModelServer:
         return self.start()
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
@@ -167,7 +181,8 @@ def serve_workers(make_state: Callable[[], ServeState], sock: socket.socket, wor
     all gracefully; the first worker to exit on its own stops the rest."""
     # fork where there is one: the workers start in a moment with what the parent imported (it has no event
     # loop or threads yet); a fresh interpreter elsewhere
-    ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
+    forks = "fork" in multiprocessing.get_all_start_methods()
+    ctx = multiprocessing.get_context("fork") if forks else multiprocessing.get_context("spawn")
     procs = [
         ctx.Process(target=_worker, args=(make_state, sock, grace), name=f"drivetrain-serve-{i}")
         for i in range(workers)
