@@ -84,7 +84,7 @@ async def run_shell(
     finally:
         if proc.returncode is None:  # cancelled: the sweep is stopping
             signal_group(proc.pid, signal.SIGKILL)
-    return proc.returncode, out.decode(errors="replace")
+    return await proc.wait(), out.decode(errors="replace")  # it has ended: communicate waited for it
 
 
 def remove(where: Path) -> None:
