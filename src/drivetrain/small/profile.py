@@ -17,8 +17,10 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol, runtime_checkable
 
 from drivetrain.control.hooks import HookChain, Hooks
+from drivetrain.jsontypes import JsonObject
 from drivetrain.loop.nodes import Node
 from drivetrain.loop.profile import AIDS, FULL, Outfit, Outfitted, Profile
 from drivetrain.models.base import Model
@@ -83,12 +85,21 @@ class SmallProfile(Profile):
         return Outfit(model, tuple(tools), system or "", HookChain(agent.hooks, hooks), (*agent.nodes, *nodes))
 
 
+@runtime_checkable
+class Wrapper(Protocol):
+    """A model that wraps another (the code-block model, a recorder around a model)."""
+
+    @property
+    def inner(self) -> Model: ...
+
+
 def _answers_in_blocks(model: Model) -> bool:
     """Is the model (or a model it wraps) already the code-block model? Then it is not wrapped again."""
-    while model is not None:
-        if isinstance(model, CodeActionModel):
+    at: Model | None = model
+    while at is not None:
+        if isinstance(at, CodeActionModel):
             return True
-        model = getattr(model, "inner", None)
+        at = at.inner if isinstance(at, Wrapper) else None
     return False
 
 
@@ -121,7 +132,7 @@ def equip(
         else None
     )
 
-    def context(payload: dict) -> dict:
+    def context(payload: JsonObject) -> JsonObject:
         """The listing (and the files the task names) go with the task, not in the system prompt, which stays
         fixed (and cacheable)."""
         text = task_context(cwd, str(payload.get("prompt", "")), profile.show, readable)
