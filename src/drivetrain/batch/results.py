@@ -9,8 +9,11 @@ from pathlib import Path
 from typing import Literal
 
 from drivetrain.jsontypes import JsonObject
+from drivetrain.loop.state import Subtype
 
 TaskStatus = Literal["pass", "fail", "error"]
+# how a task ended that errored outside its run (else its subtype is the run's)
+TaskSubtype = Literal["workspace_failed", "setup_failed", "worker_died", "harness_error"]
 RESULTS = "results.jsonl"
 
 
@@ -18,7 +21,7 @@ RESULTS = "results.jsonl"
 class TaskResult:
     id: str
     status: TaskStatus
-    subtype: str  # the run's (success, error_max_turns …), or workspace_failed / setup_failed / worker_died …
+    subtype: Subtype | TaskSubtype  # the run's (success, error_max_turns …), or the task's own
     check_exit: int | None = None  # None: no check, or none was run
     turns: int = 0
     input_tokens: int = 0

@@ -25,7 +25,7 @@ import shutil
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
-from typing import Protocol
+from typing import Literal, Protocol
 
 from drivetrain.control.hooks import Hooks
 from drivetrain.host.procs import run_command
@@ -62,6 +62,7 @@ from drivetrain.small.readings import (
 )
 
 Runner = Callable[[str], Awaitable[tuple[int | None, str]]]  # a command -> (exit code or None if not run, output)
+SendBackKind = Literal["work", "answer"]  # back to work, or only to write the answer again
 TEST_RUN_TIMEOUT_S = 120
 CORPUS_FILE_BYTES = 64 * 1024  # of each file, for what the answer may report
 
@@ -188,7 +189,7 @@ class WorkChecks:
     agree: bool = True  # the answer must agree with the run (small/answer.py), else it is written again from the facts
     shown: str = ""  # what was shown with the task (the files it names): counts as seen for ``_shown``
 
-    _sent: dict[str, int] = field(default_factory=dict)  # send-backs this prompt: "work", "answer"
+    _sent: dict[SendBackKind, int] = field(default_factory=dict)  # send-backs this prompt
     _writers: dict[str, str] = field(default_factory=dict)  # file -> the input of the call that last changed it
     _said: str = ""  # what the harness said of the last call (an Edit's or Write's report, its note): not an answer
 
@@ -268,7 +269,7 @@ class WorkChecks:
         work, answer = await self.sorted_failures(
             ctx.answer, frozenset(denied_programs(ctx.history)), ctx.run if isinstance(ctx, NodeContext) else None
         )
-        kind = (
+        kind: SendBackKind | None = (
             "work"
             if work and self._sent.get("work", 0) < self.work_limit
             else "answer"

@@ -17,7 +17,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Literal, Protocol, get_args, runtime_checkable
 
 from drivetrain.control.hooks import HookChain, Hooks
 from drivetrain.jsontypes import JsonObject
@@ -36,6 +36,8 @@ ENV_ABLATE = "DRIVETRAIN_ABLATE"
 _SIZE = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?)\s*[bB](?![a-zA-Z])")
 _SMALL_NAMES = re.compile(r"mini|tiny|small|nano|smol", re.IGNORECASE)
 SMALL_MAX_BILLIONS = 8.0
+ProfileChoice = Literal["small", "full"]  # --profile (None: chosen by the model's size)
+PROFILE_CHOICES: tuple[ProfileChoice, ...] = get_args(ProfileChoice)
 
 
 def is_small(model_name: str, provider: str) -> bool:
@@ -51,10 +53,10 @@ def is_small(model_name: str, provider: str) -> bool:
 
 
 def select_profile(
-    model_name: str, provider: str, choice: str | None = None, env: Mapping[str, str] | None = None
+    model_name: str, provider: str, choice: ProfileChoice | None = None, env: Mapping[str, str] | None = None
 ) -> Profile:
     """``choice`` ("small" | "full" | None for automatic), less the aids named in $DRIVETRAIN_ABLATE."""
-    if choice not in (None, "small", "full"):
+    if choice is not None and choice not in PROFILE_CHOICES:
         raise ValueError(f"unknown profile {choice!r}; choose small or full")
     small = choice == "small" or (choice is None and is_small(model_name, provider))
     profile = SMALL if small else FULL
