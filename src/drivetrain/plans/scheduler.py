@@ -104,7 +104,7 @@ class PlanResult:
     duration_ms: int
 
     @property
-    def subtype(self) -> str:
+    def subtype(self) -> Literal["success", "error_plan_failed"]:
         return "success" if all(n.status == "done" for n in self.nodes.values()) else "error_plan_failed"
 
     @property
