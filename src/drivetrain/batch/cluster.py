@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+from types import ModuleType
+from typing import Protocol, runtime_checkable
 
 from drivetrain.batch.execute import AgentFactory, Scratch, execute_task
 from drivetrain.batch.results import TaskResult
@@ -22,7 +24,14 @@ class ClusterError(HarnessError):
     """Ray itself failed (not a task): the sweep stops and can be run again."""
 
 
-def _ray():
+@runtime_checkable
+class Closing(Protocol):
+    """An agent factory holding model clients (the CLI's): closed when its task ends."""
+
+    async def aclose(self) -> None: ...
+
+
+def _ray() -> ModuleType:
     try:
         import ray
     except ImportError as e:
@@ -44,7 +53,8 @@ def ray_executor(address: str | None, agents: AgentFactory, scratch: Scratch) ->
     async def execute(task: Task, tally: Tally) -> TaskResult:
         ref = remote.remote(task, agents, scratch)
         try:
-            return await ref
+            result: TaskResult = await ref
+            return result
         except asyncio.CancelledError:
             ray.cancel(ref, force=True)
             raise
@@ -76,7 +86,7 @@ async def _run_closing(task: Task, agents: AgentFactory, scratch: Scratch) -> Ta
     try:
         return await execute_task(task, agents, scratch)
     finally:
-        if hasattr(agents, "aclose"):
+        if isinstance(agents, Closing):
             await agents.aclose()
 
 

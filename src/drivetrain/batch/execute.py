@@ -8,15 +8,25 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from drivetrain.agent import Agent
-from drivetrain.batch.results import TaskResult
+from drivetrain.batch.results import TaskResult, TaskStatus
 from drivetrain.batch.tasks import Task
 from drivetrain.batch.workspace import OUTPUT_TAIL, WorkspaceError, prepare, remove, run_shell
+from drivetrain.jsontypes import JsonObject, JsonValue
 from drivetrain.loop.events import Event
 from drivetrain.loop.result import RunResult
-from drivetrain.sessions.store import VERSION, Record, SessionStore, check_session_id, fields_of, now_ts
+from drivetrain.sessions.store import (
+    VERSION,
+    Record,
+    SessionInfo,
+    SessionRecords,
+    SessionStore,
+    check_session_id,
+    fields_of,
+    now_ts,
+)
 
 
 class AgentFactory(Protocol):
@@ -37,12 +47,14 @@ class Held:
 
     def __init__(self, store: SessionStore):
         self.store = store
-        self._held: dict[str, list[dict[str, Any]]] = {}
+        self._held: dict[str, list[JsonObject]] = {}
         self._seq: dict[str, int] = {}  # records per session so far: its sessions are new
 
-    def append(self, session_id: str, records: Sequence[Mapping[str, Any]], *, sync: bool = False) -> list[Record]:
+    def append(
+        self, session_id: str, records: Sequence[Mapping[str, JsonValue]], *, sync: bool = False
+    ) -> list[Record]:
         held = self._held.setdefault(check_session_id(session_id), [])
-        written = []
+        written: list[Record] = []
         for given in records:
             kind, fields = fields_of(session_id, given)
             ts = fields.pop("ts", None) or now_ts()
@@ -58,9 +70,30 @@ class Held:
             if records:
                 self.store.append(session_id, records)
 
-    def __getattr__(self, name: str) -> Any:
+    # the rest of the store's methods: what is held is written first
+    def read(self, session_id: str) -> SessionRecords:
         self.flush()
-        return getattr(self.store, name)
+        return self.store.read(session_id)
+
+    def info(self, session_id: str) -> SessionInfo | None:
+        self.flush()
+        return self.store.info(session_id)
+
+    def list(self, *, cwd: str | None = None, query: str | None = None, limit: int | None = None) -> list[SessionInfo]:
+        self.flush()
+        return self.store.list(cwd=cwd, query=query, limit=limit)
+
+    def latest(self, cwd: str) -> SessionInfo | None:
+        self.flush()
+        return self.store.latest(cwd)
+
+    def delete(self, session_id: str) -> None:
+        self.flush()
+        self.store.delete(session_id)
+
+    def reindex(self) -> None:
+        self.flush()
+        self.store.reindex()
 
 
 @dataclass(frozen=True)
@@ -121,7 +154,9 @@ async def _attempt(task: Task, agents: AgentFactory, where: Path, watch: Watch |
 
 def _from_run(task_id: str, run: RunResult) -> TaskResult:
     u = run.usage
-    status = "error" if run.subtype == "error_during_execution" else "pass" if run.subtype == "success" else "fail"
+    status: TaskStatus = (
+        "error" if run.subtype == "error_during_execution" else "pass" if run.subtype == "success" else "fail"
+    )
     return TaskResult(
         task_id,
         status,

@@ -3,19 +3,19 @@ the failures by subtype and every run. No script, no network, no external file (
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from html import escape
 
-from drivetrain.batch.results import TaskResult
-from drivetrain.batch.summary import failure_kind, summarize
+from drivetrain.batch.results import TaskResult, TaskStatus
+from drivetrain.batch.summary import RunRow, Summary, failure_kind, summarize, usd
 from drivetrain.sessions.html import PAGE_HEAD
 
-COLOR = {"pass": "#4caf50", "fail": "#f0ad4e", "error": "#d9534f"}
+COLOR: dict[TaskStatus, str] = {"pass": "#4caf50", "fail": "#f0ad4e", "error": "#d9534f"}
 W, H, LEFT, TOP, BOTTOM = 880, 220, 70, 16, 24  # a per-run chart's size and margins, in px
 
 
 def render(title: str, results: list[TaskResult]) -> str:
     s = summarize(results)
-    usd = lambda x: "–" if x is None else f"${x:.4f}"
     rate = "–" if s["pass_rate"] is None else f"{s['pass_rate']:.1%}"
     rows = [
         ("tasks", s["total"]),
@@ -26,8 +26,7 @@ def render(title: str, results: list[TaskResult]) -> str:
         ("cost", usd(s["cost_usd"])),
         ("wall time of the runs", f"{s['wall_s']:.1f} s"),
     ]
-    for side in ("passes", "failures"):
-        d = s[side]
+    for side, d in (("passes", s["passes"]), ("failures", s["failures"])):
         rows.append(
             (
                 side,
@@ -50,16 +49,17 @@ def render(title: str, results: list[TaskResult]) -> str:
         kinds=kinds,
         wall=bars_svg("wall", [(r, r.wall_s) for r in results], lambda v: f"{v:.1f} s"),
         cost=bars_svg("cost", [(r, r.cost_usd or 0.0) for r in results], lambda v: f"${v:.4f}"),
-        slowest=_rows(s["slowest"], usd),
-        expensive=_rows(s["most_expensive"], usd),
-        runs=_runs(results, usd),
+        slowest=_rows(s["slowest"]),
+        expensive=_rows(s["most_expensive"]),
+        runs=_runs(results),
     )
 
 
-def outcomes_svg(s: dict) -> str:
+def outcomes_svg(s: Summary) -> str:
     """One bar split by outcome, each part as wide as its share of the runs."""
     width, x, parts = W - 2 * LEFT, float(LEFT), []
-    for status, n in (("pass", s["passed"]), ("fail", s["failed"]), ("error", s["errors"])):
+    counts: dict[TaskStatus, int] = {"pass": s["passed"], "fail": s["failed"], "error": s["errors"]}
+    for status, n in counts.items():
         w = width * n / s["total"] if s["total"] else 0.0
         parts.append(
             f"<rect class='outcome' data-status='{status}' x='{x:.2f}' y='8' width='{w:.2f}' height='28' "
@@ -74,7 +74,7 @@ def outcomes_svg(s: dict) -> str:
     )
 
 
-def bars_svg(name: str, values: list[tuple[TaskResult, float]], fmt) -> str:
+def bars_svg(name: str, values: list[tuple[TaskResult, float]], fmt: Callable[[float], str]) -> str:
     """One bar per run, as tall as its value, coloured by its outcome."""
     if not values:
         return "<p>No runs.</p>"
@@ -101,7 +101,7 @@ def bars_svg(name: str, values: list[tuple[TaskResult, float]], fmt) -> str:
     return "".join(parts)
 
 
-def _rows(rows: list[dict], usd) -> str:
+def _rows(rows: list[RunRow]) -> str:
     return "".join(
         f"<tr><td>{escape(r['id'])}</td><td>{r['status']}</td><td>{r['wall_s']:.1f} s</td>"
         f"<td>{usd(r['cost_usd'])}</td><td>{r['turns']}</td></tr>"
@@ -109,7 +109,7 @@ def _rows(rows: list[dict], usd) -> str:
     )
 
 
-def _runs(results: list[TaskResult], usd) -> str:
+def _runs(results: list[TaskResult]) -> str:
     return "".join(
         f"<tr class='{r.status}'><td>{escape(r.id)}</td><td>{r.status}</td><td>{escape(failure_kind(r))}</td>"
         f"<td>{'' if r.check_exit is None else r.check_exit}</td><td>{r.turns}</td><td>{r.tokens:,}</td>"

@@ -8,15 +8,20 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Literal
 
-Status = Literal["pass", "fail", "error"]
+from drivetrain.jsontypes import JsonObject
+from drivetrain.loop.state import Subtype
+
+TaskStatus = Literal["pass", "fail", "error"]
+# how a task ended that errored outside its run (else its subtype is the run's)
+TaskSubtype = Literal["workspace_failed", "setup_failed", "worker_died", "harness_error"]
 RESULTS = "results.jsonl"
 
 
 @dataclass
 class TaskResult:
     id: str
-    status: Status
-    subtype: str  # the run's (success, error_max_turns …), or workspace_failed / setup_failed / worker_died …
+    status: TaskStatus
+    subtype: Subtype | TaskSubtype  # the run's (success, error_max_turns …), or the task's own
     check_exit: int | None = None  # None: no check, or none was run
     turns: int = 0
     input_tokens: int = 0
@@ -29,7 +34,7 @@ class TaskResult:
     workspace: str | None = None  # kept (--keep-workspaces) only
     detail: str = ""  # why it errored, or the tail of a failed check's output
 
-    def to_json(self) -> dict:
+    def to_json(self) -> JsonObject:
         out = asdict(self)
         for optional in ("workspace", "detail"):
             if not out[optional]:
@@ -37,7 +42,7 @@ class TaskResult:
         return out
 
     @classmethod
-    def from_json(cls, data: dict) -> TaskResult:
+    def from_json(cls, data: JsonObject) -> TaskResult:
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
 

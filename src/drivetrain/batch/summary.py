@@ -4,13 +4,53 @@ most expensive runs, failures by subtype. Pure functions, for ``drivetrain batch
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import TypedDict
 
-from drivetrain.batch.results import TaskResult
+from drivetrain.batch.results import TaskResult, TaskStatus
 
 TOP = 5  # slowest and most expensive runs listed
 
 
-def _side(rs: list[TaskResult]) -> dict:
+class Side(TypedDict):
+    """The passes, or the failures: how many, what they cost, how many turns they took."""
+
+    count: int
+    cost_usd: float
+    cost_unknown: int
+    turns: int
+    mean_turns: float | None
+    mean_cost_usd: float | None
+
+
+class RunRow(TypedDict):
+    id: str
+    status: TaskStatus
+    wall_s: float
+    cost_usd: float | None
+    turns: int
+
+
+class Summary(TypedDict):
+    total: int
+    passed: int
+    failed: int
+    errors: int
+    pass_rate: float | None
+    cost_usd: float
+    tokens: int
+    wall_s: float
+    passes: Side
+    failures: Side
+    slowest: list[RunRow]
+    most_expensive: list[RunRow]
+    failures_by_subtype: dict[str, list[str]]
+
+
+def usd(x: float | None) -> str:
+    return "–" if x is None else f"${x:.4f}"
+
+
+def _side(rs: list[TaskResult]) -> Side:
     known = [r.cost_usd for r in rs if r.cost_usd is not None]
     turns = sum(r.turns for r in rs)
     return {
@@ -28,20 +68,17 @@ def failure_kind(r: TaskResult) -> str:
     return "check_failed" if r.status == "fail" and r.subtype == "success" else r.subtype
 
 
-def summarize(results: list[TaskResult]) -> dict:
+def _row(r: TaskResult) -> RunRow:
+    return {"id": r.id, "status": r.status, "wall_s": r.wall_s, "cost_usd": r.cost_usd, "turns": r.turns}
+
+
+def summarize(results: list[TaskResult]) -> Summary:
     """The report as JSON-ready data (``--json``)."""
     passes = [r for r in results if r.status == "pass"]
     others = [r for r in results if r.status != "pass"]
     by_subtype: dict[str, list[str]] = defaultdict(list)
     for r in others:
         by_subtype[failure_kind(r)].append(r.id)
-    row = lambda r: {
-        "id": r.id,
-        "status": r.status,
-        "wall_s": r.wall_s,
-        "cost_usd": r.cost_usd,
-        "turns": r.turns,
-    }
     return {
         "total": len(results),
         "passed": len(passes),
@@ -53,23 +90,21 @@ def summarize(results: list[TaskResult]) -> dict:
         "wall_s": round(sum(r.wall_s for r in results), 3),
         "passes": _side(passes),
         "failures": _side(others),
-        "slowest": [row(r) for r in sorted(results, key=lambda r: -r.wall_s)[:TOP]],
-        "most_expensive": [row(r) for r in sorted(results, key=lambda r: -(r.cost_usd or 0.0))[:TOP] if r.cost_usd],
+        "slowest": [_row(r) for r in sorted(results, key=lambda r: -r.wall_s)[:TOP]],
+        "most_expensive": [_row(r) for r in sorted(results, key=lambda r: -(r.cost_usd or 0.0))[:TOP] if r.cost_usd],
         "failures_by_subtype": dict(sorted(by_subtype.items(), key=lambda kv: -len(kv[1]))),
     }
 
 
-def text(s: dict) -> str:
+def text(s: Summary) -> str:
     """The report for a terminal."""
     if not s["total"]:
         return "no results yet"
-    usd = lambda x: "–" if x is None else f"${x:.4f}"
     lines = [
         f"{s['passed']}/{s['total']} passed ({s['pass_rate']:.1%}), {s['failed']} failed, {s['errors']} "
         f"errors · {s['tokens']:,} tokens · {usd(s['cost_usd'])} · {s['wall_s']:.1f} s of runs"
     ]
-    for name in ("passes", "failures"):
-        side = s[name]
+    for name, side in (("passes", s["passes"]), ("failures", s["failures"])):
         lines.append(
             f"{name:>9}: {side['count']} runs, {usd(side['cost_usd'])} (mean {usd(side['mean_cost_usd'])}), "
             f"{side['turns']} turns (mean {side['mean_turns'] if side['count'] else '–'})"

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic_core import ErrorDetails
 
 from drivetrain.errors import ConfigError
 from drivetrain.models.resolve import PROVIDERS
@@ -73,7 +74,7 @@ def load_tasks(path: Path) -> list[Task]:
     return tasks
 
 
-def _where(err: dict) -> str:
+def _where(err: ErrorDetails) -> str:
     loc = ".".join(str(p) for p in err.get("loc", ()))
     return f"{loc}: " if loc else ""
 

@@ -10,6 +10,7 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
+from drivetrain.batch.results import TaskSubtype
 from drivetrain.batch.tasks import is_git_source
 from drivetrain.errors import HarnessError
 from drivetrain.host.procs import child_env, kill_group, signal_group, watch_group
@@ -21,7 +22,7 @@ OUTPUT_TAIL = 2000  # characters of a failed command's output kept in its result
 class WorkspaceError(HarnessError):
     """The workspace could not be made, or its setup failed; the message says which and why."""
 
-    def __init__(self, message: str, subtype: str = "workspace_failed"):
+    def __init__(self, message: str, subtype: TaskSubtype = "workspace_failed"):
         super().__init__(message)
         self.subtype = subtype  # the result line's
 
@@ -84,7 +85,7 @@ async def run_shell(
     finally:
         if proc.returncode is None:  # cancelled: the sweep is stopping
             signal_group(proc.pid, signal.SIGKILL)
-    return proc.returncode, out.decode(errors="replace")
+    return await proc.wait(), out.decode(errors="replace")  # it has ended: communicate waited for it
 
 
 def remove(where: Path) -> None:

@@ -17,17 +17,19 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Literal, get_args
 
 from drivetrain.agent import Agent
 from drivetrain.errors import HarnessError
+from drivetrain.jsontypes import JsonObject, JsonValue
 from drivetrain.loop.budget import Budget
 from drivetrain.loop.profile import FULL
 
 FORMAT_VERSION = 1
 DEFAULT_MAX_TURNS = 8
-STATUSES = ("pending", "running", "done", "failed", "skipped")
-COLOURS = {
+StepStatus = Literal["pending", "running", "done", "failed", "skipped"]  # a step's, in a plan run
+STATUSES: tuple[StepStatus, ...] = get_args(StepStatus)
+COLOURS: dict[StepStatus, str] = {
     "pending": "fill:#eeeeee,stroke:#999999",
     "running": "fill:#fff3b0,stroke:#c9a400",
     "done": "fill:#c8f0c8,stroke:#2e8b57",
@@ -52,21 +54,20 @@ class Step:
     check: str | None = None  # a shell command run in the workspace after the step; exit 0 means done
     model: str | None = None  # a model for this step only (None: the run's)
 
-    def to_json(self) -> dict:
-        out: dict[str, Any] = {
+    def to_json(self) -> JsonObject:
+        out: JsonObject = {
             "id": self.id,
             "goal": self.goal,
             "depends_on": list(self.depends_on),
             "tools": list(self.tools),
             "max_turns": self.max_turns,
         }
-        for name in ("max_tokens", "check", "model"):
-            if getattr(self, name) is not None:
-                out[name] = getattr(self, name)
+        optional = {"max_tokens": self.max_tokens, "check": self.check, "model": self.model}
+        out.update({name: value for name, value in optional.items() if value is not None})
         return out
 
     @classmethod
-    def from_json(cls, data: Any, where: str = "step") -> Step:
+    def from_json(cls, data: JsonValue, where: str = "step") -> Step:
         if not isinstance(data, Mapping):
             raise PlanError(f"{where} is not an object")
         unknown = set(data) - {"id", "goal", "depends_on", "tools", "max_turns", "max_tokens", "check", "model"}
@@ -208,8 +209,8 @@ class Plan:
 
     # -- the file
 
-    def to_json(self) -> dict:
-        out: dict[str, Any] = {"version": FORMAT_VERSION}
+    def to_json(self) -> JsonObject:
+        out: JsonObject = {"version": FORMAT_VERSION}
         if self.task:
             out["task"] = self.task
         plan_budget = {k: v for k, v in (("max_turns", self.max_turns), ("max_tokens", self.max_tokens)) if v}
@@ -219,7 +220,7 @@ class Plan:
         return out
 
     @classmethod
-    def from_json(cls, data: Any) -> Plan:
+    def from_json(cls, data: JsonValue) -> Plan:
         """A plan from its JSON (a dict, or the text of one). Raises PlanError saying what is malformed."""
         if isinstance(data, (str, bytes)):
             try:
@@ -255,7 +256,7 @@ class Plan:
 
     # -- pictures
 
-    def describe(self, statuses: Mapping[str, str] | None = None) -> str:
+    def describe(self, statuses: Mapping[str, StepStatus] | None = None) -> str:
         """The plan as a numbered list a person can read and approve."""
         lines = [f"Plan: {self.task}"] if self.task else []
         for i, s in enumerate(self.steps, 1):
@@ -270,7 +271,9 @@ class Plan:
                 lines.append(f"   check: {s.check}")
         return "\n".join(lines)
 
-    def mermaid(self, statuses: Mapping[str, str] | None = None, timings: Mapping[str, float] | None = None) -> str:
+    def mermaid(
+        self, statuses: Mapping[str, StepStatus] | None = None, timings: Mapping[str, float | None] | None = None
+    ) -> str:
         """A Mermaid flowchart of the steps; with ``statuses`` coloured by status, ``timings`` (seconds) in labels."""
         names = {s.id: f"s{i}" for i, s in enumerate(self.steps)}
         lines = ["flowchart TD"]
@@ -349,7 +352,7 @@ async def make_plan(agent: Agent, task: str, *, budget: Budget | None = None, ma
 
     A plan that cannot be read or does not validate is sent back once with its problems listed;
     if the second answer is no better, PlanError says what was wrong with it."""
-    tools = {t.name: getattr(t, "description", "") or "" for t in agent.tools}
+    tools = {t.name: t.description or "" for t in agent.tools}
     run = planner_for(agent).start(planning_prompt(task, tools, budget=budget, max_turns=max_turns))
     problems: list[str] = []
     for attempt in range(2):
@@ -423,7 +426,7 @@ async def replan(
 
 def step_agent(base: Agent, step: Step) -> Agent:
     """``base`` narrowed to one step: only the step's tools, its turn limit, its token budget."""
-    budget = replace(base.budget) if base.budget is not None else Budget()
+    budget = replace(base.budget)
     if step.max_tokens is not None:
         budget = replace(budget, tokens=min(step.max_tokens, budget.tokens or step.max_tokens))
     return replace(

@@ -28,14 +28,15 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Literal
 
 from drivetrain.agent import Agent
 from drivetrain.host.procs import run_command
+from drivetrain.jsontypes import JsonObject, JsonValue
 from drivetrain.loop.events import Event
 from drivetrain.loop.result import RunResult
 from drivetrain.messages import Usage
-from drivetrain.plans.plan import Plan, PlanError, Step, replan
+from drivetrain.plans.plan import Plan, PlanError, Step, StepStatus, replan
 from drivetrain.pricing import cost_usd
 
 STATE_VERSION = 1
@@ -43,24 +44,30 @@ CHECK_TIMEOUT_S = 300.0
 OUTPUT_CHARS = 4000  # of a failed check's output, sent back to the model (the tail: where errors are)
 
 Ask = Callable[[Step, str], "Awaitable[str | None] | str | None"]
+Escalation = Literal["retry", "replan", "ask"]  # what a failing step tries next, in this order
+NodeOutcome = Literal["done", "failed", "replanned"]  # how one step's run ended
+PlanRunStatus = Literal["running", "interrupted", "success", "failed"]  # the state file's "status"
+PlanEventKind = Literal[
+    "node_started", "node_finished", "session", "check", "escalation", "replanned", "plan_finished", "agent"
+]
 
 
 @dataclass
 class Node:
     """One step's state in a plan run."""
 
-    status: str = "pending"  # pending, running, done, failed, skipped
+    status: StepStatus = "pending"
     result: str = ""  # the step's final answer
     error: str = ""  # why it failed (or was skipped)
     attempts: int = 0  # agent runs made for it
-    escalations: list[str] = field(default_factory=list)  # "retry", "replan", "ask", in the order taken
+    escalations: list[Escalation] = field(default_factory=list)  # in the order taken
     started_at: float | None = None  # wall clock, seconds
     finished_at: float | None = None
     num_turns: int = 0
-    usage: dict = field(default_factory=dict)  # summed over its runs, wire form
+    usage: dict[str, int] = field(default_factory=dict)  # summed over its runs, wire form
     cost_usd: float | None = None
     session_ids: list[str] = field(default_factory=list)
-    check: dict | None = None  # the last check: command, exit_code, output (tail)
+    check: dict[str, str | int] | None = None  # the last check: command, exit_code, output (tail)
     replanned: bool = False  # made by a re-plan: it is not re-planned again
 
     @property
@@ -69,22 +76,22 @@ class Node:
             return None
         return (self.finished_at or time.time()) - self.started_at
 
-    def to_json(self) -> dict:
+    def to_json(self) -> JsonObject:
         return {**asdict(self), "duration_s": self.duration_s}
 
     @classmethod
-    def from_json(cls, data: dict) -> Node:
+    def from_json(cls, data: JsonObject) -> Node:
         return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
 
 
 @dataclass(frozen=True)
 class PlanEvent:
-    """What the scheduler reports: ``node_started``, ``node_finished``, ``check``, ``escalation``,
+    """What the scheduler reports: ``node_started``, ``node_finished``, ``session``, ``check``, ``escalation``,
     ``replanned``, ``plan_finished``; ``agent``: an event of a step's loop (``event``)."""
 
-    kind: str
+    kind: PlanEventKind
     step_id: str | None = None
-    data: dict = field(default_factory=dict)
+    data: JsonObject = field(default_factory=dict)  # written out as is (stream-json)
     event: Event | None = None
 
 
@@ -97,7 +104,7 @@ class PlanResult:
     duration_ms: int
 
     @property
-    def subtype(self) -> str:
+    def subtype(self) -> Literal["success", "error_plan_failed"]:
         return "success" if all(n.status == "done" for n in self.nodes.values()) else "error_plan_failed"
 
     @property
@@ -119,7 +126,7 @@ class PlanResult:
             return self.nodes[sinks[0]].result
         return "\n\n".join(f"## {i}\n{self.nodes[i].result}" for i in sinks)
 
-    def statuses(self) -> dict[str, str]:
+    def statuses(self) -> dict[str, StepStatus]:
         return {i: n.status for i, n in self.nodes.items()}
 
     def timings(self) -> dict[str, float | None]:
@@ -135,7 +142,7 @@ class PlanResult:
             total = total + Usage(**n.usage)
         return total
 
-    def to_json(self) -> dict:
+    def to_json(self) -> JsonObject:
         costs = [n.cost_usd for n in self.nodes.values() if n.cost_usd is not None]
         return {
             "type": "result",
@@ -220,7 +227,7 @@ class Scheduler:
             for s in self.plan.steps
         }
 
-    def save(self, status: str = "running") -> None:
+    def save(self, status: PlanRunStatus = "running") -> None:
         data = {
             "version": STATE_VERSION,
             "kind": "drivetrain.plan_run",
@@ -236,13 +243,15 @@ class Scheduler:
 
     # -- driving
 
-    def emit(self, kind: str, step_id: str | None = None, event: Event | None = None, **data: Any) -> None:
+    def emit(
+        self, kind: PlanEventKind, step_id: str | None = None, event: Event | None = None, **data: JsonValue
+    ) -> None:
         if self.on_event is not None:
             self.on_event(PlanEvent(kind, step_id, data, event))
 
     async def run(self) -> PlanResult:
         self.save()
-        tasks: dict[asyncio.Task, str] = {}
+        tasks: dict[asyncio.Task[NodeOutcome], str] = {}
         try:
             while True:
                 self._skip_after_failures()
@@ -279,7 +288,7 @@ class Scheduler:
         self.emit("plan_finished", None, subtype=result.subtype, mermaid=result.mermaid())
         return result
 
-    def _settle(self, step_id: str, task: asyncio.Task) -> None:
+    def _settle(self, step_id: str, task: asyncio.Task[NodeOutcome]) -> None:
         if (error := task.exception()) is None and task.result() == "replanned":
             return  # its replacement steps are pending now
         node = self.nodes[step_id]
@@ -310,7 +319,12 @@ class Scheduler:
         agent = self.make_agent(step)
         observers = list(agent.observers)
         if self.on_event is not None:
-            observers.append(lambda e, i=step.id: self.emit("agent", i, event=e))
+            step_id = step.id
+
+            def observe(e: Event) -> None:
+                self.emit("agent", step_id, event=e)
+
+            observers.append(observe)
         return replace(agent, observers=observers)  # a copy of its own
 
     def seed(self, step: Step) -> str:
@@ -324,10 +338,11 @@ class Scheduler:
             parts.append(f"When you end your turn, this check is run in the workspace and must exit 0: {step.check}")
         return "\n\n".join(parts)
 
-    async def _node(self, step: Step) -> str:
+    async def _node(self, step: Step) -> NodeOutcome:
         """Run one step as one session: a retry or the person's guidance goes on in the same history."""
         node, agent = self.nodes[step.id], self._agent(step)
-        levels = ["retry", *(["replan"] if self.replan_failed and not node.replanned else []), "ask"]
+        replans = self.replan_failed and not node.replanned
+        levels: list[Escalation] = ["retry", "replan", "ask"] if replans else ["retry", "ask"]
         run = agent.start(self.seed(step))
         node.session_ids.append(run.session_id)
         self.emit("session", step.id, session_id=run.session_id)
@@ -351,7 +366,7 @@ class Scheduler:
                     if await self._replan(step, agent, failure):
                         return "replanned"
                     continue
-                guidance = ""
+                guidance: str | None = ""
                 if level == "ask":
                     guidance = await self._ask(step, failure)
                     if guidance is None:

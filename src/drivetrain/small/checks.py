@@ -25,11 +25,14 @@ import shutil
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
+from typing import Literal, Protocol
 
 from drivetrain.control.hooks import Hooks
 from drivetrain.host.procs import run_command
+from drivetrain.jsontypes import JsonObject
 from drivetrain.loop.nodes import NodeContext, NodeResult, Proceed, SendBack
 from drivetrain.loop.state import NodePoint
+from drivetrain.messages import Message
 from drivetrain.small.answer import disagreements, facts
 from drivetrain.small.changes import describe, snapshot
 from drivetrain.small.codeact import HELD_ALREADY, denied_programs, file_block, to_block
@@ -59,6 +62,7 @@ from drivetrain.small.readings import (
 )
 
 Runner = Callable[[str], Awaitable[tuple[int | None, str]]]  # a command -> (exit code or None if not run, output)
+SendBackKind = Literal["work", "answer"]  # back to work, or only to write the answer again
 TEST_RUN_TIMEOUT_S = 120
 CORPUS_FILE_BYTES = 64 * 1024  # of each file, for what the answer may report
 
@@ -131,6 +135,17 @@ _IDENT = re.compile(
 )
 
 
+class Seen(Protocol):
+    """What the checks read of the node's context: the answer and the history (all a test's stand-in has); only
+    a real ``NodeContext`` also runs the commands the checks make."""
+
+    @property
+    def answer(self) -> str: ...
+
+    @property
+    def history(self) -> list[Message]: ...
+
+
 @dataclass
 class _Call:
     text: str  # the call's input and its output, as the model saw them
@@ -167,13 +182,14 @@ class WorkChecks:
     calls: list[_Call] = field(default_factory=list)
     unread: list[str] = field(default_factory=list)  # existing files rewritten before their content was shown
     _last: dict[str, bytes] = field(default_factory=dict)
-    _known: dict = field(default_factory=dict)  # snapshot's cache of unchanged files
+    # snapshot's cache of unchanged files
+    _known: dict[str, tuple[tuple[int, int], bytes]] = field(default_factory=dict)
     report_changes: bool = True  # add to each call's result what it changed (changes.py)
     file_blocks: bool = False  # the model writes files as code blocks naming them (hints take that form)
     agree: bool = True  # the answer must agree with the run (small/answer.py), else it is written again from the facts
     shown: str = ""  # what was shown with the task (the files it names): counts as seen for ``_shown``
 
-    _sent: dict[str, int] = field(default_factory=dict)  # send-backs this prompt: "work", "answer"
+    _sent: dict[SendBackKind, int] = field(default_factory=dict)  # send-backs this prompt
     _writers: dict[str, str] = field(default_factory=dict)  # file -> the input of the call that last changed it
     _said: str = ""  # what the harness said of the last call (an Edit's or Write's report, its note): not an answer
 
@@ -193,14 +209,14 @@ class WorkChecks:
 
     # -- hooks
 
-    async def on_prompt(self, payload: dict) -> None:
+    async def on_prompt(self, payload: JsonObject) -> None:
         """A new prompt is a new task: what the checks saw of the last one is left behind."""
         self.prompt, self._sent, self.calls, self.unread = payload.get("prompt", ""), {}, [], []
         self._writers, self._said = {}, ""
         self.before = await asyncio.to_thread(snapshot, self.cwd, self._known)
         self._last = dict(self.before)
 
-    async def on_tool(self, payload: dict) -> dict | None:
+    async def on_tool(self, payload: JsonObject) -> JsonObject | None:
         tool_input = payload.get("tool_input") or {}
         response = payload.get("tool_response") or {}
         now = await asyncio.to_thread(snapshot, self.cwd, self._known)
@@ -245,15 +261,15 @@ class WorkChecks:
         self._said = "\n\n".join(n for n in (own, note) if n)
         return {"hookSpecificOutput": {"hookEventName": "PostToolUse", "additionalContext": note}} if note else None
 
-    async def run(self, ctx: NodeContext) -> NodeResult:
+    async def run(self, ctx: Seen) -> NodeResult:
         """The node: what fails of the checks goes back to the model, to work at most ``work_limit`` times, and for
         an answer that only lacks what the work holds (the value it wrote, say) at most ``answer_limit`` times more:
         that costs one turn without tools, and an answer that contradicts the work is worse than no answer."""
         # a denied call never reaches PostToolUse: what the policy denied is read from the history
         work, answer = await self.sorted_failures(
-            ctx.answer, frozenset(denied_programs(ctx.history)), getattr(ctx, "run", None)
+            ctx.answer, frozenset(denied_programs(ctx.history)), ctx.run if isinstance(ctx, NodeContext) else None
         )
-        kind = (
+        kind: SendBackKind | None = (
             "work"
             if work and self._sent.get("work", 0) < self.work_limit
             else "answer"
@@ -761,7 +777,7 @@ class WorkChecks:
 
     def _made(self, text: str) -> _Call | None:
         """The last command of the run that made the call ``text`` (any quotes) and printed something."""
-        same = lambda t: _normal(t).replace('\\"', '"').replace('"', "'")
+        same: Callable[[str], str] = lambda t: _normal(t).replace('\\"', '"').replace('"', "'")
         return next(
             (
                 c
@@ -791,7 +807,7 @@ class WorkChecks:
             lines = [ln.strip() for ln in call.output.splitlines() if ln.strip()] if call else []
             value = lines[0] if len(lines) == 1 else ""  # more lines: which is the call's value is not known
             bare = value[1:-1] if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"" else value
-            if 0 < len(bare) <= 80 and bare not in answer:
+            if call is not None and 0 < len(bare) <= 80 and bare not in answer:
                 out.append(
                     f"`{call.command.strip()}` printed {value} for {text}, but your answer does not give "
                     f"{bare}. Answer with what it printed."

@@ -18,9 +18,12 @@ from __future__ import annotations
 import re
 import shutil
 import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path, PurePath
+from typing import Protocol, runtime_checkable
 
+from drivetrain.jsontypes import JsonObject
 from drivetrain.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
 from drivetrain.models.base import Model, ModelRequest, ModelResponse
 from drivetrain.small.fragments import home_of, to_call
@@ -78,7 +81,7 @@ _PLAIN = ("text", "txt", "plain", "plaintext")
 _LANGS = {".txt": "text", ".py": "python", ".sh": "bash", ".js": "javascript", ".ts": "typescript", ".md": "markdown"}
 
 
-def written(call_input: dict) -> str:
+def written(call_input: JsonObject) -> str:
     """What an Edit or Write call puts in its file: the text a file block held."""
     return str(call_input.get("new_string", call_input.get("content", "")))
 
@@ -182,6 +185,13 @@ def parse_reply(text: str) -> tuple[str, tuple[str, str, str | None] | None]:
     return text.strip(), None
 
 
+@runtime_checkable
+class Windowed(Protocol):
+    """A model that knows its context window (in tokens; None: unknown)."""
+
+    context_window: int | None
+
+
 class CodeActionModel:
     """Any ``Model``, spoken to in code blocks (see the module docstring)."""
 
@@ -189,7 +199,7 @@ class CodeActionModel:
         self.inner = inner
         self.cwd = cwd or Path.cwd()  # where a file block's file is read, to make its Edit call
         self.name = inner.name
-        self.context_window = getattr(inner, "context_window", None)
+        self.context_window = inner.context_window if isinstance(inner, Windowed) else None
 
     async def respond(self, request: ModelRequest) -> ModelResponse:
         choice = request.tool_choice or "auto"
@@ -314,7 +324,7 @@ def said(messages: list[Message], lines: int = 12) -> list[str]:
 
 
 def grammar(
-    choice: str, denied: list[str] = (), echoed: list[str] = (), files: bool = False, heard: list[str] = ()
+    choice: str, denied: Sequence[str] = (), echoed: Sequence[str] = (), files: bool = False, heard: Sequence[str] = ()
 ) -> str:
     """GBNF for one reply: ``auto`` a block or the answer, ``any`` a block, ``none`` the answer. With
     ``files``, a block may also name a file after its language (a change to it, any text).
@@ -387,7 +397,9 @@ class _Words:
         return state
 
 
-def _start_rules(name: str, starts: list[str], first: str, rest, end: str, never: str) -> list[str]:
+def _start_rules(
+    name: str, starts: list[str], first: str, rest: Callable[[int], str], end: str, never: str
+) -> list[str]:
     """Text that does not start with any of ``starts``: a trie over them, left as soon as the text differs, then
     ``rest(depth)``. ``first``: characters it never starts with; ``end``: what may close it on the trie (a text that
     is a proper prefix of a start); ``never``: what it never holds, as a class's GBNF (``\\x00-\\x08``)."""
@@ -407,13 +419,13 @@ def _start_rules(name: str, starts: list[str], first: str, rest, end: str, never
     return rules
 
 
-def _body_rules(name: str, forbidden: list[str], words: list[str] = ()) -> list[str]:
+def _body_rules(name: str, forbidden: list[str], words: Sequence[str] = ()) -> list[str]:
     """A body that does not start with any of the ``forbidden`` starts (an echoed line, ``sudo ``) and never
     contains a banned word. Rules: a trie over the forbidden starts (a newline only ever ends one); off the trie,
     ``{name}-f{k}`` is "free text in word state k" and ``{name}-g`` free text that may close here (just after a
     newline)."""
-    forbidden = {f for f in forbidden if "`" not in f}  # such a body cannot be generated anyway
-    forbidden = [f for f in forbidden if not any(g != f and f.startswith(g) for g in forbidden)]
+    can = {f for f in forbidden if "`" not in f}  # such a body cannot be generated anyway
+    forbidden = [f for f in can if not any(g != f and f.startswith(g) for g in can)]
     ac = _Words(list(words))
     free = {state: f"{name}-f{i}" for i, state in enumerate(ac.states)}
     other = f"[^{_cls('`' + chr(10) + chr(13) + ''.join(ac.alphabet))}] {free['']}"  # a character no banned word has
@@ -428,15 +440,15 @@ def _body_rules(name: str, forbidden: list[str], words: list[str] = ()) -> list[
     prefixes = sorted({f[:i] for f in forbidden for i in range(len(f))} | {""})
     node = {p: f"{name}-{i}" if p else name for i, p in enumerate(prefixes)}
     for p in prefixes:
-        if ac.run(p) is None:
+        here = ac.run(p)
+        if here is None:
             continue  # holds a banned word: never reached
-        state = ac.run(p)
         children = sorted({f[len(p)] for f in forbidden if f.startswith(p)})
         alts = [f"{_lit(c)} {node[p + c]}" for c in children if p + c in node and ac.run(p + c) is not None]
-        if "\n" not in children and ac.step(state, "\n") is not None:
+        if "\n" not in children and ac.step(here, "\n") is not None:
             alts.append('"\\n" ' + (f"{name}-g" if p else free[""]))  # a body is never empty
         others = [c for c in ac.alphabet if c not in children]  # leave the trie: on with the word automaton
-        alts += [f"{_lit(c)} {free[t]}" for c in others if (t := ac.step(state, c)) is not None]
+        alts += [f"{_lit(c)} {free[t]}" for c in others if (t := ac.step(here, c)) is not None]
         alts.append(f"[^{_cls('`' + chr(10) + chr(13) + ''.join(children + others))}] {free['']}")
         rules.append(f"{node[p]} ::= " + " | ".join(alts))
     return rules

@@ -16,7 +16,7 @@ import difflib
 import importlib.util
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Protocol
 
 from drivetrain.small.codeact import to_command
@@ -73,7 +73,9 @@ def left_behind(named: Sequence[str], before: dict[str, bytes], now: dict[str, b
     ]
 
 
-def _copies(named: Sequence[str], before: dict[str, bytes], now: dict[str, bytes]):
+def _copies(
+    named: Sequence[str], before: dict[str, bytes], now: dict[str, bytes]
+) -> Iterator[tuple[str, str, list[str], str]]:
     """(new file, old file, the names both define, the new file's module)."""
     for path in sorted(now.keys() - before.keys()):
         if not path.endswith(".py") or path not in named:
@@ -113,6 +115,8 @@ def _literal_args(args: str) -> bool:
     try:
         call = ast.parse(f"f({args})", mode="eval").body
     except SyntaxError:
+        return False
+    if not isinstance(call, ast.Call):  # it always is: the arguments hold no parenthesis (``_CALL``)
         return False
     try:
         for node in [*call.args, *(k.value for k in call.keywords)]:

@@ -21,11 +21,16 @@ import difflib
 import os
 import re
 from pathlib import Path
+from typing import cast
+
+from drivetrain.jsontypes import JsonObject
 
 _DEF = re.compile(r"^([ \t]*)(?:async[ \t]+)?(def|class)[ \t]+(\w+)")
 TOP_DEF = re.compile(r"^(?:async[ \t]+)?(?:def|class)[ \t]+(\w+)", re.M)
 _SKIP_DIRS = {"node_modules", "__pycache__", "venv", "site-packages"}
 LIKENESS = 0.6  # below this, a line is not taken for a changed version of the file's line
+
+Definition = ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
 
 
 def _indent(line: str) -> int:
@@ -45,7 +50,8 @@ def _block_end(lines: list[str], start: int, indent: int) -> int:
 
 def _units(lines: list[str]) -> list[tuple[str | None, int, int]]:
     """(definition name or None for a single line, start, end) for each non-blank unit of a fragment."""
-    units, i = [], 0
+    units: list[tuple[str | None, int, int]] = []
+    i = 0
     while i < len(lines):
         m = _DEF.match(lines[i])
         if m:
@@ -131,7 +137,7 @@ def merge(original: str, fragment: str) -> list[tuple[int, int, list[str]]]:
     return kept
 
 
-def to_call(path: str, fragment: str, cwd: Path) -> tuple[str, dict]:
+def to_call(path: str, fragment: str, cwd: Path) -> tuple[str, JsonObject]:
     """The ``Edit`` or ``Write`` call (name, input) that applies a file block to ``cwd/path``."""
     target = Path(path) if Path(path).is_absolute() else cwd / path
     try:
@@ -161,7 +167,7 @@ def to_call(path: str, fragment: str, cwd: Path) -> tuple[str, dict]:
     return "Edit", {"file_path": path, "old_string": old_text, "new_string": new_text}
 
 
-def definitions(code: str) -> list[ast.stmt]:
+def definitions(code: str) -> list[Definition | ast.Import | ast.ImportFrom]:
     """The statements of python code that only defines functions and classes (imports and docstrings aside):
     run, it does nothing. [] for code that does something, or does not parse."""
     try:
@@ -174,7 +180,7 @@ def definitions(code: str) -> list[ast.stmt]:
         isinstance(n, (*defs, ast.Import, ast.ImportFrom)) for n in body
     ):
         return []
-    return body
+    return cast(list[Definition | ast.Import | ast.ImportFrom], body)  # as the line above checked
 
 
 def home_of(code: str, cwd: Path, scan: int = 300) -> tuple[str, str] | None:
@@ -202,5 +208,11 @@ def home_of(code: str, cwd: Path, scan: int = 300) -> tuple[str, str] | None:
     if len(homes) != 1:
         return None
     lines = code.splitlines()
-    spans = [(min([n.lineno] + [d.lineno for d in getattr(n, "decorator_list", [])]), n.end_lineno) for n in body]
+    spans = [(_first_line(n), n.end_lineno) for n in body]
     return homes[0], "\n\n".join("\n".join(lines[a - 1 : b]) for a, b in spans)
+
+
+def _first_line(n: Definition | ast.Import | ast.ImportFrom) -> int:
+    """Where a statement starts: at its first decorator, if it has any."""
+    decorators = n.decorator_list if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) else []
+    return min([n.lineno] + [d.lineno for d in decorators])

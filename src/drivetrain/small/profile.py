@@ -17,8 +17,10 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal, Protocol, get_args, runtime_checkable
 
 from drivetrain.control.hooks import HookChain, Hooks
+from drivetrain.jsontypes import JsonObject
 from drivetrain.loop.nodes import Node
 from drivetrain.loop.profile import AIDS, FULL, Outfit, Outfitted, Profile
 from drivetrain.models.base import Model
@@ -34,6 +36,8 @@ ENV_ABLATE = "DRIVETRAIN_ABLATE"
 _SIZE = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?)\s*[bB](?![a-zA-Z])")
 _SMALL_NAMES = re.compile(r"mini|tiny|small|nano|smol", re.IGNORECASE)
 SMALL_MAX_BILLIONS = 8.0
+ProfileChoice = Literal["small", "full"]  # --profile (None: chosen by the model's size)
+PROFILE_CHOICES: tuple[ProfileChoice, ...] = get_args(ProfileChoice)
 
 
 def is_small(model_name: str, provider: str) -> bool:
@@ -49,10 +53,10 @@ def is_small(model_name: str, provider: str) -> bool:
 
 
 def select_profile(
-    model_name: str, provider: str, choice: str | None = None, env: Mapping[str, str] | None = None
+    model_name: str, provider: str, choice: ProfileChoice | None = None, env: Mapping[str, str] | None = None
 ) -> Profile:
     """``choice`` ("small" | "full" | None for automatic), less the aids named in $DRIVETRAIN_ABLATE."""
-    if choice not in (None, "small", "full"):
+    if choice is not None and choice not in PROFILE_CHOICES:
         raise ValueError(f"unknown profile {choice!r}; choose small or full")
     small = choice == "small" or (choice is None and is_small(model_name, provider))
     profile = SMALL if small else FULL
@@ -83,12 +87,21 @@ class SmallProfile(Profile):
         return Outfit(model, tuple(tools), system or "", HookChain(agent.hooks, hooks), (*agent.nodes, *nodes))
 
 
+@runtime_checkable
+class Wrapper(Protocol):
+    """A model that wraps another (the code-block model, a recorder around a model)."""
+
+    @property
+    def inner(self) -> Model: ...
+
+
 def _answers_in_blocks(model: Model) -> bool:
     """Is the model (or a model it wraps) already the code-block model? Then it is not wrapped again."""
-    while model is not None:
-        if isinstance(model, CodeActionModel):
+    at: Model | None = model
+    while at is not None:
+        if isinstance(at, CodeActionModel):
             return True
-        model = getattr(model, "inner", None)
+        at = at.inner if isinstance(at, Wrapper) else None
     return False
 
 
@@ -121,7 +134,7 @@ def equip(
         else None
     )
 
-    def context(payload: dict) -> dict:
+    def context(payload: JsonObject) -> JsonObject:
         """The listing (and the files the task names) go with the task, not in the system prompt, which stays
         fixed (and cacheable)."""
         text = task_context(cwd, str(payload.get("prompt", "")), profile.show, readable)

@@ -139,7 +139,7 @@ def _parse_error(path: str, content: bytes) -> str:
         elif path.endswith((".ini", ".cfg")):
             configparser.ConfigParser(interpolation=None).read_string(text, path)
     except configparser.Error as e:
-        return " ".join(e.message.split()) if hasattr(e, "message") else str(e)
+        return " ".join(e.message.split())
     except SyntaxError as e:
         return f"{e.msg} at line {e.lineno}"
     except json.JSONDecodeError as e:
@@ -212,7 +212,7 @@ def _looks_runnable(command: str, cwd: Path) -> bool:
     return words[0] in _INTERPRETERS and len(words) > 1 and (cwd / words[1]).is_file()
 
 
-def _the_part(command: str, pattern: re.Pattern) -> str:
+def _the_part(command: str, pattern: re.Pattern[str]) -> str:
     """The part of a chained command that matches (``sed -i … && python3 test_x.py`` → ``python3 test_x.py``):
     the edits before it must not run twice."""
     if not looks_like_edit(command):

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import ClassVar, TypeVar
 
 from drivetrain.agent import Agent
 from drivetrain.home import safe_name
 from drivetrain.jsontypes import JsonObject
 from drivetrain.loop.budget import Budget
+from drivetrain.loop.events import Event
 from drivetrain.models.base import Model
 from drivetrain.sessions.audit import AuditLog
 from drivetrain.subagents.definitions import SubagentType
@@ -26,12 +27,18 @@ from drivetrain.tools.base import ToolContext, ToolResult
 NAME = "Task"
 SHARE = 0.5  # of each of the parent's limits, for one child
 
+Limit = TypeVar("Limit", int, float)
+
 
 def share(budget: Budget, max_turns: int | None, fraction: float = SHARE) -> tuple[Budget, int | None]:
     """The child's limits: ``fraction`` of each of the parent's; on reaching one it still answers (wrap_up)."""
 
-    def part(x):
-        return None if x is None else max(int(x * fraction), 1) if isinstance(x, int) else x * fraction
+    def part(x: Limit | None) -> Limit | None:
+        if x is None:
+            return None
+        if isinstance(x, int):  # a count: at least one
+            return max(int(x * fraction), 1)
+        return x * fraction
 
     return (
         dataclasses.replace(
@@ -76,7 +83,7 @@ class TaskTool:
             f"one message run at the same time.\n\nAvailable agent types:\n{kinds}"
         )
 
-    async def call(self, input: dict, ctx: ToolContext) -> ToolResult:
+    async def call(self, input: JsonObject, ctx: ToolContext) -> ToolResult:
         prompt, kind_name = input.get("prompt"), input.get("subagent_type") or "general-purpose"
         if not isinstance(prompt, str) or not prompt.strip():
             return ToolResult("Task needs a prompt: the complete task for the subagent.", is_error=True)
@@ -106,7 +113,7 @@ class TaskTool:
         tools = [t for t in p.tools if t.name != NAME and (kind.tools is None or t.name in kind.tools)]
         budget, max_turns = share(p.budget, p.max_turns)
         model = self.model_for(kind.model) if kind.model and self.model_for is not None else p.model
-        observers = [AuditLog(p.store, child_id).observe] if p.store is not None else []
+        observers: list[Callable[[Event], None]] = [AuditLog(p.store, child_id).observe] if p.store is not None else []
         return dataclasses.replace(
             p,
             model=model,
@@ -123,7 +130,7 @@ class TaskTool:
         store = self.parent.store
         if store is None:
             return
-        link: dict[str, Any] = {"tool_use_id": ctx.tool_use_id, "subagent_type": kind.name, "description": description}
+        link: JsonObject = {"tool_use_id": ctx.tool_use_id, "subagent_type": kind.name, "description": description}
         store.append(child_id, [{"kind": "subagent_of", "session": ctx.session_id, **link}])
         if ctx.session_id:
             store.append(ctx.session_id, [{"kind": "subagent", "session": child_id, **link}])
