@@ -83,6 +83,7 @@ async def step(
             try:
                 nxt = await run_tools(s, w)
             except asyncio.CancelledError as e:
+                # the value rides on the stdlib's exception, which declares no such attribute (Run.step reads it)
                 e.run_state = w.freeze(CallModel())  # type: ignore[attr-defined]
                 raise
         case Recover() as s:
