@@ -4,6 +4,8 @@ The model only expresses intent (a tool_use block); the harness executes it,
 feeds back a faithful tool_result, and asks again until the model ends its turn.
 """
 
+from typing import TYPE_CHECKING
+
 from drivetrain.agent import Agent, Run
 from drivetrain.control.approval import Allow, Approver, Defer, Deny, PendingCall, PermissionDecider, Verdict
 from drivetrain.control.hooks import Hooks
@@ -62,6 +64,10 @@ from drivetrain.sessions.store import SessionInfo, SessionNotFound, SessionRecor
 from drivetrain.tools import builtin_tools
 from drivetrain.tools.base import Tool, ToolContext, ToolError, ToolResult, tool
 
+if TYPE_CHECKING:  # what the lazy names below are, for a type checker (nothing is imported at run time)
+    from drivetrain.plans.plan import Plan, Step, make_plan
+    from drivetrain.plans.scheduler import PlanResult, apply_plan
+
 # Plans load on first use: ``import drivetrain`` stays the loop, without the planner and scheduler.
 _LAZY = {
     "Plan": "drivetrain.plans.plan",
@@ -72,7 +78,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> object:
     if name == "run_plan":  # the old name of apply_plan, for one release
         import warnings
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from drivetrain.control.approval import Approver, PendingCall, PermissionDecider, Verdict
 from drivetrain.control.gate import Gate, HookRunner
 from drivetrain.errors import HarnessError
+from drivetrain.jsontypes import JsonObject
 from drivetrain.loop.budget import Budget
 from drivetrain.loop.context import ContextSettings
 from drivetrain.loop.draft import Deps
@@ -25,7 +26,7 @@ from drivetrain.loop.profile import FULL, Profile
 from drivetrain.loop.result import RunResult
 from drivetrain.loop.state import AwaitApproval, CallModel, Compact, Done, RunState, State, SubmitPrompt
 from drivetrain.loop.step import resume_approval, step, with_prompt
-from drivetrain.messages import Message, Usage
+from drivetrain.messages import Message, StopReason, Usage
 from drivetrain.models.base import Model
 from drivetrain.pricing import cost_usd
 from drivetrain.sessions.log import Loaded, SessionLog, load
@@ -113,6 +114,7 @@ class Agent:
         """A saved session as it stands (repaired if it was cut short), e.g. to compact or inspect it."""
         loaded = self._load(session_id)
         run = Run(self, loaded.value, self._log(session_id))
+        assert run.log is not None  # a saved session has a store
         run.log.loaded(loaded.value)
         return run
 
@@ -130,7 +132,7 @@ class Agent:
     def run_sync(self, prompt: str | None = None, history: list[Message] | None = None) -> RunResult:
         return asyncio.run(self.run(prompt, history))
 
-    def restore(self, snapshot: dict | RunState) -> Run:
+    def restore(self, snapshot: JsonObject | RunState) -> Run:
         """A run saved with ``Run.snapshot()`` (or its value), possibly by another process, continued by this agent."""
         return Run(self, snapshot if isinstance(snapshot, RunState) else RunState.from_json(snapshot))
 
@@ -169,9 +171,9 @@ class Run:
             self._observe(event)
             return [event]
         before = self.value
-        extra = []
-        if isinstance(before.state, SubmitPrompt) and self.agent.checkpoints is not None:
-            extra.append(await self._checkpoint(before))
+        extra: list[JsonObject] = []
+        if isinstance(before.state, SubmitPrompt) and (checkpoints := self.agent.checkpoints) is not None:
+            extra.append(await self._checkpoint(before, checkpoints))
         try:
             self.value, events = await step(before, self.deps, self._observe)
         except asyncio.CancelledError as e:
@@ -187,16 +189,15 @@ class Run:
             self.log.save(before, self.value, events, extra=extra)
         return events
 
-    async def _checkpoint(self, value: RunState) -> dict:
+    async def _checkpoint(self, value: RunState, cp: Checkpoints) -> JsonObject:
         """The workspace as it is before this prompt, with every file Write/Edit touched so far (``rewind.py``)."""
         touched = {
-            c.input.get("file_path")
+            path
             for m in value.history
             for c in m.tool_uses
-            if c.name in ("Write", "Edit") and isinstance(c.input.get("file_path"), str)
+            if c.name in ("Write", "Edit") and isinstance(path := c.input.get("file_path"), str)
         }
         prompt = value.prompts + 1
-        cp = self.agent.checkpoints
         try:
             commit = await asyncio.to_thread(
                 cp.snapshot, value.session_id, prompt, [self.agent.cwd / t for t in sorted(touched)]
@@ -252,7 +253,7 @@ class Run:
             self._result = self._finish(self.value.state)
         return events
 
-    def snapshot(self) -> dict:
+    def snapshot(self) -> JsonObject:
         """The run as JSON-ready data (history, state, counters); ``Agent.restore`` continues it."""
         return self.value.to_json()
 
@@ -279,7 +280,7 @@ class Run:
         return self.value.usage
 
     @property
-    def trajectory(self) -> list[str]:
+    def trajectory(self) -> list[StopReason]:
         return list(self.value.trajectory)
 
     @property

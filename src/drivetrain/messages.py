@@ -9,22 +9,32 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Literal
+from typing import Literal
+
+from drivetrain.jsontypes import JsonObject
 
 log = logging.getLogger("drivetrain.messages")
+
+Role = Literal["user", "assistant"]
+BlockType = Literal["text", "tool_use", "tool_result", "thinking", "redacted_thinking"]  # the blocks read here
+# Why a response ended (the Anthropic API's stop_reason; the other providers' endings are mapped onto these).
+StopReason = Literal[
+    "end_turn", "max_tokens", "stop_sequence", "tool_use", "pause_turn", "refusal", "model_context_window_exceeded"
+]
+ToolResultContent = str | list[JsonObject]  # a tool result's text, or its content blocks as the wire has them
 
 
 @dataclass(frozen=True)
 class TextBlock:
     text: str
-    citations: list[dict] | None = None
+    citations: list[JsonObject] | None = None
     type: Literal["text"] = "text"
 
-    def to_wire(self) -> dict:
-        out: dict[str, Any] = {"type": "text", "text": self.text}
+    def to_wire(self) -> JsonObject:
+        out: JsonObject = {"type": "text", "text": self.text}
         if self.citations:
             out["citations"] = self.citations
         return out
@@ -34,22 +44,22 @@ class TextBlock:
 class ToolUseBlock:
     id: str
     name: str
-    input: dict
+    input: JsonObject
     type: Literal["tool_use"] = "tool_use"
 
-    def to_wire(self) -> dict:
+    def to_wire(self) -> JsonObject:
         return {"type": "tool_use", "id": self.id, "name": self.name, "input": self.input}
 
 
 @dataclass(frozen=True)
 class ToolResultBlock:
     tool_use_id: str
-    content: str | list[dict]
+    content: ToolResultContent
     is_error: bool = False
     type: Literal["tool_result"] = "tool_result"
 
-    def to_wire(self) -> dict:
-        out: dict[str, Any] = {"type": "tool_result", "tool_use_id": self.tool_use_id, "content": self.content}
+    def to_wire(self) -> JsonObject:
+        out: JsonObject = {"type": "tool_result", "tool_use_id": self.tool_use_id, "content": self.content}
         if self.is_error:
             out["is_error"] = True
         return out
@@ -67,7 +77,7 @@ class ThinkingBlock:
     signature: str
     type: Literal["thinking"] = "thinking"
 
-    def to_wire(self) -> dict:
+    def to_wire(self) -> JsonObject:
         return {"type": "thinking", "thinking": self.thinking, "signature": self.signature}
 
 
@@ -76,7 +86,7 @@ class RedactedThinkingBlock:
     data: str
     type: Literal["redacted_thinking"] = "redacted_thinking"
 
-    def to_wire(self) -> dict:
+    def to_wire(self) -> JsonObject:
         return {"type": "redacted_thinking", "data": self.data}
 
 
@@ -84,19 +94,20 @@ class RedactedThinkingBlock:
 class RawBlock:
     """Any block drivetrain does not interpret (server_tool_use, *_tool_result, image, …), kept verbatim."""
 
-    data: dict
+    data: JsonObject
 
     @property
     def type(self) -> str:
-        return self.data.get("type", "")
+        kind: str = self.data.get("type", "")
+        return kind
 
-    def to_wire(self) -> dict:
+    def to_wire(self) -> JsonObject:
         return self.data
 
 
 Block = TextBlock | ToolUseBlock | ToolResultBlock | ThinkingBlock | RedactedThinkingBlock | RawBlock
 
-_PARSERS = {
+_PARSERS: dict[BlockType, Callable[[JsonObject], Block]] = {
     "text": lambda d: TextBlock(text=d["text"], citations=d.get("citations") or None),
     "tool_use": lambda d: ToolUseBlock(id=d["id"], name=d["name"], input=dict(d.get("input") or {})),
     "tool_result": lambda d: ToolResultBlock(
@@ -107,14 +118,14 @@ _PARSERS = {
 }
 
 
-def block_from_wire(data: dict) -> Block:
+def block_from_wire(data: JsonObject) -> Block:
     parse = _PARSERS.get(data.get("type", ""))
     return parse(data) if parse else RawBlock(dict(data))
 
 
 @dataclass(frozen=True)
 class Message:
-    role: Literal["user", "assistant"]
+    role: Role
     content: tuple[Block, ...]
 
     @classmethod
@@ -126,17 +137,17 @@ class Message:
         return cls("assistant", tuple(TextBlock(c) if isinstance(c, str) else c for c in content))
 
     @classmethod
-    def from_wire(cls, data: dict) -> Message:
+    def from_wire(cls, data: JsonObject) -> Message:
         content = data["content"]
         if isinstance(content, str):
             return cls(data["role"], (TextBlock(content),))
         return cls(data["role"], tuple(block_from_wire(b) for b in content))
 
-    def to_wire(self) -> dict:
+    def to_wire(self) -> JsonObject:
         return self._wire
 
     @cached_property  # immutable, and sent again with every later request of the run: convert once
-    def _wire(self) -> dict:
+    def _wire(self) -> JsonObject:
         return {"role": self.role, "content": [b.to_wire() for b in self.content]}
 
     # Asked of the history's messages before each request (placing prompt-cache breakpoints): found once each.
@@ -200,7 +211,7 @@ class Usage:
             self.cache_read_input_tokens - other.cache_read_input_tokens,
         )
 
-    def to_wire(self) -> dict:
+    def to_wire(self) -> dict[str, int]:
         return dict(self.__dict__)
 
 

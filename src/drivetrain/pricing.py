@@ -25,9 +25,10 @@ import typing
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Protocol, TypedDict, runtime_checkable
 
 from drivetrain.errors import ConfigError
+from drivetrain.jsontypes import JsonObject
 from drivetrain.messages import Usage
 
 PRICE_FIELDS = ("input", "output", "cache_write", "cache_read")
@@ -49,13 +50,14 @@ class Price:
         return all(getattr(self, f) is not None for f in PRICE_FIELDS)
 
     def cost_usd(self, usage: Usage) -> float | None:
-        if not self.priced:
+        per_in, per_out, per_write, per_read = self.input, self.output, self.cache_write, self.cache_read
+        if per_in is None or per_out is None or per_write is None or per_read is None:  # not priced
             return None
         total = (
-            usage.input_tokens * self.input
-            + usage.output_tokens * self.output
-            + usage.cache_creation_input_tokens * self.cache_write
-            + usage.cache_read_input_tokens * self.cache_read
+            usage.input_tokens * per_in
+            + usage.output_tokens * per_out
+            + usage.cache_creation_input_tokens * per_write
+            + usage.cache_read_input_tokens * per_read
         )
         return round(total / 1_000_000, 6)
 
@@ -245,10 +247,13 @@ def price(model: str) -> Price | None:
         names.append(undated)
     for name in names:
         base, extra = PRICES.get(name), _overrides.get(name)
-        if base is not None or extra is not None:
+        if extra is not None:
             return _merge(base, extra)
+        if base is not None:
+            return base
     if model.startswith(FREE_PREFIXES):
-        return _merge(Price(0.0, 0.0, 0.0, 0.0), _overrides.get(model))
+        free, extra = Price(0.0, 0.0, 0.0, 0.0), _overrides.get(model)
+        return free if extra is None else _merge(free, extra)
     return None
 
 
@@ -269,16 +274,14 @@ def set_prices(entries: Mapping[str, Price]) -> None:
     _overrides.update(entries)
 
 
-def _merge(base: Price | None, extra: Price | None) -> Price:
-    if extra is None:
-        return base
+def _merge(base: Price | None, extra: Price) -> Price:
     if base is None:
         return extra
     given = {f.name: getattr(extra, f.name) for f in fields(Price)}
     return replace(base, **{k: v for k, v in given.items() if v is not None})
 
 
-def prices_from_settings(files: Iterable[tuple[Path, dict]]) -> dict[str, Price]:
+def prices_from_settings(files: Iterable[tuple[Path, JsonObject]]) -> dict[str, Price]:
     """The ``"pricing"`` sections of the settings files, most specific file first (as ``Settings.raw`` holds
     them): for each model, each field from the most specific file that gives it. Raises ConfigError naming the
     file for a malformed entry, or a model left with only part of a price."""
@@ -318,7 +321,11 @@ def _entry(path: Path, model: str, entry: object) -> Price:
                 f"In {path}: pricing[{model!r}].{key} must be a "
                 f"{'positive integer' if key == 'context_window' else 'number ≥ 0'}, not {value!r}"
             )
-    return Price(**{k: float(v) if k != "context_window" else v for k, v in entry.items()})
+
+    def usd(key: str) -> float | None:
+        return float(entry[key]) if key in entry else None
+
+    return Price(usd("input"), usd("output"), usd("cache_write"), usd("cache_read"), entry.get("context_window"))
 
 
 def sdk_models() -> set[str]:
@@ -344,7 +351,15 @@ def sdk_models() -> set[str]:
     )
 
 
-def turn_usage(model: str, usage: Usage) -> dict:
+class TurnUsage(TypedDict):
+    model: str
+    usage: dict[str, int]
+    context_tokens: int
+    context_window: int | None
+    cost_usd: float | None
+
+
+def turn_usage(model: str, usage: Usage) -> TurnUsage:
     """One model response's accounting, as the stream-json ``turn_usage`` event carries it. The context is what
     the request sent: input plus cache writes plus cache reads."""
     ctx = usage.input_tokens + usage.cache_creation_input_tokens + usage.cache_read_input_tokens
@@ -357,7 +372,7 @@ def turn_usage(model: str, usage: Usage) -> dict:
     }
 
 
-def usage_line(t: dict) -> str:
+def usage_line(t: TurnUsage) -> str:
     """``in 1,234 (+5,000 cached, +2,000 cache write) out 87  ctx 8,234/200,000  $0.0140`` for the turn log."""
     u = t["usage"]
     cache = [
@@ -402,16 +417,47 @@ def known_window(model: str, provider: str = "anthropic") -> int:
     return WINDOWS[match] if match is not None else DEFAULT_WINDOW.get(provider, 128_000)
 
 
-def window_of(model: Any) -> int:
+class Named(Protocol):
+    """A model, as far as this module needs to know (``models.base.Model`` is one)."""
+
+    @property
+    def name(self) -> str: ...
+
+
+@runtime_checkable
+class Windowed(Protocol):
+    """A model that knows its context window (the API models, the local model)."""
+
+    @property
+    def context_window(self) -> int | None: ...
+
+
+@runtime_checkable
+class LlamaSized(Protocol):
+    """llama.cpp's own model, whose window is its ``n_ctx``."""
+
+    @property
+    def n_ctx(self) -> int: ...
+
+
+@runtime_checkable
+class Wrapper(Protocol):
+    """A model wrapped around the real one (code-block actions, the screen's streaming)."""
+
+    @property
+    def inner(self) -> Named | None: ...
+
+
+def window_of(model: Named) -> int:
     """The model's context window in tokens: its own ``context_window`` or llama.cpp ``n_ctx``, else the table."""
     while True:
-        for attr in ("context_window", "n_ctx"):
-            value = getattr(model, attr, None)
+        for value in (
+            model.context_window if isinstance(model, Windowed) else None,
+            model.n_ctx if isinstance(model, LlamaSized) else None,
+        ):
             if isinstance(value, int) and value > 0:
                 return value
-        inner = getattr(model, "inner", None)  # a wrapper (code-block actions) around the real model
-        if inner is None:
+        if not isinstance(model, Wrapper) or model.inner is None:
             break
-        model = inner
-    name = getattr(model, "name", "")
-    return known_window(name, "openai" if type(model).__name__.startswith("OpenAI") else "anthropic")
+        model = model.inner
+    return known_window(model.name, "openai" if type(model).__name__.startswith("OpenAI") else "anthropic")

@@ -13,10 +13,19 @@ then), as Claude Code's ``--max-turns`` does: a resumed session gets its turns a
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Literal
 
 from drivetrain.messages import Usage
 from drivetrain.pricing import cost_usd
+
+Limit = Literal["turns", "usd", "tokens", "wall_time_s", "tool_calls"]
+# How a run that reached a limit ended (a part of the result's ``loop.state.Subtype``)
+LimitSubtype = Literal[
+    "error_max_turns", "error_max_budget_usd", "error_max_tokens_total", "error_max_wall_time", "error_max_tool_calls"
+]
+Measure = tuple[Limit, float, float]  # (limit, used, maximum)
 
 
 @dataclass
@@ -38,14 +47,14 @@ class Spent:
     tool_calls: int = 0
 
 
-SUBTYPES = {
+SUBTYPES: dict[Limit, LimitSubtype] = {
     "turns": "error_max_turns",
     "usd": "error_max_budget_usd",
     "tokens": "error_max_tokens_total",
     "wall_time_s": "error_max_wall_time",
     "tool_calls": "error_max_tool_calls",
 }
-NAMES = {
+NAMES: dict[Limit, str] = {
     "turns": "turns",
     "usd": "cost (USD)",
     "tokens": "tokens",
@@ -60,9 +69,9 @@ def total_tokens(u: Usage) -> int:
 
 def measures(
     budget: Budget, max_turns: int | None, *, turns: int, usage: Usage, model: str, elapsed_s: float, tool_calls: int
-) -> list[tuple[str, float, float]]:
+) -> list[Measure]:
     """(limit, used, maximum) for every limit that is set."""
-    out: list[tuple[str, float, float]] = []
+    out: list[Measure] = []
     if max_turns is not None:
         out.append(("turns", turns, max_turns))
     if budget.usd is not None:
@@ -78,18 +87,16 @@ def measures(
     return out
 
 
-def reached(ms: list[tuple[str, float, float]]) -> tuple[str, float, float] | None:
+def reached(ms: list[Measure]) -> Measure | None:
     return next((m for m in ms if m[1] >= m[2]), None)
 
 
-def approaching(
-    ms: list[tuple[str, float, float]], soft: float, warned: tuple[str, ...]
-) -> list[tuple[str, float, float]]:
+def approaching(ms: list[Measure], soft: float, warned: tuple[Limit, ...]) -> list[Measure]:
     return [m for m in ms if m[0] not in warned and soft * m[2] <= m[1] < m[2]]
 
 
-def describe(limit: str, used: float, maximum: float) -> str:
-    fmt = (
+def describe(limit: Limit, used: float, maximum: float) -> str:
+    fmt: Callable[[float], str] = (
         (lambda x: f"{x:.4f}")
         if limit == "usd"
         else (lambda x: f"{x:.1f}")

@@ -16,11 +16,14 @@ from dataclasses import replace
 
 from drivetrain.control.approval import Allow, Defer, Deny, Verdict
 from drivetrain.errors import HarnessError
+from drivetrain.jsontypes import JsonObject
 from drivetrain.loop.context import cap_result
 from drivetrain.loop.draft import Draft
-from drivetrain.loop.events import LoopDetected, PermissionDecided, ToolFinished, ToolStarted
-from drivetrain.messages import ToolResultBlock, ToolUseBlock, Usage
+from drivetrain.loop.events import Behavior, LoopDetected, PermissionDecided, ToolFinished, ToolStarted
+from drivetrain.messages import ToolResultBlock, ToolResultContent, ToolUseBlock, Usage
 from drivetrain.tools.base import ToolError, ToolResult
+
+Outcome = tuple[ToolResultBlock, float, JsonObject | None]  # a call's result, its duration in ms, the tool's metadata
 
 
 async def decide_all(w: Draft, calls: tuple[ToolUseBlock, ...], verdicts: dict[str, Verdict]) -> dict[str, Verdict]:
@@ -35,7 +38,7 @@ async def decide_all(w: Draft, calls: tuple[ToolUseBlock, ...], verdicts: dict[s
     return verdicts
 
 
-def _describe(v: Verdict) -> tuple[str, str, str]:
+def _describe(v: Verdict) -> tuple[Behavior, str, str]:
     if isinstance(v, Allow):
         return "allow", v.by, v.reason
     if isinstance(v, Deny):
@@ -43,7 +46,7 @@ def _describe(v: Verdict) -> tuple[str, str, str]:
     return "defer", "approver", "waiting for a decision"
 
 
-async def execute(w: Draft, call: ToolUseBlock, verdict: Verdict) -> tuple[ToolResultBlock, float, dict | None]:
+async def execute(w: Draft, call: ToolUseBlock, verdict: Verdict) -> Outcome:
     """Run one decided call. Returns its result block, duration in ms, and the tool's metadata."""
     if isinstance(verdict, Deny):
         # A denial repeated unchanged is a loop too: counted like a result, so it is forbidden, then ends the run.
@@ -67,7 +70,7 @@ async def execute(w: Draft, call: ToolUseBlock, verdict: Verdict) -> tuple[ToolR
     return ToolResultBlock(call.id, content, result.is_error), (time.monotonic() - started) * 1000, result.meta
 
 
-async def harness_call(w: Draft, name: str, tool_input: dict) -> ToolResult:
+async def harness_call(w: Draft, name: str, tool_input: JsonObject) -> ToolResult:
     """A call the harness makes itself (a check running again a command the model ran): decided by the same gate
     (hooks, policy, approver), run by the same tool (inside the sandbox when the run has one), recorded in the
     audit log like any call, and never shown to the model as its own. Denied, or left for a person who cannot
@@ -89,12 +92,12 @@ async def harness_call(w: Draft, name: str, tool_input: dict) -> ToolResult:
     return result
 
 
-def repeat_key(name: str, tool_input: dict) -> str:
+def repeat_key(name: str, tool_input: JsonObject) -> str:
     """A call's fingerprint: the tool and its input, normalised (key order does not matter)."""
     return f"{name}\0{json.dumps(tool_input, sort_keys=True, default=str)}"
 
 
-def _refuse_repeat(w: Draft, call: ToolUseBlock, tool_input: dict) -> ToolResultBlock | None:
+def _refuse_repeat(w: Draft, call: ToolUseBlock, tool_input: JsonObject) -> ToolResultBlock | None:
     """A call already made ``repeat_limit`` times, each with the same result, is a loop: answer without running
     it, with what it got before. So is the next step of a cycle (``guard.py``)."""
     agent = w.deps.agent
@@ -120,7 +123,7 @@ def _refuse_repeat(w: Draft, call: ToolUseBlock, tool_input: dict) -> ToolResult
     )
 
 
-def _note_repeat(w: Draft, name: str, tool_input: dict, content):
+def _note_repeat(w: Draft, name: str, tool_input: JsonObject, content: ToolResultContent) -> ToolResultContent:
     """A call repeated with the same input and the same result is a loop, not progress: say so.
 
     Small models especially re-issue a call after reading its result; telling them plainly that
@@ -143,7 +146,7 @@ def _note_repeat(w: Draft, name: str, tool_input: dict, content):
     )
 
 
-async def _call_tool(w: Draft, call: ToolUseBlock, tool_input: dict) -> ToolResult:
+async def _call_tool(w: Draft, call: ToolUseBlock, tool_input: JsonObject) -> ToolResult:
     try:
         result = await w.deps.tools[call.name].call(tool_input, replace(w.deps.context, tool_use_id=call.id))
     except (HarnessError, asyncio.CancelledError):

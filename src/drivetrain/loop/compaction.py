@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import json
 
-from drivetrain.loop.context import CHARS_PER_TOKEN, history_tokens
-from drivetrain.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
+from drivetrain.loop.context import history_tokens
+from drivetrain.messages import CHARS_PER_TOKEN, Message, TextBlock, ToolResultBlock, ToolUseBlock
 from drivetrain.models.base import ModelRequest
 
 SUMMARY_ASK = (

@@ -29,14 +29,15 @@ from __future__ import annotations
 
 import json
 import weakref
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from drivetrain.home import safe_name, session_outputs
+from drivetrain.jsontypes import JsonObject
+from drivetrain.loop.draft import ContextSettings as ContextSettings  # re-exported: what this module reads
 from drivetrain.loop.draft import Draft
 from drivetrain.loop.profile import Outfit, Profile
-from drivetrain.messages import CHARS_PER_TOKEN, Message, ToolResultBlock, ToolUseBlock
+from drivetrain.messages import CHARS_PER_TOKEN, Block, Message, ToolResultBlock, ToolResultContent, ToolUseBlock
 from drivetrain.models.base import Model
 from drivetrain.pricing import window_of
 from drivetrain.tools.base import tool_spec
@@ -56,28 +57,13 @@ class ViewSettings(Protocol):
     def context_settings(self) -> ContextSettings: ...
 
 
-@dataclass(frozen=True)
-class ContextSettings:
-    """How much of the context tool output may take. ``Agent(context_settings=ContextSettings(clear=False))``."""
-
-    cap_outputs: bool = True
-    result_share: float = 0.25  # one round's results may take this share of the context still free
-    min_result_tokens: int = 1_000  # however full the context, a result keeps this much
-    max_result_tokens: int = 25_000  # however empty, no result takes more
-    clear: bool = True
-    clear_at: float = 0.5  # high-water mark, a share of the context window
-    clear_to: float = 0.25  # low-water mark: a clearing goes this far down at once
-    keep_rounds: int = 3  # the last rounds' results are never cleared
-    keep_under: int = 400  # a result this short (characters) is not worth clearing
-
-
 CONTEXT_OFF = ContextSettings(cap_outputs=False, clear=False)
 
 
 # ---------------------------------------------------------------- accounting
 
 
-def fixed_tokens(system: str, tools: list[dict]) -> int:
+def fixed_tokens(system: str, tools: list[JsonObject]) -> int:
     """What every request carries besides the history: the system prompt and the tool definitions."""
     return (len(system) + len(json.dumps(tools))) // CHARS_PER_TOKEN
 
@@ -98,10 +84,10 @@ def result_cap(window: int, used: int, reserve: int, calls: int, s: ContextSetti
     return int(min(max(tokens, s.min_result_tokens), s.max_result_tokens)) * CHARS_PER_TOKEN
 
 
-def cap_result(w: Draft, call_id: str, content: Any) -> Any:
+def cap_result(w: Draft, call_id: str, content: ToolResultContent) -> ToolResultContent:
     """``content`` cut to its share of the free context, the whole of it saved (see ``cap_text``)."""
     agent, deps = w.deps.agent, w.deps
-    settings: ContextSettings = agent.context_settings
+    settings = agent.context_settings
     if not settings.cap_outputs or agent.profile.context or not isinstance(content, str):
         return content  # the small profile's shorten_outputs clips long output in its own way
     if len(content) <= settings.min_result_tokens * CHARS_PER_TOKEN:
@@ -175,11 +161,15 @@ def _cleared_once(message: Message, calls: dict[str, ToolUseBlock], keep_under: 
         return hit[1]
     out = _cleared(message, calls, keep_under, outputs)
     key = id(message)
-    _CLEARED[key] = (weakref.ref(message, lambda _, key=key: _CLEARED.pop(key, None)), out)
+
+    def forget(_: weakref.ref[Message]) -> None:
+        _CLEARED.pop(key, None)
+
+    _CLEARED[key] = (weakref.ref(message, forget), out)
     return out
 
 
-_CLEARED: dict[int, tuple[weakref.ref, Message]] = {}  # id(results message) -> (it, its cleared copy)
+_CLEARED: dict[int, tuple[weakref.ref[Message], Message]] = {}  # id(results message) -> (it, its cleared copy)
 
 
 def _cleared(message: Message, calls: dict[str, ToolUseBlock], keep_under: int, outputs: Path | None) -> Message:
@@ -287,7 +277,7 @@ def shorten_outputs(
     return out
 
 
-def _shorten(block, per_result: int, stub: bool):
+def _shorten(block: Block, per_result: int, stub: bool) -> Block:
     if not isinstance(block, ToolResultBlock):
         return block
     text = block.text
@@ -319,7 +309,7 @@ def model_view(
     return history
 
 
-def _specs(agent: ViewSettings) -> list[dict]:
+def _specs(agent: ViewSettings) -> list[JsonObject]:
     return [tool_spec(t) for t in agent.outfit.tools]
 
 

@@ -11,19 +11,36 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol, runtime_checkable
 
 from drivetrain.control.approval import Approver, PermissionDecider
 from drivetrain.control.gate import Gate, HookRunner
 from drivetrain.control.hooks import HookOutcome
 from drivetrain.home import session_outputs
-from drivetrain.loop.budget import Budget, Spent
+from drivetrain.jsontypes import JsonObject, JsonValue
+from drivetrain.loop.budget import Budget, Limit, Spent
 from drivetrain.loop.events import Event, HookReported
 from drivetrain.loop.profile import Outfit, Profile
-from drivetrain.loop.state import POINTS, RunState, State
-from drivetrain.messages import Message, TextBlock, ensure_valid, tool_use_ids
+from drivetrain.loop.state import POINTS, Node, RunState, SeenCall, State, TurnMark
+from drivetrain.messages import Message, StopReason, TextBlock, Usage, ensure_valid, tool_use_ids
 from drivetrain.models.base import Model
-from drivetrain.tools.base import Tool, ToolContext
+from drivetrain.tools.base import ReadFilter, Tool, ToolContext
+
+
+@dataclass(frozen=True)
+class ContextSettings:
+    """How much of the context tool output may take (``loop/context.py``, which uses them).
+    ``Agent(context_settings=ContextSettings(clear=False))``."""
+
+    cap_outputs: bool = True
+    result_share: float = 0.25  # one round's results may take this share of the context still free
+    min_result_tokens: int = 1_000  # however full the context, a result keeps this much
+    max_result_tokens: int = 25_000  # however empty, no result takes more
+    clear: bool = True
+    clear_at: float = 0.5  # high-water mark, a share of the context window
+    clear_to: float = 0.25  # low-water mark: a clearing goes this far down at once
+    keep_rounds: int = 3  # the last rounds' results are never cleared
+    keep_under: int = 400  # a result this short (characters) is not worth clearing
 
 
 class LoopSettings(Protocol):
@@ -38,9 +55,9 @@ class LoopSettings(Protocol):
     approver: Approver | None
     hooks: HookRunner | None
     profile: Profile
-    nodes: list
+    nodes: list[Node]
     budget: Budget
-    context_settings: Any  # loop/context.py's ContextSettings
+    context_settings: ContextSettings
     max_turns: int | None
     max_tokens: int
     max_tokens_ceiling: int
@@ -69,7 +86,7 @@ class Deps:
     )  # what the session had used when this invocation began (the limits count from it)
 
     @classmethod
-    def of(cls, agent: Any, session_id: str = "") -> Deps:
+    def of(cls, agent: LoopSettings, session_id: str = "") -> Deps:
         """The step's dependencies for a run of ``agent``: what its profile adds (``Profile.equip``) is made here,
         once per run, so a library ``Agent(profile=…)`` runs exactly as the CLI's."""
         outfit = agent.profile.equip(agent)
@@ -91,7 +108,7 @@ class Deps:
         return self.outfit.system
 
     @property
-    def nodes(self) -> tuple[Any, ...]:
+    def nodes(self) -> tuple[Node, ...]:
         return self.outfit.nodes
 
     @property
@@ -99,7 +116,7 @@ class Deps:
         return self.agent.profile
 
     @property
-    def context_settings(self) -> Any:
+    def context_settings(self) -> ContextSettings:
         return self.agent.context_settings
 
     def elapsed(self) -> float:
@@ -120,17 +137,30 @@ class Deps:
         """What tools know of the run (made once per run: the policy's workspace roots resolved, the session's
         outputs folder named, which the policy lets read tools into)."""
         if self._context is None:
-            policy = self.agent.policy
-            roots = getattr(policy, "roots", None)  # a policy that confines files names the workspace
-            hide = getattr(policy, "search_filter", None)  # and the files a search must skip
+            policy, cwd = self.agent.policy, self.agent.cwd
+            # "is not None" first: mypy narrows an Optional protocol to another by isinstance only once None is out
             self._context = ToolContext(
-                cwd=self.agent.cwd,
-                roots=roots(self.agent.cwd) if roots else [],
-                read_filter=hide(self.agent.cwd) if hide else None,
+                cwd=cwd,
+                roots=policy.roots(cwd) if policy is not None and isinstance(policy, Confining) else [],
+                read_filter=policy.search_filter(cwd) if policy is not None and isinstance(policy, Filtering) else None,
                 outputs=self.outputs if self.session_id else None,
                 session_id=self.session_id,
             )
         return self._context
+
+
+@runtime_checkable
+class Confining(Protocol):
+    """A policy that confines files names the workspace (``Policy`` does)."""
+
+    def roots(self, cwd: Path) -> list[Path]: ...
+
+
+@runtime_checkable
+class Filtering(Protocol):
+    """A policy that hides files from searches says which (``Policy`` does)."""
+
+    def search_filter(self, cwd: Path) -> ReadFilter: ...
 
 
 # ---------------------------------------------------------------- one step
@@ -158,6 +188,20 @@ class Draft:
         "compactions",
         "compact_failures",
     )  # immutable: copied as they are
+    # their types, as ``RunState`` has them
+    num_turns: int
+    prompts: int
+    usage: Usage
+    continuations: int
+    stop_refusals: int
+    stuck_turns: int
+    hook_stop: str | None
+    tool_calls: int
+    turn_marks: tuple[TurnMark, ...]
+    error_streak: tuple[str, int]
+    warned: tuple[Limit, ...]
+    compactions: int
+    compact_failures: int
 
     def __init__(self, value: RunState, deps: Deps, emit: Callable[[Event], None] | None):
         self.value, self.deps, self._emit = value, deps, emit
@@ -166,8 +210,8 @@ class Draft:
         self.linted_ids = value.linted_ids
         for name in self._COPIED:
             setattr(self, name, getattr(value, name))
-        self.trajectory = list(value.trajectory)
-        self.seen_calls = dict(value.seen_calls)
+        self.trajectory: list[StopReason] = list(value.trajectory)
+        self.seen_calls: dict[str, SeenCall] = dict(value.seen_calls)
         self.blocked = dict(value.blocked)
         self.node_visits = dict(value.node_visits)
         self.events: list[Event] = []
@@ -204,7 +248,7 @@ class Draft:
         end = max(self.linted - 1, 0)  # the last message is checked again next time: its answer may be new
         self.linted_ids = (end, seen | tool_use_ids(self.history[start:end]))
 
-    def payload(self, event: str, **fields: Any) -> dict:
+    def payload(self, event: str, **fields: JsonValue) -> JsonObject:
         return {
             "session_id": self.value.session_id,
             "cwd": str(self.deps.agent.cwd),

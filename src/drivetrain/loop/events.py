@@ -8,11 +8,19 @@ how the audit log records a call's intent *before* the call runs; iterating a
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from drivetrain.control.approval import PendingCall
+from drivetrain.jsontypes import JsonObject
+from drivetrain.loop.budget import Limit
 from drivetrain.loop.result import RunResult
+from drivetrain.loop.state import CompactTrigger
 from drivetrain.messages import Message, ToolResultBlock, ToolUseBlock
 from drivetrain.models.base import ModelResponse
+
+Behavior = Literal["allow", "deny", "defer"]  # what a permission decision came to: a verdict's kind
+LoopPattern = Literal["repeat", "cycle", "same_error"]
+LoopAction = Literal["refused", "noted", "ended"]
 
 
 @dataclass(frozen=True)
@@ -31,7 +39,7 @@ class ToolCalled:
 @dataclass(frozen=True)
 class PermissionDecided:
     call: ToolUseBlock
-    behavior: str  # allow | deny | defer
+    behavior: Behavior
     by: str  # rule:…, mode:…, hook:…, person, callback, non-interactive
     reason: str = ""
 
@@ -41,7 +49,7 @@ class ToolStarted:
     """An allowed call is about to run, with the input it will run with."""
 
     call: ToolUseBlock
-    input: dict
+    input: JsonObject
     by: str
 
 
@@ -50,7 +58,7 @@ class ToolFinished:
     call: ToolUseBlock
     result: ToolResultBlock
     duration_ms: float
-    meta: dict | None = None  # e.g. {"exit_code": 1}; None when the call never ran
+    meta: JsonObject | None = None  # e.g. {"exit_code": 1}; None when the call never ran
 
 
 @dataclass(frozen=True)
@@ -71,10 +79,10 @@ class HookReported:
 
 @dataclass(frozen=True)
 class LoopDetected:
-    """The run intervened in a loop: ``pattern`` is repeat | cycle | same_error; ``action`` refused | noted | ended."""
+    """The run intervened in a loop (``guard.py``, ``calls.py``)."""
 
-    pattern: str
-    action: str
+    pattern: LoopPattern
+    action: LoopAction
     detail: str
 
 
@@ -82,14 +90,14 @@ class LoopDetected:
 class LimitApproaching:
     """A limit is nearly used up (``Budget.soft``); an observer may raise it now (``agent.budget``)."""
 
-    limit: str  # turns | usd | tokens | wall_time_s | tool_calls
+    limit: Limit
     used: float
     maximum: float
 
 
 @dataclass(frozen=True)
 class LimitReached:
-    limit: str
+    limit: Limit
     used: float
     maximum: float
 
@@ -98,7 +106,7 @@ class LimitReached:
 class Compacted:
     """The history was replaced by a summary (or the attempt failed: ``failed`` says why)."""
 
-    trigger: str  # auto | manual
+    trigger: CompactTrigger
     tokens_before: int
     tokens_after: int
     failed: str = ""

@@ -6,23 +6,24 @@ import itertools
 import typing
 
 from drivetrain.loop import step as loop
+from drivetrain.loop.state import AwaitApproval, CallModel, Compact, Done, Recover, RunNode, RunTools, SubmitPrompt
 
 # state -> the function that leaves it (AwaitApproval is left when the verdicts come: Run.resume)
 HANDLERS = {
-    loop.SubmitPrompt: loop.submit_prompt,
-    loop.CallModel: loop.call_model,
-    loop.RunTools: loop.run_tools,
-    loop.Recover: loop.recover,
-    loop.Compact: loop.compact,
-    loop.RunNode: loop.run_node,
-    loop.AwaitApproval: loop.resume_approval,
-    loop.Done: loop.next_prompt,
+    SubmitPrompt: loop.submit_prompt,
+    CallModel: loop.call_model,
+    RunTools: loop.run_tools,
+    Recover: loop.recover,
+    Compact: loop.compact,
+    RunNode: loop.run_node,
+    AwaitApproval: loop.resume_approval,
+    Done: loop.next_prompt,
 }
 
 
 def edges() -> list[tuple[str, str]]:
     """(from, to) for every transition the handlers can make, in a stable order."""
-    out = []
+    out: list[tuple[str, str]] = []
     for state, handler in HANDLERS.items():
         ret = typing.get_type_hints(handler)["return"]
         targets = list(typing.get_args(ret) or (ret,))

@@ -19,54 +19,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 from drivetrain.host.procs import run_command
 from drivetrain.loop.calls import harness_call
 from drivetrain.loop.draft import Draft
-from drivetrain.loop.state import NodePoint
+from drivetrain.loop.state import Node, NodeContext, NodePoint, NodeResult, Note, Proceed, SendBack
 from drivetrain.messages import Message
 from drivetrain.models.base import ModelRequest
 from drivetrain.tools.base import tool_spec
 
-
-@dataclass(frozen=True)
-class Proceed:
-    """A node's answer: go on as if the node were not there."""
-
-
-@dataclass(frozen=True)
-class Note:
-    """A node's answer: go on, with ``text`` told to the model."""
-
-    text: str
-
-
-@dataclass(frozen=True)
-class SendBack:
-    """A node's answer at ``end_turn``: the model may not stop yet; ``text`` says why, and it goes back to work."""
-
-    text: str
-    answer_only: bool = False  # only the answer must change: it is asked for without tools
-
-
-NodeResult = Proceed | Note | SendBack
-
-
-class Node(Protocol):
-    """A step added to the loop at a point (``at``): entered at most ``limit`` times a run, it answers with a
-    ``Proceed``, a ``Note`` or a ``SendBack`` (``Verify``, ``PlanFirst`` and the small profile's checks are nodes)."""
-
-    name: str
-    at: NodePoint
-    limit: int  # times a run
-
-    async def run(self, ctx: NodeContext) -> NodeResult: ...
+# The contract (``Node``, what it sees, what it answers) is defined with the run's value, below the loop's parts,
+# since the profile's ``Outfit`` carries nodes; it is named here, with the nodes that come with drivetrain.
+__all__ = ["DraftContext", "Node", "NodeContext", "NodeResult", "Note", "PlanFirst", "Proceed", "SendBack", "Verify"]
 
 
 @dataclass
-class NodeContext:
-    """What a node may see and use: the history so far, the workspace, the model (one request, no tools)."""
+class DraftContext:
+    """The ``NodeContext`` the loop gives a node: the history so far, the workspace and the model, of the step in
+    progress (its ``Draft``)."""
 
     draft: Draft
 

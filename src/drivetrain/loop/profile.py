@@ -12,10 +12,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from drivetrain.control.approval import PermissionDecider
 from drivetrain.control.gate import HookRunner
+from drivetrain.loop.state import Node
 from drivetrain.models.base import Model
 from drivetrain.tools.base import Tool
 
@@ -25,13 +26,20 @@ AIDS = ("codeact", "example", "collapse", "context", "final", "checks", "changes
 class Outfitted(Protocol):
     """What a profile reads of an agent to make its outfit (``drivetrain.agent.Agent`` is one)."""
 
-    model: Model
-    tools: Sequence[Tool]
-    system: str
-    hooks: HookRunner | None
-    nodes: Sequence[Any]
-    cwd: Path
-    policy: PermissionDecider | None
+    @property
+    def model(self) -> Model: ...
+    @property
+    def tools(self) -> Sequence[Tool]: ...
+    @property
+    def system(self) -> str: ...
+    @property
+    def hooks(self) -> HookRunner | None: ...
+    @property
+    def nodes(self) -> Sequence[Node]: ...
+    @property
+    def cwd(self) -> Path: ...
+    @property
+    def policy(self) -> PermissionDecider | None: ...
 
 
 @dataclass(frozen=True)
@@ -45,7 +53,7 @@ class Outfit:
     tools: tuple[Tool, ...]
     system: str
     hooks: HookRunner | None
-    nodes: tuple[Any, ...]  # loop/nodes.py's Node, which sits above this module
+    nodes: tuple[Node, ...]
 
 
 @dataclass(frozen=True)
@@ -69,7 +77,8 @@ class Profile:
         unknown = [a for a in aids if a not in AIDS]
         if unknown:
             raise ValueError(f"unknown aid(s) {', '.join(unknown)}; known: {', '.join(AIDS)}")
-        return replace(self, **dict.fromkeys(aids, False))
+        # name given by itself, so mypy checks the ** dict of bools against the aids alone
+        return replace(self, name=self.name, **dict.fromkeys(aids, False))
 
     @property
     def aids(self) -> list[str]:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Set
+
+from drivetrain.jsontypes import JsonObject
 from drivetrain.loop.state import AwaitApproval, CallModel, RunState, RunTools
 from drivetrain.messages import Message, ToolResultBlock, lint, repair
 
@@ -20,11 +23,11 @@ FINISHED = (
 
 
 def close_open_calls(
-    value: RunState, started: set[str] = frozenset(), finished: set[str] = frozenset(), why: str = "the process ended"
-) -> tuple[RunState, dict | None]:
+    value: RunState, started: Set[str] = frozenset(), finished: Set[str] = frozenset(), why: str = "the process ended"
+) -> tuple[RunState, JsonObject | None]:
     """Every tool_use answered, stray results gone, and a state that can go on from this history."""
     history = list(value.history)
-    added: list[dict] = []
+    added: list[dict[str, str | bool]] = []
     if isinstance(value.state, AwaitApproval):
         return value, None  # a pause for approval is a valid place to be: the verdicts will come
     if history and history[-1].role == "assistant" and history[-1].tool_uses:

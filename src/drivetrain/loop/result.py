@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from drivetrain.control.approval import PendingCall
+from drivetrain.jsontypes import JsonObject
 from drivetrain.loop.state import Subtype
-from drivetrain.messages import Message, Usage
+from drivetrain.messages import Message, StopReason, Usage
 
 
 @dataclass
@@ -14,7 +15,7 @@ class RunResult:
     """How a run ended (``subtype``, ``result``: the final answer), what it cost, and its history and trajectory."""
 
     subtype: Subtype
-    stop_reason: str | None
+    stop_reason: StopReason | None
     result: str
     num_turns: int
     session_id: str
@@ -22,7 +23,7 @@ class RunResult:
     usage: Usage
     total_cost_usd: float | None
     history: list[Message]
-    trajectory: list[str]
+    trajectory: list[StopReason]
     note: str = ""
     pending: list[PendingCall] = field(default_factory=list)  # set when the run paused for approval
 
@@ -30,8 +31,8 @@ class RunResult:
     def is_error(self) -> bool:
         return self.subtype not in ("success", "awaiting_approval")
 
-    def to_json(self) -> dict:
-        out = {
+    def to_json(self) -> JsonObject:
+        out: JsonObject = {
             "type": "result",
             "subtype": self.subtype,
             "is_error": self.is_error,

@@ -8,32 +8,38 @@ it between processes, and the session log saves it after every step.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Literal, get_args
+from pathlib import Path
+from typing import Any, Literal, Protocol, get_args
 
 from drivetrain.control.approval import Verdict, verdict_from_json, verdict_to_json
-from drivetrain.messages import Message, ToolUseBlock, Usage, block_from_wire
+from drivetrain.jsontypes import JsonObject
+from drivetrain.loop.budget import Limit, LimitSubtype
+from drivetrain.messages import Message, StopReason, ToolUseBlock, Usage, block_from_wire
 from drivetrain.models.base import ModelResponse
 
 # ---------------------------------------------------------------- the loop's states
 
 NodePoint = Literal["start", "end_turn"]  # where an added node is entered: after the prompt, or when the model stops
-POINTS: tuple[str, ...] = get_args(NodePoint)
+POINTS: tuple[NodePoint, ...] = get_args(NodePoint)
 # How a run ended (the CLI's result ``subtype``); the error_max_* of a budget come from ``loop/budget.py``.
-Subtype = Literal[
-    "success",
-    "awaiting_approval",
-    "interrupted",
-    "prompt_blocked",
-    "stopped_by_hook",
-    "error_during_execution",
-    "error_loop_detected",
-    "error_max_continuations",
-    "error_max_turns",
-    "error_max_budget_usd",
-    "error_max_tokens_total",
-    "error_max_wall_time",
-    "error_max_tool_calls",
-]
+Subtype = (
+    Literal[
+        "success",
+        "awaiting_approval",
+        "interrupted",
+        "prompt_blocked",
+        "stopped_by_hook",
+        "error_during_execution",
+        "error_loop_detected",
+        "error_max_continuations",
+    ]
+    | LimitSubtype
+)
+FinalAsk = Literal["turn_limit", "stuck", "empty"]  # why a last request is made without tools, besides a limit
+CompactTrigger = Literal["auto", "manual"]  # the history neared the context window | /compact, drivetrain compact
+# a call made before: (its first turn, its result's digest, times, its result's head: not in runs saved before it was)
+SeenCall = tuple[int, str, int, str] | tuple[int, str, int]
+TurnMark = tuple[str, tuple[str, ...]]  # a tool turn: (one digest of its calls and results, its call keys)
 
 
 @dataclass(frozen=True)
@@ -45,7 +51,7 @@ class SubmitPrompt:
 class CallModel:
     max_tokens: int | None = None  # raised above the default while recovering from a cut-off tool call
     tool_choice: str | None = None  # "none": only the answer is asked for (a send-back of the answer alone)
-    final: str = ""  # why this is the last request, made without tools for the answer ("" when it is not)
+    final: FinalAsk | Limit | Literal[""] = ""  # why this is the last request, made without tools for the answer
     compact: bool = True  # may the history be compacted before this request (not right after a failed try)
 
 
@@ -73,7 +79,7 @@ class Recover:
 
 @dataclass(frozen=True)
 class Compact:
-    trigger: str = "auto"  # auto (the history neared the context window) | manual (/compact, drivetrain compact)
+    trigger: CompactTrigger = "auto"
     then: Done | None = None  # a finished run compacted by hand stays finished
     focus: str = ""  # what the summary should keep above all (``/compact FOCUS``)
 
@@ -81,18 +87,83 @@ class Compact:
 @dataclass(frozen=True)
 class RunNode:
     name: str  # a node the user added (``loop/nodes.py``), entered at its point of the loop
-    then: State  # where the loop goes when the node says to proceed
+    then: CallModel | Done  # where the loop goes when the node says to proceed (from "start" | "end_turn")
 
 
 @dataclass(frozen=True)
 class Done:
     subtype: Subtype
-    stop_reason: str | None = None
+    stop_reason: StopReason | None = None
     result: str = ""
     note: str = ""
 
 
 State = SubmitPrompt | CallModel | RunTools | AwaitApproval | Recover | Compact | RunNode | Done
+
+# ---------------------------------------------------------------- nodes a user adds (``loop/nodes.py``)
+
+
+@dataclass(frozen=True)
+class Proceed:
+    """A node's answer: go on as if the node were not there."""
+
+
+@dataclass(frozen=True)
+class Note:
+    """A node's answer: go on, with ``text`` told to the model."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class SendBack:
+    """A node's answer at ``end_turn``: the model may not stop yet; ``text`` says why, and it goes back to work."""
+
+    text: str
+    answer_only: bool = False  # only the answer must change: it is asked for without tools
+
+
+NodeResult = Proceed | Note | SendBack
+
+
+class NodeContext(Protocol):
+    """What a node may see and use: the history so far, the workspace, the model (one request, no tools).
+    The loop gives a node the run's own (``loop.nodes.DraftContext``)."""
+
+    @property
+    def history(self) -> list[Message]: ...
+    @property
+    def cwd(self) -> Path: ...
+    @property
+    def answer(self) -> str:
+        """The model's last text (at ``end_turn``: the answer it wants to stop with)."""
+        ...
+
+    async def run(self, command: str, timeout_ms: int = 120_000) -> tuple[int | None, str]:
+        """Run a shell command as the harness's own Bash call: (exit code, output); the code is None when it
+        did not run."""
+        ...
+
+    async def ask(self, text: str, max_tokens: int = 1024) -> str:
+        """One request where no tool may be called: the history so far, then ``text``."""
+        ...
+
+
+class Node(Protocol):
+    """A step added to the loop at a point (``at``): entered at most ``limit`` times a run, it answers with a
+    ``Proceed``, a ``Note`` or a ``SendBack`` (``Verify``, ``PlanFirst`` and the small profile's checks are nodes).
+    Here, below the loop's parts, so the profile's ``Outfit`` and the loop's settings can name it."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def at(self) -> NodePoint: ...
+    @property
+    def limit(self) -> int:  # times a run
+        ...
+
+    async def run(self, ctx: NodeContext) -> NodeResult: ...
+
 
 # ---------------------------------------------------------------- the run
 
@@ -108,34 +179,35 @@ class RunState:
     num_turns: int = 0
     prompts: int = 0  # user prompts submitted
     usage: Usage = field(default_factory=Usage)
-    trajectory: tuple[str, ...] = ()  # each response's stop_reason
+    trajectory: tuple[StopReason, ...] = ()  # each response's stop_reason
     path: tuple[str, ...] = ()  # every state the run has been in, in order: its walk through the graph
     continuations: int = 0  # pause_turn resends in a row
     stop_refusals: int = 0  # Stop-hook refusals in a row
     stuck_turns: int = 0  # turns in a row whose calls included a refused repeat
-    seen_calls: dict[str, tuple] = field(default_factory=dict)  # call -> (first turn, digest, times, result head)
+    seen_calls: dict[str, SeenCall] = field(default_factory=dict)  # call -> what it got before (``calls.py``)
     tool_calls: int = 0  # calls the model asked for
-    turn_marks: tuple = ()  # the last few tool turns: (one digest of its calls and results, its call keys)
+    turn_marks: tuple[TurnMark, ...] = ()  # the last few tool turns (``guard.py``)
     blocked: dict[str, str] = field(default_factory=dict)  # call -> why it is not run again (a cycle)
     error_streak: tuple[str, int] = ("", 0)  # the last error result's digest, and how many times in a row
-    warned: tuple[str, ...] = ()  # limits whose soft threshold was announced
+    warned: tuple[Limit, ...] = ()  # limits whose soft threshold was announced
     compactions: int = 0  # times the history was replaced by a summary
     compact_failures: int = 0  # failed compactions in a row (two: no more tries)
     node_visits: dict[str, int] = field(default_factory=dict)  # user-added node -> times it ran
     hook_stop: str | None = None  # a hook said {"continue": false}: the run stops after this step
     linted: int = 0  # leading messages already checked before a request and unchanged since …
-    linted_of: tuple | None = field(default=None, compare=False, repr=False)  # … in this very history tuple
+    # … in this very history tuple
+    linted_of: tuple[Message, ...] | None = field(default=None, compare=False, repr=False)
     # (n, the tool_use ids of history[:n]): what the next check starts from, if it starts at n (``loop.Draft.check``)
-    linted_ids: tuple[int, frozenset] = field(default=(0, frozenset()), compare=False, repr=False)
+    linted_ids: tuple[int, frozenset[str]] = field(default=(0, frozenset()), compare=False, repr=False)
 
     @property
     def done(self) -> bool:
         return isinstance(self.state, Done)
 
-    def evolve(self, **changes) -> RunState:
+    def evolve(self, **changes: Any) -> RunState:  # Any: any of the fields, each checked by ``replace`` as it runs
         return replace(self, **changes)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> JsonObject:
         return {
             "format": FORMAT,
             "version": VERSION,
@@ -144,7 +216,7 @@ class RunState:
             **self.counters_json(),
         }
 
-    def counters_json(self) -> dict:
+    def counters_json(self) -> JsonObject:
         """Everything but the history (the session log saves the history as it grows, not whole each step)."""
         return {
             "state": state_to_json(self.state),
@@ -169,7 +241,7 @@ class RunState:
         }
 
     @classmethod
-    def from_json(cls, data: dict, history: tuple[Message, ...] | None = None) -> RunState:
+    def from_json(cls, data: JsonObject, history: tuple[Message, ...] | None = None) -> RunState:
         """A value saved with ``to_json`` (or, with ``history`` given, ``counters_json``)."""
         if history is None:
             if data.get("format") != FORMAT:
@@ -209,7 +281,7 @@ FORMAT = "drivetrain.run"
 VERSION = 2  # 2: path and hook_stop kept
 
 
-def state_to_json(state: State) -> dict:
+def state_to_json(state: State) -> JsonObject:
     match state:
         case SubmitPrompt(prompt=p):
             return {"type": "SubmitPrompt", "prompt": p}
@@ -253,16 +325,16 @@ def state_to_json(state: State) -> dict:
     raise TypeError(f"unknown state {state!r}")
 
 
-def state_from_json(d: dict) -> State:
+def state_from_json(d: JsonObject) -> State:
     match d["type"]:
         case "SubmitPrompt":
             return SubmitPrompt(d["prompt"])
         case "CallModel":
             return CallModel(d.get("max_tokens"), d.get("tool_choice"), d.get("final", ""), d.get("compact", True))
         case "RunTools" | "AwaitApproval":
-            calls = tuple(block_from_wire(c) for c in d["calls"])
+            calls = tuple(_call_from_wire(c) for c in d["calls"])
             verdicts = {k: verdict_from_json(v) for k, v in d["verdicts"].items()}
-            return (RunTools if d["type"] == "RunTools" else AwaitApproval)(calls, verdicts)  # type: ignore[arg-type]
+            return RunTools(calls, verdicts) if d["type"] == "RunTools" else AwaitApproval(calls, verdicts)
         case "Recover":
             r = d["response"]
             response = ModelResponse(
@@ -274,10 +346,20 @@ def state_from_json(d: dict) -> State:
             )
             return Recover(response, d["max_tokens"])
         case "RunNode":
-            return RunNode(d["name"], state_from_json(d["then"]))
+            then = state_from_json(d["then"])
+            if not isinstance(then, (CallModel, Done)):
+                raise ValueError(f"a saved run's node goes on to {type(then).__name__}, not CallModel or Done")
+            return RunNode(d["name"], then)
         case "Compact":
-            then = state_from_json(d["then"]) if d.get("then") else None
-            return Compact(d.get("trigger", "auto"), then if isinstance(then, Done) else None, d.get("focus", ""))
+            after = state_from_json(d["then"]) if d.get("then") else None
+            return Compact(d.get("trigger", "auto"), after if isinstance(after, Done) else None, d.get("focus", ""))
         case "Done":
             return Done(d["subtype"], d.get("stop_reason"), d.get("result", ""), d.get("note", ""))
     raise ValueError(f"unknown state in a saved run: {d['type']!r}")
+
+
+def _call_from_wire(data: JsonObject) -> ToolUseBlock:
+    block = block_from_wire(data)
+    if not isinstance(block, ToolUseBlock):
+        raise ValueError(f"a saved run's tool call is a {block.type!r} block, not tool_use")
+    return block

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import TypeVar
 
 from drivetrain.control.approval import Defer, Deny, PendingCall, Verdict
 from drivetrain.errors import HarnessError
@@ -22,18 +23,21 @@ from drivetrain.loop.events import (
     LimitApproaching,
     LimitReached,
     LoopDetected,
+    LoopPattern,
     ModelResponded,
     ResultsSent,
     ToolCalled,
     ToolFinished,
 )
-from drivetrain.loop.nodes import NodeContext, Note, SendBack
+from drivetrain.loop.nodes import DraftContext, Note, SendBack
 from drivetrain.loop.repair import close_open_calls
 from drivetrain.loop.state import (
     AwaitApproval,
     CallModel,
     Compact,
     Done,
+    FinalAsk,
+    NodePoint,
     Recover,
     RunNode,
     RunState,
@@ -48,7 +52,7 @@ from drivetrain.tools.base import tool_spec
 
 STUCK_LIMIT = 2  # turns in a row with a refused repeat before the run asks for the answer (or ends)
 MAX_COMPACT_FAILURES = 2  # failed compactions in a row before the run stops trying
-FINAL_ASK = {
+FINAL_ASK: dict[FinalAsk, str] = {
     "turn_limit": "This is your last turn: no more tools can run. Answer now with the result of the task "
     "as far as you got it: what you found or changed, and what is left undone.",
     "stuck": "You keep repeating a call that was refused, so no more tools will run. Answer now with the "
@@ -79,6 +83,7 @@ async def step(
             try:
                 nxt = await run_tools(s, w)
             except asyncio.CancelledError as e:
+                # the value rides on the stdlib's exception, which declares no such attribute (Run.step reads it)
                 e.run_state = w.freeze(CallModel())  # type: ignore[attr-defined]
                 raise
         case Recover() as s:
@@ -106,11 +111,13 @@ def next_prompt(s: Done, prompt: str) -> SubmitPrompt:
 def with_prompt(value: RunState, prompt: str) -> RunState:
     """The next user prompt for a run that ended — or stopped anywhere else: a pause for approval the user
     moved on from, an interruption. Its open calls are answered first, so the history stays valid."""
-    if not isinstance(value.state, Done):
-        why = "the user moved on without approving it" if isinstance(value.state, AwaitApproval) else "interrupted"
+    done = value.state
+    if not isinstance(done, Done):
+        why = "the user moved on without approving it" if isinstance(done, AwaitApproval) else "interrupted"
         value, _ = close_open_calls(value.evolve(state=CallModel()), why=why)
-        value = value.evolve(state=Done("interrupted"))
-    return value.evolve(state=next_prompt(value.state, prompt), path=value.path + ("SubmitPrompt",))
+        done = Done("interrupted")
+        value = value.evolve(state=done)
+    return value.evolve(state=next_prompt(done, prompt), path=value.path + ("SubmitPrompt",))
 
 
 # ---------------------------------------------------------------- the handlers: each return annotation is an edge
@@ -157,7 +164,7 @@ async def call_model(s: CallModel, w: Draft) -> RunTools | Recover | CallModel |
     if p.final and not s.final and a.max_turns is not None and w.num_turns - w.deps.spent.turns == a.max_turns - 1 > 0:
         s = CallModel(s.max_tokens, final="turn_limit")
     if s.final:
-        w.ask(FINAL_ASK.get(s.final) or LIMIT_ASK.format(limit=budget.NAMES[s.final]))
+        w.ask(final_ask(s.final))
     w.check(a.strict)
     max_tokens = s.max_tokens or a.max_tokens
     choice = "none" if s.final else s.tool_choice
@@ -226,7 +233,15 @@ def after_response(response: ModelResponse, max_tokens: int, w: Draft) -> RunToo
     return Done("success", reason, text, note)
 
 
-def final_answer(why: str, response: ModelResponse, w: Draft) -> Done:
+def final_ask(why: FinalAsk | budget.Limit) -> str:
+    """What the last request, made without tools, asks for."""
+    match why:
+        case "turn_limit" | "stuck" | "empty":
+            return FINAL_ASK[why]
+    return LIMIT_ASK.format(limit=budget.NAMES[why])
+
+
+def final_answer(why: FinalAsk | budget.Limit, response: ModelResponse, w: Draft) -> Done:
     """The answer to the last request, made without tools: the run ends with it either way."""
     kept = tuple(
         b
@@ -235,28 +250,29 @@ def final_answer(why: str, response: ModelResponse, w: Draft) -> Done:
     )
     w.append(Message("assistant", kept or (TextBlock("(no answer)"),)))
     text = response.message.text
-    if why == "turn_limit":
-        return Done(
-            "error_max_turns",
-            response.stop_reason,
-            text,
-            note=f"Reached the turn limit ({w.deps.agent.max_turns}); the last turn asked for the answer.",
-        )
-    if why == "stuck":
-        return Done(
-            "error_loop_detected",
-            response.stop_reason,
-            text,
-            note="The model kept repeating refused calls; the last turn asked for the answer.",
-        )
-    if why in budget.SUBTYPES:
-        return Done(
-            budget.SUBTYPES[why],
-            response.stop_reason,
-            text,
-            note=f"Reached the {budget.NAMES[why]} limit; the last request asked for a summary.",
-        )
-    return Done("success", response.stop_reason, text)
+    match why:
+        case "turn_limit":
+            return Done(
+                "error_max_turns",
+                response.stop_reason,
+                text,
+                note=f"Reached the turn limit ({w.deps.agent.max_turns}); the last turn asked for the answer.",
+            )
+        case "stuck":
+            return Done(
+                "error_loop_detected",
+                response.stop_reason,
+                text,
+                note="The model kept repeating refused calls; the last turn asked for the answer.",
+            )
+        case "empty":
+            return Done("success", response.stop_reason, text)
+    return Done(
+        budget.SUBTYPES[why],
+        response.stop_reason,
+        text,
+        note=f"Reached the {budget.NAMES[why]} limit; the last request asked for a summary.",
+    )
 
 
 async def stop_gate(done: Done, w: Draft) -> CallModel | RunNode | Done:
@@ -273,9 +289,9 @@ async def stop_gate(done: Done, w: Draft) -> CallModel | RunNode | Done:
 async def run_tools(s: RunTools, w: Draft) -> AwaitApproval | CallModel | Done:
     stuck_before = w.stuck_turns
     running = False
-    finished: dict[str, tuple[ToolResultBlock, float, dict | None]] = {}
+    finished: dict[str, calls.Outcome] = {}
 
-    async def run_one(call: ToolUseBlock) -> tuple[ToolResultBlock, float, dict | None]:
+    async def run_one(call: ToolUseBlock) -> calls.Outcome:
         outcome = await calls.execute(w, call, verdicts[call.id])
         finished[call.id] = outcome
         # as each call ends, not when the last one does: its outcome is on record even if the process dies
@@ -286,7 +302,7 @@ async def run_tools(s: RunTools, w: Draft) -> AwaitApproval | CallModel | Done:
     try:
         verdicts = await calls.decide_all(w, s.calls, s.verdicts)
         if any(isinstance(v, Defer) for v in verdicts.values()):
-            decided = {k: v for k, v in verdicts.items() if not isinstance(v, Defer)}
+            decided: dict[str, Verdict] = {k: v for k, v in verdicts.items() if not isinstance(v, Defer)}
             return AwaitApproval(s.calls, decided)
         running = True
         outcomes = await asyncio.gather(*(run_one(c) for c in s.calls), return_exceptions=True)
@@ -304,7 +320,7 @@ async def run_tools(s: RunTools, w: Draft) -> AwaitApproval | CallModel | Done:
         w.emit(ResultsSent(message))
         raise
     failure = next((o for o in outcomes if isinstance(o, BaseException)), None)
-    results = []
+    results: list[ToolResultBlock] = []
     for call, outcome in zip(s.calls, outcomes):
         if call.id in finished:  # ran (an observer may have failed on its ToolFinished: that is the failure)
             outcome = finished[call.id]
@@ -323,7 +339,7 @@ async def run_tools(s: RunTools, w: Draft) -> AwaitApproval | CallModel | Done:
             raise failure  # cancellation, KeyboardInterrupt: after the history is made valid
         return Done("error_during_execution", None, str(failure))
     if w.stuck_turns >= STUCK_LIMIT or w.error_streak[1] >= guard.SAME_ERROR_END:
-        pattern = "same_error" if w.stuck_turns < STUCK_LIMIT else "repeat"
+        pattern: LoopPattern = "same_error" if w.stuck_turns < STUCK_LIMIT else "repeat"
         w.emit(LoopDetected(pattern, "ended", "the model went on repeating after being told"))
         if w.deps.agent.profile.final:
             return CallModel(final="stuck")
@@ -389,7 +405,7 @@ async def run_node(s: RunNode, w: Draft) -> CallModel | RunNode | Done:
     """A node the user added (``nodes.py``): it proceeds, adds a note, or sends the model back to work."""
     node = next(n for n in w.deps.nodes if n.name == s.name)
     w.node_visits[s.name] = w.node_visits.get(s.name, 0) + 1
-    result = await node.run(NodeContext(w))
+    result = await node.run(DraftContext(w))
     if isinstance(result, SendBack) and isinstance(s.then, Done):
         w.append(Message.user(result.text))
         if result.answer_only:  # the work holds: only the answer is written again, and no call can undo the work
@@ -400,7 +416,10 @@ async def run_node(s: RunNode, w: Draft) -> CallModel | RunNode | Done:
     return enter_node(w, node.at, s.then, after=s.name)
 
 
-def enter_node(w: Draft, point: str, then: State, after: str | None = None) -> State:
+Then = TypeVar("Then", bound=CallModel | Done)
+
+
+def enter_node(w: Draft, point: NodePoint, then: Then, after: str | None = None) -> RunNode | Then:
     """The next node added at ``point`` (after the node ``after``) that has runs left, else ``then``."""
     nodes = [n for n in w.deps.nodes if n.at == point]
     if after is not None:
