@@ -30,7 +30,7 @@ from typing import Literal, Protocol
 from drivetrain.control.hooks import Hooks
 from drivetrain.host.procs import run_command
 from drivetrain.jsontypes import JsonObject
-from drivetrain.loop.nodes import NodeContext, NodeResult, Proceed, SendBack
+from drivetrain.loop.nodes import DraftContext, NodeResult, Proceed, SendBack
 from drivetrain.loop.state import NodePoint
 from drivetrain.messages import Message
 from drivetrain.small.answer import disagreements, facts
@@ -137,7 +137,7 @@ _IDENT = re.compile(
 
 class Seen(Protocol):
     """What the checks read of the node's context: the answer and the history (all a test's stand-in has); only
-    a real ``NodeContext`` also runs the commands the checks make."""
+    the loop's own context (``loop.nodes.DraftContext``) also runs the commands the checks make."""
 
     @property
     def answer(self) -> str: ...
@@ -267,7 +267,7 @@ class WorkChecks:
         that costs one turn without tools, and an answer that contradicts the work is worse than no answer."""
         # a denied call never reaches PostToolUse: what the policy denied is read from the history
         work, answer = await self.sorted_failures(
-            ctx.answer, frozenset(denied_programs(ctx.history)), ctx.run if isinstance(ctx, NodeContext) else None
+            ctx.answer, frozenset(denied_programs(ctx.history)), ctx.run if isinstance(ctx, DraftContext) else None
         )
         kind: SendBackKind | None = (
             "work"
