@@ -119,8 +119,8 @@ def api_message(e: APIErrorLike) -> str:
 
 
 def root_cause(e: BaseException) -> str:
-    while e.__cause__ is not None or e.__context__ is not None:
-        e = e.__cause__ or e.__context__  # type: ignore[assignment]
+    while (earlier := e.__cause__ or e.__context__) is not None:
+        e = earlier
     return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
 
 

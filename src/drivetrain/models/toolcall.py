@@ -328,7 +328,7 @@ class AnswerStream:
     # How a call can start (see tool_call_grammar); an answer that starts so is passed on at the end.
     _CALL_STARTS = (CALL_OPEN, "<", "{", "[", "```json", "```\n{", "```\n[")
 
-    def __init__(self, sink: Callable[[str], None] | None, stops: list[str]) -> None:
+    def __init__(self, sink: Callable[[str], object] | None, stops: list[str]) -> None:
         self.sink, self.stops = sink, stops
         self.sent = 0  # characters of the (left-stripped) text already passed on
         self.done = sink is None  # nothing more to stream before the end
