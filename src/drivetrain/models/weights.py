@@ -245,7 +245,7 @@ def _marker_matches(spec: ModelSpec, target: Path) -> bool:
     except (OSError, ValueError):
         return False
     stamp = _stamp(spec, target)
-    return recorded == stamp and stamp["size"] == spec.size  # equal: the recorded size is the file's
+    return recorded == stamp and stamp["size"] == spec.size  # the record equals the stamp: its size too
 
 
 def _file_matches(spec: ModelSpec, target: Path) -> bool:
