@@ -18,15 +18,16 @@ import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict, Unpack
 
 import anthropic
 
 from drivetrain.errors import ConfigError, ModelError
+from drivetrain.jsontypes import JsonObject
 from drivetrain.messages import Usage, block_from_wire
 from drivetrain.models.anthropic_wire import with_cache_breakpoints
 from drivetrain.models.base import ModelRequest, ModelResponse
-from drivetrain.models.http import PerLoop, api_message, httpx, retry_delay, unreachable_message
+from drivetrain.models.http import HasResponse, PerLoop, api_message, httpx, retry_delay, unreachable_message
 from drivetrain.pricing import known_window
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
@@ -49,6 +50,20 @@ def normalize_base_url(url: str) -> str:
         if url.endswith(suffix):
             url = url[: -len(suffix)].rstrip("/")
     return url
+
+
+class AnthropicOptions(TypedDict, total=False):
+    """The constructor's settings that ``from_env`` passes through."""
+
+    max_retries: int
+    idle_timeout: float
+    connect_timeout: float
+    backoff: float
+    prompt_caching: bool
+    context_window: int | None
+    stream: bool
+    aiohttp: bool
+    answer_timeout: float
 
 
 @dataclass
@@ -97,7 +112,9 @@ class AnthropicModel:
         self.aiohttp = aiohttp and has_aiohttp()  # without the extra installed, httpx: slower, the same requests
         # An API key goes in x-api-key, as Claude Code sends it (this SDK would send it as a bearer
         # token, which some gateways reject); ANTHROPIC_AUTH_TOKEN is the bearer token.
-        headers = {"x-api-key": creds.api_key, "Authorization": anthropic.Omit()} if creds.api_key else {}
+        headers: dict[str, str | anthropic.Omit] = (
+            {"x-api-key": creds.api_key, "Authorization": anthropic.Omit()} if creds.api_key else {}
+        )
         # httpx's read timeout is per read, so on a stream it is an idle timeout.
         self._clients = PerLoop(
             lambda: anthropic.AsyncAnthropic(
@@ -105,14 +122,17 @@ class AnthropicModel:
                 auth_token=creds.auth_token,
                 base_url=self.base_url,
                 max_retries=0,
-                default_headers=headers,
+                # The SDK drops a header whose value is Omit(), but types default_headers as str values only.
+                default_headers=headers,  # type: ignore[arg-type]
                 timeout=anthropic.Timeout(connect=connect_timeout, read=idle_timeout, write=60.0, pool=60.0),
-                **({"http_client": anthropic.DefaultAioHttpClient()} if self.aiohttp else {}),
+                http_client=anthropic.DefaultAioHttpClient() if self.aiohttp else None,
             )
         )
 
     @classmethod
-    def from_env(cls, model: str | None = None, env: dict[str, str] | None = None, **kw) -> AnthropicModel:
+    def from_env(
+        cls, model: str | None = None, env: dict[str, str] | None = None, **kw: Unpack[AnthropicOptions]
+    ) -> AnthropicModel:
         env = dict(os.environ) if env is None else env
         if env.get("ANTHROPIC_API_KEY"):
             creds = Credentials(api_key=env["ANTHROPIC_API_KEY"], source="ANTHROPIC_API_KEY")
@@ -144,7 +164,8 @@ class AnthropicModel:
                 return await self._create_once(params)
             except (anthropic.APIError, httpx.TransportError) as e:
                 if attempt >= self.max_retries or not _retryable(e):
-                    raise self._explain(e, self.idle_timeout if streamed else self.answer_timeout.read) from e
+                    read_timeout = self.idle_timeout if streamed else self.answer_timeout.read or 0.0
+                    raise self._explain(e, read_timeout) from e
                 await asyncio.sleep(retry_delay(e, attempt, self.backoff))
                 attempt += 1
 
@@ -154,8 +175,8 @@ class AnthropicModel:
         if client is not None:
             await client.close()
 
-    def _params(self, request: ModelRequest) -> dict:
-        params: dict = {
+    def _params(self, request: ModelRequest) -> JsonObject:
+        params: JsonObject = {
             "model": self.name,
             "max_tokens": request.max_tokens,
             "messages": [m.to_wire() for m in request.messages],
@@ -174,7 +195,7 @@ class AnthropicModel:
             params["extra_body"] = {"temperature": min(request.temperature, 1.0)}
         return params
 
-    async def _stream_once(self, params: dict, on_text: Callable[[str], None] | None) -> ModelResponse:
+    async def _stream_once(self, params: JsonObject, on_text: Callable[[str], None] | None) -> ModelResponse:
         async with self._clients.get().messages.stream(**params) as stream:
             ctype = stream.response.headers.get("content-type", "")
             if "text/event-stream" not in ctype:
@@ -187,7 +208,7 @@ class AnthropicModel:
         # usage comes from the last event, not from message_start.
         return _from_wire(final.to_dict())
 
-    async def _create_once(self, params: dict) -> ModelResponse:
+    async def _create_once(self, params: JsonObject) -> ModelResponse:
         raw = await self._clients.get().messages.with_raw_response.create(**params, timeout=self.answer_timeout)
         # The answer read as the JSON it is: the SDK's parse() would build its models, only for us to take them apart.
         body = await raw.read()
@@ -254,7 +275,7 @@ def has_aiohttp() -> bool:
     return hasattr(anthropic, "DefaultAioHttpClient") and importlib.util.find_spec("aiohttp") is not None
 
 
-def _from_wire(message: dict[str, Any]) -> ModelResponse:
+def _from_wire(message: JsonObject) -> ModelResponse:
     u = message.get("usage") or {}
     usage = Usage(
         u.get("input_tokens") or 0,
@@ -273,7 +294,7 @@ def _retryable(e: Exception) -> bool:
         return True
     if not isinstance(e, anthropic.APIError):
         return False
-    response = getattr(e, "response", None)
+    response = e.response if isinstance(e, HasResponse) else None
     if response is not None and response.headers.get("x-should-retry") == "false":
         return False  # the server (e.g. `drivetrain serve`, whose own backend already retried) says don't
     if isinstance(e, anthropic.APIStatusError) and e.status_code in RETRYABLE_STATUS:

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from drivetrain.jsontypes import JsonObject, JsonValue
 
 if TYPE_CHECKING:
     from drivetrain.messages import Message
@@ -15,7 +17,7 @@ if TYPE_CHECKING:
 # ----------------------------------------------------------------- responses
 
 
-def estimate_tokens(body: Any) -> int:
+def estimate_tokens(body: JsonValue) -> int:
     """Rough input tokens (4 characters each) of what the model reads; ignores ``stream``."""
     if not isinstance(body, dict):
         return 1
@@ -23,12 +25,15 @@ def estimate_tokens(body: Any) -> int:
     return max(1, len(json.dumps(seen)) // 4)
 
 
-def sse_events(message: dict) -> list[tuple[str, dict]]:
+def sse_events(message: JsonObject) -> list[tuple[str, JsonObject]]:
     """The event sequence the real API streams for ``message``."""
     skeleton = dict(
         message, content=[], stop_reason=None, stop_sequence=None, usage=dict(message["usage"], output_tokens=1)
     )
-    events = [("message_start", {"type": "message_start", "message": skeleton}), ("ping", {"type": "ping"})]
+    events: list[tuple[str, JsonObject]] = [
+        ("message_start", {"type": "message_start", "message": skeleton}),
+        ("ping", {"type": "ping"}),
+    ]
     for i, block in enumerate(message["content"]):
         events += block_events(i, block)
     delta = {"stop_reason": message["stop_reason"], "stop_sequence": message["stop_sequence"]}
@@ -37,7 +42,7 @@ def sse_events(message: dict) -> list[tuple[str, dict]]:
     return events
 
 
-def block_events(i: int, block: dict) -> list[tuple[str, dict]]:
+def block_events(i: int, block: JsonObject) -> list[tuple[str, JsonObject]]:
     """The start, delta and stop events of content block ``block`` at index ``i``."""
     kind = block.get("type")
     if kind == "text":
@@ -77,7 +82,7 @@ MIN_CACHE_CHARS = 3 * 1024
 _UNMARKABLE = ("thinking", "redacted_thinking")  # cache_control cannot sit on these blocks
 
 
-def with_cache_breakpoints(params: dict, history: Sequence[Message] | None = None) -> dict:
+def with_cache_breakpoints(params: JsonObject, history: Sequence[Message] | None = None) -> JsonObject:
     """``params`` with ``cache_control`` breakpoints (never more than 3), the rest untouched and not copied.
 
     - the stable prefix: the last tool definition, or the system prompt when there are no tools;
@@ -134,7 +139,7 @@ def with_cache_breakpoints(params: dict, history: Sequence[Message] | None = Non
     return out
 
 
-def _tools_or_system_marked(params: dict) -> bool:
+def _tools_or_system_marked(params: JsonObject) -> bool:
     system = params.get("system")
     return any(
         isinstance(b, dict) and "cache_control" in b
@@ -142,7 +147,7 @@ def _tools_or_system_marked(params: dict) -> bool:
     )
 
 
-def _mark_last_block(message: dict) -> dict:
+def _mark_last_block(message: JsonObject) -> JsonObject:
     content = message.get("content")
     if isinstance(content, str):
         content = [{"type": "text", "text": content}]
@@ -155,9 +160,9 @@ def _mark_last_block(message: dict) -> dict:
     return message
 
 
-def breakpoints(body: dict) -> list[tuple[str, Any]]:
+def breakpoints(body: JsonObject) -> list[tuple[str, JsonValue]]:
     """Where ``body`` carries cache_control: (where, the cache_control value)."""
-    found = []
+    found: list[tuple[str, JsonValue]] = []
     for j, t in enumerate(body.get("tools") or ()):
         if isinstance(t, dict) and "cache_control" in t:
             found.append((f"tools.{j}", t["cache_control"]))
@@ -173,7 +178,7 @@ def breakpoints(body: dict) -> list[tuple[str, Any]]:
     return found
 
 
-def _check_cache_control(body: dict, problems: list[str]) -> None:
+def _check_cache_control(body: JsonObject, problems: list[str]) -> None:
     marks = breakpoints(body)
     if len(marks) > MAX_BREAKPOINTS:
         problems.append(
@@ -190,7 +195,7 @@ def _check_cache_control(body: dict, problems: list[str]) -> None:
             problems.append(f"{where}: cache_control cannot be set on {_block_at(body, where)['type']} blocks")
 
 
-def _block_at(body: dict, where: str) -> dict:
+def _block_at(body: JsonObject, where: str) -> JsonValue:
     _, i, _, j = where.split(".")
     return body["messages"][int(i)]["content"][int(j)]
 
@@ -198,7 +203,7 @@ def _block_at(body: dict, where: str) -> dict:
 # ----------------------------------------------------------------- validation
 
 
-def validate(body: Any) -> list[str]:
+def validate(body: JsonValue) -> list[str]:
     """The problems the real Messages API would reject this request body for."""
     if not isinstance(body, dict):
         return ["request body is not a JSON object"]
@@ -222,7 +227,7 @@ def validate(body: Any) -> list[str]:
     return problems
 
 
-def _check_thinking(thinking: Any, max_tokens: int | None, problems: list[str]) -> None:
+def _check_thinking(thinking: JsonValue, max_tokens: int | None, problems: list[str]) -> None:
     if not isinstance(thinking, dict) or thinking.get("type") != "enabled":
         return
     budget = thinking.get("budget_tokens")
@@ -232,14 +237,14 @@ def _check_thinking(thinking: Any, max_tokens: int | None, problems: list[str]) 
         problems.append(f"max_tokens ({max_tokens}) must be greater than thinking.budget_tokens ({budget})")
 
 
-def _check_system(system: Any, problems: list[str]) -> None:
+def _check_system(system: JsonValue, problems: list[str]) -> None:
     if isinstance(system, list):
         for j, b in enumerate(system):
             if not isinstance(b, dict) or b.get("type") != "text" or not str(b.get("text", "")).strip():
                 problems.append(f"system.{j}: text content blocks must contain non-whitespace text")
 
 
-def _check_tools(tools: Any, problems: list[str]) -> set[str] | None:
+def _check_tools(tools: JsonValue, problems: list[str]) -> set[str] | None:
     if tools is None:
         return None
     if not isinstance(tools, list):
@@ -259,7 +264,7 @@ def _check_tools(tools: Any, problems: list[str]) -> set[str] | None:
     return names
 
 
-def _check_tool_choice(choice: Any, tool_names: set[str] | None, problems: list[str]) -> None:
+def _check_tool_choice(choice: JsonValue, tool_names: set[str] | None, problems: list[str]) -> None:
     if choice is None:
         return
     kind = choice.get("type") if isinstance(choice, dict) else None
@@ -271,7 +276,7 @@ def _check_tool_choice(choice: Any, tool_names: set[str] | None, problems: list[
         problems.append(f"tool_choice: {kind!r} needs tools")
 
 
-def _blocks(content: Any) -> list[Any]:
+def _blocks(content: JsonValue) -> list[JsonValue]:
     return (
         [{"type": "text", "text": content}]
         if isinstance(content, str)
@@ -281,8 +286,8 @@ def _blocks(content: Any) -> list[Any]:
     )
 
 
-def _check_messages(messages: list, tool_names: set[str] | None, problems: list[str]) -> None:
-    seen_ids: set[str] = set()
+def _check_messages(messages: list[JsonValue], tool_names: set[str] | None, problems: list[str]) -> None:
+    seen_ids: set[str | None] = set()  # the tool_use ids as the request has them (None: one without)
     for i, msg in enumerate(messages):
         where = f"messages.{i}"
         role = msg.get("role") if isinstance(msg, dict) else None
@@ -310,7 +315,12 @@ def _check_messages(messages: list, tool_names: set[str] | None, problems: list[
 
 
 def _check_tool_uses(
-    messages: list, i: int, blocks: list[dict], tool_names: set[str] | None, seen_ids: set[str], problems: list[str]
+    messages: list[JsonValue],
+    i: int,
+    blocks: list[JsonObject],
+    tool_names: set[str] | None,
+    seen_ids: set[str | None],
+    problems: list[str],
 ) -> None:
     uses = [b for b in blocks if b["type"] == "tool_use"]
     if any(b["type"] == "tool_result" for b in blocks):
@@ -341,7 +351,7 @@ def _check_tool_uses(
             )
 
 
-def _check_tool_results(messages: list, i: int, blocks: list[dict], problems: list[str]) -> None:
+def _check_tool_results(messages: list[JsonValue], i: int, blocks: list[JsonObject], problems: list[str]) -> None:
     prev = messages[i - 1] if i > 0 else None
     offered = (
         {b.get("id") for b in _blocks(prev.get("content")) if isinstance(b, dict) and b.get("type") == "tool_use"}
@@ -364,10 +374,10 @@ def _check_tool_results(messages: list, i: int, blocks: list[dict], problems: li
             )
 
 
-def same_content(a: Any, b: Any) -> bool:
+def same_content(a: JsonValue, b: JsonValue) -> bool:
     """Equal as the API sees it: a string is one text block, null-valued keys are absent."""
 
-    def norm(content: Any) -> list:
+    def norm(content: JsonValue) -> list[JsonValue]:
         return [{k: v for k, v in x.items() if v is not None} if isinstance(x, dict) else x for x in _blocks(content)]
 
     return norm(a) == norm(b)

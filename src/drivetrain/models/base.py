@@ -8,23 +8,28 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Literal, Protocol, TypeAlias, runtime_checkable
 
+from drivetrain.jsontypes import JsonObject
 from drivetrain.messages import Block, Message, Usage
 
-StopReason = str  # "end_turn" | "tool_use" | "max_tokens" | "pause_turn" | "stop_sequence" | "refusal" | …
+# Why a reply ended, in the Messages API's words (the OpenAI provider maps its finish_reason onto these).
+StopReason: TypeAlias = Literal[
+    "end_turn", "tool_use", "max_tokens", "stop_sequence", "pause_turn", "refusal", "model_context_window_exceeded"
+]
+# "auto": text or calls; "any": the reply must call a tool; "none": it must not.
+ToolChoice: TypeAlias = Literal["auto", "any", "none"]
 
 
 @dataclass(frozen=True)
 class ModelRequest:
     messages: list[Message]
     system: str = ""
-    tools: list[dict] = field(default_factory=list)  # Anthropic `tools` entries
+    tools: list[JsonObject] = field(default_factory=list)  # Anthropic `tools` entries
     max_tokens: int = 8192
     stop_sequences: list[str] = field(default_factory=list)
     temperature: float | None = None  # None: the provider's default
-    # "auto" (None): text or calls; "any": the reply must call a tool; "none": it must not.
-    tool_choice: str | None = None
+    tool_choice: ToolChoice | None = None  # None: the provider's default, "auto"
     # A GBNF grammar the whole reply must follow, for providers that can constrain decoding (local).
     grammar: str | None = None
     # Called with each piece of streamed text as it arrives; optional.

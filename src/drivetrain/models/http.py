@@ -8,16 +8,18 @@ import email.utils
 import os
 import random
 import time
-from collections.abc import Callable
-from typing import Generic, TypeVar
+from collections.abc import Callable, Mapping
+from typing import Generic, Protocol, TypeVar, runtime_checkable
 
 try:  # the transport the SDKs are built on: raised as is when a stream breaks after it started
     import httpx2 as httpx
 except ImportError:  # older SDKs
-    import httpx  # type: ignore[no-redef]
+    import httpx  # type: ignore[no-redef,import-not-found]  # the older SDKs' transport, not installed with httpx2
 
 __all__ = [
     "PROXY_VARS",
+    "APIErrorLike",
+    "HasResponse",
     "PerLoop",
     "api_message",
     "httpx",
@@ -31,6 +33,24 @@ PROXY_VARS = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PRO
 MAX_DELAY = 60.0
 
 T = TypeVar("T")
+
+
+@runtime_checkable
+class HasResponse(Protocol):
+    """An error that carries the HTTP response it came with (the SDKs' status errors)."""
+
+    @property
+    def response(self) -> httpx.Response | None: ...
+
+
+class APIErrorLike(Protocol):
+    """What the anthropic and openai SDKs' ``APIError`` both carry."""
+
+    @property
+    def message(self) -> str: ...
+
+    @property
+    def body(self) -> object: ...
 
 
 class PerLoop(Generic[T]):
@@ -59,7 +79,7 @@ class PerLoop(Generic[T]):
         return self._by_loop.pop(asyncio.get_running_loop(), None)
 
 
-def retry_after(headers) -> float | None:
+def retry_after(headers: Mapping[str, str]) -> float | None:
     """Seconds the server asked us to wait (``retry-after-ms``, ``retry-after`` seconds or HTTP date)."""
     ms = headers.get("retry-after-ms")
     if ms:
@@ -82,26 +102,25 @@ def retry_after(headers) -> float | None:
 
 def retry_delay(e: Exception, attempt: int, backoff: float) -> float:
     """The server's retry-after if it gave one, else jittered exponential backoff; never over a minute."""
-    headers = getattr(getattr(e, "response", None), "headers", None) or {}
-    wait = retry_after(headers)
+    response = e.response if isinstance(e, HasResponse) else None
+    wait = retry_after(response.headers if response is not None else {})
     if wait is None:
         wait = backoff * (2**attempt) * (0.75 + random.random() / 2)
     return min(wait, MAX_DELAY)
 
 
-def api_message(e) -> str:
+def api_message(e: APIErrorLike) -> str:
     """The server's own words from an SDK status error (``{"error": {"message": …}}`` in either API's shape)."""
-    body = getattr(e, "body", None)
-    if isinstance(body, dict):
-        err = body.get("error", body)
+    if isinstance(e.body, dict):
+        err = e.body.get("error", e.body)
         if isinstance(err, dict) and err.get("message"):
             return str(err["message"])
-    return str(getattr(e, "message", e))
+    return str(e.message)
 
 
 def root_cause(e: BaseException) -> str:
-    while e.__cause__ is not None or e.__context__ is not None:
-        e = e.__cause__ or e.__context__  # type: ignore[assignment]
+    while (earlier := e.__cause__ or e.__context__) is not None:
+        e = earlier
     return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
 
 

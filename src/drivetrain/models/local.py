@@ -18,13 +18,14 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, TypedDict
 
 from drivetrain.errors import ConfigError, ModelError
 from drivetrain.messages import Block, Message, TextBlock, ToolUseBlock, Usage
-from drivetrain.models.base import ModelRequest, ModelResponse
+from drivetrain.models.base import ModelRequest, ModelResponse, StopReason
 from drivetrain.models.toolcall import (
     AnswerStream,
     assistant_text,
@@ -35,7 +36,77 @@ from drivetrain.models.toolcall import (
 )
 from drivetrain.models.weights import ENV_MODEL, bundled_spec, cache_dir, resolve_model
 
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+    from llama_cpp._internals import LlamaSampler
+    from llama_cpp.llama_cpp import llama_context_p, llama_vocab_p
+    from llama_cpp.llama_grammar import LlamaGrammar
+
 _REPLAY_SIZE = 128  # generated replies remembered for exact replay
+
+# A sampler setting CountingLlama passes on to llama_cpp.Llama untouched (an int, float, bool or logits processor).
+SamplerArg: TypeAlias = Any
+
+
+class Sampling(TypedDict):
+    """The sampling settings of one generation, as ``Llama.generate`` takes them."""
+
+    temp: float
+    top_p: float
+    top_k: int
+    min_p: float
+    repeat_penalty: float
+
+
+class _LlamaModelPart(Protocol):  # what is used of llama_cpp's internal LlamaModel
+    @property
+    def vocab(self) -> llama_vocab_p: ...
+
+
+class _LlamaContextPart(Protocol):  # what is used of llama_cpp's internal LlamaContext
+    @property
+    def ctx(self) -> llama_context_p: ...
+
+    def kv_cache_clear(self) -> None: ...
+
+
+class LlamaLike(Protocol):
+    """What LocalModel uses of its model: a ``llama_cpp.Llama`` with CountingLlama's ``evaluated`` counter."""
+
+    evaluated: int
+    n_tokens: int
+    input_ids: npt.NDArray[np.intc]
+    model_path: str
+
+    @property
+    def _model(self) -> _LlamaModelPart: ...
+
+    @property
+    def _ctx(self) -> _LlamaContextPart: ...
+
+    def set_seed(self, seed: int) -> None: ...
+
+    def generate(
+        self,
+        tokens: Sequence[int],
+        *,
+        temp: float,
+        top_p: float,
+        top_k: int,
+        min_p: float,
+        repeat_penalty: float,
+        reset: bool,
+        grammar: LlamaGrammar | None,
+    ) -> Generator[int, Sequence[int] | None, None]: ...
+
+    def tokenize(self, text: bytes, add_bos: bool = True, special: bool = False) -> list[int]: ...
+
+    def detokenize(self, tokens: list[int]) -> bytes: ...
+
+    def reset(self) -> None: ...
+
+    def eval(self, tokens: Sequence[int]) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -67,7 +138,7 @@ class GenerationProgress:
 
 
 @functools.cache
-def _llama_class():
+def _llama_class() -> Callable[..., LlamaLike]:
     try:
         from llama_cpp import Llama
     except ImportError as exc:
@@ -88,14 +159,17 @@ def _llama_class():
         """
 
         evaluated = 0
-        _grammar_sampler = None
+        _grammar_sampler: lc.llama_sampler_p | None = None
         _control_ids: frozenset[int] | None = None
 
-        def eval(self, tokens):
+        def eval(self, tokens: Sequence[int]) -> None:
             self.evaluated += len(tokens)
-            return super().eval(tokens)
+            super().eval(tokens)
 
-        def _init_sampler(self, *args, grammar=None, **kwargs):  # called by generate(); the chain gets no grammar
+        # called by generate(); the chain gets no grammar
+        def _init_sampler(
+            self, *args: SamplerArg, grammar: LlamaGrammar | None = None, **kwargs: SamplerArg
+        ) -> LlamaSampler:
             if self._grammar_sampler is not None:
                 lc.llama_sampler_free(self._grammar_sampler)
                 self._grammar_sampler = None
@@ -103,10 +177,12 @@ def _llama_class():
                 self._grammar_sampler = lc.llama_sampler_init_grammar(
                     self._model.vocab, grammar._grammar.encode(), b"root"
                 )
-            return super()._init_sampler(*args, **kwargs)
+            sampler: LlamaSampler = super()._init_sampler(*args, **kwargs)
+            return sampler
 
-        def sample(self, *args, idx=None, **kwargs):
-            token = super().sample(*args, idx=idx, **kwargs)
+        def sample(self, *args: SamplerArg, idx: int | None = None, **kwargs: SamplerArg) -> int:
+            # mypy cannot tell that *args never reaches idx (generate() passes every setting by name)
+            token: int = super().sample(*args, idx=idx, **kwargs)  # type: ignore[misc]
             if self._grammar_sampler is None:
                 return token
             if token in self._controls() or not self._allowed(token):
@@ -118,8 +194,9 @@ def _llama_class():
                 cands["logit"][list(self._controls())] = -np.inf
                 cur = lc.llama_token_data_array(cands.ctypes.data_as(lc.llama_token_data_p), n, -1, False)
                 lc.llama_sampler_apply(self._grammar_sampler, ctypes.byref(cur))
-                lc.llama_sampler_apply(self._sampler.sampler, ctypes.byref(cur))  # the usual chain, ending in dist
-                token = cur.data[cur.selected].id
+                # the usual chain, ending in dist (llama_cpp leaves Llama._sampler unannotated: None to mypy)
+                lc.llama_sampler_apply(self._sampler.sampler, ctypes.byref(cur))  # type: ignore[attr-defined]
+                token = int(cur.data[cur.selected].id)  # an int already: ctypes reads the c_int32 field as one
             lc.llama_sampler_accept(self._grammar_sampler, token)
             return token
 
@@ -149,7 +226,7 @@ class LocalModel:
 
     def __init__(
         self,
-        model: str | os.PathLike | None = None,
+        model: str | os.PathLike[str] | None = None,
         *,
         n_ctx: int = 8192,
         n_threads: int | None = None,
@@ -178,7 +255,13 @@ class LocalModel:
         self.n_ctx = n_ctx
         self.context_window = n_ctx  # what compaction keeps the history within: the real window, not an assumed one
         self.n_threads = n_threads or _cpu_count()
-        self.sampling = {"temp": temperature, "top_p": top_p, "top_k": top_k, "min_p": 0.0, "repeat_penalty": 1.0}
+        self.sampling: Sampling = {
+            "temp": temperature,
+            "top_p": top_p,
+            "top_k": top_k,
+            "min_p": 0.0,
+            "repeat_penalty": 1.0,
+        }
         self.seed = seed
         self.constrained = constrained
         self.max_output_tokens = max_output_tokens
@@ -190,9 +273,9 @@ class LocalModel:
         self.prefix_cache = False
         self.prefix_cache_dir: Path | None = None  # default: kv/ beside the assembled models' cache folder
         self.prefix_cache_hit: bool | None = None  # for the last call: None when not used
-        self._llm = None
+        self._llm: LlamaLike | None = None
         self._lock = threading.Lock()  # llama.cpp contexts are not thread-safe
-        self._grammars: dict[str, object] = {}
+        self._grammars: dict[str, LlamaGrammar] = {}
         self._replay: OrderedDict[str, list[int]] = OrderedDict()
         self._next_id = 1
 
@@ -205,6 +288,12 @@ class LocalModel:
     def last_prompt_eval_tokens(self) -> int:
         """Prompt tokens llama.cpp evaluated in the last call; the rest of the prompt was reused from the KV cache."""
         return self.last_stats.prompt_eval_tokens if self.last_stats else 0
+
+    @property
+    def _loaded(self) -> LlamaLike:
+        """The llama.cpp model, for the code that runs after ``_load_locked``."""
+        assert self._llm is not None, "the local model is not loaded"
+        return self._llm
 
     def load(self) -> None:
         """Assemble/verify the weights and load them. Idempotent; ``respond`` calls it if needed."""
@@ -240,12 +329,12 @@ class LocalModel:
     # ----------------------------------------------------------------- generation
 
     def _respond_blocking(
-        self, request: ModelRequest, sink: Callable[[str], None] | None, cancel: threading.Event
+        self, request: ModelRequest, sink: Callable[[str], object] | None, cancel: threading.Event
     ) -> ModelResponse:
         with self._lock:
             self._load_locked()
             prompt = self._prompt(request)
-            self._llm.evaluated = 0  # counts the prefix too, when it is evaluated (not loaded) below
+            self._loaded.evaluated = 0  # counts the prefix too, when it is evaluated (not loaded) below
             if self.prefix_cache or request.keep_prefix:
                 self._restore_prefix(self._system_tokens(request))
             budget = min(request.max_tokens, self.max_output_tokens, self.n_ctx - len(prompt))
@@ -256,10 +345,9 @@ class LocalModel:
                 )
             grammar = self._grammar(request)
             try:
-                sampling = {
-                    **self.sampling,
-                    **({"temp": request.temperature} if request.temperature is not None else {}),
-                }
+                sampling = Sampling(**self.sampling)  # a copy, with the request's temperature if it has one
+                if request.temperature is not None:
+                    sampling["temp"] = request.temperature
                 tokens, text, stop, stream = self._generate(
                     prompt, budget, grammar, request.stop_sequences, sink, cancel, sampling
                 )
@@ -273,6 +361,7 @@ class LocalModel:
             if stop != "stop_sequence":  # the tokens hold the stop sequence the text was cut before
                 self._remember(tuple(content), tokens)
             stats = self.last_stats
+            assert stats is not None  # _generate set it
         return ModelResponse(
             content=tuple(content),
             stop_reason="tool_use" if parsed.calls else stop,
@@ -286,12 +375,20 @@ class LocalModel:
         )
 
     def _generate(
-        self, prompt, budget, grammar, stops, sink, cancel, sampling: dict
-    ) -> tuple[list[int], str, str, AnswerStream]:
-        llm = self._llm
+        self,
+        prompt: list[int],
+        budget: int,
+        grammar: LlamaGrammar | None,
+        stops: list[str],
+        sink: Callable[[str], object] | None,
+        cancel: threading.Event,
+        sampling: Sampling,
+    ) -> tuple[list[int], str, StopReason, AnswerStream]:
+        llm = self._loaded
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         stream = AnswerStream(sink, stops)
         tokens: list[int] = []
+        stop: StopReason
         text, stop = "", "max_tokens"
         if self.seed is not None:
             llm.set_seed(self.seed)
@@ -332,7 +429,7 @@ class LocalModel:
         )
         return tokens, text, stop, stream
 
-    def _grammar(self, request: ModelRequest):
+    def _grammar(self, request: ModelRequest) -> LlamaGrammar | None:
         """The request's own grammar, else (when constrained) one for its tools and tool_choice."""
         gbnf = request.grammar
         if gbnf is None and self.constrained and request.tools and request.tool_choice != "none":
@@ -340,7 +437,7 @@ class LocalModel:
         if gbnf is None:
             return None
         if gbnf not in self._grammars:
-            self._grammars[gbnf] = compile_grammar(self._llm, gbnf)
+            self._grammars[gbnf] = compile_grammar(self._loaded, gbnf)
             while len(self._grammars) > 16:  # grammars with refused calls left out change from turn to turn
                 del self._grammars[next(iter(self._grammars))]
         return self._grammars[gbnf]
@@ -373,7 +470,7 @@ class LocalModel:
 
     def _restore_prefix(self, prefix: list[int]) -> None:
         """Put the prefix's KV state in the context: from the disk cache, or evaluated once and saved there."""
-        llm = self._llm
+        llm = self._loaded
         if llm.n_tokens >= len(prefix) and list(llm.input_ids[: len(prefix)]) == prefix:
             self.prefix_cache_hit = None  # already in memory: the ordinary KV reuse
             return
@@ -389,7 +486,7 @@ class LocalModel:
 
         import llama_cpp
 
-        model_file = Path(self._llm.model_path)
+        model_file = Path(self._loaded.model_path)
         stat = model_file.stat()
         key = hashlib.sha256(
             json.dumps(
@@ -417,21 +514,22 @@ class LocalModel:
         return out
 
     def _tokenize(self, text: str, special: bool = False) -> list[int]:
-        return self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=special)
+        return self._loaded.tokenize(text.encode("utf-8"), add_bos=False, special=special)
 
 
-def compile_grammar(llm, gbnf: str):
+def compile_grammar(llm: LlamaLike, gbnf: str) -> LlamaGrammar:
     """A LlamaGrammar, checked by llama.cpp's own parser now rather than failing later inside sampling."""
     import llama_cpp
+    from llama_cpp.llama_grammar import LlamaGrammar  # the class llama_cpp.LlamaGrammar names
 
     sampler = llama_cpp.llama_sampler_init_grammar(llm._model.vocab, gbnf.encode("utf-8"), b"root")
     if not sampler:
         raise ModelError("llama.cpp rejected the tool-call grammar (see stderr for the parse error)")
     llama_cpp.llama_sampler_free(sampler)
-    return llama_cpp.LlamaGrammar.from_string(gbnf)
+    return LlamaGrammar.from_string(gbnf)
 
 
-def load_prefix(llm, path: Path, prefix: list[int]) -> bool:
+def load_prefix(llm: LlamaLike, path: Path, prefix: list[int]) -> bool:
     """Load a saved KV state of exactly ``prefix`` into ``llm``; False when there is none (or it is unusable)."""
     import llama_cpp
 
@@ -450,7 +548,7 @@ def load_prefix(llm, path: Path, prefix: list[int]) -> bool:
     return True
 
 
-def save_prefix(llm, path: Path, prefix: list[int]) -> None:
+def save_prefix(llm: LlamaLike, path: Path, prefix: list[int]) -> None:
     """Save the context's KV state (holding exactly ``prefix``), atomically; a cache, so failures are ignored."""
     import llama_cpp
 
@@ -464,13 +562,13 @@ def save_prefix(llm, path: Path, prefix: list[int]) -> None:
         pass
 
 
-def _is_end_of_generation(llm, token: int) -> bool:
+def _is_end_of_generation(llm: LlamaLike, token: int) -> bool:
     import llama_cpp
 
     return bool(llama_cpp.llama_vocab_is_eog(llm._model.vocab, token))
 
 
-def _fingerprint(content) -> str:
+def _fingerprint(content: tuple[Block, ...]) -> str:
     return json.dumps([b.to_wire() for b in content], sort_keys=True, ensure_ascii=False)
 
 

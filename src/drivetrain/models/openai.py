@@ -27,16 +27,21 @@ import dataclasses
 import json
 import os
 import uuid
+from typing import TYPE_CHECKING, TypedDict, Unpack
 from urllib.parse import urlsplit
 
 import openai
 
 from drivetrain.errors import ConfigError, ModelError
+from drivetrain.jsontypes import JsonObject
 from drivetrain.messages import Message, ToolUseBlock
 from drivetrain.models.base import ModelRequest, ModelResponse
 from drivetrain.models.http import PerLoop, api_message, httpx, retry_delay, unreachable_message
-from drivetrain.models.openai_wire import from_chat_completion, to_chat_messages, to_chat_tools
+from drivetrain.models.openai_wire import FinishReason, from_chat_completion, to_chat_messages, to_chat_tools
 from drivetrain.pricing import known_window
+
+if TYPE_CHECKING:
+    from openai.types.chat.completion_create_params import CompletionCreateParamsStreaming
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_MODEL = "gpt-4o-mini"
@@ -64,6 +69,18 @@ def normalize_base_url(url: str) -> str:
 
 class IncompleteStream(Exception):
     """The stream ended (cleanly, as far as HTTP goes) before the server said why the answer finished."""
+
+
+class OpenAIOptions(TypedDict, total=False):
+    """The constructor's settings that ``from_env`` passes through (or fills in from the environment)."""
+
+    max_retries: int
+    idle_timeout: float
+    connect_timeout: float
+    backoff: float
+    organization: str | None
+    project: str | None
+    context_window: int | None
 
 
 class OpenAIModel:
@@ -110,7 +127,9 @@ class OpenAIModel:
         )
 
     @classmethod
-    def from_env(cls, model: str | None = None, env: dict[str, str] | None = None, **kw) -> OpenAIModel:
+    def from_env(
+        cls, model: str | None = None, env: dict[str, str] | None = None, **kw: Unpack[OpenAIOptions]
+    ) -> OpenAIModel:
         env = dict(os.environ) if env is None else env
         base_url = env.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
         source = "OPENAI_BASE_URL" if env.get("OPENAI_BASE_URL") else "the default"
@@ -138,8 +157,8 @@ class OpenAIModel:
             else:
                 return _fresh_ids(response, request.messages)
 
-    def _params(self, request: ModelRequest) -> dict:
-        params: dict = {
+    def _params(self, request: ModelRequest) -> CompletionCreateParamsStreaming:
+        params: CompletionCreateParamsStreaming = {
             "model": self.name,
             "messages": to_chat_messages(request.system, request.messages),
             "stream": True,
@@ -147,12 +166,14 @@ class OpenAIModel:
         }
         # OpenAI's own API wants max_completion_tokens (its reasoning models refuse max_tokens);
         # the servers that copy it know max_tokens, and not all of them know the newer name.
-        is_openai = urlsplit(self.base_url).hostname == "api.openai.com"
-        params["max_completion_tokens" if is_openai else "max_tokens"] = request.max_tokens
+        if urlsplit(self.base_url).hostname == "api.openai.com":
+            params["max_completion_tokens"] = request.max_tokens
+        else:
+            params["max_tokens"] = request.max_tokens
         if request.tools:  # an empty list is an error on OpenAI's API
             params["tools"] = to_chat_tools(request.tools)
             if request.tool_choice:
-                params["tool_choice"] = {"any": "required"}.get(request.tool_choice, request.tool_choice)
+                params["tool_choice"] = "required" if request.tool_choice == "any" else request.tool_choice
         if request.stop_sequences:
             params["stop"] = request.stop_sequences
         if request.temperature is not None:
@@ -185,7 +206,7 @@ class OpenAIModel:
             raise IncompleteStream("the stream ended before a finish_reason")
         return from_chat_completion(acc.completion())
 
-    async def _check_shape(self, response) -> ModelResponse | None:
+    async def _check_shape(self, response: httpx.Response) -> ModelResponse | None:
         ctype = response.headers.get("content-type", "")
         if "text/event-stream" in ctype:
             return None
@@ -218,7 +239,7 @@ class OpenAIModel:
             return "OPENAI_BASE_URL"
         return f"the default ({DEFAULT_BASE_URL}; set OPENAI_BASE_URL to change it)"
 
-    def _explain(self, e: Exception) -> ModelError:
+    def _explain(self, e: openai.APIError | httpx.TransportError | IncompleteStream) -> ModelError:
         if isinstance(e, (openai.AuthenticationError, openai.PermissionDeniedError)):
             key = (
                 "It came from OPENAI_API_KEY; check the key, or that it belongs to this server."
@@ -268,11 +289,11 @@ class ChunkAccumulator:
         self.id = self.model = ""
         self.text: list[str] = []
         self.refusal: list[str] = []
-        self.calls: dict[int, dict] = {}
-        self.finish_reason: str | None = None
-        self.usage: dict | None = None
+        self.calls: dict[int, JsonObject] = {}
+        self.finish_reason: FinishReason | None = None
+        self.usage: JsonObject | None = None
 
-    def add(self, chunk: dict) -> str:
+    def add(self, chunk: JsonObject) -> str:
         """Take one chunk; returns the text it added."""
         self.id = self.id or chunk.get("id") or ""
         self.model = self.model or chunk.get("model") or ""
@@ -290,12 +311,12 @@ class ChunkAccumulator:
         self.text.append(piece)
         return piece
 
-    def _add_call(self, call: dict) -> None:
+    def _add_call(self, call: JsonObject) -> None:
         index = call.get("index")
         if index is None:
             last = max(self.calls, default=None)
             new = last is None or (call.get("id") and call["id"] != self.calls[last]["id"])
-            index = len(self.calls) if new else last
+            index = len(self.calls) if new or last is None else last
         acc = self.calls.setdefault(index, {"id": "", "type": "function", "function": {"name": "", "arguments": ""}})
         fn = call.get("function") or {}
         acc["id"] = acc["id"] or call.get("id") or ""
@@ -304,8 +325,8 @@ class ChunkAccumulator:
         args = fn.get("arguments")
         acc["function"]["arguments"] += json.dumps(args) if isinstance(args, dict) else (args or "")
 
-    def completion(self) -> dict:
-        message: dict = {"role": "assistant", "content": "".join(self.text) or None}
+    def completion(self) -> JsonObject:
+        message: JsonObject = {"role": "assistant", "content": "".join(self.text) or None}
         if self.refusal:
             message["refusal"] = "".join(self.refusal)
         if self.calls:
@@ -333,14 +354,13 @@ def _fresh_ids(response: ModelResponse, history: list[Message]) -> ModelResponse
     return dataclasses.replace(response, content=tuple(content))
 
 
-def _retryable(e: Exception) -> bool:
+def _retryable(e: openai.APIError | httpx.TransportError | IncompleteStream) -> bool:
     if isinstance(e, (openai.APIConnectionError, httpx.TransportError, IncompleteStream)):
         return True
     if isinstance(e, openai.APIStatusError):
         return e.status_code in (408, 409, 429) or e.status_code >= 500
     # an error sent as a chunk in the middle of a stream arrives with the stream's 200 status
-    body = getattr(e, "body", None)
-    err = body.get("error", body) if isinstance(body, dict) else None
+    err = e.body.get("error", e.body) if isinstance(e.body, dict) else None
     return isinstance(err, dict) and (
         err.get("type") in RETRYABLE_ERROR_TYPES or err.get("code") in RETRYABLE_ERROR_TYPES
     )

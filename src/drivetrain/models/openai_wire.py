@@ -20,22 +20,37 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Literal, TypeAlias
 
+from drivetrain.jsontypes import JsonObject, JsonValue
 from drivetrain.messages import Block, Message, RawBlock, TextBlock, ToolResultBlock, ToolUseBlock, Usage
-from drivetrain.models.base import ModelResponse
+from drivetrain.models.base import ModelResponse, StopReason
+
+if TYPE_CHECKING:  # the openai SDK's request types, for what the provider hands it
+    from openai.types.chat import (
+        ChatCompletionContentPartImageParam,
+        ChatCompletionContentPartParam,
+        ChatCompletionMessageFunctionToolCallParam,
+        ChatCompletionMessageParam,
+        ChatCompletionToolMessageParam,
+        ChatCompletionToolParam,
+    )
+    from openai.types.shared_params import FunctionDefinition
 
 log = logging.getLogger("drivetrain.models.openai")
 
+# Why a chat completion ended (``choices[].finish_reason``).
+FinishReason: TypeAlias = Literal["stop", "length", "tool_calls", "content_filter", "function_call"]
+
 ERROR_PREFIX = "Error: "
-_FINISH_TO_STOP = {
+_FINISH_TO_STOP: dict[str | None, StopReason] = {
     "stop": "end_turn",
     "tool_calls": "tool_use",
     "function_call": "tool_use",
     "length": "max_tokens",
     "content_filter": "refusal",
 }
-_STOP_TO_FINISH = {
+_STOP_TO_FINISH: dict[str | None, FinishReason] = {
     "end_turn": "stop",
     "stop_sequence": "stop",
     "pause_turn": "stop",
@@ -61,27 +76,27 @@ class InvalidToolUseBlock(ToolUseBlock):
     input_error: str = ""
 
 
-def finish_reason_to_stop_reason(finish_reason: str | None) -> str:
+def finish_reason_to_stop_reason(finish_reason: str | None) -> StopReason:
     return _FINISH_TO_STOP.get(finish_reason or "stop", "end_turn")
 
 
-def stop_reason_to_finish_reason(stop_reason: str | None) -> str:
+def stop_reason_to_finish_reason(stop_reason: str | None) -> FinishReason:
     return _STOP_TO_FINISH.get(stop_reason or "end_turn", "stop")
 
 
 # ------------------------------------------------------------ canonical -> chat
 
 
-def to_chat_messages(system: str, messages: list[Message]) -> list[dict]:
-    out: list[dict] = [{"role": "system", "content": system}] if system else []
+def to_chat_messages(system: str, messages: list[Message]) -> list[ChatCompletionMessageParam]:
+    out: list[ChatCompletionMessageParam] = [{"role": "system", "content": system}] if system else []
     for msg in messages:
         out += _assistant_to_chat(msg) if msg.role == "assistant" else _user_to_chat(msg)
     return out
 
 
-def _assistant_to_chat(msg: Message) -> list[dict]:
+def _assistant_to_chat(msg: Message) -> list[ChatCompletionMessageParam]:
     text = "".join(b.text for b in msg.content if isinstance(b, TextBlock))
-    calls = [
+    calls: list[ChatCompletionMessageFunctionToolCallParam] = [
         {
             "id": b.id,
             "type": "function",
@@ -95,15 +110,14 @@ def _assistant_to_chat(msg: Message) -> list[dict]:
             log.warning("dropped a %r block from an assistant message: chat completions cannot carry it", b.type)
     if not text and not calls:
         return []  # thinking only: nothing chat can say
-    out: dict[str, Any] = {"role": "assistant", "content": text or None}
     if calls:
-        out["tool_calls"] = calls
-    return [out]
+        return [{"role": "assistant", "content": text or None, "tool_calls": calls}]
+    return [{"role": "assistant", "content": text or None}]
 
 
-def _user_to_chat(msg: Message) -> list[dict]:
-    tool_messages: list[dict] = []
-    parts: list[dict] = []
+def _user_to_chat(msg: Message) -> list[ChatCompletionMessageParam]:
+    tool_messages: list[ChatCompletionToolMessageParam] = []
+    parts: list[ChatCompletionContentPartParam] = []
     for b in msg.content:
         if isinstance(b, ToolResultBlock):
             tool_messages.append(
@@ -122,14 +136,16 @@ def _user_to_chat(msg: Message) -> list[dict]:
             parts.append(part)
         else:
             log.warning("dropped a %r block from a user message: chat completions cannot carry it", b.type)
+    out: list[ChatCompletionMessageParam] = [*tool_messages]
     if not parts:
-        return tool_messages
-    only_text = len(parts) == 1 and parts[0]["type"] == "text"
-    return [*tool_messages, {"role": "user", "content": parts[0]["text"] if only_text else parts}]
+        return out
+    first = parts[0]
+    out.append({"role": "user", "content": first["text"] if len(parts) == 1 and first["type"] == "text" else parts})
+    return out
 
 
-def _image_part(block: dict) -> dict | None:
-    source = (block.get("source") or {}) if block.get("type") == "image" else {}
+def _image_part(block: JsonObject) -> ChatCompletionContentPartImageParam | None:
+    source: JsonValue = (block.get("source") or {}) if block.get("type") == "image" else {}
     if source.get("type") == "base64":
         return {
             "type": "image_url",
@@ -140,13 +156,13 @@ def _image_part(block: dict) -> dict | None:
     return None
 
 
-def to_chat_tools(tools: list[dict]) -> list[dict]:
-    out = []
+def to_chat_tools(tools: list[JsonObject]) -> list[ChatCompletionToolParam]:
+    out: list[ChatCompletionToolParam] = []
     for t in tools:
         if "input_schema" not in t:  # a server tool (web search, …): chat has no equivalent
             log.warning("tool %r is not offered over chat completions: it has no input_schema", t.get("name"))
             continue
-        fn: dict[str, Any] = {"name": t["name"]}
+        fn: FunctionDefinition = {"name": t["name"]}
         if t.get("description"):
             fn["description"] = t["description"]
         fn["parameters"] = t["input_schema"]
@@ -154,7 +170,7 @@ def to_chat_tools(tools: list[dict]) -> list[dict]:
     return out
 
 
-def to_chat_completion(response: ModelResponse, model: str) -> dict:
+def to_chat_completion(response: ModelResponse, model: str) -> JsonObject:
     message = _assistant_to_chat(response.message) or [{"role": "assistant", "content": ""}]
     return {
         "id": response.id or f"chatcmpl-{uuid.uuid4().hex[:24]}",
@@ -173,7 +189,7 @@ def to_chat_completion(response: ModelResponse, model: str) -> dict:
     }
 
 
-def _usage_to_chat(u: Usage) -> dict:
+def _usage_to_chat(u: Usage) -> JsonObject:
     # chat counts cached prompt tokens inside prompt_tokens; the canonical input_tokens excludes them
     prompt = u.input_tokens + u.cache_read_input_tokens + u.cache_creation_input_tokens
     return {
@@ -187,7 +203,7 @@ def _usage_to_chat(u: Usage) -> dict:
 # ------------------------------------------------------------ chat -> canonical
 
 
-def from_chat_completion(data: dict) -> ModelResponse:
+def from_chat_completion(data: JsonObject) -> ModelResponse:
     choice = (data.get("choices") or [{}])[0] or {}
     message = choice.get("message") or {}
     blocks: list[Block] = []
@@ -199,7 +215,7 @@ def from_chat_completion(data: dict) -> ModelResponse:
     if not calls and message.get("function_call"):  # the legacy single-function form
         calls = [{"function": message["function_call"]}]
     blocks += [tool_use_from_chat(c) for c in calls]
-    reason = "refusal" if refusal else finish_reason_to_stop_reason(choice.get("finish_reason"))
+    reason: StopReason = "refusal" if refusal else finish_reason_to_stop_reason(choice.get("finish_reason"))
     if calls and reason == "end_turn":  # some servers say "stop" after tool calls
         reason = "tool_use"
     return ModelResponse(
@@ -207,7 +223,7 @@ def from_chat_completion(data: dict) -> ModelResponse:
     )
 
 
-def tool_use_from_chat(call: dict) -> ToolUseBlock:
+def tool_use_from_chat(call: JsonObject) -> ToolUseBlock:
     """One chat ``tool_calls`` entry as a block; undecodable arguments give an ``InvalidToolUseBlock``."""
     fn = call.get("function") or {}
     call_id = call.get("id") or f"call_{uuid.uuid4().hex[:24]}"
@@ -233,20 +249,20 @@ def tool_use_from_chat(call: dict) -> ToolUseBlock:
     )
 
 
-def _usage(u: dict | None) -> Usage:
+def _usage(u: JsonObject | None) -> Usage:
     if not u:
         return Usage()
     cached = (u.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
     return Usage(max(0, (u.get("prompt_tokens") or 0) - cached), u.get("completion_tokens") or 0, 0, cached)
 
 
-def _text(content: Any) -> str:
+def _text(content: JsonValue) -> str:
     if isinstance(content, list):
         return "".join(str(p.get("text") or p.get("refusal") or "") for p in content if isinstance(p, dict))
     return content or ""
 
 
-def from_chat_messages(messages: list[dict]) -> tuple[str, list[Message]]:
+def from_chat_messages(messages: list[JsonObject]) -> tuple[str, list[Message]]:
     """A chat request's messages as system text and canonical history.
 
     Consecutive ``tool`` messages become one user message of tool_result blocks; a user message
@@ -281,13 +297,13 @@ def from_chat_messages(messages: list[dict]) -> tuple[str, list[Message]]:
     return "\n\n".join(s for s in system if s), history
 
 
-def _tool_result(m: dict) -> ToolResultBlock:
+def _tool_result(m: JsonObject) -> ToolResultBlock:
     text = _text(m.get("content"))
     is_error = text.startswith(ERROR_PREFIX)
     return ToolResultBlock(str(m.get("tool_call_id") or ""), text[len(ERROR_PREFIX) :] if is_error else text, is_error)
 
 
-def _user_blocks(content: Any) -> tuple[Block, ...]:
+def _user_blocks(content: JsonValue) -> tuple[Block, ...]:
     if not isinstance(content, list):
         return (TextBlock(str(content or "")),)
     blocks: list[Block] = []
@@ -302,21 +318,21 @@ def _user_blocks(content: Any) -> tuple[Block, ...]:
     return tuple(blocks)
 
 
-def _image_block(url: str) -> dict:
+def _image_block(url: str) -> JsonObject:
     if url.startswith("data:") and ";base64," in url:
         media_type, data = url[5:].split(";base64,", 1)
         return {"type": "image", "source": {"type": "base64", "media_type": media_type, "data": data}}
     return {"type": "image", "source": {"type": "url", "url": url}}
 
 
-def from_chat_tools(tools: list[dict]) -> list[dict]:
-    out = []
+def from_chat_tools(tools: list[JsonObject]) -> list[JsonObject]:
+    out: list[JsonObject] = []
     for t in tools:
         fn = t.get("function") if t.get("type", "function") == "function" else None
         if not isinstance(fn, dict) or not fn.get("name"):
             log.warning("dropped a chat tool drivetrain cannot offer: %s", json.dumps(t)[:200])
             continue
-        spec: dict[str, Any] = {"name": fn["name"]}
+        spec: JsonObject = {"name": fn["name"]}
         if fn.get("description"):
             spec["description"] = fn["description"]
         spec["input_schema"] = fn.get("parameters") or dict(_EMPTY_SCHEMA)

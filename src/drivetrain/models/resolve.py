@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import os
+from typing import Literal, TypeAlias, get_args
 
 from drivetrain.errors import ConfigError
 from drivetrain.models.base import Model
 
-PROVIDERS = ("anthropic", "openai", "local")
+Provider: TypeAlias = Literal["anthropic", "openai", "local"]
+PROVIDERS: tuple[Provider, ...] = get_args(Provider)
 
 
-def detect_provider(env: dict[str, str]) -> str:
+def detect_provider(env: dict[str, str]) -> Provider:
     if any(env.get(k) for k in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL")):
         return "anthropic"
     if any(env.get(k) for k in ("OPENAI_API_KEY", "OPENAI_BASE_URL")):
@@ -28,7 +30,9 @@ def resolve_model(
     if provider == "anthropic":
         from drivetrain.models.anthropic import AnthropicModel
 
-        return AnthropicModel.from_env(model, env, **({"stream": False, "aiohttp": True} if batch else {}))
+        if batch:
+            return AnthropicModel.from_env(model, env, stream=False, aiohttp=True)
+        return AnthropicModel.from_env(model, env)
     if provider == "openai":
         try:
             from drivetrain.models.openai import OpenAIModel

@@ -15,8 +15,8 @@ import json
 import re
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
+from drivetrain.jsontypes import JsonObject, JsonValue
 from drivetrain.messages import Message, TextBlock, ToolResultBlock
 
 CALL_OPEN = "<tool_call>"
@@ -26,7 +26,7 @@ CALL_CLOSE = "</tool_call>"
 @dataclass(frozen=True)
 class ParsedCall:
     name: str
-    arguments: dict
+    arguments: JsonObject
 
 
 @dataclass
@@ -82,7 +82,7 @@ def _accept(raw: str, offered: Collection[str], out: ParsedOutput) -> None:
             out.calls.append(call)
 
 
-def _to_call(item: Any, offered: Collection[str], problems: list[str]) -> ParsedCall | None:
+def _to_call(item: JsonValue, offered: Collection[str], problems: list[str]) -> ParsedCall | None:
     if not isinstance(item, dict) or not isinstance(item.get("name"), str):
         problems.append(f"tool call without a name: {json.dumps(item)[:200]}")
         return None
@@ -115,7 +115,7 @@ _TOOLS_OUTRO = (
 )
 
 
-def system_text(system: str, tools: list[dict]) -> str:
+def system_text(system: str, tools: list[JsonObject]) -> str:
     """The system turn's content: the system prompt, then the offered tools as Qwen lists them."""
     text = system or QWEN_DEFAULT_SYSTEM
     if not tools:
@@ -124,7 +124,7 @@ def system_text(system: str, tools: list[dict]) -> str:
     return text + _TOOLS_INTRO + listed + _TOOLS_OUTRO
 
 
-def _qwen_tool(tool: dict) -> dict:
+def _qwen_tool(tool: JsonObject) -> JsonObject:
     return {
         "type": "function",
         "function": {
@@ -164,7 +164,7 @@ def user_turns(msg: Message) -> list[str]:
     return turns
 
 
-def render_call(name: str, arguments: dict) -> str:
+def render_call(name: str, arguments: JsonObject) -> str:
     """A call exactly as Qwen's chat template renders it (and as the grammar makes the model write it)."""
     return f'{CALL_OPEN}\n{{"name": "{name}", "arguments": {json.dumps(arguments, ensure_ascii=False)}}}\n{CALL_CLOSE}'
 
@@ -185,7 +185,7 @@ array ::= "[" ( value ( ", " value )* )? "]"
 """
 
 
-def tool_call_grammar(tools: Iterable[dict], *, allow_text: bool = True) -> str:
+def tool_call_grammar(tools: Iterable[JsonObject], *, allow_text: bool = True) -> str:
     """GBNF for: plain text, or calls to the given (Anthropic-shaped) tools with schema-shaped arguments.
 
     Calls may be written as Qwen's template has them (one or more ``<tool_call>`` blocks) or the
@@ -254,7 +254,7 @@ class _GrammarBuilder:
         self.rules.append(f"{name} ::= {body}")
         return name
 
-    def schema(self, schema: dict, name: str) -> str:
+    def schema(self, schema: JsonValue, name: str) -> str:
         """A rule for values of a JSON schema; what it does not understand becomes any JSON value."""
         if not isinstance(schema, dict):
             return "value"
@@ -264,7 +264,7 @@ class _GrammarBuilder:
             return self.rule(name, _lit(json.dumps(schema["const"], ensure_ascii=False)))
         kind = schema.get("type")
         if kind in ("string", "integer", "number", "boolean", "null"):
-            return kind
+            return str(kind)  # the primitive rule of that name
         if kind == "array":
             item = self.schema(schema.get("items") or {}, f"{name}-item")
             return self.rule(name, f'"[" ( {item} ( ", " {item} )* )? "]"')
@@ -272,7 +272,7 @@ class _GrammarBuilder:
             return self._object(schema, name)
         return "value"
 
-    def _object(self, schema: dict, name: str) -> str:
+    def _object(self, schema: JsonObject, name: str) -> str:
         declared = schema.get("properties") or {}
         wanted = [k for k in schema.get("required") or () if isinstance(k, str)]
         props = {**declared, **{k: {} for k in wanted if k not in declared}}  # required but undeclared: any value
@@ -328,7 +328,7 @@ class AnswerStream:
     # How a call can start (see tool_call_grammar); an answer that starts so is passed on at the end.
     _CALL_STARTS = (CALL_OPEN, "<", "{", "[", "```json", "```\n{", "```\n[")
 
-    def __init__(self, sink: Callable[[str], None] | None, stops: list[str]) -> None:
+    def __init__(self, sink: Callable[[str], object] | None, stops: list[str]) -> None:
         self.sink, self.stops = sink, stops
         self.sent = 0  # characters of the (left-stripped) text already passed on
         self.done = sink is None  # nothing more to stream before the end
@@ -357,7 +357,7 @@ class AnswerStream:
             self._emit(final_text[self.sent :])
 
     def _emit(self, piece: str) -> None:
-        if piece:
+        if piece and self.sink is not None:
             self.sink(piece)
             self.sent += len(piece)
 

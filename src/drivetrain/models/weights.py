@@ -126,7 +126,7 @@ def bundled_spec(choice: str) -> ModelSpec | None:
 
 
 def resolve_model(
-    model: str | os.PathLike | None = None,
+    model: str | os.PathLike[str] | None = None,
     *,
     env: Mapping[str, str] | None = None,
     locate: ChunkLocator = installed_chunk,
@@ -234,7 +234,7 @@ def _marker_path(target: Path) -> Path:
     return target.with_name(target.name + ".verified")
 
 
-def _stamp(spec: ModelSpec, target: Path) -> dict:
+def _stamp(spec: ModelSpec, target: Path) -> dict[str, str | int]:
     st = target.stat()
     return {"sha256": spec.sha256, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
@@ -244,7 +244,8 @@ def _marker_matches(spec: ModelSpec, target: Path) -> bool:
         recorded = json.loads(_marker_path(target).read_text())
     except (OSError, ValueError):
         return False
-    return recorded == _stamp(spec, target) and recorded["size"] == spec.size
+    stamp = _stamp(spec, target)
+    return recorded == stamp and stamp["size"] == spec.size  # the record equals the stamp: its size too
 
 
 def _file_matches(spec: ModelSpec, target: Path) -> bool:

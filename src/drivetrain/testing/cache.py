@@ -24,27 +24,28 @@ import hashlib
 import json
 import threading
 from dataclasses import dataclass
-from typing import Any
+
+from drivetrain.jsontypes import JsonObject, JsonValue
 
 MIN_CACHE_TOKENS = 1024
 
 
-def block_tokens(block: Any) -> int:
+def block_tokens(block: JsonValue) -> int:
     if isinstance(block, dict) and "cache_control" in block:
         block = {k: v for k, v in block.items() if k != "cache_control"}
     return -(-len(canonical(block)) // 4)
 
 
-def canonical(value: Any) -> str:
+def canonical(value: JsonValue) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def cache_sequence(body: dict) -> list[tuple[Any, bool]]:
+def cache_sequence(body: JsonObject) -> list[tuple[JsonValue, bool]]:
     """The request's blocks in the cache's order, each with whether it carries cache_control.
 
     A ``("section", …)`` marker starts the system part and the messages part: it counts no tokens but is
     part of the key, so a changed tool_choice changes every later prefix."""
-    seq: list[tuple[Any, bool]] = [(("model", body.get("model")), False)]
+    seq: list[tuple[JsonValue, bool]] = [(("model", body.get("model")), False)]
     seq += [(t, isinstance(t, dict) and "cache_control" in t) for t in body.get("tools") or ()]
     seq.append((("section", "system", body.get("tool_choice"), body.get("thinking")), False))
     system = body.get("system")
@@ -62,7 +63,7 @@ def cache_sequence(body: dict) -> list[tuple[Any, bool]]:
     return seq
 
 
-def count_tokens(body: Any) -> int:
+def count_tokens(body: JsonValue) -> int:
     if not isinstance(body, dict):
         return 1
     return max(1, sum(0 if isinstance(b, tuple) else block_tokens(b) for b, _ in cache_sequence(body)))
@@ -92,7 +93,7 @@ class PromptCache:
         """How many prefixes have been written."""
         return len(self._written)
 
-    def use(self, body: Any) -> CacheUsage:
+    def use(self, body: JsonValue) -> CacheUsage:
         """Bill ``body``: read the longest cached prefix at one of its breakpoints, write the rest up to the last."""
         if not isinstance(body, dict):
             return CacheUsage(1, 0, 0)

@@ -21,15 +21,17 @@ from __future__ import annotations
 import json
 import re
 import time
-from typing import Any
+from typing import get_args
 
+from drivetrain.jsontypes import JsonObject, JsonValue
 from drivetrain.models.anthropic_wire import estimate_tokens, pieces
+from drivetrain.models.openai_wire import FinishReason
 
 from .script import RawResponse, Respond
 from .server import Request, ScriptedServer, _Stream
 
 CHAT_PATH = "/v1/chat/completions"
-_FINISH = {
+_FINISH: dict[str, FinishReason] = {
     "end_turn": "stop",
     "stop_sequence": "stop",
     "pause_turn": "stop",
@@ -37,7 +39,7 @@ _FINISH = {
     "max_tokens": "length",
     "refusal": "content_filter",
 }
-_FINISH_REASONS = {"stop", "length", "tool_calls", "content_filter", "function_call"}
+_FINISH_REASONS: frozenset[str] = frozenset(get_args(FinishReason))
 
 
 class ScriptedOpenAIServer(ScriptedServer):
@@ -48,10 +50,10 @@ class ScriptedOpenAIServer(ScriptedServer):
     def _answer_without_step(self, req: Request) -> RawResponse | None:
         return None
 
-    def _validate(self, body: Any) -> list[str]:
+    def _validate(self, body: JsonValue) -> list[str]:
         return validate_chat(body)
 
-    def _reply(self, step: Respond, body: dict, n: int) -> RawResponse | _Stream:
+    def _reply(self, step: Respond, body: JsonObject, n: int) -> RawResponse | _Stream:
         completion = build_completion(step, body, f"chatcmpl-scripted-{n:04d}")
         if not body.get("stream"):
             return RawResponse(status=200, body=completion, delay=step.delay)
@@ -66,18 +68,18 @@ class ScriptedOpenAIServer(ScriptedServer):
         return _sse(_error_body(step.error_type, "scripted mid-stream error"))
 
 
-def _error_body(error_type: str, message: str) -> dict:
+def _error_body(error_type: str, message: str) -> JsonObject:
     return {"error": {"message": message, "type": error_type, "param": None, "code": None}}
 
 
-def _sse(data: dict) -> bytes:
+def _sse(data: JsonObject) -> bytes:
     return f"data: {json.dumps(data)}\n\n".encode()
 
 
 # ----------------------------------------------------------------- answers
 
 
-def build_completion(step: Respond, body: Any, completion_id: str) -> dict:
+def build_completion(step: Respond, body: JsonValue, completion_id: str) -> JsonObject:
     body = body if isinstance(body, dict) else {}
     text = "".join(b.get("text", "") for b in step.content if b.get("type") == "text")
     calls = [
@@ -92,7 +94,7 @@ def build_completion(step: Respond, body: Any, completion_id: str) -> dict:
         for b in step.content
         if b.get("type") == "tool_use"
     ]
-    message: dict = {"role": "assistant", "content": text or None, "refusal": None}
+    message: JsonObject = {"role": "assistant", "content": text or None, "refusal": None}
     if calls:
         message["tool_calls"] = calls
     finish = step.stop_reason if step.stop_reason in _FINISH_REASONS else _FINISH.get(step.stop_reason, "stop")
@@ -110,7 +112,7 @@ def build_completion(step: Respond, body: Any, completion_id: str) -> dict:
     }
 
 
-def completion_chunks(completion: dict, include_usage: bool) -> list[dict]:
+def completion_chunks(completion: JsonObject, include_usage: bool) -> list[JsonObject]:
     """The chunks the real API streams for ``completion``: role, content pieces, each tool call
     (its id and name, then its arguments in pieces), the finish_reason, and the usage chunk."""
     base = {k: completion[k] for k in ("id", "created", "model", "system_fingerprint")}
@@ -118,7 +120,7 @@ def completion_chunks(completion: dict, include_usage: bool) -> list[dict]:
     choice = completion["choices"][0]
     message = choice["message"]
 
-    def chunk(delta: dict, finish: str | None = None) -> dict:
+    def chunk(delta: JsonObject, finish: str | None = None) -> JsonObject:
         out = dict(base, choices=[{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}])
         return out | {"usage": None} if include_usage else out
 
@@ -148,7 +150,7 @@ _ROLES = ("system", "developer", "user", "assistant", "tool")
 _TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
 
-def validate_chat(body: Any) -> list[str]:
+def validate_chat(body: JsonValue) -> list[str]:
     """The problems the real chat-completions API would reject this request body for."""
     if not isinstance(body, dict):
         return ["request body is not a JSON object"]
@@ -170,7 +172,7 @@ def validate_chat(body: Any) -> list[str]:
     return problems
 
 
-def _check_tools(tools: Any, problems: list[str]) -> None:
+def _check_tools(tools: JsonValue, problems: list[str]) -> None:
     if tools is None:
         return
     if not isinstance(tools, list) or not tools:
@@ -178,7 +180,7 @@ def _check_tools(tools: Any, problems: list[str]) -> None:
         return
     names: set[str] = set()
     for j, tool in enumerate(tools):
-        fn = tool.get("function") if isinstance(tool, dict) and tool.get("type") == "function" else None
+        fn: JsonValue = tool.get("function") if isinstance(tool, dict) and tool.get("type") == "function" else None
         name = fn.get("name") if isinstance(fn, dict) else None
         if not isinstance(name, str) or not _TOOL_NAME.match(name):
             problems.append(f"tools[{j}]: a function tool with a name matching {_TOOL_NAME.pattern} is required")
@@ -190,7 +192,7 @@ def _check_tools(tools: Any, problems: list[str]) -> None:
             problems.append(f"tools[{j}].function.parameters: must be a JSON schema object")
 
 
-def _check_messages(messages: list, problems: list[str]) -> None:
+def _check_messages(messages: list[JsonValue], problems: list[str]) -> None:
     awaiting: list[str] = []  # tool_call ids of the last assistant message not answered yet
     seen_ids: set[str] = set()
     for i, m in enumerate(messages):
@@ -230,7 +232,7 @@ def _unanswered(i: int, ids: list[str]) -> str:
     )
 
 
-def _check_assistant(m: dict, where: str, seen_ids: set[str], problems: list[str]) -> list[str]:
+def _check_assistant(m: JsonObject, where: str, seen_ids: set[str], problems: list[str]) -> list[str]:
     calls = m.get("tool_calls")
     if calls is not None and (not isinstance(calls, list) or not calls):
         problems.append(f"{where}.tool_calls: must be a non-empty list when present")
@@ -255,7 +257,7 @@ def _check_assistant(m: dict, where: str, seen_ids: set[str], problems: list[str
     return ids
 
 
-def _check_content(content: Any, where: str, kinds: tuple[str, ...], problems: list[str]) -> None:
+def _check_content(content: JsonValue, where: str, kinds: tuple[str, ...], problems: list[str]) -> None:
     if isinstance(content, str):
         return
     if not isinstance(content, list) or not content:

@@ -15,4 +15,5 @@ class QuickHTTPServer(ThreadingHTTPServer):
     def server_bind(self) -> None:
         # skip HTTPServer.server_bind: its getfqdn() can block on a slow resolver
         socketserver.TCPServer.server_bind(self)
-        self.server_name, self.server_port = self.server_address[:2]
+        host, self.server_port = self.server_address[:2]
+        self.server_name = str(host)  # a str already (an IP address); typeshed also allows bytes

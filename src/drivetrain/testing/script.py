@@ -9,11 +9,17 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TypedDict, Unpack
 
-Expect = Callable[[dict], Any]
+from drivetrain.jsontypes import JsonObject, JsonValue
+from drivetrain.messages import Block
+from drivetrain.models.base import StopReason
+from drivetrain.models.openai_wire import FinishReason
+
+Expect = Callable[[JsonObject], object]
 """Called with the request body; raising (AssertionError, …) or returning False records a violation."""
 
 
@@ -21,15 +27,15 @@ Expect = Callable[[dict], Any]
 class Step:
     expect: Expect | None = None
     delay: float = 0.0  # seconds to wait before answering
-    hold: Any = None  # a threading.Event: answer only once it is set (the request is recorded at once)
+    hold: threading.Event | None = None  # answer only once it is set (the request is recorded at once)
 
 
 @dataclass(frozen=True, kw_only=True)
 class Respond(Step):
-    content: list[dict]
-    stop_reason: str
+    content: list[JsonObject]
+    stop_reason: StopReason | FinishReason  # ScriptedOpenAIServer maps a StopReason, sends a FinishReason as is
     stop_sequence: str | None = None
-    usage: dict | None = None
+    usage: JsonObject | None = None
     model: str | None = None
     # streaming only: after this many SSE events send nothing for stall_seconds, connection kept
     # open, then send the rest (a client with an idle timeout gives up first)
@@ -43,7 +49,7 @@ class Respond(Step):
 @dataclass(frozen=True, kw_only=True)
 class RawResponse(Step):
     status: int
-    body: dict | list | str | bytes
+    body: JsonValue | bytes
     headers: dict[str, str] = field(default_factory=dict)
     content_type: str = "application/json"
 
@@ -58,11 +64,11 @@ class RawResponse(Step):
 # ----------------------------------------------------------------- block helpers
 
 
-def text(s: str) -> dict:
+def text(s: str) -> JsonObject:
     return {"type": "text", "text": s}
 
 
-def tool_call(name: str, input: dict | str, id: str | None = None) -> dict:
+def tool_call(name: str, input: JsonObject | str, id: str | None = None) -> JsonObject:
     """A client tool_use block. Without an id the server assigns ``toolu_<n>``.
 
     A string ``input`` is raw arguments text, sent verbatim by ``ScriptedOpenAIServer`` (for
@@ -70,28 +76,43 @@ def tool_call(name: str, input: dict | str, id: str | None = None) -> dict:
     return {"type": "tool_use", "id": id, "name": name, "input": input if isinstance(input, str) else dict(input)}
 
 
-def server_tool_use(name: str, input: dict, id: str | None = None) -> dict:
+def server_tool_use(name: str, input: JsonObject, id: str | None = None) -> JsonObject:
     """A server tool_use block (web_search, code_execution, …). Without an id: ``srvtoolu_<n>``."""
     return {"type": "server_tool_use", "id": id, "name": name, "input": dict(input)}
 
 
-def thinking(text: str, signature: str = "scripted-signature") -> dict:
+def thinking(text: str, signature: str = "scripted-signature") -> JsonObject:
     return {"type": "thinking", "thinking": text, "signature": signature}
 
 
 # ----------------------------------------------------------------- step helpers
 
 
+class RespondOptions(TypedDict, total=False):
+    """``respond``'s keyword settings, which ``reply`` passes on."""
+
+    usage: JsonObject | None
+    model: str | None
+    stop_sequence: str | None
+    expect: Expect | None
+    delay: float
+    hold: threading.Event | None
+    stall_after_events: int | None
+    stall_seconds: float
+    error_after_events: int | None
+    error_type: str
+
+
 def respond(
-    content: list | str,
-    stop_reason: str | None = None,
-    usage: dict | None = None,
+    content: Sequence[JsonObject | Block | str] | str,
+    stop_reason: StopReason | FinishReason | None = None,
+    usage: JsonObject | None = None,
     model: str | None = None,
     *,
     stop_sequence: str | None = None,
     expect: Expect | None = None,
     delay: float = 0.0,
-    hold: Any = None,
+    hold: threading.Event | None = None,
     stall_after_events: int | None = None,
     stall_seconds: float = 30.0,
     error_after_events: int | None = None,
@@ -122,7 +143,7 @@ def respond(
     )
 
 
-def reply(text: str, stop_reason: str = "end_turn", **kwargs: Any) -> Respond:
+def reply(text: str, stop_reason: StopReason | FinishReason = "end_turn", **kwargs: Unpack[RespondOptions]) -> Respond:
     """Answer with one text block."""
     return respond([{"type": "text", "text": text}], stop_reason, **kwargs)
 
@@ -143,7 +164,7 @@ def http_error(
 
 def raw_response(
     status: int,
-    body: dict | list | str | bytes,
+    body: JsonValue | bytes,
     headers: dict[str, str] | None = None,
     content_type: str = "application/json",
     *,
@@ -156,12 +177,12 @@ def raw_response(
     )
 
 
-def _wire(block: Any) -> dict:
+def _wire(block: JsonObject | Block | str) -> JsonObject:
     if isinstance(block, str):
         return text(block)
-    if hasattr(block, "to_wire"):  # drivetrain.messages blocks
-        return block.to_wire()
-    return dict(block)
+    if isinstance(block, dict):
+        return dict(block)
+    return block.to_wire()
 
 
 _ID_PREFIX = {"tool_use": "toolu_", "server_tool_use": "srvtoolu_"}

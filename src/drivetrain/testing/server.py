@@ -15,8 +15,10 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
-from typing import Any
+from types import TracebackType
+from typing import TypeVar, overload
 
+from drivetrain.jsontypes import JsonObject, JsonValue
 from drivetrain.models.anthropic_wire import same_content, sse_events, validate
 from drivetrain.testing.httpd import QuickHTTPServer
 
@@ -25,9 +27,10 @@ from .script import RawResponse, Respond, Step, assign_ids
 
 MESSAGES_PATH = "/v1/messages"
 COUNT_TOKENS_PATH = "/v1/messages/count_tokens"
+T = TypeVar("T")
 
 
-class Headers(dict):
+class Headers(dict[str, str]):
     """Request headers; keys are stored lower-case and lookups ignore case."""
 
     def __init__(self, items: Iterable[tuple[str, str]] = ()):
@@ -39,7 +42,11 @@ class Headers(dict):
     def __contains__(self, key: object) -> bool:
         return isinstance(key, str) and super().__contains__(key.lower())
 
-    def get(self, key: str, default: Any = None) -> Any:
+    @overload
+    def get(self, key: str, default: None = None) -> str | None: ...
+    @overload
+    def get(self, key: str, default: str | T) -> str | T: ...
+    def get(self, key: str, default: object = None) -> object:
         return super().get(key.lower(), default)
 
 
@@ -51,7 +58,7 @@ class Request:
     path: str  # without the query string
     query: str
     headers: Headers
-    body: Any  # parsed JSON, or None when the body is not JSON
+    body: JsonValue  # parsed JSON, or None when the body is not JSON
     raw: bytes
     step: int | None = None  # index of the script step that answered it
     conversation: str | None = None  # the script it was routed to (a server given one script per conversation)
@@ -70,7 +77,7 @@ class ScriptedServer:
         self,
         steps: Iterable[Step] | Mapping[str, Iterable[Step]],
         *,
-        route: Callable[[Any], str | None] | None = None,
+        route: Callable[[JsonValue], str | None] | None = None,
         cache_min_tokens: int = MIN_CACHE_TOKENS,
     ):
         self.cache = PromptCache(cache_min_tokens)
@@ -86,7 +93,7 @@ class ScriptedServer:
         self.requests: list[Request] = []
         self.violations: list[str] = []
         self.unexpected: list[str] = []
-        self._paused: list | None = None  # content of a served pause_turn, until the next message is served
+        self._paused: list[JsonObject] | None = None  # content of a served pause_turn, until the next message is served
         self._lock = threading.Lock()
         self._closing = threading.Event()
         self._conns: set[socket.socket] = set()
@@ -134,7 +141,9 @@ class ScriptedServer:
     def __enter__(self) -> ScriptedServer:
         return self.start()
 
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.close()
         if exc_type is None:
             self.assert_complete()
@@ -236,6 +245,7 @@ class ScriptedServer:
             return self._error(400, "invalid_request_error", "; ".join(problems))
         if isinstance(step, RawResponse):
             return step
+        assert isinstance(step, Respond)  # the only other kind of step
         return self._reply(step, req.body, n)
 
     # -- the Messages API dialect (ScriptedOpenAIServer overrides these)
@@ -247,7 +257,7 @@ class ScriptedServer:
             return RawResponse(status=200, body={"input_tokens": count_tokens(req.body)})
         return None
 
-    def _validate(self, body: Any) -> list[str]:
+    def _validate(self, body: JsonValue) -> list[str]:
         problems = validate(body)
         if self._paused is not None:
             messages = body.get("messages") if isinstance(body, dict) else None
@@ -263,7 +273,7 @@ class ScriptedServer:
                 )
         return problems
 
-    def _reply(self, step: Respond, body: dict, n: int) -> RawResponse | _Stream:
+    def _reply(self, step: Respond, body: JsonObject, n: int) -> RawResponse | _Stream:
         message = build_message(step, body, f"msg_scripted_{n:04d}", self.cache)
         self._paused = message["content"] if step.stop_reason == "pause_turn" else None
         if body.get("stream"):
@@ -304,7 +314,7 @@ class ScriptedServer:
         req.answered = True
 
 
-def first_prompt(body: Any) -> str | None:
+def first_prompt(body: JsonValue) -> str | None:
     """The text of the first user message (Messages API or chat completions): which run a request belongs to."""
     messages = body.get("messages") if isinstance(body, dict) else None
     for m in messages if isinstance(messages, list) else ():
@@ -317,7 +327,7 @@ def first_prompt(body: Any) -> str | None:
     return None
 
 
-def build_message(step: Respond, body: Any, msg_id: str, cache: PromptCache | None = None) -> dict:
+def build_message(step: Respond, body: JsonValue, msg_id: str, cache: PromptCache | None = None) -> JsonObject:
     """The Messages API response for a ``respond`` step; ``cache`` bills the request's prompt caching."""
     model = step.model or (body.get("model") if isinstance(body, dict) else None) or "scripted-model"
     billed = (cache if cache is not None else PromptCache()).use(body)
@@ -350,11 +360,11 @@ class _Stream:
         return self.step.delay
 
     @property
-    def hold(self) -> Any:
+    def hold(self) -> threading.Event | None:
         return self.step.hold
 
 
-def _send(h: _Handler, status: int, payload: bytes, content_type: str, headers: dict, n: int) -> None:
+def _send(h: _Handler, status: int, payload: bytes, content_type: str, headers: dict[str, str], n: int) -> None:
     h.send_response(status)
     h.send_header("Content-Type", content_type)
     h.send_header("Content-Length", str(len(payload)))
@@ -410,5 +420,5 @@ class _Handler(BaseHTTPRequestHandler):
 
     do_POST = do_GET = do_HEAD = do_PUT = do_PATCH = do_DELETE = _dispatch
 
-    def log_message(self, format: str, *args: Any) -> None:  # quiet: tests read server.requests instead
+    def log_message(self, format: str, *args: object) -> None:  # quiet: tests read server.requests instead
         pass
