@@ -15,7 +15,7 @@ from drivetrain.control.approval import Verdict, verdict_from_json, verdict_to_j
 from drivetrain.jsontypes import JsonObject
 from drivetrain.loop.budget import Limit, LimitSubtype
 from drivetrain.messages import Message, StopReason, ToolUseBlock, Usage, block_from_wire
-from drivetrain.models.base import ModelResponse
+from drivetrain.models.base import ModelResponse, ToolChoice
 
 # ---------------------------------------------------------------- the loop's states
 
@@ -50,7 +50,7 @@ class SubmitPrompt:
 @dataclass(frozen=True)
 class CallModel:
     max_tokens: int | None = None  # raised above the default while recovering from a cut-off tool call
-    tool_choice: str | None = None  # "none": only the answer is asked for (a send-back of the answer alone)
+    tool_choice: ToolChoice | None = None  # "none": only the answer is asked for (a send-back of the answer alone)
     final: FinalAsk | Limit | Literal[""] = ""  # why this is the last request, made without tools for the answer
     compact: bool = True  # may the history be compacted before this request (not right after a failed try)
 

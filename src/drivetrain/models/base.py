@@ -11,12 +11,8 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol, TypeAlias, runtime_checkable
 
 from drivetrain.jsontypes import JsonObject
-from drivetrain.messages import Block, Message, Usage
+from drivetrain.messages import Block, Message, StopReason, Usage
 
-# Why a reply ended, in the Messages API's words (the OpenAI provider maps its finish_reason onto these).
-StopReason: TypeAlias = Literal[
-    "end_turn", "tool_use", "max_tokens", "stop_sequence", "pause_turn", "refusal", "model_context_window_exceeded"
-]
 # "auto": text or calls; "any": the reply must call a tool; "none": it must not.
 ToolChoice: TypeAlias = Literal["auto", "any", "none"]
 

@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, TypedDict
 
 from drivetrain.errors import ConfigError, ModelError
-from drivetrain.messages import Block, Message, TextBlock, ToolUseBlock, Usage
-from drivetrain.models.base import ModelRequest, ModelResponse, StopReason
+from drivetrain.messages import Block, Message, StopReason, TextBlock, ToolUseBlock, Usage
+from drivetrain.models.base import ModelRequest, ModelResponse
 from drivetrain.models.toolcall import (
     AnswerStream,
     assistant_text,

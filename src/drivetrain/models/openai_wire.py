@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, TypeAlias
 
 from drivetrain.jsontypes import JsonObject, JsonValue
-from drivetrain.messages import Block, Message, RawBlock, TextBlock, ToolResultBlock, ToolUseBlock, Usage
-from drivetrain.models.base import ModelResponse, StopReason
+from drivetrain.messages import Block, Message, RawBlock, StopReason, TextBlock, ToolResultBlock, ToolUseBlock, Usage
+from drivetrain.models.base import ModelResponse
 
 if TYPE_CHECKING:  # the openai SDK's request types, for what the provider hands it
     from openai.types.chat import (

@@ -18,7 +18,7 @@ from starlette.types import Receive, Scope, Send
 
 from drivetrain.jsontypes import JsonObject
 from drivetrain.messages import Message
-from drivetrain.models.base import Model, ModelRequest, ModelResponse
+from drivetrain.models.base import Model, ModelRequest, ModelResponse, ToolChoice
 from drivetrain.serve.errors import overloaded
 from drivetrain.serve.observe import Metrics
 
@@ -34,7 +34,7 @@ class RequestFields(TypedDict):
     max_tokens: NotRequired[int]
     stop_sequences: NotRequired[list[str]]
     temperature: NotRequired[float]
-    tool_choice: NotRequired[str]
+    tool_choice: NotRequired[ToolChoice]
 
 
 class ClientGone(Exception):

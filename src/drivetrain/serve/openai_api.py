@@ -16,7 +16,7 @@ from starlette.requests import Request
 
 from drivetrain.jsontypes import JsonObject, JsonValue
 from drivetrain.models.anthropic_wire import validate
-from drivetrain.models.base import ModelResponse
+from drivetrain.models.base import ModelResponse, ToolChoice
 from drivetrain.models.openai_wire import from_chat_messages, from_chat_tools, to_chat_completion
 from drivetrain.serve.answer import Answer, StreamWriter, forwarded, from_model, read_json
 from drivetrain.serve.calls import RequestFields
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from drivetrain.serve.state import ServeState
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
-TOOL_CHOICES = {"auto": "auto", "none": "none", "required": "any"}
+TOOL_CHOICES: dict[str, ToolChoice] = {"auto": "auto", "none": "none", "required": "any"}
 
 
 async def chat_completions(request: Request, state: ServeState) -> Answer:

@@ -15,8 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import TypedDict, Unpack
 
 from drivetrain.jsontypes import JsonObject, JsonValue
-from drivetrain.messages import Block
-from drivetrain.models.base import StopReason
+from drivetrain.messages import Block, StopReason
 from drivetrain.models.openai_wire import FinishReason
 
 Expect = Callable[[JsonObject], object]
