@@ -19,8 +19,10 @@ import argparse
 import asyncio
 import sys
 from pathlib import Path
+from typing import Literal, get_args
 
 from drivetrain.errors import HarnessError
+from drivetrain.jsontypes import JsonObject
 from drivetrain.mcp.config import (
     TRANSPORTS,
     ServerSpec,
@@ -33,7 +35,8 @@ from drivetrain.mcp.config import (
 )
 from drivetrain.mcp.group import McpServers
 
-SCOPES = ("local", "project", "user")
+EditedScope = Literal["local", "project", "user"]  # the config files `mcp add` and `mcp remove` edit
+SCOPES: tuple[EditedScope, ...] = get_args(EditedScope)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -130,7 +133,7 @@ def _add(cwd: Path, args: argparse.Namespace, command: list[str]) -> int:
         if not command:
             raise HarnessError("a stdio server's command goes after --: drivetrain mcp add NAME -- CMD ARGS…")
         env = dict(_pair(e, "=", "--env KEY=VALUE") for e in args.env)
-        entry: dict = {"type": "stdio", "command": command[0], "args": command[1:], "env": env}
+        entry: JsonObject = {"type": "stdio", "command": command[0], "args": command[1:], "env": env}
     else:
         if len(args.target) != 1 or command:
             raise HarnessError(
@@ -157,7 +160,7 @@ def _pair(text: str, sep: str, form: str) -> tuple[str, str]:
     return key.strip(), value.strip()
 
 
-def _remove(cwd: Path, name: str, scope: str | None) -> int:
+def _remove(cwd: Path, name: str, scope: EditedScope | None) -> int:
     holding = [scope] if scope else [s for s in SCOPES if name in read_json(scope_file(s, cwd)).get("mcpServers", {})]
     if not holding:
         raise HarnessError(f"no MCP server named {name!r} in the {scope or 'local, project or user'} config")
