@@ -28,7 +28,7 @@ from drivetrain.cli.approve import TerminalApprover, file_diff
 from drivetrain.cli.screen import Screen, make_console
 from drivetrain.cli.terminal import RunKeys, choose, kept_terminal, prompt_session, terminal_output
 from drivetrain.control.approval import PendingCall
-from drivetrain.control.permissions import Policy
+from drivetrain.control.permissions import PermissionMode, Policy
 from drivetrain.loop.compaction import estimate_tokens
 from drivetrain.loop.events import ModelResponded
 from drivetrain.mcp.config import ServerSpec
@@ -42,7 +42,8 @@ from drivetrain.small.prompts import named_files
 if TYPE_CHECKING:
     from drivetrain.models.local import GenerationProgress, GenerationStats
 
-MODES: tuple[str, ...] = ("default", "acceptEdits", "plan")  # what Shift-Tab cycles through, as in Claude Code
+# what Shift-Tab cycles through, as in Claude Code
+MODES: tuple[PermissionMode, ...] = ("default", "acceptEdits", "plan")
 MENTION = re.compile(r"(?<!\S)@(\S+)")
 
 

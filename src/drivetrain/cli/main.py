@@ -20,7 +20,7 @@ from typing import Literal, get_args
 from drivetrain.agent import Run
 from drivetrain.cli import build
 from drivetrain.cli.describe import describe
-from drivetrain.control.permissions import Policy
+from drivetrain.control.permissions import PermissionMode, Policy
 from drivetrain.errors import HarnessError
 from drivetrain.jsontypes import JsonObject
 from drivetrain.loop.events import (
@@ -44,7 +44,7 @@ from drivetrain.pricing import turn_usage, usage_line
 from drivetrain.sessions.open import open_store
 from drivetrain.sessions.store import SessionNotFound
 
-PERMISSION_MODES = ("default", "acceptEdits", "plan", "bypassPermissions")  # control.permissions' modes
+PERMISSION_MODES: tuple[PermissionMode, ...] = get_args(PermissionMode)
 SUBCOMMANDS = {  # name -> "module:function" in drivetrain.cli, run with the rest of argv; imported only when used
     "serve": "serve:main",  # a local model behind an Anthropic/OpenAI-compatible HTTP API
     "rewind": "rewind:main",  # put the workspace back as it was before a prompt of a session
