@@ -35,7 +35,7 @@ from drivetrain.mcp.config import ServerSpec
 from drivetrain.mcp.group import McpServers
 from drivetrain.models.base import Model, ModelRequest, ModelResponse
 from drivetrain.models.resolve import detect_provider
-from drivetrain.pricing import cost_usd, format_usd, window_of
+from drivetrain.pricing import Wrapper, cost_usd, format_usd, window_of
 from drivetrain.sessions.open import open_store
 from drivetrain.small.prompts import named_files
 
@@ -53,13 +53,6 @@ class _Measured(Protocol):
 
     last_stats: GenerationStats | None
     live: GenerationProgress | None  # the generation running now, if any
-
-
-@runtime_checkable
-class _Wrapper(Protocol):
-    """A model around another (code-block actions)."""
-
-    inner: object
 
 
 class Streamed:
@@ -85,7 +78,7 @@ class Streamed:
         """The local model under any wrappers (it measures its own generation), else None."""
         model: object = self.inner
         while not isinstance(model, _Measured):
-            if not isinstance(model, _Wrapper):
+            if not isinstance(model, Wrapper):
                 return None
             model = model.inner
         return model

@@ -19,12 +19,13 @@ import argparse
 import asyncio
 import sys
 from pathlib import Path
-from typing import Literal, get_args
 
 from drivetrain.errors import HarnessError
 from drivetrain.jsontypes import JsonObject
 from drivetrain.mcp.config import (
+    SCOPES,
     TRANSPORTS,
+    FileScope,
     ServerSpec,
     configured,
     parse_server,
@@ -34,9 +35,6 @@ from drivetrain.mcp.config import (
     write_json,
 )
 from drivetrain.mcp.group import McpServers
-
-EditedScope = Literal["local", "project", "user"]  # the config files `mcp add` and `mcp remove` edit
-SCOPES: tuple[EditedScope, ...] = get_args(EditedScope)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -160,7 +158,7 @@ def _pair(text: str, sep: str, form: str) -> tuple[str, str]:
     return key.strip(), value.strip()
 
 
-def _remove(cwd: Path, name: str, scope: EditedScope | None) -> int:
+def _remove(cwd: Path, name: str, scope: FileScope | None) -> int:
     holding = [scope] if scope else [s for s in SCOPES if name in read_json(scope_file(s, cwd)).get("mcpServers", {})]
     if not holding:
         raise HarnessError(f"no MCP server named {name!r} in the {scope or 'local, project or user'} config")
