@@ -15,11 +15,16 @@ import json
 import os
 import stat
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
+from typing import Literal, Protocol
 
 from drivetrain.control.approval import Allow, Deny, PendingCall, Verdict
 from drivetrain.control.permissions import Policy, RuleError, SettingsError, load_settings_file
+from drivetrain.jsontypes import JsonValue
+from drivetrain.messages import ToolUseBlock
+
+Choice = Literal["once", "session", "project", "no"]  # what the person allows: once, for the session, always, not
 
 
 def suggest_rule(call: PendingCall, cwd: Path) -> str:
@@ -65,7 +70,7 @@ def describe(call: PendingCall, cwd: Path) -> str:
     return f"{head}\n{body}"
 
 
-def file_diff(call: PendingCall, cwd: Path) -> str:
+def file_diff(call: PendingCall | ToolUseBlock, cwd: Path) -> str:
     """The unified diff a Write or Edit would make to its file as the file is now."""
     inp = call.input
     path = Path(os.path.expanduser(inp["file_path"]))
@@ -95,7 +100,7 @@ def add_project_rule(cwd: Path, rule: str, home: Path) -> Path:
     the next start could not load is never left behind. Raises SettingsError or OSError saying why.
     """
 
-    def add(allow: list) -> None:
+    def add(allow: list[JsonValue]) -> None:
         if rule not in allow:
             allow.append(rule)
 
@@ -107,7 +112,7 @@ def remove_project_rule(cwd: Path, rule: str, home: Path) -> Path:
     return _edit_allow_rules(cwd, home, lambda allow: allow.remove(rule) if rule in allow else None)
 
 
-def _edit_allow_rules(cwd: Path, home: Path, change) -> Path:
+def _edit_allow_rules(cwd: Path, home: Path, change: Callable[[list[JsonValue]], None]) -> Path:
     path = local_settings(cwd)
     current = load_settings_file(path, home)  # the file as it is now must load too: it is kept whole
     data = current.raw[0][1] if current is not None else {}
@@ -149,9 +154,9 @@ class ApprovalUI(Protocol):
     async def ask(self, question: str) -> str: ...
 
 
-def options(rule: str | None) -> list[tuple[str, str]]:
+def options(rule: str | None) -> list[tuple[Choice, str]]:
     """(what it does, label) in Claude Code's order; without a checked rule only yes and no."""
-    yes = [("once", "Yes")]
+    yes: list[tuple[Choice, str]] = [("once", "Yes")]
     if rule is not None:
         yes += [
             ("session", f"Yes, and don't ask again for {rule} this session"),
@@ -176,14 +181,14 @@ class TerminalApprover:
             self.ui.say(f"(No rule can allow exactly this call again: {why_not}. It can be allowed once.)")
         choices = options(rule)
         picked = await self.ui.choose([label for _, label in choices])
-        what = choices[picked][0] if picked is not None else "no"
+        what: Choice = choices[picked][0] if picked is not None else "no"
         if what == "once":
             return Allow(by="person")
-        if what == "session":
+        if what == "session" and rule is not None:  # offered only with a rule
             self.session_rules.add(rule)
             self.policy.allow_rule(rule)
             return Allow(by=f"person (for this session: {rule})")
-        if what == "project":
+        if what == "project" and rule is not None:
             return self._add_to_project(rule)
         # Esc is "no" with nothing to add; the digit or Enter asks what to do instead
         message = "" if picked is None else (await self.ui.ask("What should the model do instead? ")).strip()

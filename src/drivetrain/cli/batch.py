@@ -7,10 +7,11 @@ import argparse
 import asyncio
 import sys
 from pathlib import Path
+from typing import Protocol, runtime_checkable
 
 from drivetrain.agent import Agent
 from drivetrain.batch.execute import Held, Scratch
-from drivetrain.batch.sweep import Sweep, Tally, local, pending
+from drivetrain.batch.sweep import Executor, Sweep, Tally, local, pending
 from drivetrain.batch.tasks import Task, TaskFileError, load_tasks
 from drivetrain.cli import build
 from drivetrain.cli.batch_progress import Progress
@@ -68,6 +69,13 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+@runtime_checkable
+class _Closable(Protocol):
+    """A model holding a client (an aiohttp session) that must be closed in the event loop that opened it."""
+
+    async def aclose(self) -> None: ...
+
+
 class FlagAgents:
     """Agents built from the flags as ``drivetrain -p`` builds one, with a task's overrides; one store and one model
     per (provider, model) shared by the runs of this process, each task's records held until it ends (``Held``).
@@ -76,13 +84,13 @@ class FlagAgents:
     def __init__(self, args: argparse.Namespace):
         self.args = args
         self._store: SessionStore | None = None
-        self._models: dict[tuple, Model] = {}
+        self._models: dict[tuple[str | None, str | None], Model] = {}
 
-    def __getstate__(self) -> dict:
+    def __getstate__(self) -> dict[str, argparse.Namespace]:
         return {"args": self.args}
 
-    def __setstate__(self, state: dict) -> None:
-        self.__init__(state["args"])
+    def __setstate__(self, state: dict[str, argparse.Namespace]) -> None:
+        FlagAgents.__init__(self, state["args"])
 
     def model(self, provider: str | None, name: str | None) -> Model:
         key = (provider, name)
@@ -93,11 +101,16 @@ class FlagAgents:
     async def aclose(self) -> None:
         """Close the models' clients in this event loop (an aiohttp session left open is warned about at exit)."""
         for model in self._models.values():
-            if hasattr(model, "aclose"):
+            if isinstance(model, _Closable):
                 await model.aclose()
 
     def __call__(self, task: Task, cwd: Path, session_id: str) -> Agent:
-        own = {k: getattr(task, k) for k in ("max_turns", "model", "provider", "max_budget_usd")}
+        own = {
+            "max_turns": task.max_turns,
+            "model": task.model,
+            "provider": task.provider,
+            "max_budget_usd": task.max_budget_usd,
+        }
         args = argparse.Namespace(**{**vars(self.args), **{k: v for k, v in own.items() if v is not None}})
         if self._store is None:
             self._store = open_store()
@@ -186,7 +199,7 @@ async def _run(sweep: Sweep, agents: FlagAgents, todo: list[Task], tally: Tally)
         await agents.aclose()
 
 
-def _executor(args: argparse.Namespace, agents: FlagAgents, tasks: list[Task]):
+def _executor(args: argparse.Namespace, agents: FlagAgents, tasks: list[Task]) -> Executor:
     if args.ray is not None:
         from drivetrain.batch.cluster import ray_executor
 

@@ -8,6 +8,7 @@ import shutil
 import sys
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
+from types import MethodType
 
 from drivetrain.agent import Agent
 from drivetrain.control.approval import Approver
@@ -36,7 +37,7 @@ ApproverFactory = Callable[[Path, Policy], Approver]  # the approver may add rul
 
 
 def system_prompt(args: argparse.Namespace, cwd: Path, profile_default: str | None = None) -> str:
-    system = args.system_prompt
+    system: str | None = args.system_prompt
     if system is None:
         system = profile_default if profile_default is not None else default_system_prompt(cwd)
     if args.append_system_prompt:
@@ -116,6 +117,15 @@ def build_agent(
     if not args.no_checkpoints and _in_git_work_tree(cwd) and shutil.which("git"):
         agent.checkpoints = Checkpoints(cwd)  # `drivetrain rewind` puts the workspace back as before a prompt
     return agent
+
+
+def audit_log(agent: Agent) -> AuditLog | None:
+    """The audit log ``build_agent`` gave the agent (it observes the run): a caller that moves the run to another
+    session id moves its audit records with it."""
+    for observe in agent.observers:
+        if isinstance(observe, MethodType) and isinstance(observe.__self__, AuditLog):
+            return observe.__self__
+    return None
 
 
 async def start_servers(

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from drivetrain.loop.events import Compacted, LimitApproaching, LimitReached, LoopDetected
+from drivetrain.loop.events import Compacted, Event, LimitApproaching, LimitReached, LoopDetected
 
 
-def describe(e) -> str:
+def describe(e: Event) -> str:
     match e:
         case LoopDetected(pattern=p, action=a, detail=d):
             return f"loop ({p}) {a}: {d[:120]}"

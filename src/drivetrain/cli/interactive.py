@@ -18,6 +18,7 @@ import signal
 import uuid
 from collections.abc import Awaitable
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from prompt_toolkit import PromptSession
 
@@ -26,27 +27,41 @@ from drivetrain.cli import build, slash
 from drivetrain.cli.approve import TerminalApprover, file_diff
 from drivetrain.cli.screen import Screen, make_console
 from drivetrain.cli.terminal import RunKeys, choose, kept_terminal, prompt_session, terminal_output
+from drivetrain.control.approval import PendingCall
+from drivetrain.control.permissions import PermissionMode, Policy
 from drivetrain.loop.compaction import estimate_tokens
 from drivetrain.loop.events import ModelResponded
+from drivetrain.mcp.config import ServerSpec
 from drivetrain.mcp.group import McpServers
-from drivetrain.models.base import ModelRequest, ModelResponse
+from drivetrain.models.base import Model, ModelRequest, ModelResponse
 from drivetrain.models.resolve import detect_provider
-from drivetrain.pricing import cost_usd, format_usd, window_of
-from drivetrain.sessions.audit import AuditLog
+from drivetrain.pricing import Wrapper, cost_usd, format_usd, window_of
 from drivetrain.sessions.open import open_store
 from drivetrain.small.prompts import named_files
 
-MODES = ("default", "acceptEdits", "plan")  # what Shift-Tab cycles through, as in Claude Code
+if TYPE_CHECKING:
+    from drivetrain.models.local import GenerationProgress, GenerationStats
+
+# what Shift-Tab cycles through, as in Claude Code
+MODES: tuple[PermissionMode, ...] = ("default", "acceptEdits", "plan")
 MENTION = re.compile(r"(?<!\S)@(\S+)")
+
+
+@runtime_checkable
+class _Measured(Protocol):
+    """The local model: it measures its own generation."""
+
+    last_stats: GenerationStats | None
+    live: GenerationProgress | None  # the generation running now, if any
 
 
 class Streamed:
     """The agent's model, telling the screen as a reply starts, streams its text and ends."""
 
-    def __init__(self, inner, screen: Screen):
+    def __init__(self, inner: Model, screen: Screen):
         self.inner, self.screen, self.name = inner, screen, inner.name
 
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str) -> object:
         return getattr(self.inner, name)  # the context window, the local model's n_ctx …
 
     async def respond(self, request: ModelRequest) -> ModelResponse:
@@ -59,22 +74,26 @@ class Streamed:
         finally:
             self.screen.model_stopped(tokens, rate)
 
-    def _local(self):
+    def _local(self) -> _Measured | None:
         """The local model under any wrappers (it measures its own generation), else None."""
-        model = self.inner
-        while model is not None and not hasattr(model, "last_stats"):
-            model = getattr(model, "inner", None)
+        model: object = self.inner
+        while not isinstance(model, _Measured):
+            if not isinstance(model, Wrapper):
+                return None
+            model = model.inner
         return model
 
     def generation_rate(self) -> float | None:
         """llama.cpp's tokens/s from the first token to the last (the local model's ``last_stats``), if known."""
-        stats = getattr(self._local(), "last_stats", None)
+        local = self._local()
+        stats = local.last_stats if local is not None else None
         return stats.generation_tokens_per_s or None if stats is not None else None
 
     def live_rate(self) -> float | None:
         """Tokens/s of the local model's generation while it runs (tool calls included, which stream no
         text), None before its first token or for a remote model."""
-        live = getattr(self._local(), "live", None)
+        local = self._local()
+        live = local.live if local is not None else None
         return live.tokens_per_s() if live is not None else None
 
 
@@ -84,9 +103,9 @@ class TerminalUI:
     def __init__(self, session: Session):
         self.session = session
         self.screen = session.screen
-        self.questions: PromptSession | None = None  # its own: a prompt's settings stick to its session
+        self.questions: PromptSession[str] | None = None  # its own: a prompt's settings stick to its session
 
-    def show_call(self, call, text: str) -> None:
+    def show_call(self, call: PendingCall, text: str) -> None:
         self.screen.pause()
         self.screen.show_call(call, text)
 
@@ -130,7 +149,10 @@ class Session:
             approver_factory=lambda cwd, policy: TerminalApprover(self.ui, cwd, policy),
         )
         self.agent.model = Streamed(self.agent.model, self.screen)
-        self.modes = MODES + ((self.agent.policy.mode,) if self.agent.policy.mode not in MODES else ())
+        policy = self.agent.policy
+        assert isinstance(policy, Policy)  # build_agent's: its mode and rules are shown and changed here
+        self.policy = policy
+        self.modes = MODES + ((policy.mode,) if policy.mode not in MODES else ())
         self.run: Run | None = None
         self.context_used: int | None = None  # tokens the last request sent
         self.prompt = prompt_session(cwd, slash.HELP, self.status, self.cycle_mode)
@@ -151,7 +173,7 @@ class Session:
             parts.append(f"{rate:.1f} tok/s" if rate else "- tok/s")
         else:
             parts.append(format_usd(cost_usd(model, self.run.usage)) if self.run else "$0")
-        parts.append(self.agent.policy.mode)
+        parts.append(self.policy.mode)
         return sep.join(parts)
 
     def context_tokens(self) -> int:
@@ -160,7 +182,7 @@ class Session:
         return estimate_tokens(self.run.history, self.agent.system) if self.run else 0
 
     def cycle_mode(self) -> None:
-        policy = self.agent.policy
+        policy = self.policy
         policy.mode = self.modes[(self.modes.index(policy.mode) + 1) % len(self.modes)]
 
     # -- sessions
@@ -168,11 +190,11 @@ class Session:
     def switch_to(self, session_id: str, run: Run | None) -> None:
         """Go on in another session (/clear: a new one; /resume: a saved one); the audit log follows."""
         self.session_id, self.run, self.context_used = session_id, run, None
-        for observe in self.agent.observers:
-            if isinstance(getattr(observe, "__self__", None), AuditLog):
-                observe.__self__.session_id = session_id
+        audit = build.audit_log(self.agent)
+        if audit is not None:
+            audit.session_id = session_id
 
-    def use_model(self, model) -> None:
+    def use_model(self, model: Model) -> None:
         """/model NAME: the same conversation, its next requests to ``model``."""
         self.agent.model = Streamed(model, self.screen)
         if self.run is not None:
@@ -189,7 +211,7 @@ class Session:
         a = self.agent
         self.screen.say(
             f"drivetrain {self.screen.glyphs.sep} {a.model.name} {self.screen.glyphs.sep} "
-            f"{a.policy.mode} mode {self.screen.glyphs.sep} {self.cwd}",
+            f"{self.policy.mode} mode {self.screen.glyphs.sep} {self.cwd}",
             "bold",
         )
         self.screen.note("/help for commands, @ to attach a file, Esc to stop a turn, /exit to leave")
@@ -222,7 +244,7 @@ class Session:
         names = list(dict.fromkeys(MENTION.findall(prompt)))
         if not names:
             return prompt
-        policy = self.agent.policy
+        policy = self.policy
 
         def readable(path: str) -> bool:
             return policy.decide("Read", {"file_path": path}, self.cwd).behavior != "deny"
@@ -243,7 +265,7 @@ class Session:
             self.run.submit(prompt)  # the same session, one more user turn
         await self.interruptible(self._drive(self.run))
 
-    async def interruptible(self, work: Awaitable) -> None:
+    async def interruptible(self, work: Awaitable[None]) -> None:
         """Do ``work`` (a turn, a compaction) so that Esc, Ctrl-C or SIGINT stop it and the prompt comes back."""
         run, loop = self.run, asyncio.get_running_loop()
         task = asyncio.ensure_future(work)
@@ -259,7 +281,8 @@ class Session:
             with self.keys.watch(stop):
                 await task
         except asyncio.CancelledError:
-            if asyncio.current_task().cancelling():
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
                 raise  # the session itself is ending (SIGTERM)
             self.screen.end(interrupted=True)
             self.screen.say("(interrupted: the session is saved; say what to do next)", "yellow")
@@ -293,6 +316,7 @@ async def interactive(args: argparse.Namespace, cwd: Path) -> int:
 
 async def _session(session: Session) -> int:
     main = asyncio.current_task()
+    assert main is not None  # a coroutine runs in a task
     loop = asyncio.get_running_loop()
 
     def terminate() -> None:  # a run in progress is stopped and saved first
@@ -308,7 +332,7 @@ async def _session(session: Session) -> int:
         loop.remove_signal_handler(signal.SIGTERM)
 
 
-async def trust_project_server(spec) -> bool:
+async def trust_project_server(spec: ServerSpec) -> bool:
     """Asked once per project MCP server, before it ever runs: a cloned repository must not run code on open."""
     question = (
         f"The project's {spec.source} wants to start the MCP server {spec.name!r}:\n  {spec.command_line()}\n"

@@ -11,16 +11,22 @@ import select
 import signal
 import sys
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
+from types import FrameType
+from typing import Literal, get_args
 
 from drivetrain.agent import Run
 from drivetrain.cli import build
 from drivetrain.cli.describe import describe
+from drivetrain.control.permissions import PermissionMode, Policy
 from drivetrain.errors import HarnessError
+from drivetrain.jsontypes import JsonObject
 from drivetrain.loop.events import (
     INTERVENTIONS,
     Compacted,
+    Event,
     Finished,
     LimitApproaching,
     LimitReached,
@@ -31,12 +37,14 @@ from drivetrain.loop.events import (
     ToolCalled,
     ToolFinished,
 )
+from drivetrain.loop.result import RunResult
+from drivetrain.mcp.group import McpServers
 from drivetrain.models.resolve import PROVIDERS
 from drivetrain.pricing import turn_usage, usage_line
 from drivetrain.sessions.open import open_store
 from drivetrain.sessions.store import SessionNotFound
 
-PERMISSION_MODES = ("default", "acceptEdits", "plan", "bypassPermissions")
+PERMISSION_MODES: tuple[PermissionMode, ...] = get_args(PermissionMode)
 SUBCOMMANDS = {  # name -> "module:function" in drivetrain.cli, run with the rest of argv; imported only when used
     "serve": "serve:main",  # a local model behind an Anthropic/OpenAI-compatible HTTP API
     "rewind": "rewind:main",  # put the workspace back as it was before a prompt of a session
@@ -48,7 +56,8 @@ SUBCOMMANDS = {  # name -> "module:function" in drivetrain.cli, run with the res
     "mcp": "mcp:main",  # the MCP servers drivetrain uses (list, get, add, remove), and `mcp serve`: its tools as one
     "batch": "batch:main",  # many tasks, each a session in a scratch workspace, here or on Ray; and their report
 }
-OUTPUT_FORMATS = ("text", "json", "stream-json")
+OutputFormat = Literal["text", "json", "stream-json"]
+OUTPUT_FORMATS: tuple[OutputFormat, ...] = get_args(OutputFormat)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -130,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
         return asyncio.run(_compact(argv[1:]))
     if argv and argv[0] in SUBCOMMANDS:
         module, _, function = SUBCOMMANDS[argv[0]].partition(":")
-        return getattr(importlib.import_module(f"drivetrain.cli.{module}"), function)(argv[1:])
+        subcommand: Callable[[list[str]], int] = getattr(importlib.import_module(f"drivetrain.cli.{module}"), function)
+        return subcommand(argv[1:])
     args = build_parser().parse_args(argv)
     if args.fork_session and not (args.resume or args.continue_latest):
         print("drivetrain: --fork-session goes with --resume SESSION_ID or --continue.", file=sys.stderr)
@@ -171,7 +181,7 @@ async def _print_mode(args: argparse.Namespace, prompt: str) -> int:
         await servers.close()
 
 
-async def _print_run(args: argparse.Namespace, prompt: str, servers: build.McpServers) -> int:
+async def _print_run(args: argparse.Namespace, prompt: str, servers: McpServers) -> int:
     cwd = Path.cwd()
     try:
         store = open_store()
@@ -251,7 +261,9 @@ async def _compact(argv: list[str]) -> int:
 def _stop_on_signals(run: Run) -> list[str]:
     """SIGINT/SIGTERM cancel the run (tools killed, open calls answered, the session saved); a second one
     exits at once — the log is still loadable, each record being one flushed line."""
-    loop, task, got = asyncio.get_running_loop(), asyncio.current_task(), []
+    loop, task = asyncio.get_running_loop(), asyncio.current_task()
+    assert task is not None  # called from the run's task
+    got: list[str] = []
 
     def stop(name: str) -> None:
         if got:
@@ -270,7 +282,7 @@ def _stop_on_signals(run: Run) -> list[str]:
     return got
 
 
-def _exit_at_once(signum: int, frame) -> None:
+def _exit_at_once(signum: int, frame: FrameType | None) -> None:
     os._exit(130 if signum == signal.SIGINT else 143)
 
 
@@ -312,9 +324,10 @@ class Printer:
     """JSON lines on stdout (json, stream-json), the log on stderr (--verbose)."""
 
     def __init__(self, args: argparse.Namespace):
-        self.format, self.verbose = args.output_format, args.verbose
+        self.format: OutputFormat = args.output_format
+        self.verbose: bool = args.verbose
 
-    def _emit(self, obj: dict) -> None:
+    def _emit(self, obj: JsonObject) -> None:
         sys.stdout.write(json.dumps(obj) + "\n")
         sys.stdout.flush()
 
@@ -330,7 +343,7 @@ class Output(Printer):
         super().__init__(args)
         self.args = args
         self.run = run
-        self.denials: list[dict] = []
+        self.denials: list[JsonObject] = []
 
     def init(self) -> None:
         agent = self.run.agent
@@ -344,11 +357,11 @@ class Output(Printer):
                     "model": agent.model.name,
                     "cwd": str(agent.cwd),
                     "tools": list(self.run.deps.tools),
-                    "permissionMode": agent.policy.mode if agent.policy is not None else "bypassPermissions",
+                    "permissionMode": agent.policy.mode if isinstance(agent.policy, Policy) else "bypassPermissions",
                 }
             )
 
-    def event(self, event) -> None:
+    def event(self, event: Event) -> None:
         sid = self.run.session_id
         match event:
             case ModelResponded(turn=turn, response=r):
@@ -416,7 +429,7 @@ class Output(Printer):
             case Finished(result=res):
                 self._finish(res)
 
-    def _finish(self, res) -> None:
+    def _finish(self, res: RunResult) -> None:
         self._log("trajectory: " + " → ".join(res.trajectory))
         if res.note:
             print(f"drivetrain: {res.note}", file=sys.stderr)

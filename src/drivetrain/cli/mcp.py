@@ -21,8 +21,11 @@ import sys
 from pathlib import Path
 
 from drivetrain.errors import HarnessError
+from drivetrain.jsontypes import JsonObject
 from drivetrain.mcp.config import (
+    SCOPES,
     TRANSPORTS,
+    FileScope,
     ServerSpec,
     configured,
     parse_server,
@@ -32,8 +35,6 @@ from drivetrain.mcp.config import (
     write_json,
 )
 from drivetrain.mcp.group import McpServers
-
-SCOPES = ("local", "project", "user")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -130,7 +131,7 @@ def _add(cwd: Path, args: argparse.Namespace, command: list[str]) -> int:
         if not command:
             raise HarnessError("a stdio server's command goes after --: drivetrain mcp add NAME -- CMD ARGS…")
         env = dict(_pair(e, "=", "--env KEY=VALUE") for e in args.env)
-        entry: dict = {"type": "stdio", "command": command[0], "args": command[1:], "env": env}
+        entry: JsonObject = {"type": "stdio", "command": command[0], "args": command[1:], "env": env}
     else:
         if len(args.target) != 1 or command:
             raise HarnessError(
@@ -157,7 +158,7 @@ def _pair(text: str, sep: str, form: str) -> tuple[str, str]:
     return key.strip(), value.strip()
 
 
-def _remove(cwd: Path, name: str, scope: str | None) -> int:
+def _remove(cwd: Path, name: str, scope: FileScope | None) -> int:
     holding = [scope] if scope else [s for s in SCOPES if name in read_json(scope_file(s, cwd)).get("mcpServers", {})]
     if not holding:
         raise HarnessError(f"no MCP server named {name!r} in the {scope or 'local, project or user'} config")

@@ -26,22 +26,21 @@ import signal
 import sys
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from drivetrain.agent import Agent
 from drivetrain.cli import build
-from drivetrain.cli.main import Printer, _fail
+from drivetrain.cli.main import OUTPUT_FORMATS, PERMISSION_MODES, Printer, _fail
 from drivetrain.errors import HarnessError
 from drivetrain.home import drivetrain_home
 from drivetrain.loop.budget import Budget
-from drivetrain.loop.events import ModelResponded, ResultsSent, ToolCalled
+from drivetrain.loop.events import Event, ModelResponded, ResultsSent, ToolCalled
 from drivetrain.models.resolve import PROVIDERS
 from drivetrain.plans.plan import Plan, PlanError, Step, make_plan, step_agent
 from drivetrain.plans.scheduler import PlanEvent, PlanResult, apply_plan, write_atomic
 from drivetrain.sessions.audit import AuditLog
 from drivetrain.sessions.open import open_store
-
-OUTPUT_FORMATS = ("text", "json", "stream-json")
-PERMISSION_MODES = ("default", "acceptEdits", "plan", "bypassPermissions")
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -165,12 +164,12 @@ async def _run(args: argparse.Namespace) -> int:
     out = PlanOutput(args)
     audits: dict[str, AuditLog] = {}
 
-    def make_agent(step: Step):
+    def make_agent(step: Step) -> Agent:
         step_args = argparse.Namespace(**{**vars(args), "model": step.model or args.model, "no_checkpoints": True})
         agent = build.build_agent(step_args, cwd, str(uuid.uuid4()), store=store)
-        for o in agent.observers:
-            if isinstance(getattr(o, "__self__", None), AuditLog):
-                audits[step.id] = o.__self__
+        audit = build.audit_log(agent)
+        if audit is not None:
+            audits[step.id] = audit
         return step_agent(agent, step)
 
     def on_event(e: PlanEvent) -> None:
@@ -180,9 +179,15 @@ async def _run(args: argparse.Namespace) -> int:
 
     out.init(plan, state_path)
     task = asyncio.current_task()
+    assert task is not None  # a coroutine runs in a task
     got: list[str] = []
+
+    def stop(name: str) -> None:
+        got.append(name)
+        task.cancel()
+
     for sig in (signal.SIGINT, signal.SIGTERM):
-        asyncio.get_running_loop().add_signal_handler(sig, lambda n=sig.name: (got.append(n), task.cancel()))
+        asyncio.get_running_loop().add_signal_handler(sig, stop, sig.name)
     try:
         result = await apply_plan(
             plan,
@@ -212,7 +217,7 @@ async def _run(args: argparse.Namespace) -> int:
     return 1 if result.is_error else 0
 
 
-def _ask_person():
+def _ask_person() -> Callable[[Step, str], Awaitable[str | None]] | None:
     """In a terminal: the person may give guidance for one more try (empty: the step fails)."""
     if sys.stdin is None or not sys.stdin.isatty():
         return None
@@ -248,7 +253,7 @@ class PlanOutput(Printer):
         if self.format == "stream-json" and e.kind != "plan_finished":
             self._emit({"type": "system", "subtype": e.kind, "step_id": e.step_id, **e.data})
 
-    def _agent_event(self, step_id: str | None, event) -> None:
+    def _agent_event(self, step_id: str | None, event: Event | None) -> None:
         match event:
             case ModelResponded(turn=turn, response=r):
                 self._log(f"  [{step_id} turn {turn}] stop_reason={r.stop_reason}")

@@ -10,7 +10,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from rich.console import Console, Group
@@ -20,9 +20,11 @@ from rich.spinner import Spinner
 from rich.text import Text
 
 from drivetrain.cli.describe import describe
+from drivetrain.control.approval import PendingCall
 from drivetrain.loop.events import (
     ApprovalRequired,
     Compacted,
+    Event,
     Finished,
     LimitApproaching,
     LimitReached,
@@ -32,7 +34,7 @@ from drivetrain.loop.events import (
     ToolCalled,
     ToolFinished,
 )
-from drivetrain.messages import ToolUseBlock
+from drivetrain.messages import ToolResultBlock, ToolUseBlock
 
 RESULT_LINES = 6  # of an error result, shown in red under its call
 
@@ -51,7 +53,7 @@ UNICODE = Glyphs("●", "⎿", "✗", "·", "dots", "❯")
 ASCII = Glyphs("*", "|", "x", "|", "line", ">")
 
 
-def unicode_terminal(env=os.environ) -> bool:
+def unicode_terminal(env: Mapping[str, str] = os.environ) -> bool:
     """Does the terminal's locale speak UTF-8? Python coerces a C locale to C.UTF-8 (PEP 538) for itself, so
     LC_CTYPE=C.UTF-8 beside a LANG of C or POSIX (or none) says the terminal itself is plain ASCII."""
     for name in ("LC_ALL", "LC_CTYPE", "LANG"):
@@ -90,12 +92,12 @@ def call_title(call: ToolUseBlock, width: int = 60) -> str:
 class Screen:
     """Everything the session prints goes through here; the live region shows what is running now."""
 
-    def __init__(self, console: Console, diff_of=None):
+    def __init__(self, console: Console, diff_of: Callable[[ToolUseBlock], str] | None = None):
         self.console = console
         self.fancy = console.is_terminal
         self.glyphs = UNICODE if console.encoding.lower().startswith("utf") else ASCII
         self.diff_of = diff_of  # call -> unified diff text of a Write/Edit, made before it runs
-        self.status = lambda: ""  # the status line, shown under the live region
+        self.status: Callable[[], str] = lambda: ""  # the status line, shown under the live region
         self._live: Live | None = None
         self._model_since: float | None = None
         self._streamed = ""
@@ -137,7 +139,7 @@ class Screen:
             out.append(line + "\n", style=style)
         self.console.print(out, end="")
 
-    def show_call(self, call, text: str) -> None:
+    def show_call(self, call: PendingCall, text: str) -> None:
         """A call waiting for approval: its diff in colour (Write/Edit), else the description as it is."""
         self._diffs.pop(call.id, None)  # shown now: not again when it finishes
         head, _, body = text.partition("\n")
@@ -168,7 +170,7 @@ class Screen:
 
     # -- events
 
-    def event(self, event) -> None:
+    def event(self, event: Event) -> None:
         match event:
             case ModelResponded(response=r):
                 if r.message.text.strip():
@@ -191,7 +193,7 @@ class Screen:
             case Finished(result=res) if res.is_error:
                 self.error(f"[{res.subtype}] {res.note or res.result}")
 
-    def _finished(self, call: ToolUseBlock, res, ms: float) -> None:
+    def _finished(self, call: ToolUseBlock, res: ToolResultBlock, ms: float) -> None:
         g = self.glyphs
         started = self._running.pop(call.id, None)
         self._spinners.pop(call.id, None)
@@ -257,8 +259,9 @@ class Screen:
         elif not busy:
             self.pause()
 
-    def _activity(self):
-        g, now, rows = self.glyphs, time.monotonic(), []
+    def _activity(self) -> Group:
+        g, now = self.glyphs, time.monotonic()
+        rows: list[Spinner | Text] = []
         if self._model_since is not None:
             took = now - self._model_since
             label = f"thinking {g.sep} {took:.0f}s"

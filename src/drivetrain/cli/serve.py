@@ -6,13 +6,33 @@ import argparse
 import json
 import os
 import sys
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 from urllib.parse import urlsplit
 
 from drivetrain.errors import ConfigError, HarnessError
+from drivetrain.jsontypes import JsonObject
+from drivetrain.models.base import Model
 from drivetrain.models.resolve import PROVIDERS, resolve_model
+
+if TYPE_CHECKING:
+    from drivetrain.serve.state import ServeState
 
 KEY_VAR = "DRIVETRAIN_SERVE_API_KEY"
 _WORKER_VAR = "DRIVETRAIN_SERVE_WORKER"  # the settings a --workers process builds its app from
+
+
+@runtime_checkable
+class _Loaded(Protocol):
+    """The local model: its weights are loaded in this process, once."""
+
+    def load(self) -> None: ...
+
+
+@runtime_checkable
+class _Remote(Protocol):
+    """A model behind an HTTP API."""
+
+    base_url: str
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -72,15 +92,14 @@ def main(argv: list[str] | None = None) -> int:
             )
         model = resolve_model(args.provider, args.model)
         _refuse_loop_to_self(model, args.host, args.port)
-        if args.workers > 1 and callable(getattr(model, "load", None)):
+        if args.workers > 1 and isinstance(model, _Loaded):
             raise ConfigError(
                 "--workers: the local model is one llama.cpp instance per process, and requests share "
                 "its KV cache by taking turns at it; serve it with one worker."
             )
-        load = getattr(model, "load", None)  # the local model: load the weights now, not on the first request
-        if callable(load):
+        if isinstance(model, _Loaded):  # the local model: load the weights now, not on the first request
             stderr_log(f"loading {model.name} …")
-            load()
+            model.load()
     except (HarnessError, OSError) as e:
         print(f"drivetrain serve: {e}", file=sys.stderr)
         return 1
@@ -133,7 +152,7 @@ def api_key(path: str | None) -> str | None:
     return os.environ.get(KEY_VAR, "").strip() or None
 
 
-def _state(model, options: dict, key: str | None):
+def _state(model: Model, options: JsonObject, key: str | None) -> ServeState:
     from drivetrain.serve.server import stderr_log
     from drivetrain.serve.state import ServeState, Settings
 
@@ -150,7 +169,7 @@ def _state(model, options: dict, key: str | None):
     )
 
 
-def worker_state():
+def worker_state() -> ServeState:
     """The state of one ``--workers`` process: the same settings, its own model client and counters."""
     options = json.loads(os.environ[_WORKER_VAR])
     return _state(resolve_model(options["provider"], options["model"]), options, api_key(options["api_key_file"]))
@@ -158,7 +177,7 @@ def worker_state():
 
 def _refuse_loop_to_self(model: object, host: str, port: int) -> None:
     """ANTHROPIC_BASE_URL exported for clients of this server would make it its own backend, recursing forever."""
-    base_url = getattr(model, "base_url", None)
+    base_url = model.base_url if isinstance(model, _Remote) else None
     if not isinstance(base_url, str) or not port:
         return
     parts = urlsplit(base_url)

@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 
 from drivetrain.errors import HarnessError
+from drivetrain.jsontypes import JsonObject
 from drivetrain.loop.graph import walked
 from drivetrain.sessions import report
 from drivetrain.sessions.log import apply_state
@@ -114,7 +115,7 @@ def _shorten_left(path: str, width: int) -> str:
 def _show(store: SessionStore, args: argparse.Namespace) -> int:
     records = store.read(resolve(store, args.session_id))
     if args.graph:
-        counters: dict = {}
+        counters: JsonObject = {}
         for r in records:
             if r.get("kind") == "state":
                 counters = apply_state(counters, r)

@@ -11,7 +11,10 @@ import difflib
 import json
 import re
 import uuid
+from collections.abc import Awaitable, Callable
+from enum import Enum
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from drivetrain.cli.approve import TerminalApprover, local_settings, remove_project_rule
 from drivetrain.cli.sessions import resolve
@@ -25,8 +28,18 @@ from drivetrain.sessions import report
 from drivetrain.sessions.store import SessionNotFound
 from drivetrain.tools.base import tool_spec
 
-EXIT = object()  # what /exit returns
-FAILED = object()  # what a command that could not be done returns
+if TYPE_CHECKING:
+    from drivetrain.cli.interactive import Session
+
+
+class Outcome(Enum):
+    """What a command tells the session, besides what it printed (nothing: go on)."""
+
+    EXIT = "exit"  # what /exit returns
+    FAILED = "failed"  # what a command that could not be done returns
+
+
+EXIT, FAILED = Outcome.EXIT, Outcome.FAILED
 HELP = {
     "/help": "the commands",
     "/cost": "tokens in/out/cache and USD so far (/cost turns: per request)",
@@ -48,7 +61,7 @@ def is_command(text: str) -> bool:
     return COMMAND.match(text) is not None
 
 
-async def run(session, text: str):
+async def run(session: Session, text: str) -> Outcome | None:
     name, _, arg = text.partition(" ")
     handler = COMMANDS.get(name.lower())
     if handler is None:
@@ -63,7 +76,7 @@ async def run(session, text: str):
         return FAILED
 
 
-async def help_(s, arg: str):
+async def help_(s: Session, arg: str) -> None:
     width = max(map(len, HELP))
     for name, about in HELP.items():
         s.screen.say(f"  {name.ljust(width)}  {about}")
@@ -73,15 +86,16 @@ async def help_(s, arg: str):
     )
 
 
-async def exit_(s, arg: str):
+async def exit_(s: Session, arg: str) -> Outcome:
     return EXIT
 
 
-async def cost(s, arg: str):
-    if s.run is None:
+async def cost(s: Session, arg: str) -> None:
+    run = s.run
+    if run is None:
         s.screen.say("No requests yet in this session.")
         return
-    u, model = s.run.usage, s.agent.model.name
+    u, model = run.usage, s.agent.model.name
     usd = cost_usd(model, u)
     money = (
         "none: the model runs on this machine"
@@ -96,18 +110,18 @@ async def cost(s, arg: str):
         f"read, {u.cache_creation_input_tokens:,} cache write"
     )
     rate = s.screen.last_rate if s.provider == "local" else None
-    s.screen.say(f"Requests:    {s.run.num_turns}" + (f" (last reply {rate:.1f} tokens/s)" if rate else ""))
+    s.screen.say(f"Requests:    {run.num_turns}" + (f" (last reply {rate:.1f} tokens/s)" if rate else ""))
     if arg == "turns":
         for t in report.turn_log(s.store.read(s.session_id)):
-            u = t.usage
+            tu = t.usage  # as the session log recorded it
             s.screen.say(
-                f"  turn {t.turn:>3}  {t.stop_reason or '?':<10} {u.get('input_tokens', 0):>7,} in "
-                f"{u.get('output_tokens', 0):>6,} out {u.get('cache_read_input_tokens', 0):>7,} cache read  "
+                f"  turn {t.turn:>3}  {t.stop_reason or '?':<10} {tu.get('input_tokens', 0):>7,} in "
+                f"{tu.get('output_tokens', 0):>6,} out {tu.get('cache_read_input_tokens', 0):>7,} cache read  "
                 f"{report.cost_text(t.cost_usd)}"
             )
 
 
-async def context(s, arg: str):
+async def context(s: Session, arg: str) -> None:
     # as the profile equips the run: its own prompt and tools
     system, tools = (s.run.deps.system, list(s.run.deps.tools.values())) if s.run else (s.agent.system, s.agent.tools)
     window = window_of(s.agent.model)
@@ -126,13 +140,14 @@ async def context(s, arg: str):
     s.screen.note(f"  compacted by itself at {s.agent.compact_at:.0%} of the window; /compact does it now")
 
 
-async def compact(s, arg: str):
-    if s.run is None or not s.run.history:
+async def compact(s: Session, arg: str) -> None:
+    run = s.run
+    if run is None or not run.history:
         s.screen.say("Nothing to compact yet.")
         return
 
-    async def work():
-        for event in await s.run.compact(arg):
+    async def work() -> None:
+        for event in await run.compact(arg):
             if isinstance(event, Compacted):
                 if event.failed:
                     s.screen.error(f"Compaction failed: {event.failed}")
@@ -143,7 +158,7 @@ async def compact(s, arg: str):
     await s.interruptible(work())
 
 
-async def clear(s, arg: str):
+async def clear(s: Session, arg: str) -> None:
     old = s.session_id
     s.switch_to(str(uuid.uuid4()), None)
     s.screen.say(
@@ -152,7 +167,7 @@ async def clear(s, arg: str):
     )
 
 
-async def resume(s, arg: str):
+async def resume(s: Session, arg: str) -> None:
     if arg == "--latest":  # drivetrain --continue
         latest = s.store.latest(str(s.cwd))
         if latest is None:
@@ -174,15 +189,16 @@ async def resume(s, arg: str):
         if picked is None:
             return
         chosen = found[picked].session_id
-    s.switch_to(chosen, s.agent.load(chosen))
-    history = s.run.history
+    run = s.agent.load(chosen)
+    s.switch_to(chosen, run)
+    history = run.history
     last = next((m.text for m in reversed(history) if m.role == "assistant" and m.text.strip()), "")
-    s.screen.say(f"Resumed {chosen[:8]}: {len(history)} messages, {s.run.num_turns} requests so far.")
+    s.screen.say(f"Resumed {chosen[:8]}: {len(history)} messages, {run.num_turns} requests so far.")
     if last:
         s.screen.note(f"  last answer: {' '.join(last.split())[:200]}")
 
 
-async def rewind(s, arg: str):
+async def rewind(s: Session, arg: str) -> None:
     checkpoints = s.agent.checkpoints
     if checkpoints is None:
         s.screen.say("No checkpoints: they are taken inside a git work tree, unless --no-checkpoints is given.")
@@ -207,7 +223,7 @@ async def rewind(s, arg: str):
     )
 
 
-async def model(s, arg: str):
+async def model(s: Session, arg: str) -> None:
     if not arg:
         s.screen.say(f"Model: {s.agent.model.name} ({s.provider}). /model NAME switches to another.")
         return
@@ -215,8 +231,8 @@ async def model(s, arg: str):
     s.screen.say(f"Model: {s.agent.model.name}.")
 
 
-async def permissions(s, arg: str):
-    policy = s.agent.policy
+async def permissions(s: Session, arg: str) -> None:
+    policy = s.policy
     if arg.startswith("remove"):
         number = arg.removeprefix("remove").strip()
         if not number.isdigit() or not 1 <= int(number) <= len(policy.rules):
@@ -241,7 +257,7 @@ async def permissions(s, arg: str):
         s.screen.note("  /permissions remove N takes rule N out.")
 
 
-async def trace(s, arg: str):
+async def trace(s: Session, arg: str) -> None:
     records = s.store.read(s.session_id) if s.store.info(s.session_id) is not None else []
     if not records:
         s.screen.say("Nothing in this session yet.")
@@ -249,15 +265,16 @@ async def trace(s, arg: str):
     s.screen.say(report.render_text(records))
 
 
-async def mcp(s, arg: str):
-    connections = s.servers.connections if s.servers is not None else []
-    if not connections:
+async def mcp(s: Session, arg: str) -> None:
+    servers = s.servers
+    connections = servers.connections if servers is not None else []
+    if servers is None or not connections:
         s.screen.say(
             "No MCP servers in this session. Add one with `drivetrain mcp add NAME -- CMD ARGS…` (or a "
             "project's .mcp.json, once approved); see docs/mcp.md."
         )
         return
-    allowed = {t.name for t in s.servers.tools(s.agent.policy)}
+    allowed = {t.name for t in servers.tools(s.policy)}
     for c in connections:
         where = c.spec.url if c.spec.transport != "stdio" else " ".join([c.spec.command, *c.spec.args])  # no env values
         s.screen.say(f"  {c.spec.name}: " + (c.failed or f"connected · {len(c.tools)} tools"))
@@ -267,7 +284,7 @@ async def mcp(s, arg: str):
             s.screen.say(f"      {name}" + ("" if name in allowed else "   (denied by a rule: not offered)"))
 
 
-COMMANDS = {
+COMMANDS: dict[str, Callable[[Session, str], Awaitable[Outcome | None]]] = {
     "/help": help_,
     "/mcp": mcp,
     "/exit": exit_,

@@ -11,19 +11,20 @@ import sys
 import termios
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import FrameType
 
 from prompt_toolkit import PromptSession
 from prompt_toolkit.application import Application
-from prompt_toolkit.completion import Completer, Completion, PathCompleter
+from prompt_toolkit.completion import CompleteEvent, Completer, Completion, PathCompleter
 from prompt_toolkit.document import Document
 from prompt_toolkit.formatted_text import FormattedText
-from prompt_toolkit.history import FileHistory, InMemoryHistory
+from prompt_toolkit.history import FileHistory, History, InMemoryHistory
 from prompt_toolkit.input import create_input
-from prompt_toolkit.key_binding import KeyBindings
+from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
 from prompt_toolkit.keys import Keys
 from prompt_toolkit.layout import Layout, Window
 from prompt_toolkit.layout.controls import FormattedTextControl
-from prompt_toolkit.output import create_output
+from prompt_toolkit.output import Output, create_output
 
 from drivetrain.home import drivetrain_home
 
@@ -35,7 +36,7 @@ class Mentions(Completer):
         self.commands = commands
         self.paths = PathCompleter(get_paths=lambda: [str(cwd)], expanduser=True)
 
-    def get_completions(self, document: Document, complete_event):
+    def get_completions(self, document: Document, complete_event: CompleteEvent) -> Iterator[Completion]:
         text = document.text_before_cursor
         if text.startswith("/") and " " not in text:
             for name, about in self.commands.items():
@@ -49,17 +50,17 @@ class Mentions(Completer):
 
 def prompt_session(
     cwd: Path, commands: dict[str, str], status: Callable[[], str], cycle_mode: Callable[[], None]
-) -> PromptSession:
+) -> PromptSession[str]:
     """The ``>`` prompt: Enter sends, Esc-Enter or a trailing backslash starts a new line, Tab completes,
     Shift-Tab cycles the permission mode, Ctrl-C clears the line (on an empty line it is the caller's)."""
     keys = KeyBindings()
 
     @keys.add("escape", "enter")
-    def _(event):
+    def _(event: KeyPressEvent) -> None:
         event.current_buffer.insert_text("\n")
 
     @keys.add("enter")
-    def _(event):
+    def _(event: KeyPressEvent) -> None:
         buf = event.current_buffer
         if buf.document.text_before_cursor.endswith("\\") and buf.document.is_cursor_at_the_end:
             buf.delete_before_cursor(1)
@@ -68,12 +69,12 @@ def prompt_session(
             buf.validate_and_handle()
 
     @keys.add("s-tab")
-    def _(event):
+    def _(event: KeyPressEvent) -> None:
         cycle_mode()
         event.app.invalidate()
 
     @keys.add("c-c")
-    def _(event):
+    def _(event: KeyPressEvent) -> None:
         if event.current_buffer.text:
             event.current_buffer.reset()
         else:
@@ -82,7 +83,7 @@ def prompt_session(
     try:
         home = drivetrain_home()
         home.mkdir(parents=True, exist_ok=True)
-        history = FileHistory(str(home / "prompt_history"))
+        history: History = FileHistory(str(home / "prompt_history"))
     except OSError:  # a read-only home: the history lasts as long as the session
         history = InMemoryHistory()
     return PromptSession(
@@ -95,7 +96,7 @@ def prompt_session(
     )
 
 
-def terminal_output():
+def terminal_output() -> Output:
     """Where prompts are drawn: the terminal, even when stdout is piped (it then gets the plain lines only)."""
     return create_output(always_prefer_tty=True)
 
@@ -107,33 +108,33 @@ async def choose(options: list[str], pointer: str = "❯") -> int | None:
     keys = KeyBindings()
 
     @keys.add("up")
-    def _(event):
+    def _(event: KeyPressEvent) -> None:
         picked[0] = (picked[0] - 1) % len(options)
 
     @keys.add("down")
-    def _(event):
+    def _(event: KeyPressEvent) -> None:
         picked[0] = (picked[0] + 1) % len(options)
 
     @keys.add("enter")
-    def _(event):
+    def _(event: KeyPressEvent) -> None:
         event.app.exit(result=picked[0])
 
     for i in range(len(options)):
 
         @keys.add(str(i + 1))
-        def _(event, i=i):
+        def _(event: KeyPressEvent, i: int = i) -> None:
             picked[0] = i
             event.app.exit(result=i)
 
     @keys.add("escape", eager=True)
-    def _(event):
+    def _(event: KeyPressEvent) -> None:
         event.app.exit(result=None)
 
     @keys.add("c-c")
-    def _(event):
+    def _(event: KeyPressEvent) -> None:
         event.app.exit(exception=KeyboardInterrupt)
 
-    def lines():
+    def lines() -> FormattedText:
         return FormattedText(
             [
                 ("bold" if i == picked[0] else "", f"{pointer if i == picked[0] else ' '} {i + 1}. {text}\n")
@@ -141,7 +142,7 @@ async def choose(options: list[str], pointer: str = "❯") -> int | None:
             ]
         )
 
-    app: Application = Application(
+    app: Application[int | None] = Application(
         layout=Layout(Window(FormattedTextControl(lines), dont_extend_height=True, wrap_lines=True)),
         key_bindings=keys,
         full_screen=False,
@@ -185,7 +186,7 @@ def kept_terminal() -> Iterator[None]:
                 sys.stdout.write("\x1b[?25h")  # the cursor, which a live display hides
                 sys.stdout.flush()
 
-    def on_signal(signum, frame) -> None:
+    def on_signal(signum: int, frame: FrameType | None) -> None:
         restore()
         os._exit(128 + signum)
 
