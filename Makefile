@@ -16,8 +16,11 @@ demo:
 	$(PIP) -e '.[local]'
 	$(VENV)/bin/python examples/line_count.py
 
-# Install the test dependencies and run the whole test suite (what .ci/run calls).
+# Install the test dependencies, then lint, type-check and run the whole test suite (what .ci/run calls).
 test:
 	$(PY) -m venv $(VENV)
 	$(PIP) -e '.[test]'
-	$(VENV)/bin/python -m pytest -q
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+	$(VENV)/bin/python -m pytest -q -n auto --dist loadfile

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from drivetrain.control.approval import Approver, PendingCall, PermissionDecider, Verdict
-from drivetrain.control.gate import Gate, HookRunner
+from drivetrain.control.gate import Gate
+from drivetrain.control.hooks import HookRunner
 from drivetrain.errors import HarnessError
 from drivetrain.jsontypes import JsonObject
 from drivetrain.loop.budget import Budget

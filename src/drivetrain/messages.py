@@ -52,6 +52,21 @@ class ToolUseBlock:
 
 
 @dataclass(frozen=True)
+class InvalidToolUseBlock(ToolUseBlock):
+    """A tool call whose arguments could not be decoded into a JSON object. It is never run.
+
+    It stays a ``ToolUseBlock`` (with ``input={}``) so the history keeps its shape, and the call is
+    answered, like any other, by exactly one tool_result: the harness (``drivetrain.loop.calls``) sees
+    ``input_error`` and denies the call with it plus the tool's schema, as an ``is_error`` result,
+    before any hook, permission or tool sees the call. The raw arguments are quoted in
+    ``input_error``, so the model sees what it wrote; ``input`` goes back to the server as ``{}``,
+    since some servers refuse a history whose arguments are not JSON.
+    """
+
+    input_error: str = ""
+
+
+@dataclass(frozen=True)
 class ToolResultBlock:
     tool_use_id: str
     content: ToolResultContent

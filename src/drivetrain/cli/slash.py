@@ -1,8 +1,8 @@
 """Slash commands of the interactive session: handled here, never sent to the model.
 
-Each reads or changes the session (``cli/interactive.py``'s ``Session``) with what the other parts already
-provide: the session log and its report (``sessions/``), compaction (``Run.compact``), checkpoints
-(``sessions/rewind.py``), the policy's rules and the model resolver.
+Each reads or changes the session (``SlashSession``: what ``cli/interactive.py``'s ``Session`` offers) with what
+the other parts already provide: the session log and its report (``sessions/``), compaction (``Run.compact``),
+checkpoints (``sessions/rewind.py``), the policy's rules and the model resolver.
 """
 
 from __future__ import annotations
@@ -14,22 +14,50 @@ import uuid
 from collections.abc import Awaitable, Callable
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from drivetrain.agent import Agent, Run
 from drivetrain.cli.approve import TerminalApprover, local_settings, remove_project_rule
+from drivetrain.cli.screen import Screen
 from drivetrain.cli.sessions import resolve
+from drivetrain.control.permissions import Policy
 from drivetrain.errors import HarnessError
 from drivetrain.loop.context import history_tokens
 from drivetrain.loop.events import Compacted
+from drivetrain.mcp.group import McpServers
 from drivetrain.messages import CHARS_PER_TOKEN
+from drivetrain.models.base import Model
 from drivetrain.models.resolve import resolve_model
 from drivetrain.pricing import cost_usd, format_usd, window_of
 from drivetrain.sessions import report
-from drivetrain.sessions.store import SessionNotFound
+from drivetrain.sessions.store import SessionNotFound, SessionStore
 from drivetrain.tools.base import tool_spec
 
-if TYPE_CHECKING:
-    from drivetrain.cli.interactive import Session
+
+class Chooser(Protocol):
+    async def choose(self, options: list[str]) -> int | None: ...
+
+
+class SlashSession(Protocol):
+    """What a slash command reads and changes of the interactive session (``cli.interactive.Session`` is one)."""
+
+    agent: Agent
+    run: Run | None
+    screen: Screen
+    store: SessionStore
+    servers: McpServers | None
+    policy: Policy
+    session_id: str
+    cwd: Path
+    provider: str
+    context_used: int | None
+
+    @property
+    def ui(self) -> Chooser: ...
+
+    def switch_to(self, session_id: str, run: Run | None) -> None: ...
+    def use_model(self, model: Model) -> None: ...
+    async def interruptible(self, work: Awaitable[None]) -> None: ...
 
 
 class Outcome(Enum):
@@ -61,7 +89,7 @@ def is_command(text: str) -> bool:
     return COMMAND.match(text) is not None
 
 
-async def run(session: Session, text: str) -> Outcome | None:
+async def run(session: SlashSession, text: str) -> Outcome | None:
     name, _, arg = text.partition(" ")
     handler = COMMANDS.get(name.lower())
     if handler is None:
@@ -76,7 +104,7 @@ async def run(session: Session, text: str) -> Outcome | None:
         return FAILED
 
 
-async def help_(s: Session, arg: str) -> None:
+async def help_(s: SlashSession, arg: str) -> None:
     width = max(map(len, HELP))
     for name, about in HELP.items():
         s.screen.say(f"  {name.ljust(width)}  {about}")
@@ -86,11 +114,11 @@ async def help_(s: Session, arg: str) -> None:
     )
 
 
-async def exit_(s: Session, arg: str) -> Outcome:
+async def exit_(s: SlashSession, arg: str) -> Outcome:
     return EXIT
 
 
-async def cost(s: Session, arg: str) -> None:
+async def cost(s: SlashSession, arg: str) -> None:
     run = s.run
     if run is None:
         s.screen.say("No requests yet in this session.")
@@ -121,7 +149,7 @@ async def cost(s: Session, arg: str) -> None:
             )
 
 
-async def context(s: Session, arg: str) -> None:
+async def context(s: SlashSession, arg: str) -> None:
     # as the profile equips the run: its own prompt and tools
     system, tools = (s.run.deps.system, list(s.run.deps.tools.values())) if s.run else (s.agent.system, s.agent.tools)
     window = window_of(s.agent.model)
@@ -140,7 +168,7 @@ async def context(s: Session, arg: str) -> None:
     s.screen.note(f"  compacted by itself at {s.agent.compact_at:.0%} of the window; /compact does it now")
 
 
-async def compact(s: Session, arg: str) -> None:
+async def compact(s: SlashSession, arg: str) -> None:
     run = s.run
     if run is None or not run.history:
         s.screen.say("Nothing to compact yet.")
@@ -158,7 +186,7 @@ async def compact(s: Session, arg: str) -> None:
     await s.interruptible(work())
 
 
-async def clear(s: Session, arg: str) -> None:
+async def clear(s: SlashSession, arg: str) -> None:
     old = s.session_id
     s.switch_to(str(uuid.uuid4()), None)
     s.screen.say(
@@ -167,7 +195,7 @@ async def clear(s: Session, arg: str) -> None:
     )
 
 
-async def resume(s: Session, arg: str) -> None:
+async def resume(s: SlashSession, arg: str) -> None:
     if arg == "--latest":  # drivetrain --continue
         latest = s.store.latest(str(s.cwd))
         if latest is None:
@@ -198,7 +226,7 @@ async def resume(s: Session, arg: str) -> None:
         s.screen.note(f"  last answer: {' '.join(last.split())[:200]}")
 
 
-async def rewind(s: Session, arg: str) -> None:
+async def rewind(s: SlashSession, arg: str) -> None:
     checkpoints = s.agent.checkpoints
     if checkpoints is None:
         s.screen.say("No checkpoints: they are taken inside a git work tree, unless --no-checkpoints is given.")
@@ -223,7 +251,7 @@ async def rewind(s: Session, arg: str) -> None:
     )
 
 
-async def model(s: Session, arg: str) -> None:
+async def model(s: SlashSession, arg: str) -> None:
     if not arg:
         s.screen.say(f"Model: {s.agent.model.name} ({s.provider}). /model NAME switches to another.")
         return
@@ -231,7 +259,7 @@ async def model(s: Session, arg: str) -> None:
     s.screen.say(f"Model: {s.agent.model.name}.")
 
 
-async def permissions(s: Session, arg: str) -> None:
+async def permissions(s: SlashSession, arg: str) -> None:
     policy = s.policy
     if arg.startswith("remove"):
         number = arg.removeprefix("remove").strip()
@@ -257,7 +285,7 @@ async def permissions(s: Session, arg: str) -> None:
         s.screen.note("  /permissions remove N takes rule N out.")
 
 
-async def trace(s: Session, arg: str) -> None:
+async def trace(s: SlashSession, arg: str) -> None:
     records = s.store.read(s.session_id) if s.store.info(s.session_id) is not None else []
     if not records:
         s.screen.say("Nothing in this session yet.")
@@ -265,7 +293,7 @@ async def trace(s: Session, arg: str) -> None:
     s.screen.say(report.render_text(records))
 
 
-async def mcp(s: Session, arg: str) -> None:
+async def mcp(s: SlashSession, arg: str) -> None:
     servers = s.servers
     connections = servers.connections if servers is not None else []
     if servers is None or not connections:
@@ -284,7 +312,7 @@ async def mcp(s: Session, arg: str) -> None:
             s.screen.say(f"      {name}" + ("" if name in allowed else "   (denied by a rule: not offered)"))
 
 
-COMMANDS: dict[str, Callable[[Session, str], Awaitable[Outcome | None]]] = {
+COMMANDS: dict[str, Callable[[SlashSession, str], Awaitable[Outcome | None]]] = {
     "/help": help_,
     "/mcp": mcp,
     "/exit": exit_,

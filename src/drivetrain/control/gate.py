@@ -13,12 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from drivetrain.control.approval import Allow, Approver, Deny, PendingCall, PermissionDecider, Verdict, ask
-from drivetrain.control.hooks import HookEvent, HookOutcome
-from drivetrain.control.hooks import HookRunner as HookRunner  # named here too: the loop and the agent import it
+from drivetrain.control.hooks import HookEvent, HookOutcome, HookRunner
 from drivetrain.control.permissions.rules import Behavior
 from drivetrain.jsontypes import JsonObject
-from drivetrain.messages import ToolResultBlock, ToolUseBlock
-from drivetrain.models.openai_wire import InvalidToolUseBlock
+from drivetrain.messages import InvalidToolUseBlock, ToolResultBlock, ToolUseBlock
 from drivetrain.tools.base import Tool, ToolContext
 
 Report = Callable[[HookEvent, HookOutcome], None]  # (hook event, outcome): the run notes errors and stop requests

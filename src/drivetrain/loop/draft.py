@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from drivetrain.control.approval import Approver, PermissionDecider
-from drivetrain.control.gate import Gate, HookRunner
-from drivetrain.control.hooks import HookOutcome
+from drivetrain.control.gate import Gate
+from drivetrain.control.hooks import HookOutcome, HookRunner
 from drivetrain.home import session_outputs
 from drivetrain.jsontypes import JsonObject, JsonValue
 from drivetrain.loop.budget import Budget, Limit, Spent

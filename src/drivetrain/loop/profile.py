@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Protocol
 
 from drivetrain.control.approval import PermissionDecider
-from drivetrain.control.gate import HookRunner
+from drivetrain.control.hooks import HookRunner
 from drivetrain.loop.state import Node
 from drivetrain.models.base import Model
 from drivetrain.tools.base import Tool

@@ -19,11 +19,20 @@ import json
 import logging
 import time
 import uuid
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, TypeAlias
 
 from drivetrain.jsontypes import JsonObject, JsonValue
-from drivetrain.messages import Block, Message, RawBlock, StopReason, TextBlock, ToolResultBlock, ToolUseBlock, Usage
+from drivetrain.messages import (
+    Block,
+    InvalidToolUseBlock,
+    Message,
+    RawBlock,
+    StopReason,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    Usage,
+)
 from drivetrain.models.base import ModelResponse
 
 if TYPE_CHECKING:  # the openai SDK's request types, for what the provider hands it
@@ -59,21 +68,6 @@ _STOP_TO_FINISH: dict[str | None, FinishReason] = {
     "refusal": "content_filter",
 }
 _EMPTY_SCHEMA = {"type": "object", "properties": {}}
-
-
-@dataclass(frozen=True)
-class InvalidToolUseBlock(ToolUseBlock):
-    """A tool call whose arguments could not be decoded into a JSON object. It is never run.
-
-    It stays a ``ToolUseBlock`` (with ``input={}``) so the history keeps its shape, and the call is
-    answered, like any other, by exactly one tool_result: the harness (``drivetrain.loop.calls``) sees
-    ``input_error`` and denies the call with it plus the tool's schema, as an ``is_error`` result,
-    before any hook, permission or tool sees the call. The raw arguments are quoted in
-    ``input_error``, so the model sees what it wrote; ``input`` goes back to the server as ``{}``,
-    since some servers refuse a history whose arguments are not JSON.
-    """
-
-    input_error: str = ""
 
 
 def finish_reason_to_stop_reason(finish_reason: str | None) -> StopReason:

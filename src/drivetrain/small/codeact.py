@@ -21,11 +21,11 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path, PurePath
-from typing import Protocol, runtime_checkable
 
 from drivetrain.jsontypes import JsonObject
 from drivetrain.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
 from drivetrain.models.base import Model, ModelRequest, ModelResponse
+from drivetrain.pricing import Windowed
 from drivetrain.small.fragments import home_of, to_call
 
 DONE = "DONE:"
@@ -183,13 +183,6 @@ def parse_reply(text: str) -> tuple[str, tuple[str, str, str | None] | None]:
         end = _ANSWER_END.search(answer)
         return without_repeats(answer[: end.start() if end else None].strip()), None
     return text.strip(), None
-
-
-@runtime_checkable
-class Windowed(Protocol):
-    """A model that knows its context window (in tokens; None: unknown)."""
-
-    context_window: int | None
 
 
 class CodeActionModel:

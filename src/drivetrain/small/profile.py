@@ -17,13 +17,14 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Protocol, get_args, runtime_checkable
+from typing import Literal, get_args
 
 from drivetrain.control.hooks import HookChain, Hooks
 from drivetrain.jsontypes import JsonObject
 from drivetrain.loop.nodes import Node
 from drivetrain.loop.profile import AIDS, FULL, Outfit, Outfitted, Profile
 from drivetrain.models.base import Model
+from drivetrain.pricing import Named, Wrapper
 from drivetrain.small.checks import WorkChecks
 from drivetrain.small.codeact import CodeActionModel
 from drivetrain.small.prompts import small_system_prompt, task_context
@@ -87,17 +88,9 @@ class SmallProfile(Profile):
         return Outfit(model, tuple(tools), system or "", HookChain(agent.hooks, hooks), (*agent.nodes, *nodes))
 
 
-@runtime_checkable
-class Wrapper(Protocol):
-    """A model that wraps another (the code-block model, a recorder around a model)."""
-
-    @property
-    def inner(self) -> Model: ...
-
-
 def _answers_in_blocks(model: Model) -> bool:
     """Is the model (or a model it wraps) already the code-block model? Then it is not wrapped again."""
-    at: Model | None = model
+    at: Named | None = model
     while at is not None:
         if isinstance(at, CodeActionModel):
             return True
