@@ -23,4 +23,4 @@ test:
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
-	$(VENV)/bin/python -m pytest -q -n auto --dist loadfile
+	$(VENV)/bin/python -m pytest -q

@@ -102,6 +102,11 @@ def sweep(tmp_path_factory):
     return root, out, proc, server.requests
 
 
+# The tests of the sweep share it, in file order (the rerun adds to its results): one xdist worker runs them all.
+IN_ORDER = pytest.mark.xdist_group("batch_sweep")
+
+
+@IN_ORDER
 def test_a_sweep_gives_one_line_per_task_and_passes_by_its_checks(sweep):
     root, out, proc, requests = sweep
     assert proc.returncode == 0, proc.stderr
@@ -150,6 +155,7 @@ def test_held_records_reach_the_store_when_the_task_ends_or_anything_reads_it(tm
     assert store.info("s1").status == "success" and store.read("child")[0]["session"] == "s1"
 
 
+@IN_ORDER
 def test_the_report_agrees_with_the_result_lines(sweep):
     _root, out, _, _ = sweep
     proc = subprocess.run(
@@ -172,6 +178,7 @@ def test_the_report_agrees_with_the_result_lines(sweep):
     assert f"{report['passed']}/24 passed" in text.stdout and "check_failed: 2" in text.stdout
 
 
+@IN_ORDER
 def test_rerun_failed_runs_only_the_failed_tasks(sweep):
     root, out, _, _ = sweep
     failed = sorted(r.id for r in read_results(out) if r.status != "pass")
@@ -232,6 +239,7 @@ document.body.appendChild(pre);
 </script>"""
 
 
+@IN_ORDER
 def test_the_html_report_is_self_contained_and_chromium_draws_its_charts(sweep, tmp_path):
     from test_html_report import chromium, near, read_png
 

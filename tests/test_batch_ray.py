@@ -11,6 +11,7 @@ from drivetrain.testing import ScriptedServer
 from test_batch import FAILING, IDS, batch, lines, prompt, script, write_tasks
 
 ray = pytest.importorskip("ray")
+pytestmark = pytest.mark.xdist_group("ray")  # one cluster for the file, on one worker
 
 
 @pytest.fixture(scope="module")

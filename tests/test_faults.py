@@ -426,6 +426,11 @@ def test_a_fork_of_a_crashed_session_leaves_it_untouched(tmp_path):
 passed: list[str] = []
 
 
+# The points and the count of those that passed run on one xdist worker: ``passed`` is this process's.
+ONE_WORKER = pytest.mark.xdist_group("fault_points")
+
+
+@ONE_WORKER
 @pytest.mark.parametrize("point", POINTS)
 def test_killed_at_each_point_the_session_loads_and_resumes(point, tmp_path):
     ws = tmp_path / "ws"
@@ -495,6 +500,7 @@ def test_killed_at_each_point_the_session_loads_and_resumes(point, tmp_path):
     passed.append(point)
 
 
+@ONE_WORKER
 def test_every_injection_point_tried_passed(request):
     """Runs after the parametrized test (file order): the count the issue asks for, of the points selected."""
     tried = [

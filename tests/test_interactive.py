@@ -28,7 +28,10 @@ from drivetrain.testing import ScriptedServer, reply, respond, text, tool_call
 TMUX = shutil.which("tmux")
 DRIVETRAIN = str(Path(sys.executable).parent / "drivetrain")
 TIMEOUT = 180  # seconds: generous for a busy machine; on an idle one each step takes well under a second
-pytestmark = pytest.mark.skipif(TMUX is None, reason="tmux is not installed")
+pytestmark = [
+    pytest.mark.skipif(TMUX is None, reason="tmux is not installed"),
+    pytest.mark.xdist_group("interactive"),  # the scenes take turns in one session, in order: one worker
+]
 
 
 class Pane:

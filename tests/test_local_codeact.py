@@ -12,9 +12,13 @@ from drivetrain.models.base import ModelRequest
 from drivetrain.small.codeact import CodeActionModel, grammar
 from drivetrain.small.prompts import small_system_prompt
 
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("llama_cpp") is None, reason="llama-cpp-python (drivetrain[local-small]) is not installed"
-)
+pytestmark = [
+    pytest.mark.skipif(
+        importlib.util.find_spec("llama_cpp") is None,
+        reason="llama-cpp-python (drivetrain[local-small]) is not installed",
+    ),
+    pytest.mark.xdist_group("local_codeact"),  # one model for the module, on one worker
+]
 
 BASH = {
     "name": "Bash",
@@ -28,7 +32,7 @@ def model():
     from drivetrain.errors import ConfigError
     from drivetrain.models.local import LocalModel
 
-    m = LocalModel("small", n_ctx=4096, seed=7, temperature=0.0)
+    m = LocalModel("small", n_ctx=4096, n_threads=1, seed=7, temperature=0.0)  # one thread: see test_local_model.py
     try:
         m.load()
     except ConfigError as exc:
@@ -155,7 +159,7 @@ async def test_the_prefix_cache_saves_the_system_turn_and_a_new_process_loads_it
     )
     fresh = []
     for _ in range(2):  # two new models: as two CLI starts
-        m = LocalModel("small", n_ctx=4096, seed=7, temperature=0.0)
+        m = LocalModel("small", n_ctx=4096, n_threads=1, seed=7, temperature=0.0)
         m.prefix_cache, m.prefix_cache_dir = True, tmp_path
         fresh.append((await m.respond(request), m.prefix_cache_hit, m.last_stats))
         del m

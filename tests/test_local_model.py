@@ -10,9 +10,14 @@ import pytest
 from drivetrain.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, lint
 from drivetrain.models.base import Model, ModelRequest
 
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("llama_cpp") is None, reason="llama-cpp-python (drivetrain[local-small]) is not installed"
-)
+pytestmark = [
+    pytest.mark.skipif(
+        importlib.util.find_spec("llama_cpp") is None,
+        reason="llama-cpp-python (drivetrain[local-small]) is not installed",
+    ),
+    # one worker, one model: the tools' system turn (~630 tokens, seconds of CPU) is evaluated once, then reused
+    pytest.mark.xdist_group("local_model"),
+]
 
 
 def _schema(props: dict, required: list[str]) -> dict:
@@ -79,7 +84,9 @@ def model():
     from drivetrain.errors import ConfigError
     from drivetrain.models.local import LocalModel
 
-    m = LocalModel("small", n_ctx=4096, seed=1234)
+    # One thread: the suite runs on pytest-xdist workers, about one core each. llama.cpp's threads wait for each
+    # other spinning, so two threads on a core another worker is using are ~3x slower than one, in CPU and in time.
+    m = LocalModel("small", n_ctx=4096, n_threads=1, seed=1234)
     try:
         m.load()
     except ConfigError as exc:
@@ -130,30 +137,6 @@ async def test_a_tool_call_being_generated_reports_its_rate_while_it_runs(model)
     assert response.stop_reason == "tool_use" and response.usage.output_tokens > 2
     assert seen and all(r > 0 for r in seen)
     assert model.live is None  # idle again: the screen shows no rate between requests
-
-
-async def test_end_turn_text_streams(model):
-    pieces: list[str] = []
-    req = ModelRequest(
-        [Message.user("What is 2 + 2? Reply with just the number.")], max_tokens=16, on_text=pieces.append
-    )
-    response = await model.respond(req)
-    assert response.stop_reason == "end_turn"
-    assert [type(b) for b in response.content] == [TextBlock] and "4" in response.message.text
-    assert "".join(pieces).strip() == response.message.text
-
-
-async def test_max_tokens(model):
-    req = ModelRequest([Message.user("Write a long story about a lighthouse keeper.")], max_tokens=5)
-    response = await model.respond(req)
-    assert response.stop_reason == "max_tokens" and response.usage.output_tokens == 5
-
-
-async def test_stop_sequences(model):
-    req = ModelRequest([Message.user("Count from 1 to 10, separated by commas.")], max_tokens=40, stop_sequences=["5"])
-    response = await model.respond(req)
-    assert response.stop_reason == "stop_sequence"
-    assert "5" not in response.message.text and "4" in response.message.text
 
 
 @pytest.mark.parametrize(
@@ -232,6 +215,34 @@ async def test_ids_continue_after_those_in_the_history(model):
     response = await model.respond(request(history, max_tokens=64))
     for use in response.message.tool_uses:
         assert int(use.id.removeprefix("toolu_local_")) > 41
+
+
+# The tests above share the tools' system turn (evaluated once, then reused from the KV cache). Those below send
+# no tools: their prompts would push it out of the cache, so they come after.
+
+
+async def test_end_turn_text_streams(model):
+    pieces: list[str] = []
+    req = ModelRequest(
+        [Message.user("What is 2 + 2? Reply with just the number.")], max_tokens=16, on_text=pieces.append
+    )
+    response = await model.respond(req)
+    assert response.stop_reason == "end_turn"
+    assert [type(b) for b in response.content] == [TextBlock] and "4" in response.message.text
+    assert "".join(pieces).strip() == response.message.text
+
+
+async def test_max_tokens(model):
+    req = ModelRequest([Message.user("Write a long story about a lighthouse keeper.")], max_tokens=5)
+    response = await model.respond(req)
+    assert response.stop_reason == "max_tokens" and response.usage.output_tokens == 5
+
+
+async def test_stop_sequences(model):
+    req = ModelRequest([Message.user("Count from 1 to 10, separated by commas.")], max_tokens=40, stop_sequences=["5"])
+    response = await model.respond(req)
+    assert response.stop_reason == "stop_sequence"
+    assert "5" not in response.message.text and "4" in response.message.text
 
 
 async def test_rendering_matches_the_models_own_chat_template(model):

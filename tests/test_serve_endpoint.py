@@ -346,7 +346,7 @@ def test_local_model_takes_turns_and_reuses_the_shared_prefix():
     from drivetrain.errors import ConfigError
     from drivetrain.models.local import LocalModel
 
-    model = LocalModel("small", n_ctx=2048, seed=1, temperature=0.0)
+    model = LocalModel("small", n_ctx=2048, n_threads=1, seed=1, temperature=0.0)  # see test_local_model.py
     try:
         model.load()
     except ConfigError as exc:

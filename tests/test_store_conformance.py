@@ -13,6 +13,8 @@ from drivetrain.sessions.audit import AuditLog
 from drivetrain.sessions.open import open_store
 from drivetrain.sessions.store import HEADER, SessionInfo, SessionNotFound, SessionRecords
 
+pytestmark = pytest.mark.xdist_group("postgres")  # one PostgreSQL server (a session fixture) for the file
+
 
 @pytest.fixture
 def postgres_schema(postgres_dsn):
