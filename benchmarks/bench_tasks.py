@@ -292,7 +292,7 @@ def run_selftest(seeds: int) -> int:
     count = {
         (lang, part): sum(w_lang == lang and split_of(n, w) == part for n, w, w_lang in pairs)
         for lang in ("en", "zh")
-        for part in ("tune", "heldout")
+        for part in ("tune", "heldout", "fresh")
     }
     print(
         f"wordings: {len(pairs)} (kind, wording) pairs, every one rendered at every seed; "
