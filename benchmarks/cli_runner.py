@@ -38,10 +38,33 @@ def code_state(root: Path = ROOT) -> tuple[str, str]:
     return head + (" + uncommitted changes in src/" if dirty else ""), digest.hexdigest()[:12]
 
 
+def venv_bins() -> set[str]:
+    """The bin folders of the virtualenv this benchmark runs in (resolved), if it runs in one."""
+    bins = {Path(sys.executable).parent, Path(sys.prefix) / "bin"} if sys.prefix != sys.base_prefix else set()
+    return {os.path.realpath(b) for b in bins}
+
+
+def path_without_venv(path: str) -> str:
+    """``path`` less this virtualenv's bin folder: a model's ``pip install`` landed in it once. The agents' python3
+    is the system's; drivetrain itself is started by absolute path (``cli_command``)."""
+    drop = venv_bins()
+    return os.pathsep.join(p for p in path.split(os.pathsep) if p and os.path.realpath(p) not in drop)
+
+
+def cli_command() -> list[str]:
+    """How to start this checkout's drivetrain without the PATH: the virtualenv's script, or ``python -m``."""
+    exe = Path(sys.executable).parent / "drivetrain"
+    return [str(exe)] if exe.is_file() else [sys.executable, "-m", "drivetrain"]
+
+
 def cli_env(model: str, home: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
     env = {
-        k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "OPENAI_")) and k != "DRIVETRAIN_ABLATE"
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("ANTHROPIC_", "OPENAI_")) and k not in ("DRIVETRAIN_ABLATE", "VIRTUAL_ENV")
     }
+    env["PATH"] = path_without_venv(env.get("PATH", os.defpath))
+    env["PIP_NO_INDEX"] = "1"  # a model's `pip install x` finds no package (a run that needs one fails, as offline)
     env["DRIVETRAIN_LOCAL_MODEL"] = model
     env["DRIVETRAIN_HOME"] = str(home)  # audit logs go with the run; no user settings leak in
     env.update(extra or {})
@@ -82,36 +105,38 @@ class CliRun:
     stderr: str
 
 
+def cli_args(
+    prompt: str,
+    max_turns: int | None,
+    permission_mode: str = "bypassPermissions",
+    extra_args: Sequence[str] = (),
+    provider_args: Sequence[str] = ("--provider", "local"),
+) -> list[str]:
+    """The arguments after the command: ``-p PROMPT --output-format json --verbose``, the provider, the turn cap
+    when one is given (else the CLI's own), the permission mode and ``extra_args``."""
+    turns = ["--max-turns", str(max_turns)] if max_turns is not None else []
+    return ["-p", prompt, "--output-format", "json", "--verbose", *provider_args, *turns, "--permission-mode",
+            permission_mode, *extra_args]  # fmt: skip
+
+
 def run_cli(
     prompt: str,
     ws: Path,
     run_dir: Path,
     *,
     model: str,
-    max_turns: int,
+    max_turns: int | None,
     timeout_s: float,
     permission_mode: str = "bypassPermissions",
     extra_args: Sequence[str] = (),
     extra_env: Mapping[str, str] | None = None,
     provider_args: Sequence[str] = ("--provider", "local"),
 ) -> CliRun:
-    """``drivetrain -p PROMPT --output-format json --verbose …`` in ``ws``; stdout/stderr kept in ``run_dir``."""
+    """``drivetrain -p PROMPT --output-format json --verbose …`` in ``ws``; stdout/stderr kept in ``run_dir``.
+    ``max_turns`` None: the CLI's own turn cap."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    exe = Path(sys.executable).parent / "drivetrain"
-    argv = [
-        str(exe),
-        "-p",
-        prompt,
-        "--output-format",
-        "json",
-        "--verbose",
-        *provider_args,
-        "--max-turns",
-        str(max_turns),
-        "--permission-mode",
-        permission_mode,
-        *extra_args,
-    ]
+    command = cli_command()
+    argv = [*command, *cli_args(prompt, max_turns, permission_mode, extra_args, provider_args)]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     returncode = None
@@ -133,7 +158,7 @@ def run_cli(
     cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
     (run_dir / "stdout.json").write_text(stdout)
     (run_dir / "stderr.log").write_text(stderr)
-    (run_dir / "argv.json").write_text(json.dumps(argv[1:], indent=1))
+    (run_dir / "argv.json").write_text(json.dumps(argv[len(command) :], indent=1))
     result = next(
         (_json(line) for line in reversed(stdout.splitlines()) if line.startswith("{") and '"type": "result"' in line),
         {},

@@ -485,6 +485,8 @@ def test_resume_skips_runs_in_the_results_file_and_reports_them(tmp_path, capsys
             str(tmp_path / "save"),
             "--wording",
             "en-1",
+            "--ledger",
+            str(tmp_path / "seeds.jsonl"),
         ]
     )  # rows without a
     # wording were run with en-1
