@@ -12,7 +12,7 @@ moves to tune).
 
 Every batch takes seeds no measurement used before: ``--seed-base N`` (run r uses workspace seed N*1000 + r, the
 same for every config), recorded in ``benchmarks/results/seeds-used.jsonl`` before the first run; a base already
-there is refused unless the batch resumes the same results file (``benchmarks/ledger.py``); without
+there is refused unless the batch resumes the same results file (``benchmarks/seed_ledger.py``); without
 ``--seed-base``, a fresh one. Agents run with the CLI's own turn cap and a wall budget (``--max-wall-time``, 60 s),
 with a PATH that leaves out this virtualenv (a model's ``pip install`` must not change the benchmark's interpreter).
 
@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import ledger
+import seed_ledger as ledger
 from report import print_line, print_tables, row_wording
 from tasks import SPLITS, TASKS, in_split, selftest, split_of, wordings_for
 
@@ -443,14 +443,13 @@ def choose_seeds(args: argparse.Namespace) -> tuple[int, list[int]]:
 def agents_path(naive: bool) -> str:
     """Which python3 the agents' shells find: their PATH leaves out this virtualenv (``cli_runner.cli_env`` for
     drivetrain; for the naive loop, whose tools run in this process, this process's own PATH, so only then)."""
-    from cli_runner import path_without_venv
+    from cli_runner import agents_environ
 
-    clean = path_without_venv(os.environ.get("PATH", ""))
+    env = agents_environ(os.environ)
     if naive:
-        os.environ["PATH"] = clean
-        os.environ.pop("VIRTUAL_ENV", None)
-        os.environ["PIP_NO_INDEX"] = "1"  # as cli_env: a model's `pip install x` finds no package, as offline
-    python3 = shutil.which("python3", path=clean)
+        os.environ.clear()
+        os.environ.update(env)
+    python3 = shutil.which("python3", path=env["PATH"])
     if python3 is None:
         return "python3: not on the agents' PATH"
     has_pytest = subprocess.run([python3, "-c", "import pytest"], capture_output=True).returncode == 0

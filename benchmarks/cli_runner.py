@@ -51,6 +51,17 @@ def path_without_venv(path: str) -> str:
     return os.pathsep.join(p for p in path.split(os.pathsep) if p and os.path.realpath(p) not in drop)
 
 
+def agents_environ(environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment an agent's shell gets from ``environ``: the PATH without this virtualenv, no
+    ``VIRTUAL_ENV``, and a pip that finds no package (no index, no find-links, no config file naming either), so a
+    model's ``pip install`` changes nothing and a run that needs a package fails as it would offline."""
+    env = {k: v for k, v in environ.items() if k not in ("VIRTUAL_ENV", "PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL")}
+    env["PATH"] = path_without_venv(environ.get("PATH", os.defpath))
+    env["PIP_NO_INDEX"] = "1"
+    env["PIP_CONFIG_FILE"] = os.devnull  # pip reads no config file: those name local wheels and mirrors
+    return env
+
+
 def cli_command() -> list[str]:
     """How to start this checkout's drivetrain without the PATH: the virtualenv's script, or ``python -m``."""
     exe = Path(sys.executable).parent / "drivetrain"
@@ -60,11 +71,9 @@ def cli_command() -> list[str]:
 def cli_env(model: str, home: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
     env = {
         k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("ANTHROPIC_", "OPENAI_")) and k not in ("DRIVETRAIN_ABLATE", "VIRTUAL_ENV")
+        for k, v in agents_environ(os.environ).items()
+        if not k.startswith(("ANTHROPIC_", "OPENAI_")) and k != "DRIVETRAIN_ABLATE"
     }
-    env["PATH"] = path_without_venv(env.get("PATH", os.defpath))
-    env["PIP_NO_INDEX"] = "1"  # a model's `pip install x` finds no package (a run that needs one fails, as offline)
     env["DRIVETRAIN_LOCAL_MODEL"] = model
     env["DRIVETRAIN_HOME"] = str(home)  # audit logs go with the run; no user settings leak in
     env.update(extra or {})

@@ -13,7 +13,7 @@ from drivetrain.testing import ScriptedServer, reply, respond, tool_call
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import bench_tasks
 import cli_runner
-import ledger
+import seed_ledger as ledger
 from report import mcnemar_p, mcnemar_table, print_tables
 
 # ---------------------------------------------------------------- McNemar's exact test
@@ -138,9 +138,10 @@ def test_the_path_leaves_out_the_virtualenv(monkeypatch, tmp_path):
     assert cli_runner.path_without_venv(path) == os.pathsep.join(["/usr/local/bin", "/usr/bin"])
     monkeypatch.setenv("PATH", path)
     monkeypatch.setenv("VIRTUAL_ENV", str(Path(venv_bin).parent))
+    monkeypatch.setenv("PIP_FIND_LINKS", "/opt/wheels")
     env = cli_runner.cli_env("small", tmp_path)
     assert venv_bin not in env["PATH"].split(os.pathsep) and "VIRTUAL_ENV" not in env
-    assert env["PIP_NO_INDEX"] == "1"
+    assert env["PIP_NO_INDEX"] == "1" and env["PIP_CONFIG_FILE"] == os.devnull and "PIP_FIND_LINKS" not in env
     assert Path(cli_runner.cli_command()[0]).is_absolute()  # drivetrain itself is still found
 
 
