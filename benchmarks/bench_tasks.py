@@ -65,14 +65,11 @@ class Config:
     naive: bool = False
     ablate: tuple[str, ...] = ()
     args: tuple[str, ...] = ()
-    src: str = ""  # another checkout's source tree to run instead (its src/ goes first on PYTHONPATH)
+    src: str = ""  # another checkout to run the code of (cli_runner.cli_command: its src/ first on sys.path)
 
     @property
     def env(self) -> dict[str, str]:
-        env = {"DRIVETRAIN_ABLATE": ",".join(self.ablate)} if self.ablate else {}
-        if self.src:
-            env["PYTHONPATH"] = str(Path(self.src).resolve() / "src")
-        return env
+        return {"DRIVETRAIN_ABLATE": ",".join(self.ablate)} if self.ablate else {}
 
 
 def parse_config(text: str) -> Config:
@@ -278,6 +275,7 @@ class Runner:
             max_turns=self.max_turns,
             timeout_s=self.timeout_s,
             extra_args=self.extra_args(inst, config),
+            src=config.src,
             extra_env={**self.env, **config.env},
             provider_args=self.provider_args,
         )
@@ -489,7 +487,7 @@ def print_plan(runner: Runner, todo: list) -> None:
         t, s, w, c = first
         with tempfile.TemporaryDirectory() as tmp:
             inst = TASKS[t].make(s, Path(tmp), w)
-        argv = [*cli_command(), *cli_args(inst.prompt, runner.max_turns, extra_args=runner.extra_args(inst, c))]
+        argv = [*cli_command(c.src), *cli_args(inst.prompt, runner.max_turns, extra_args=runner.extra_args(inst, c))]
         print(
             "\nthe first drivetrain run starts (in its workspace, the PATH without the virtualenv):\n  "
             + " ".join(shlex.quote(a) for a in argv)

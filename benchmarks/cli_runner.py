@@ -62,8 +62,11 @@ def agents_environ(environ: Mapping[str, str]) -> dict[str, str]:
     return env
 
 
-def cli_command() -> list[str]:
-    """How to start this checkout's drivetrain without the PATH: the virtualenv's script, or ``python -m``."""
+def cli_command(src: str = "") -> list[str]:
+    """How to start drivetrain without the PATH: the virtualenv's script (or ``python -m``), or with ``src``
+    (another checkout), this interpreter on ``run_src.py``, which puts that checkout's ``src/`` first."""
+    if src:
+        return [sys.executable, str(Path(__file__).resolve().parent / "run_src.py"), str(Path(src).resolve() / "src")]
     exe = Path(sys.executable).parent / "drivetrain"
     return [str(exe)] if exe.is_file() else [sys.executable, "-m", "drivetrain"]
 
@@ -140,11 +143,12 @@ def run_cli(
     extra_args: Sequence[str] = (),
     extra_env: Mapping[str, str] | None = None,
     provider_args: Sequence[str] = ("--provider", "local"),
+    src: str = "",
 ) -> CliRun:
     """``drivetrain -p PROMPT --output-format json --verbose …`` in ``ws``; stdout/stderr kept in ``run_dir``.
-    ``max_turns`` None: the CLI's own turn cap."""
+    ``max_turns`` None: the CLI's own turn cap; ``src``: the code of another checkout (``cli_command``)."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    command = cli_command()
+    command = cli_command(src)
     argv = [*command, *cli_args(prompt, max_turns, permission_mode, extra_args, provider_args)]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()

@@ -2,7 +2,6 @@
 work, its config syntax and run order, its results file, and both runners on a scripted model (no weights)."""
 
 import json
-import os
 import subprocess
 import sys
 from dataclasses import replace
@@ -368,18 +367,16 @@ def test_config_syntax():
 
 
 def test_a_config_can_run_the_code_of_another_checkout(tmp_path):
-    (tmp_path / "old" / "src" / "drivetrain").mkdir(parents=True)
-    (tmp_path / "old" / "src" / "drivetrain" / "__init__.py").write_text("WHICH = 'old'\n")
+    import cli_runner
+
+    pkg = tmp_path / "old" / "src" / "drivetrain"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("WHICH = 'old'\n")
+    (pkg / "__main__.py").write_text("import os, sys\nfrom drivetrain import WHICH\nprint(WHICH, sys.argv[1:])\n")
     c = bench_tasks.parse_config(f"before=src:{tmp_path / 'old'}")
-    env = {**os.environ, **c.env}
-    which = subprocess.run(
-        [sys.executable, "-c", "import drivetrain; print(drivetrain.WHICH)"],
-        env=env,
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-    )
-    assert which.stdout.strip() == "old", which.stderr  # before the installed drivetrain
+    assert "PYTHONPATH" not in c.env  # it would reach the agent's shells too
+    which = subprocess.run([*cli_runner.cli_command(c.src), "-p", "hi"], capture_output=True, text=True, cwd=tmp_path)
+    assert which.stdout.strip() == "old ['-p', 'hi']", which.stderr  # before the installed drivetrain
 
 
 def test_runs_interleave_the_configs():
