@@ -26,6 +26,7 @@ from tasks_edits import TASKS as _EDITS
 from tasks_files import TASKS as _FILES
 from tasks_fresh_code import TASKS as _FRESH_CODE
 from tasks_fresh_data import TASKS as _FRESH_DATA
+from tasks_fresh_tests import TASKS as _FRESH_TESTS
 from tasks_questions import TASKS as _QUESTIONS
 from wordings import WORDINGS
 
@@ -58,15 +59,17 @@ _ORDER = [
     "join-data",
     "markdown-table",
     "html-edit",
+    "write-test",
 ]
 TASKS: dict[str, Task] = {
     t.name: replace(t, wordings=WORDINGS[t.name])
     for t in sorted(
-        _FILES + _CODE + _EDITS + _QUESTIONS + _FRESH_CODE + _FRESH_DATA, key=lambda t: _ORDER.index(t.name)
+        _FILES + _CODE + _EDITS + _QUESTIONS + _FRESH_CODE + _FRESH_DATA + _FRESH_TESTS,
+        key=lambda t: _ORDER.index(t.name),
     )
 }
 # kinds written for issue #44 and never tuned on: every wording of theirs is in the split "fresh"
-FRESH = frozenset(t.name for t in _FRESH_CODE + _FRESH_DATA)
+FRESH = frozenset(t.name for t in _FRESH_CODE + _FRESH_DATA + _FRESH_TESTS)
 # kinds whose answer alone is the work (nothing to change): the untouched workspace may pass with the right answer
 ANSWER_ONLY = {"locate", "run-question", "readonly-question"}
 # the answer itself must carry the result (a number, a path, a citation), not only a file

@@ -525,4 +525,27 @@ WORDINGS: dict[str, tuple[W, ...]] = {
             "位置紧跟在 {after} 之后。格式照着现有的菜单项来，页面其他部分别动。",
         ),
     ),
+    "write-test": (
+        W(
+            "en-1",
+            "Write a test script {test} for {func} in {module}.py. It should check every behaviour the docstring of "
+            "{func} describes, pass with python3 {test}, and fail if any of them breaks. Don't change {module}.py.",
+        ),
+        W(
+            "en-2",
+            "Nobody ever wrote tests for {func} ({module}.py) and I'd like to refactor it safely. Could you add "
+            "{test}, a plain script I can run with python3 {test}, that exits with an error as soon as {func} stops "
+            "doing what its docstring says? Edge cases included, please, and leave the module itself alone.",
+        ),
+        W(
+            "zh-1",
+            "给 {module}.py 里的 {func} 写一个测试脚本 {test}：docstring 里说明的每一条行为都要测到，"
+            "用 python3 {test} 运行时要通过，任何一条行为被改坏时要报错。不要修改 {module}.py。",
+        ),
+        W(
+            "zh-2",
+            "{func}（在 {module}.py）一直没有测试，我想放心地重构它。帮我写个 {test}，直接 python3 {test} 就能跑，"
+            "{func} 只要偏离 docstring 的描述（包括边界情况）就要失败。模块本身别改。",
+        ),
+    ),
 }

@@ -701,3 +701,24 @@ def test_html_edit_needs_its_own_item_after_the_given_link(tmp_path):
     path.write_text(joined)
     ok, reason = TASKS["html-edit"].check(ws, "", e)
     assert not ok
+
+
+def test_write_test_needs_tests_that_catch_each_broken_behaviour(tmp_path):
+    funcs = set()
+    for seed in range(1, 12):
+        ws, e, _ = make("write-test", tmp_path / str(seed), seed)
+        funcs.add(e["func"])
+        test = ws / e["test"]
+        first = e["checks"][0]  # one behaviour tested: some broken version still passes
+        test.write_text(f"from {e['module']} import {e['func']}\n\n{first}\n")
+        ok, reason = TASKS["write-test"].check(ws, "", e)
+        assert not ok and "still passes when" in reason, reason
+        test.write_text(f"from {e['module']} import {e['func']}\n\nassert False\n")
+        ok, reason = TASKS["write-test"].check(ws, "", e)
+        assert not ok and "fails on the function as it is" in reason
+    TASKS["write-test"].solve(ws, e)
+    module = ws / f"{e['module']}.py"
+    module.write_text(module.read_text() + "\n")
+    ok, reason = TASKS["write-test"].check(ws, "", e)
+    assert not ok and "was changed" in reason
+    assert funcs == {"shipping_cost", "grade", "parse_size"}
