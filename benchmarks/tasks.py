@@ -2,8 +2,9 @@
 
 ``selftest`` generates every task's workspace for several seeds and demands, for each: the expectations
 survive a JSON round trip (results and ``--save`` keep them), the same seed makes the same workspace,
-the checker FAILS on the untouched workspace with an empty answer, the reference solution makes it
-PASS, and for tasks whose answer must report something, the solved workspace with an empty answer
+the checker FAILS on the untouched workspace with an empty answer, and with the answer the reference
+solution gives (but for kinds whose answer is the whole work), the reference solution makes it PASS,
+and for tasks whose answer must report something, the solved workspace with an empty answer
 fails again. Different seeds must give different workspaces. Every wording of every kind is rendered
 for every seed: it must name what the kind's checker depends on (the output file, the function, the
 value), and be written in the language its id says.
