@@ -718,7 +718,7 @@ def test_profile_selection_by_provider_and_model_name():
 
 def test_cli_profile_flag_and_automatic_choice(tmp_path):
     exe = Path(sys.executable).parent / "drivetrain"
-    for flag, expect_choice in ((["--profile", "small"], True), ([], False)):
+    for flag, expect_choice in ((["--profile", "small", "--attempts", "1"], True), ([], False)):
         with ScriptedServer(
             [reply("Look.\n```bash\necho hi\n```") if flag else reply("hi"), *([reply("DONE: hi")] if flag else [])]
         ) as server:
