@@ -202,7 +202,9 @@ def test_an_attempt_that_fails_the_named_command_cannot_win_though_more_agree(tm
     assert proc.returncode == 0, proc.stderr
     attempts = json.loads(proc.stdout)["attempts"]
     assert attempts["chosen"] == 1, attempts
-    assert [bool(e["hard_fail"]) for e in attempts["each"]] == [False, True, True]
+    # 1 fixed the command, so it settled the task: the others were stopped, or failed the command if they ended first
+    assert not attempts["each"][0]["hard_fail"]
+    assert all(e["stopped"] or "`python3 check.py` fails" in e["hard_fail"] for e in attempts["each"][1:])
     assert (ws / "out.txt").read_text() == "6\n"
 
 
@@ -313,3 +315,57 @@ def test_choose_groups_by_contents_or_outputs_or_values_and_breaks_ties_by_check
         _attempt(3, subtype="error_max_turns", answer="2"),
     ]
     assert choose(c, {}).chosen == 2
+
+
+def library_attempts(server, ws, prompt, **kw):
+    """``Attempts`` from the library, each attempt's agent a plain one on the scripted model."""
+    import asyncio
+
+    from drivetrain import Agent
+    from drivetrain.models.anthropic import AnthropicModel
+    from drivetrain.small.attempts import Attempts, Sampled
+    from drivetrain.tools import builtin_tools
+
+    model = AnthropicModel.from_env(
+        "claude-sonnet-4-6", {"ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_API_KEY": "k"}, backoff=0.01
+    )
+
+    def make(spec):
+        return Agent(model=Sampled(model, spec.seed, spec.temperature), tools=builtin_tools(), cwd=spec.cwd)
+
+    main = Agent(model=model, tools=builtin_tools(), cwd=ws).start(prompt)
+    attempts = Attempts(main, prompt, make, 3, seed=100, wall_s=None, **kw)
+
+    async def go():
+        return [e async for e in attempts]
+
+    return attempts, asyncio.run(go())
+
+
+CHECK_SIX = "import pathlib\nassert pathlib.Path('out.txt').read_text().strip() == '6'\n"
+
+
+def test_one_after_another_a_settled_task_starts_no_further_attempt(tmp_path):
+    """As a local model's attempts run: attempt 1 fixes the named command, so 2 and 3 never start."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "check.py").write_text(CHECK_SIX)
+    with ScriptedServer(scripts(writes(6), writes(6), writes(6)), route=by_temperature) as server:
+        attempts, events = library_attempts(server, ws, "Make `python3 check.py` pass.", together=False)
+        assert len(server.take_remaining()) == 4
+    result = attempts.result
+    assert result.attempts["count"] == 1 and result.attempts["planned"] == 3 and result.attempts["chosen"] == 1
+    assert result.attempts["each"][0]["seed"] == 100
+    assert (ws / "out.txt").read_text() == "6\n" and result.subtype == "success"
+    assert {e.attempt for e in events[:-1]} == {1}
+
+
+def test_attempts_that_fail_a_command_passing_elsewhere_cannot_win_though_they_agree(tmp_path):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "check.py").write_text(CHECK_SIX)
+    with ScriptedServer(scripts(writes(6), writes(5), writes(5)), route=by_temperature) as server:
+        attempts, _ = library_attempts(server, ws, "Make `python3 check.py` pass.", early_stop=False)
+    each = attempts.result.attempts["each"]
+    assert attempts.result.attempts["chosen"] == 1
+    assert [e["hard_fail"] for e in each] == ["", *["`python3 check.py` fails on its copy and passes elsewhere"] * 2]

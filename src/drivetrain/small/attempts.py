@@ -57,6 +57,8 @@ from drivetrain.tools.base import ToolContext
 DEFAULT_ATTEMPTS = 3
 TEMPERATURES = (0.2, 0.5, 0.7, 0.8, 0.9)  # attempt i's, cycling: the first as a single run's, the rest more varied
 RERUN_TIMEOUT_S = 20.0
+MIN_START_S = 10.0  # an attempt starts only with at least this much of the wall budget left
+GRACE_S = 10.0  # past the wall budget, attempts still running are stopped (their own budgets stop them first)
 MAX_RERUNS = 6  # commands run again on each copy
 _CODE_SPAN = re.compile(r"`([^`\n]{2,200})`")
 _VALUE = re.compile(r"-?\d+(?:[.,]\d+)*|`[^`\n]{1,80}`")
@@ -438,6 +440,7 @@ class Attempts:
         wall_s: float | None = None,
         scratch: Path | None = None,
         early_stop: bool = True,
+        together: bool = True,
     ) -> None:
         if k < 1:
             raise ValueError("attempts must be at least 1")
@@ -448,6 +451,7 @@ class Attempts:
         self.seed = seed if seed is not None else secrets.randbelow(2**31)
         self.wall_s = wall_s
         self.early_stop = early_stop
+        self.together = together  # all at once (a model that serves requests in parallel), or one after another
         self._scratch_root = scratch
         self.attempts: list[Attempt] = []
         self.choice: Choice | None = None
@@ -496,45 +500,39 @@ class Attempts:
             base = root / "base"
             await asyncio.to_thread(copy_tree, cwd, base)
             self._base_tree = scan(base)
-            for i in range(1, self.k + 1):
-                copy = root / f"a{i}"
-                await asyncio.to_thread(copy_tree, base, copy)
-                spec = AttemptSpec(
-                    i,
-                    self.seed + i - 1,
-                    TEMPERATURES[(i - 1) % len(TEMPERATURES)],
-                    copy,
-                    _attempt_id(self.session_id, i),
-                )
-                self.attempts.append(Attempt(spec, self.make_agent(spec)))
-            base_agent = self.attempts[0].agent
             named = named_commands(self.prompt, base)[:MAX_RERUNS]
-            for cmd in named:
-                got = await rerun(base_agent, cmd, base, self.session_id)
+            for cmd in named:  # on a pristine copy, as the run's own call: what "fixed" is measured against
+                got = await rerun(self.main.agent, cmd, base, self.session_id)
                 if got is not None:
                     self.base_checks[cmd] = got
-            for a in self.attempts:
-                tasks.append(asyncio.create_task(self._attempt(a, queue, named)))
-            deadline = None if self.wall_s is None else started + self.wall_s + 10.0  # the attempts' own budgets first
-            running = len(tasks)
-            while running:
-                timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+            deadline = None if self.wall_s is None else started + self.wall_s
+            width = self.k if self.together else 1
+            running = 0
+            while True:
+                while running < width and len(self.attempts) < self.k and not self._decided():
+                    if deadline is not None and deadline - time.monotonic() < MIN_START_S:
+                        break  # no time left for another attempt to get anywhere
+                    attempt = await self._new_attempt(len(self.attempts) + 1, root, base)
+                    tasks.append(asyncio.create_task(self._attempt(attempt, queue, named)))
+                    running += 1
+                if not running:
+                    break
+                timeout = None if deadline is None else max(0.0, deadline + GRACE_S - time.monotonic())
                 try:
                     item = await asyncio.wait_for(queue.get(), timeout)
-                except TimeoutError:
+                except TimeoutError:  # the attempts' own budgets end them first; this is the backstop
                     for t in tasks:
                         t.cancel()
                     break
-                if item is None:
-                    running -= 1
-                    if self.early_stop and (won := self._early_winner()) is not None:
-                        for a, t in zip(self.attempts, tasks, strict=True):
-                            if a is not won and not t.done():
-                                a.stopped = True
-                                t.cancel()
-                        break
+                if item is not None:
+                    yield item
                     continue
-                yield item
+                running -= 1
+                if self.early_stop and (won := self._decided()) is not None:
+                    for a, t in zip(self.attempts, tasks, strict=True):
+                        if a is not won and not t.done():
+                            a.stopped = True
+                            t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             while not queue.empty():
                 item = queue.get_nowait()
@@ -569,8 +567,20 @@ class Attempts:
         finally:
             queue.put_nowait(None)
 
-    def _early_winner(self) -> Attempt | None:
+    def _decided(self) -> Attempt | None:
+        """An attempt that passed a strong check: it wins, and no other attempt starts or goes on."""
+        if not self.early_stop:
+            return None
         return next((a for a in self.attempts if strong(a, self.base_checks)), None)
+
+    async def _new_attempt(self, index: int, root: Path, base: Path) -> Attempt:
+        copy = root / f"a{index}"
+        await asyncio.to_thread(copy_tree, base, copy)
+        temperature = TEMPERATURES[(index - 1) % len(TEMPERATURES)]
+        spec = AttemptSpec(index, self.seed + index - 1, temperature, copy, _attempt_id(self.session_id, index))
+        attempt = Attempt(spec, self.make_agent(spec))
+        self.attempts.append(attempt)
+        return attempt
 
     async def _check_all(self, named: list[str], base: Path) -> None:
         """Every finished attempt checked by the same commands; a copy failing one that passes elsewhere fails."""
@@ -619,8 +629,14 @@ class Attempts:
                 "error_during_execution", None, choice.reason, 0, self.session_id, 0, Usage(), None, [], []
             )
             value = self.main.value
+        if len(self.attempts) < self.k and self._decided() is None:
+            choice = replace(
+                choice, reason=f"{choice.reason}; {self.k - len(self.attempts)} more had too little time left to start"
+            )
+            self.choice = choice
         summary: JsonObject = {
-            "count": len(self.attempts),
+            "count": len(self.attempts),  # those started: one after another, a decided run starts no more
+            "planned": self.k,
             "chosen": choice.chosen,
             "reason": choice.reason,
             "groups": [list(g) for g in choice.groups],
