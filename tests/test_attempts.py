@@ -369,3 +369,59 @@ def test_attempts_that_fail_a_command_passing_elsewhere_cannot_win_though_they_a
     each = attempts.result.attempts["each"]
     assert attempts.result.attempts["chosen"] == 1
     assert [e["hard_fail"] for e in each] == ["", *["`python3 check.py` fails on its copy and passes elsewhere"] * 2]
+
+
+def test_an_answer_that_copies_the_harness_words_cannot_win(tmp_path):
+    """A reported defect: a run's answer was the harness's own send-back, word for word, as a success."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    said = "The task asks for out.txt, but it does not exist. Create it with the right content."
+
+    def echo(value):
+        return [
+            respond([tool_call("Write", {"file_path": "out.txt", "content": f"{value}\n"})]),
+            reply("Done?"),
+            reply(said),
+        ]
+
+    from drivetrain.loop.nodes import SendBack
+
+    class Nag:  # a node that sends the model back once, with these words, as the checks do
+        name, at, limit = "nag", "end_turn", 1
+
+        async def run(self, ctx):
+            return SendBack(said)
+
+    import asyncio
+
+    from drivetrain import Agent
+    from drivetrain.models.anthropic import AnthropicModel
+    from drivetrain.small.attempts import Attempts, Sampled
+    from drivetrain.tools import builtin_tools
+
+    with ScriptedServer(scripts(echo(1), writes(2), echo(1)), route=by_temperature) as server:
+        model = AnthropicModel.from_env(
+            "claude-sonnet-4-6", {"ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_API_KEY": "k"}, backoff=0.01
+        )
+
+        def make(spec):
+            agent = Agent(model=Sampled(model, spec.seed, spec.temperature), tools=builtin_tools(), cwd=spec.cwd)
+            if spec.index != 2:
+                agent.nodes.append(Nag())
+            return agent
+
+        main = Agent(model=model, tools=builtin_tools(), cwd=ws).start("Write the total to out.txt.")
+        attempts = Attempts(main, "Write the total to out.txt.", make, 3, wall_s=None)
+
+        async def go():
+            return [e async for e in attempts]
+
+        asyncio.run(go())
+        server.take_remaining()
+    got = attempts.result.attempts
+    assert [e["hard_fail"] for e in got["each"]] == [
+        "its answer copies what the harness said",
+        "",
+        "its answer copies what the harness said",
+    ]
+    assert got["chosen"] == 2 and attempts.result.result != said

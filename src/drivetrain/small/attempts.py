@@ -47,10 +47,11 @@ from drivetrain.loop.draft import Deps
 from drivetrain.loop.events import Event, Finished
 from drivetrain.loop.result import RunResult
 from drivetrain.loop.state import RunState
-from drivetrain.messages import Usage
+from drivetrain.messages import Message, TextBlock, Usage
 from drivetrain.models.base import Model, ModelRequest, ModelResponse
 from drivetrain.pricing import cost_usd
 from drivetrain.sessions.audit import attached
+from drivetrain.small.answer import echoes
 from drivetrain.small.readings import _TEST_RUNNER
 from drivetrain.tools.base import ToolContext
 
@@ -242,6 +243,12 @@ def tests_ran(result: RunResult | None) -> list[str]:
             if use.name == "Bash" and isinstance(command, str) and _TEST_RUNNER.search(command) and command not in out:
                 out.append(command)
     return out
+
+
+def harness_words(history: Sequence[Message]) -> list[str]:
+    """What the harness said during a run: the text of every user turn after the task (send-backs, notes)."""
+    users = [m for m in history if m.role == "user"]
+    return [b.text for m in users[1:] for b in m.content if isinstance(b, TextBlock) and b.text.strip()]
 
 
 def answer_values(answer: str) -> frozenset[str]:
@@ -557,6 +564,8 @@ class Attempts:
                 await queue.put(AttemptEvent(a.spec.index, event))
             a.result = a.run.result
             a.values = answer_values(a.result.result) if a.result.subtype == "success" else frozenset()
+            if a.result.result and any(echoes(a.result.result, said) for said in harness_words(a.result.history)):
+                a.hard_fail = "its answer copies what the harness said"
             for cmd in [*named, *tests_ran(a.result)][:MAX_RERUNS]:
                 if cmd not in a.reruns and (got := await rerun(a.agent, cmd, a.spec.cwd, a.spec.session_id)):
                     a.reruns[cmd] = got
