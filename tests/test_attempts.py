@@ -4,6 +4,7 @@ routed to a script of its own by the temperature it samples at (attempt 1: 0.2, 
 import json
 import re
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -150,9 +151,9 @@ def test_a_command_the_task_names_decides_and_a_fixed_one_stops_the_others(tmp_p
         respond([tool_call("Write", {"file_path": "calc.py", "content": fixed})]),
         reply("Fixed: `python3 check.py` prints ok."),
     ]
-    slow = [respond([tool_call("Write", {"file_path": "calc.py", "content": "x = 1\n"})], delay=8), reply("Done.")]
+    never = threading.Event()  # the other attempts' first answers are held: only stopping them ends the run
+    slow = [respond([tool_call("Write", {"file_path": "calc.py", "content": "x = 1\n"})], hold=never), reply("Done.")]
     with ScriptedServer(scripts(first, slow, slow), route=by_temperature) as server:
-        started = time.monotonic()
         proc = cli(
             server.url,
             "-p",
@@ -167,13 +168,11 @@ def test_a_command_the_task_names_decides_and_a_fixed_one_stops_the_others(tmp_p
             "json",
             cwd=ws,
         )
-        took = time.monotonic() - started
         assert len(server.take_remaining()) == 2  # the stopped attempts never asked for their answers
     assert proc.returncode == 0, proc.stderr
     attempts = json.loads(proc.stdout)["attempts"]
     assert attempts["chosen"] == 1 and "`python3 check.py` passes (it failed before)" in attempts["reason"]
     assert [e["stopped"] for e in attempts["each"]] == [False, True, True]
-    assert took < 8, "the slow attempts were stopped, not waited for"
     assert (ws / "calc.py").read_text() == fixed
     # the check ran again on the copies through the audited Bash tool
     checks = [r for r in log(_own_home, attempts["each"][0]["session_id"]) if r.get("decided_by") == "attempts"]
