@@ -207,17 +207,26 @@ def test_an_attempt_that_fails_the_named_command_cannot_win_though_more_agree(tm
     assert (ws / "out.txt").read_text() == "6\n"
 
 
-def test_no_attempt_that_can_win_leaves_the_workspace_alone_and_says_why(tmp_path):
+def test_when_none_can_win_the_furthest_attempts_work_is_kept_and_its_error_is_the_runs(tmp_path, _own_home):
     ws = tmp_path / "ws"
     ws.mkdir()
-    loop = [respond([tool_call("Write", {"file_path": "out.txt", "content": "x"})])] * 2
-    with ScriptedServer(scripts(loop, loop, loop), route=by_temperature) as server:
+
+    def busy(value, calls):
+        return [respond([tool_call("Write", {"file_path": f"out{i}.txt", "content": value})]) for i in range(calls)]
+
+    with ScriptedServer(scripts(busy("a", 2), busy("b", 2), busy("c", 2)), route=by_temperature) as server:
         proc = run_attempts(server, ws, "--max-turns", "2")
+        server.take_remaining()
     assert proc.returncode == 1
     result = json.loads(proc.stdout)
-    assert result["is_error"] and result["attempts"]["chosen"] is None
-    assert "no attempt can win" in result["attempts"]["reason"] and "error_max_turns" in result["attempts"]["reason"]
-    assert not (ws / "out.txt").exists()
+    attempts = result["attempts"]
+    assert result["subtype"] == "error_max_turns" and attempts["chosen"] is None
+    assert "no attempt can win" in attempts["reason"] and "the changes of attempt 1 are kept" in attempts["reason"]
+    assert "no attempt can win" in result["note"]
+    assert sorted(p.name for p in ws.iterdir()) == ["out0.txt", "out1.txt"] and (ws / "out0.txt").read_text() == "a"
+    # the run's session continues where that attempt stopped
+    history = [r for r in log(_own_home, result["session_id"]) if r["kind"] == "history"]
+    assert history and "out1.txt" in json.dumps(history[-1])
 
 
 def test_one_attempt_is_a_single_run(tmp_path):

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from drivetrain.agent import Agent, Run
+from drivetrain.errors import HarnessError
 from drivetrain.jsontypes import JsonObject
 from drivetrain.loop.draft import Deps
 from drivetrain.loop.events import Event, Finished
@@ -576,6 +577,11 @@ class Attempts:
         finally:
             queue.put_nowait(None)
 
+    def _furthest(self) -> Attempt | None:
+        """When none can win: the attempt that got furthest (most checks passed, most turns), if any ran."""
+        ran = [a for a in self.attempts if a.result is not None]
+        return max(ran, key=lambda a: (a.passed, a.turns, -a.spec.index), default=None)
+
     def _decided(self) -> Attempt | None:
         """An attempt that passed a strong check: it wins, and no other attempt starts or goes on."""
         if not self.early_stop:
@@ -623,21 +629,24 @@ class Attempts:
         assert choice is not None
         usage = sum((a.run.usage for a in self.attempts if a.run is not None), Usage())
         winner = next((a for a in self.attempts if a.spec.index == choice.chosen), None)
-        if winner is not None and winner.result is not None:
-            paths = [cwd / rel for rel in winner.changed]
+        # None can win: the work of the one that got furthest is not thrown away (a single run would have left it),
+        # and its error is the run's
+        kept = winner or self._furthest()
+        if kept is not None and kept.result is not None and kept.run is not None:
             cp = self.main.agent.checkpoints
-            if cp is not None and checkpoint is not None and checkpoint.get("ref"):
-                with contextlib.suppress(Exception):
-                    await asyncio.to_thread(cp.keep, self.session_id, 1, paths)
-            self.applied = await asyncio.to_thread(apply_changes, winner.spec.cwd, cwd, before, winner.changed, base)
-            result = winner.result
-            value: RunState = winner.run.value.evolve(session_id=self.session_id) if winner.run else self.main.value
+            if cp is not None and checkpoint is not None and isinstance(prompt := checkpoint.get("prompt"), int):
+                with contextlib.suppress(HarnessError):  # no checkpoint: rewind cannot undo it, the run goes on
+                    await asyncio.to_thread(cp.keep, self.session_id, prompt, [cwd / rel for rel in kept.changed])
+            self.applied = await asyncio.to_thread(apply_changes, kept.spec.cwd, cwd, before, kept.changed, base)
+            result = kept.result
+            value: RunState = kept.run.value.evolve(session_id=self.session_id)
         else:
-            first = self.attempts[0].result if self.attempts else None
-            result = first or RunResult(
+            result = RunResult(
                 "error_during_execution", None, choice.reason, 0, self.session_id, 0, Usage(), None, [], []
             )
             value = self.main.value
+        if winner is None and kept is not None:
+            choice = replace(choice, reason=f"{choice.reason}; the changes of attempt {kept.spec.index} are kept")
         if len(self.attempts) < self.k and self._decided() is None:
             choice = replace(
                 choice, reason=f"{choice.reason}; {self.k - len(self.attempts)} more had too little time left to start"
@@ -663,7 +672,7 @@ class Attempts:
                 log.save(self.main.value, value)
             log.write("attempts", **summary)
         self.main.value = value
-        note = "; ".join(n for n in (result.note, self.applied.note()) if n)
+        note = "; ".join(n for n in (result.note, "" if winner else choice.reason, self.applied.note()) if n)
         out = replace(
             result,
             session_id=self.session_id,
@@ -671,7 +680,7 @@ class Attempts:
             total_cost_usd=cost_usd(self.main.agent.model.name, usage),
             duration_ms=int((time.monotonic() - started) * 1000),
             note=note,
-            result=result.result if winner is not None else f"{result.result}\n\n({choice.reason})".strip(),
+            result=result.result,
         )
         out.attempts = summary
         if log is not None:
