@@ -269,44 +269,15 @@ class BatchEngine:
 
     def _sample(self, job: Job, idx: int) -> int:
         import llama_cpp as lc
-        import numpy as np
 
         assert job.chain is not None
         token = int(lc.llama_sampler_sample(job.chain, self.ctx, idx))
         if job.grammar is None:
             return token
-        if token in self._control_ids() or not self._allowed(job.grammar, token):
-            dtype = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)], align=True)
-            cands = np.empty(self.n_vocab, dtype=dtype)
-            cands["id"] = np.arange(self.n_vocab)
-            logits = lc.llama_get_logits_ith(self.ctx, idx)
-            cands["logit"], cands["p"] = np.ctypeslib.as_array(logits, shape=(self.n_vocab,)), 0.0
-            cands["logit"][self._control_ids()] = -np.inf
-            cur = lc.llama_token_data_array(cands.ctypes.data_as(lc.llama_token_data_p), self.n_vocab, -1, False)
-            lc.llama_sampler_apply(job.grammar, ctypes.byref(cur))
-            lc.llama_sampler_apply(job.chain, ctypes.byref(cur))
-            token = int(cur.data[cur.selected].id)
-        lc.llama_sampler_accept(job.grammar, token)
-        return token
-
-    def _allowed(self, grammar: lc.llama_sampler_p, token: int) -> bool:
-        import llama_cpp as lc
-
-        one = (lc.llama_token_data * 1)(lc.llama_token_data(token, 0.0, 0.0))
-        lc.llama_sampler_apply(grammar, ctypes.byref(lc.llama_token_data_array(one, 1, -1, False)))
-        return bool(one[0].logit != float("-inf"))
-
-    def _control_ids(self) -> list[int]:
-        """Control tokens other than the end of generation: never sampled under a grammar (see CountingLlama)."""
-        import llama_cpp as lc
-
         if self._controls is None:
-            self._controls = [
-                t
-                for t in range(self.n_vocab)
-                if lc.llama_vocab_is_control(self.vocab, t) and not lc.llama_vocab_is_eog(self.vocab, t)
-            ]
-        return self._controls
+            self._controls = control_tokens(self.vocab, self.n_vocab)
+        logits = lc.llama_get_logits_ith(self.ctx, idx)
+        return constrained(token, job.grammar, job.chain, logits, self.n_vocab, self._controls)
 
     def _end(self, seq: int, job: Job, *, stop: StopReason = "end_turn", exc: BaseException | None = None) -> None:
         import llama_cpp as lc
@@ -375,3 +346,48 @@ def _piece(vocab: lc.llama_vocab_p, token: int) -> bytes:
         buf = ctypes.create_string_buffer(-n)
         n = lc.llama_token_to_piece(vocab, token, buf, len(buf), 0, False)
     return buf.raw[:n]
+
+
+def control_tokens(vocab: lc.llama_vocab_p, n_vocab: int) -> list[int]:
+    """Control tokens other than the end of generation (``<|im_start|>`` …). A grammar matches them by their text,
+    which is never shown, so one could carry a refused call past it: the text "cmd<|im_start|>\n" is not "cmd\n",
+    yet it reads as that. Under a grammar they are never sampled."""
+    import llama_cpp as lc
+
+    return [t for t in range(n_vocab) if lc.llama_vocab_is_control(vocab, t) and not lc.llama_vocab_is_eog(vocab, t)]
+
+
+def constrained(
+    token: int,
+    grammar: lc.llama_sampler_p,
+    chain: lc.llama_sampler_p,
+    logits: ctypes.Array[ctypes.c_float],
+    n_vocab: int,
+    controls: list[int],
+) -> int:
+    """Sampling under a grammar the way llama.cpp's own tools do it: the token the chain drew freely, if the grammar
+    allows it; else one drawn again by the chain from the whole vocabulary, filtered by the grammar first. (Filtering
+    all 151k tokens at every step, as ``Llama.generate`` does, costs ~30 ms a token.) The grammar accepts it."""
+    import llama_cpp as lc
+    import numpy as np
+
+    if token in controls or not _allowed(grammar, token):
+        dtype = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)], align=True)
+        cands = np.empty(n_vocab, dtype=dtype)
+        cands["id"] = np.arange(n_vocab)
+        cands["logit"], cands["p"] = np.ctypeslib.as_array(logits, shape=(n_vocab,)), 0.0
+        cands["logit"][controls] = -np.inf
+        cur = lc.llama_token_data_array(cands.ctypes.data_as(lc.llama_token_data_p), n_vocab, -1, False)
+        lc.llama_sampler_apply(grammar, ctypes.byref(cur))
+        lc.llama_sampler_apply(chain, ctypes.byref(cur))
+        token = int(cur.data[cur.selected].id)  # an int already: ctypes reads the c_int32 field as one
+    lc.llama_sampler_accept(grammar, token)
+    return token
+
+
+def _allowed(grammar: lc.llama_sampler_p, token: int) -> bool:
+    import llama_cpp as lc
+
+    one = (lc.llama_token_data * 1)(lc.llama_token_data(token, 0.0, 0.0))
+    lc.llama_sampler_apply(grammar, ctypes.byref(lc.llama_token_data_array(one, 1, -1, False)))
+    return bool(one[0].logit != float("-inf"))

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 from drivetrain.errors import ConfigError, ModelError
 from drivetrain.messages import Block, Message, StopReason, TextBlock, ToolUseBlock, Usage
 from drivetrain.models.base import ModelRequest, ModelResponse
-from drivetrain.models.batched import BatchEngine, Job, LlamaModelPart, Sampling
+from drivetrain.models.batched import BatchEngine, Job, LlamaModelPart, Sampling, constrained, control_tokens
 from drivetrain.models.toolcall import (
     AnswerStream,
     assistant_text,
@@ -133,9 +133,6 @@ def _llama_class() -> Callable[..., LlamaLike]:
         ) from None
 
     import llama_cpp as lc
-    import numpy as np
-
-    token_data = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)], align=True)
 
     class CountingLlama(Llama):
         """Llama that counts the tokens it evaluates (so KV reuse is measured, not assumed) and
@@ -146,7 +143,7 @@ def _llama_class() -> Callable[..., LlamaLike]:
 
         evaluated = 0
         _grammar_sampler: lc.llama_sampler_p | None = None
-        _control_ids: frozenset[int] | None = None
+        _control_ids: list[int] | None = None
 
         def eval(self, tokens: Sequence[int]) -> None:
             self.evaluated += len(tokens)
@@ -171,38 +168,12 @@ def _llama_class() -> Callable[..., LlamaLike]:
             token: int = super().sample(*args, idx=idx, **kwargs)  # type: ignore[misc]
             if self._grammar_sampler is None:
                 return token
-            if token in self._controls() or not self._allowed(token):
-                n = self._n_vocab
-                cands = np.empty(n, dtype=token_data)
-                cands["id"] = np.arange(n)
-                logits = lc.llama_get_logits_ith(self._ctx.ctx, idx - self.n_tokens if idx is not None else -1)
-                cands["logit"], cands["p"] = np.ctypeslib.as_array(logits, shape=(n,)), 0.0
-                cands["logit"][list(self._controls())] = -np.inf
-                cur = lc.llama_token_data_array(cands.ctypes.data_as(lc.llama_token_data_p), n, -1, False)
-                lc.llama_sampler_apply(self._grammar_sampler, ctypes.byref(cur))
-                # the usual chain, ending in dist (llama_cpp leaves Llama._sampler unannotated: None to mypy)
-                lc.llama_sampler_apply(self._sampler.sampler, ctypes.byref(cur))  # type: ignore[attr-defined]
-                token = int(cur.data[cur.selected].id)  # an int already: ctypes reads the c_int32 field as one
-            lc.llama_sampler_accept(self._grammar_sampler, token)
-            return token
-
-        def _controls(self) -> frozenset[int]:
-            """Control tokens other than the end of generation (``<|im_start|>`` …). The grammar matches them
-            by their text, which is never shown, so one could carry a refused call past the grammar: the
-            text "cmd<|im_start|>\n" is not "cmd\n", yet it reads as that. Under a grammar they are never sampled."""
             if self._control_ids is None:
-                vocab = self._model.vocab
-                self._control_ids = frozenset(
-                    t
-                    for t in range(self._n_vocab)
-                    if lc.llama_vocab_is_control(vocab, t) and not lc.llama_vocab_is_eog(vocab, t)
-                )
-            return self._control_ids
-
-        def _allowed(self, token: int) -> bool:
-            one = (lc.llama_token_data * 1)(lc.llama_token_data(token, 0.0, 0.0))
-            lc.llama_sampler_apply(self._grammar_sampler, ctypes.byref(lc.llama_token_data_array(one, 1, -1, False)))
-            return one[0].logit != float("-inf")
+                self._control_ids = control_tokens(self._model.vocab, self._n_vocab)
+            logits = lc.llama_get_logits_ith(self._ctx.ctx, idx - self.n_tokens if idx is not None else -1)
+            # the usual chain, ending in dist (llama_cpp leaves Llama._sampler unannotated: None to mypy)
+            chain = self._sampler.sampler  # type: ignore[attr-defined]
+            return constrained(token, self._grammar_sampler, chain, logits, self._n_vocab, self._control_ids)
 
     return CountingLlama
 
