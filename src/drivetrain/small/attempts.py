@@ -60,7 +60,6 @@ DEFAULT_ATTEMPTS = 3
 TEMPERATURES = (0.2, 0.5, 0.7, 0.8, 0.9)  # attempt i's, cycling: the first as a single run's, the rest more varied
 RERUN_TIMEOUT_S = 20.0
 MIN_START_S = 10.0  # an attempt starts only with at least this much of the wall budget left
-GRACE_S = 10.0  # past the wall budget, attempts still running are stopped (their own budgets stop them first)
 MAX_RERUNS = 6  # commands run again on each copy
 _CODE_SPAN = re.compile(r"`([^`\n]{2,200})`")
 _VALUE = re.compile(r"-?\d+(?:[.,]\d+)*|`[^`\n]{1,80}`")
@@ -518,25 +517,21 @@ class Attempts:
             running = 0
             while True:
                 while running < width and len(self.attempts) < self.k and not self._decided():
-                    if deadline is not None and deadline - time.monotonic() < MIN_START_S:
+                    if self.attempts and deadline is not None and deadline - time.monotonic() < MIN_START_S:
                         break  # no time left for another attempt to get anywhere
                     attempt = await self._new_attempt(len(self.attempts) + 1, root, base)
                     tasks.append(asyncio.create_task(self._attempt(attempt, queue, named)))
                     running += 1
                 if not running:
                     break
-                timeout = None if deadline is None else max(0.0, deadline + GRACE_S - time.monotonic())
-                try:
-                    item = await asyncio.wait_for(queue.get(), timeout)
-                except TimeoutError:  # the attempts' own budgets end them first; this is the backstop
-                    for t in tasks:
-                        t.cancel()
-                    break
+                # No clock of its own here: each attempt's budget ends it at its next step, as it ends a single run
+                # (a model call under way is not cut short, nor the work it was doing thrown away).
+                item = await queue.get()
                 if item is not None:
                     yield item
                     continue
                 running -= 1
-                if self.early_stop and (won := self._decided()) is not None:
+                if (won := self._decided()) is not None:
                     for a, t in zip(self.attempts, tasks, strict=True):
                         if a is not won and not t.done():
                             a.stopped = True
