@@ -14,8 +14,9 @@ from drivetrain.agent import Agent
 from drivetrain.control.approval import Approver
 from drivetrain.control.hooks import Hooks
 from drivetrain.control.permissions import Policy, load_settings, make_sandbox
-from drivetrain.errors import ConfigError
+from drivetrain.errors import ConfigError, HarnessError
 from drivetrain.host.procs import keep_environment_private
+from drivetrain.jsontypes import JsonObject
 from drivetrain.loop.budget import Budget
 from drivetrain.loop.nodes import Verify
 from drivetrain.mcp.config import ServerSpec, configured, remember_approval, scope_file
@@ -31,6 +32,8 @@ from drivetrain.sessions.store import SessionStore
 from drivetrain.small.profile import select_profile
 from drivetrain.subagents.definitions import load_types
 from drivetrain.subagents.task import TaskTool
+from drivetrain.telemetry.run import Telemetry
+from drivetrain.telemetry.settings import TelemetrySettings, telemetry_env
 from drivetrain.tools import builtin_tools
 
 ApproverFactory = Callable[[Path, Policy], Approver]  # the approver may add rules to the policy
@@ -114,9 +117,20 @@ def build_agent(
         agent.nodes.append(Verify(args.verify))
     if approver_factory is not None:
         agent.approver = approver_factory(cwd, policy)
+    agent.telemetry = _telemetry(cwd, settings.raw)
     if not args.no_checkpoints and _in_git_work_tree(cwd) and shutil.which("git"):
         agent.checkpoints = Checkpoints(cwd)  # `drivetrain rewind` puts the workspace back as before a prompt
     return agent
+
+
+def _telemetry(cwd: Path, files: list[tuple[Path, JsonObject]]) -> Telemetry | None:
+    """What content the runs' telemetry may send (``OTEL_LOG_*``, a settings file's ``"env"`` too); the providers
+    are the global ones ``cli.telemetry.start_telemetry`` installed. None when telemetry is off."""
+    try:
+        settings = TelemetrySettings.from_env(telemetry_env(os.environ, files))
+    except HarnessError:  # start_telemetry said why, and left it off
+        return None
+    return Telemetry(content=settings.content) if settings.enabled else None
 
 
 def audit_log(agent: Agent) -> AuditLog | None:

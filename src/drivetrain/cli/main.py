@@ -20,6 +20,7 @@ from typing import Literal, get_args
 from drivetrain.agent import Run
 from drivetrain.cli import build
 from drivetrain.cli.describe import describe
+from drivetrain.cli.telemetry import start_telemetry, stop_telemetry
 from drivetrain.control.permissions import PermissionMode, Policy
 from drivetrain.errors import HarnessError
 from drivetrain.jsontypes import JsonObject
@@ -145,17 +146,21 @@ def main(argv: list[str] | None = None) -> int:
     if args.fork_session and not (args.resume or args.continue_latest):
         print("drivetrain: --fork-session goes with --resume SESSION_ID or --continue.", file=sys.stderr)
         return 2
-    if not args.print_mode:
-        return _interactive(args)
-    prompt = _read_prompt(args)
-    if not prompt and not (args.resume or args.continue_latest):
+    prompt = _read_prompt(args) if args.print_mode else ""
+    if args.print_mode and not prompt and not (args.resume or args.continue_latest):
         print("drivetrain: -p needs a prompt (as an argument or on stdin).", file=sys.stderr)
         return 2
+    installed = start_telemetry(Path.cwd())  # None unless DRIVETRAIN_ENABLE_TELEMETRY / CLAUDE_CODE_… say so
     try:
-        return asyncio.run(_print_mode(args, prompt))
-    except KeyboardInterrupt:
-        print("drivetrain: interrupted.", file=sys.stderr)
-        return 130
+        if not args.print_mode:
+            return _interactive(args)
+        try:
+            return asyncio.run(_print_mode(args, prompt))
+        except KeyboardInterrupt:
+            print("drivetrain: interrupted.", file=sys.stderr)
+            return 130
+    finally:
+        stop_telemetry(installed)
 
 
 def _read_prompt(args: argparse.Namespace) -> str:

@@ -97,7 +97,7 @@ class RunTelemetry:
         tp = t.tracer_provider or trace.get_tracer_provider()
         mp = t.meter_provider or metrics.get_meter_provider()
         lp = t.logger_provider or _logs.get_logger_provider()
-        if telemetry is None and not any(_configured(p) for p in (tp, mp, lp)):
+        if not any(_configured(p) for p in (tp, mp, lp)):
             return None
         content = t.content if t.content is not None else Content.from_env(os.environ)
         return cls(t, tp, mp, lp, session_id, model, content)
