@@ -261,3 +261,15 @@ def test_content_is_redacted_before_it_leaves(monkeypatch):
     assert "tok-9f8e7d6c5b4a3210" not in names.content_text("the token is tok-9f8e7d6c5b4a3210")
     assert "tok-9f8e7d6c5b4a3210" not in names.content_json({"command": "echo tok-9f8e7d6c5b4a3210"})
     assert names.content_text("x" * 20_000).endswith("…")
+
+
+async def test_otlp_over_grpc_reaches_the_receiver(tmp_path):
+    with OtlpReceiver(grpc=True) as receiver:
+        installed = install(settings_for(receiver, "grpc"))
+        await scripted_run(
+            tmp_path, Telemetry(installed.tracer_provider, installed.meter_provider, installed.logger_provider)
+        )
+        installed.shutdown(timeout_ms=5_000)
+        receiver.wait_for(lambda r: len(r.spans()) >= 7 and r.log_records() and r.metric_points())
+    assert set(receiver.received.content_types) == {"grpc"}
+    assert sorted({s.name.split(" ")[0] for s in receiver.spans()}) == ["chat", "execute_tool", "invoke_agent"]

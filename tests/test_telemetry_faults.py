@@ -1,0 +1,59 @@
+"""Telemetry never slows or fails a run: a collector that refuses connections, or one that takes seconds to
+answer, leaves the run's wall time within 5% of a run without telemetry and its result the same; what could not be
+sent is counted."""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import pytest
+
+from drivetrain import Agent
+from drivetrain.models.anthropic import AnthropicModel
+from drivetrain.telemetry.run import Telemetry
+from drivetrain.telemetry.setup import install
+from drivetrain.testing import ScriptedServer, reply, respond, tool_call
+from drivetrain.testing.otlp import OtlpReceiver
+
+from test_telemetry import MODEL, USAGES, lookup, settings_for  # isort: skip
+
+
+async def timed_runs(tmp_path, telemetry: Telemetry | None, n: int, delay: float) -> tuple[list[float], list]:
+    times, results = [], []
+    for i in range(n):
+        steps = [
+            respond([tool_call("lookup", {"key": "a"}, id="toolu_1")], usage=USAGES[0], delay=delay),
+            respond([tool_call("lookup", {"key": "b"}, id="toolu_2")], usage=USAGES[1], delay=delay),
+            reply("the answer is 42", usage=USAGES[2], delay=delay),
+        ]
+        with ScriptedServer(steps) as server:
+            model = AnthropicModel.from_env(MODEL, {"ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_API_KEY": "k"})
+            agent = Agent(model=model, tools=[lookup], cwd=tmp_path, telemetry=telemetry)
+            started = time.perf_counter()
+            result = await agent.start("go", session_id=f"timed-{i}").finish()
+            times.append(time.perf_counter() - started)
+            results.append((result.subtype, result.result, result.num_turns, result.usage, result.total_cost_usd))
+    return times, results
+
+
+@pytest.mark.parametrize("collector", ["refusing", "slow"])
+async def test_a_collector_that_is_down_or_slow_leaves_the_runs_time_and_result_as_they_are(tmp_path, collector):
+    """Within 5% of the run's wall time without telemetry, the same result, and the lost spans counted."""
+    with OtlpReceiver(refuse=collector == "refusing", delay_s=3.0) as receiver:
+        installed = install(settings_for(receiver, "http/protobuf", OTEL_EXPORTER_OTLP_TIMEOUT="300"))
+        on = Telemetry(installed.tracer_provider, installed.meter_provider, installed.logger_provider)
+        off_times, off_results, on_times, on_results = [], [], [], []
+        for _ in range(3):  # interleaved, so the machine's load falls on both alike
+            t, r = await timed_runs(tmp_path, None, 1, delay=0.2)
+            off_times += t
+            off_results += r
+            t, r = await timed_runs(tmp_path, on, 1, delay=0.2)
+            on_times += t
+            on_results += r
+        installed.shutdown(timeout_ms=1_000)
+    assert on_results == off_results
+    off, on_ = statistics.median(off_times), statistics.median(on_times)
+    print(f"{collector} collector: median run {off * 1000:.1f} ms off, {on_ * 1000:.1f} ms on")
+    assert on_ <= off * 1.05, (off_times, on_times)
+    assert installed.dropped.of("traces") > 0  # the batches that could not go out were counted, not waited for
