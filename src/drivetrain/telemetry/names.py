@@ -70,11 +70,11 @@ def tokens_by_type(usage: Usage) -> dict[str, int]:
     }
 
 
-def request_attributes(model: Model, request: ModelRequest) -> Attributes:
+def request_attributes(model: str, provider: str, request: ModelRequest) -> Attributes:
     attrs: Attributes = {
         "gen_ai.operation.name": "chat",
-        "gen_ai.provider.name": provider_of(model),
-        "gen_ai.request.model": model.name,
+        "gen_ai.provider.name": provider,
+        "gen_ai.request.model": model,
         "gen_ai.request.max_tokens": request.max_tokens,
     }
     if request.temperature is not None:

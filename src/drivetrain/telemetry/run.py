@@ -27,7 +27,7 @@ from drivetrain.loop.draft import Deps
 from drivetrain.loop.events import Behavior, Event, PermissionDecided, ToolFinished
 from drivetrain.loop.result import RunResult
 from drivetrain.models.base import Model, ModelRequest, ModelResponse
-from drivetrain.pricing import cost_usd
+from drivetrain.pricing import cost_usd, window_of
 from drivetrain.telemetry import names as n
 from drivetrain.telemetry.settings import Content
 from drivetrain.tools.base import Tool, ToolContext, ToolResult
@@ -86,9 +86,12 @@ class RunTelemetry:
         self.edit_decisions = meter.create_counter(n.EDIT_DECISIONS, "count", "Permission decisions on edit tools")
         self.active_time = meter.create_counter(n.ACTIVE_TIME, "s", "Time the agent was working")
         self.events = logger_provider.get_logger(INSTRUMENTATION)
+        # a signal nobody set up is not worked for (the API's no-op would take it, after the work of making it)
+        self.metering, self.logging = _configured(meter_provider), _configured(logger_provider)
         self.span: Span | None = None  # the open invoke_agent span
         self.context: Context | None = None  # the context with that span current
         self.calls: dict[str, _Call] = {}
+        self.working = 0.0  # seconds the open invocation's steps took
 
     @classmethod
     def of(cls, telemetry: Telemetry | None, session_id: str, model: str) -> RunTelemetry | None:
@@ -142,11 +145,14 @@ class RunTelemetry:
             self.end("failed", error=e)
             raise
         finally:
-            self.active_time.add(time.monotonic() - started, {**self._common(), "type": "cli"})
+            self.working += time.monotonic() - started  # added up, and counted once an invocation ends
 
     def end(self, ending: Ending, result: RunResult | None = None, error: BaseException | None = None) -> None:
         """The invocation's span ends: the run finished, paused for approval, or failed."""
         span, self.span, self.context = self.span, None, None
+        if self.working:
+            self.active_time.add(self.working, {**self._common(), "type": "cli"})
+            self.working = 0.0
         if span is None:
             return
         span.set_attribute("drivetrain.run.ending", ending)
@@ -183,10 +189,12 @@ class RunTelemetry:
                 call = self.calls.pop(c.id, None)
                 if call is None or not call.ran:
                     self._not_run(c.id, c.name, c.input, call, result.text)
-                elif not result.is_error and c.name in n.EDIT_TOOLS:
+                elif self.metering and not result.is_error and c.name in n.EDIT_TOOLS:
                     added, removed = n.line_changes(c.name, c.input)
                     self.lines.add(added, {**self._common(), "type": "added"})
                     self.lines.add(removed, {**self._common(), "type": "removed"})
+                if not self.logging:
+                    return
                 attrs: n.Attributes = {
                     "tool_name": c.name,
                     "success": not result.is_error,
@@ -233,6 +241,8 @@ class RunTelemetry:
 
     def event(self, name: str, attributes: n.Attributes) -> None:
         """One of Claude Code's events: a log record named ``name``, with its common attributes."""
+        if not self.logging:
+            return
         attrs: n.Attributes = {
             "event.name": name,
             "event.timestamp": datetime.now(UTC).isoformat(timespec="milliseconds"),
@@ -243,12 +253,13 @@ class RunTelemetry:
 
     def responded(self, model: str, response: ModelResponse, duration_ms: float) -> float | None:
         cost = cost_usd(model, response.usage)
-        common = {**self._common(), "model": model}
-        for kind, count in n.tokens_by_type(response.usage).items():
-            if count:
-                self.tokens.add(count, {**common, "type": kind})
-        if cost:
-            self.cost.add(cost, common)
+        if self.metering:
+            common = {**self._common(), "model": model}
+            for kind, count in n.tokens_by_type(response.usage).items():
+                if count:
+                    self.tokens.add(count, {**common, "type": kind})
+            if cost:
+                self.cost.add(cost, common)
         u = response.usage
         self.event(
             n.API_REQUEST,
@@ -270,17 +281,27 @@ class TracedModel:
 
     def __init__(self, inner: Model, telemetry: RunTelemetry):
         self._inner, self.telemetry, self.name = inner, telemetry, inner.name
+        self.provider = n.provider_of(inner)
+        self._window: int | None = None
 
     @property
     def inner(self) -> Model:
         return self._inner
+
+    @property
+    def context_window(self) -> int:
+        """The model's own window (``pricing.window_of`` reads it a few times a turn: found here at once, and
+        looked up beneath once, not through a Protocol check per layer each time)."""
+        if self._window is None:
+            self._window = window_of(self._inner)
+        return self._window
 
     async def respond(self, request: ModelRequest) -> ModelResponse:
         t = self.telemetry
         with t.tracer.start_as_current_span(
             f"chat {self.name}",
             kind=SpanKind.CLIENT,
-            attributes=n.request_attributes(self._inner, request),
+            attributes=n.request_attributes(self.name, self.provider, request),
             record_exception=False,
             set_status_on_exception=False,
         ) as span:
