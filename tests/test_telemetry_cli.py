@@ -117,3 +117,23 @@ def test_a_collector_that_refuses_connections_does_not_hold_the_session(tmp_path
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "Fine."
     assert took < 8, took  # the export's own timeout is 10 s: the session's end waited 0.5 s at most for it
+
+
+def test_applying_a_plan_from_the_cli_exports_the_plan_its_steps_and_their_runs(tmp_path):
+    (tmp_path / "plan.json").write_text(
+        json.dumps({"task": "t", "steps": [{"id": "a", "goal": "Find the answer.", "tools": ["Read"], "max_turns": 2}]})
+    )
+    with OtlpReceiver() as receiver, ScriptedServer([reply("the answer is 42")]) as server:
+        env = {
+            "DRIVETRAIN_ENABLE_TELEMETRY": "1",
+            "OTEL_TRACES_EXPORTER": "otlp",
+            "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+            "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url,
+        }
+        proc = cli(tmp_path, server.url, "apply", "plan.json", "-p", env_extra=env)
+        assert proc.returncode == 0, proc.stderr
+        receiver.wait_for(lambda r: len(r.spans()) >= 4)
+    spans = {s.name: s for s in receiver.spans() if not s.name.startswith("anthropic.")}
+    assert set(spans) == {"plan", "plan_step a", "invoke_agent drivetrain", "chat claude-sonnet-4-6"}
+    assert spans["plan_step a"].parent_id == spans["plan"].span_id
+    assert spans["invoke_agent drivetrain"].parent_id == spans["plan_step a"].span_id

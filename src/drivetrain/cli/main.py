@@ -57,6 +57,7 @@ SUBCOMMANDS = {  # name -> "module:function" in drivetrain.cli, run with the res
     "mcp": "mcp:main",  # the MCP servers drivetrain uses (list, get, add, remove), and `mcp serve`: its tools as one
     "batch": "batch:main",  # many tasks, each a session in a scratch workspace, here or on Ray; and their report
 }
+TRACED = ("plan", "apply", "run", "batch")  # the subcommands that run agents in this process: telemetry as -p has it
 OutputFormat = Literal["text", "json", "stream-json"]
 OUTPUT_FORMATS: tuple[OutputFormat, ...] = get_args(OutputFormat)
 
@@ -141,7 +142,13 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] in SUBCOMMANDS:
         module, _, function = SUBCOMMANDS[argv[0]].partition(":")
         subcommand: Callable[[list[str]], int] = getattr(importlib.import_module(f"drivetrain.cli.{module}"), function)
-        return subcommand(argv[1:])
+        if argv[0] not in TRACED:
+            return subcommand(argv[1:])
+        installed = start_telemetry(Path.cwd())
+        try:
+            return subcommand(argv[1:])
+        finally:
+            stop_telemetry(installed)
     args = build_parser().parse_args(argv)
     if args.fork_session and not (args.resume or args.continue_latest):
         print("drivetrain: --fork-session goes with --resume SESSION_ID or --continue.", file=sys.stderr)
