@@ -97,3 +97,13 @@ def test_a_settings_files_env_gives_the_variables_under_the_environments_own(tmp
     assert over["OTEL_METRICS_EXPORTER"] == "none"  # the environment over every file
     with pytest.raises(ConfigError, match="must be an object"):
         telemetry_env({}, [(tmp_path / "bad.json", {"env": ["OTEL_METRICS_EXPORTER=otlp"]})])
+
+
+def test_the_collectors_headers_are_kept_from_tools_like_any_credential():
+    from drivetrain.host.procs import child_env, withheld
+
+    for name in ("OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_EXPORTER_OTLP_LOGS_HEADERS"):
+        assert withheld(name)
+    assert not withheld("OTEL_EXPORTER_OTLP_ENDPOINT") and not withheld("OTEL_SERVICE_NAME")
+    env = child_env(environ={"OTEL_EXPORTER_OTLP_HEADERS": "Authorization=Bearer%20t0ken", "PATH": "/bin"})
+    assert env == {"PATH": "/bin"}
