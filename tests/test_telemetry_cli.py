@@ -18,7 +18,7 @@ from drivetrain.testing.otlp import OtlpReceiver
 WRITTEN = "one\ntwo\nthree\n"
 
 
-def cli(cwd, server_url: str, *args: str, env_extra: dict[str, str] | None = None, code: str | None = None):
+def cli_env(cwd, server_url: str, env_extra: dict[str, str] | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "OPENAI_", "OTEL_", "CLAUDE_"))}
     env.update(
         {
@@ -31,6 +31,11 @@ def cli(cwd, server_url: str, *args: str, env_extra: dict[str, str] | None = Non
             **(env_extra or {}),
         }
     )
+    return env
+
+
+def cli(cwd, server_url: str, *args: str, env_extra: dict[str, str] | None = None, code: str | None = None):
+    env = cli_env(cwd, server_url, env_extra)
     command = [sys.executable, "-c", code] if code else [sys.executable, "-m", "drivetrain"]
     return subprocess.run(
         [*command, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL

@@ -20,7 +20,7 @@ from typing import Literal, get_args
 from drivetrain.agent import Run
 from drivetrain.cli import build
 from drivetrain.cli.describe import describe
-from drivetrain.cli.telemetry import start_telemetry, stop_telemetry
+from drivetrain.cli.telemetry import active_telemetry, start_telemetry, stop_telemetry
 from drivetrain.control.permissions import PermissionMode, Policy
 from drivetrain.errors import HarnessError
 from drivetrain.jsontypes import JsonObject
@@ -241,6 +241,7 @@ async def _print_run(args: argparse.Namespace, prompt: str, servers: McpServers)
                 }
             )
         sys.stdout.flush()
+        stop_telemetry(active_telemetry())  # the interrupted run's spans too (bounded; a second signal exits at once)
         os._exit(130 if signals[0] == "SIGINT" else 143)
     return 1 if run.result.is_error else 0
 

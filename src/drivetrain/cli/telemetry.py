@@ -19,6 +19,13 @@ if TYPE_CHECKING:
     from drivetrain.telemetry.export import Installed
 
 
+_active: list[Installed] = []  # the session's, for an exit that cannot wait for the ``finally`` that stops it
+
+
+def active_telemetry() -> Installed | None:
+    return _active[-1] if _active else None
+
+
 def telemetry_settings(cwd: Path, environ: Mapping[str, str] | None = None) -> TelemetrySettings:
     """What the variables say; raises ``HarnessError`` (a settings file or a value that cannot be used)."""
     files = load_settings(cwd).raw
@@ -55,13 +62,15 @@ def start_telemetry(cwd: Path, environ: Mapping[str, str] | None = None) -> Inst
         metrics.set_meter_provider(installed.meter_provider)
     if installed.logger_provider is not None:
         _logs.set_logger_provider(installed.logger_provider)
+    _active.append(installed)
     return installed
 
 
 def stop_telemetry(installed: Installed | None) -> None:
     """Send what is left (waiting at most the shutdown timeout), and say what could not be delivered."""
-    if installed is None:
-        return
+    if installed is None or not any(i is installed for i in _active):
+        return  # off, or stopped already
+    _active[:] = [i for i in _active if i is not installed]
     installed.shutdown()
     if lost := {s: installed.dropped.of(s) for s in ("traces", "metrics", "logs") if installed.dropped.of(s)}:
         what = ", ".join(f"{n} {s}" for s, n in lost.items())
