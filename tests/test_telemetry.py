@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 import pytest
 from opentelemetry import trace
+from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -18,9 +20,9 @@ from drivetrain.messages import Usage
 from drivetrain.models.anthropic import AnthropicModel
 from drivetrain.sessions.file import FileStore
 from drivetrain.telemetry.run import Telemetry
-from drivetrain.telemetry.settings import Content, TelemetrySettings
+from drivetrain.telemetry.settings import TelemetryContent, TelemetrySettings
 from drivetrain.telemetry.setup import install
-from drivetrain.testing import ScriptedServer, reply, respond, tool_call
+from drivetrain.testing import ScriptedServer, http_error, reply, respond, tool_call
 from drivetrain.testing.otlp import OtlpReceiver, ReceivedSpan
 
 PROMPT = "find the answer SECRET-PROMPT-WORDS"
@@ -98,11 +100,16 @@ async def scripted_run(tmp_path, telemetry: Telemetry, session_id: str = "sess-o
     return result, store
 
 
-async def exported_run(tmp_path, protocol: str = "http/protobuf", content: Content | None = None, grpc: bool = False):
+async def exported_run(
+    tmp_path, protocol: str = "http/protobuf", content: TelemetryContent | None = None, grpc: bool = False
+):
     with OtlpReceiver(grpc=grpc) as receiver:
         installed = install(settings_for(receiver, protocol))
         telemetry = Telemetry(
-            installed.tracer_provider, installed.meter_provider, installed.logger_provider, content or Content()
+            installed.tracer_provider,
+            installed.meter_provider,
+            installed.logger_provider,
+            content or TelemetryContent(),
         )
         result, store = await scripted_run(tmp_path, telemetry)
         installed.shutdown(timeout_ms=5_000)  # flushes every signal
@@ -177,7 +184,9 @@ async def test_no_prompt_or_tool_content_leaves_unless_opted_in(tmp_path):
 
 async def test_opted_in_content_is_sent_redacted(tmp_path, monkeypatch):
     monkeypatch.setenv("MY_SERVICE_TOKEN", "tok-9f8e7d6c5b4a3210")
-    _, _, receiver = await exported_run(tmp_path, content=Content(prompts=True, tool_details=True, tool_content=True))
+    _, _, receiver = await exported_run(
+        tmp_path, content=TelemetryContent(prompts=True, tool_details=True, tool_content=True)
+    )
     spans = receiver.spans()
     [run] = by_name(spans, "invoke_agent")
     messages = json.loads(str(run.attributes["gen_ai.input.messages"]))
@@ -273,3 +282,21 @@ async def test_otlp_over_grpc_reaches_the_receiver(tmp_path):
         receiver.wait_for(lambda r: len(r.spans()) >= 7 and r.log_records() and r.metric_points())
     assert set(receiver.received.content_types) == {"grpc"}
     assert sorted({s.name.split(" ")[0] for s in receiver.spans()}) == ["chat", "execute_tool", "invoke_agent"]
+
+
+async def test_a_failed_model_request_is_an_error_span_and_an_api_error_event(tmp_path):
+    spans_out, logs_out = InMemorySpanExporter(), InMemoryLogRecordExporter()
+    tracer_provider, logger_provider = TracerProvider(), LoggerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(spans_out))
+    logger_provider.add_log_record_processor(SimpleLogRecordProcessor(logs_out))
+    with ScriptedServer([http_error(400, "invalid_request_error", "prompt is too long")]) as server:
+        model = AnthropicModel.from_env(MODEL, {"ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_API_KEY": "k"})
+        telemetry = Telemetry(tracer_provider, logger_provider=logger_provider)
+        result = await Agent(model=model, cwd=tmp_path, telemetry=telemetry).run("go")
+    assert result.subtype == "error_during_execution"
+    spans = {s.name: s for s in spans_out.get_finished_spans()}
+    chat, run = spans[f"chat {MODEL}"], spans["invoke_agent drivetrain"]
+    assert chat.status.status_code.name == "ERROR" and chat.attributes["error.type"] == "ModelError"
+    assert run.status.status_code.name == "ERROR" and run.attributes["drivetrain.result.subtype"] == result.subtype
+    [error] = [r.log_record for r in logs_out.get_finished_logs() if r.log_record.event_name == "claude_code.api_error"]
+    assert "prompt is too long" in str(error.attributes["error"]) and error.attributes["model"] == MODEL

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from drivetrain.errors import ConfigError
-from drivetrain.telemetry.settings import Content, TelemetrySettings, telemetry_env
+from drivetrain.telemetry.settings import TelemetryContent, TelemetrySettings, telemetry_env
 
 ON = {"CLAUDE_CODE_ENABLE_TELEMETRY": "1"}
 
@@ -65,7 +65,7 @@ def test_headers_resource_intervals_and_content_switches():
     assert s.metrics.headers == {"Authorization": "Bearer abc", "x-team": "core"}
     assert s.service_name == "my-agent" and s.resource["department"] == "eng"
     assert s.metrics.interval_ms == 10_000 and s.logs.interval_ms == 5_000 and s.traces.timeout_s == 2.5
-    assert s.content == Content(prompts=True, tool_details=False, tool_content=True)
+    assert s.content == TelemetryContent(prompts=True, tool_details=False, tool_content=True)
     assert TelemetrySettings.from_env({**ON, "OTEL_TRACES_EXPORTER": "none,otlp"}).traces.exporters == ()
 
 

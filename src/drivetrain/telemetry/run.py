@@ -29,7 +29,7 @@ from drivetrain.loop.result import RunResult
 from drivetrain.models.base import Model, ModelRequest, ModelResponse
 from drivetrain.pricing import cost_usd, window_of
 from drivetrain.telemetry import names as n
-from drivetrain.telemetry.settings import Content
+from drivetrain.telemetry.settings import TelemetryContent
 from drivetrain.tools.base import Tool, ToolContext, ToolResult
 
 INSTRUMENTATION = "drivetrain"
@@ -46,7 +46,7 @@ class Telemetry:
     tracer_provider: trace.TracerProvider | None = None
     meter_provider: metrics.MeterProvider | None = None
     logger_provider: _logs.LoggerProvider | None = None
-    content: Content | None = None
+    content: TelemetryContent | None = None
     attributes: Mapping[str, n.AttributeValue] = field(default_factory=dict)
 
 
@@ -74,7 +74,7 @@ class RunTelemetry:
         logger_provider: _logs.LoggerProvider,
         session_id: str,
         model: str,
-        content: Content,
+        content: TelemetryContent,
     ):
         self.telemetry, self.session_id, self.model, self.content = telemetry, session_id, model, content
         self.tracer = tracer_provider.get_tracer(INSTRUMENTATION)
@@ -102,7 +102,7 @@ class RunTelemetry:
         lp = t.logger_provider or _logs.get_logger_provider()
         if not any(_configured(p) for p in (tp, mp, lp)):
             return None
-        content = t.content if t.content is not None else Content.from_env(os.environ)
+        content = t.content if t.content is not None else TelemetryContent.from_env(os.environ)
         return cls(t, tp, mp, lp, session_id, model, content)
 
     # -- what the run's handle calls

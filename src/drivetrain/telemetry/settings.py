@@ -43,7 +43,7 @@ INSTALL_HINT = "pip install 'drivetrain[otel]'"
 
 
 @dataclass(frozen=True)
-class Content:
+class TelemetryContent:
     """What content leaves with the telemetry, besides names, counts and times: nothing unless opted in."""
 
     prompts: bool = False  # OTEL_LOG_USER_PROMPTS: the user's prompt text
@@ -51,7 +51,7 @@ class Content:
     tool_content: bool = False  # OTEL_LOG_TOOL_CONTENT: a tool call's output
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str]) -> Content:
+    def from_env(cls, env: Mapping[str, str]) -> TelemetryContent:
         return cls(
             truthy(env.get("OTEL_LOG_USER_PROMPTS")),
             truthy(env.get("OTEL_LOG_TOOL_DETAILS")),
@@ -77,7 +77,7 @@ class TelemetrySettings:
     traces: Destination = Destination()
     metrics: Destination = Destination()
     logs: Destination = Destination()
-    content: Content = Content()
+    content: TelemetryContent = TelemetryContent()
     service_name: str = "drivetrain"
     resource: dict[str, str] = field(default_factory=dict)  # OTEL_RESOURCE_ATTRIBUTES
     max_queue_size: int = 2048  # OTEL_BSP_MAX_QUEUE_SIZE / OTEL_BLRP_MAX_QUEUE_SIZE: past it, spans are dropped
@@ -95,7 +95,7 @@ class TelemetrySettings:
     def from_env(cls, env: Mapping[str, str]) -> TelemetrySettings:
         """The settings the variables in ``env`` give. Raises ``ConfigError`` for a value that cannot be used."""
         if not any(truthy(env.get(name)) for name in ENABLE):
-            return cls(content=Content.from_env(env))
+            return cls(content=TelemetryContent.from_env(env))
         resource = parse_pairs(env.get("OTEL_RESOURCE_ATTRIBUTES", ""), "OTEL_RESOURCE_ATTRIBUTES")
         temporality = env.get("OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE", "delta").strip().lower()
         if temporality not in ("delta", "cumulative"):
@@ -107,7 +107,7 @@ class TelemetrySettings:
             traces=_destination(env, "traces"),
             metrics=_destination(env, "metrics"),
             logs=_destination(env, "logs"),
-            content=Content.from_env(env),
+            content=TelemetryContent.from_env(env),
             service_name=env.get("OTEL_SERVICE_NAME") or resource.get("service.name") or "drivetrain",
             resource=resource,
             max_queue_size=_int(env, "OTEL_BSP_MAX_QUEUE_SIZE", 2048),
