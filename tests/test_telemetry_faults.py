@@ -57,3 +57,37 @@ async def test_a_collector_that_is_down_or_slow_leaves_the_runs_time_and_result_
     print(f"{collector} collector: median run {off * 1000:.1f} ms off, {on_ * 1000:.1f} ms on")
     assert on_ <= off * 1.05, (off_times, on_times)
     assert installed.dropped.of("traces") > 0  # the batches that could not go out were counted, not waited for
+
+
+def test_spans_pushed_out_of_a_full_queue_are_counted_and_the_caller_never_waits():
+    """A collector that holds every export: the queue fills, the oldest spans go, each one counted."""
+    import threading
+
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+    from drivetrain.telemetry.export import CountedSpanProcessor, Dropped
+
+    released = threading.Event()
+
+    class Stuck(SpanExporter):
+        def export(self, spans):
+            released.wait(10)
+            return SpanExportResult.FAILURE
+
+    dropped = Dropped()
+    provider = TracerProvider(shutdown_on_exit=False)
+    provider.add_span_processor(CountedSpanProcessor(Stuck(), dropped, max_queue_size=4, interval_ms=10))
+    tracer = provider.get_tracer("t")
+    started = time.perf_counter()
+    for i in range(40):
+        tracer.start_span(f"s{i}").end()
+        time.sleep(0.001)
+    took = time.perf_counter() - started
+    released.set()
+    provider.shutdown()
+    assert took < 1.0  # 40 spans, none of them waiting on the stuck export
+    queue_full = dropped.counts.get(("traces", "queue_full"), 0)
+    failed = dropped.counts.get(("traces", "export_failed"), 0)
+    # every span lost is counted (one arriving just as a batch leaves the queue may be counted as both)
+    assert 40 - 4 - 4 - 4 <= queue_full <= 40 - 4 and queue_full + failed >= 40, dropped.counts

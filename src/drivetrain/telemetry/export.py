@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from opentelemetry.metrics import CallbackOptions, Observation
-from opentelemetry.sdk._logs import LoggerProvider, ReadableLogRecord
+from opentelemetry.sdk._logs import LoggerProvider, ReadableLogRecord, ReadWriteLogRecord
 from opentelemetry.sdk._logs.export import (
     BatchLogRecordProcessor,
     ConsoleLogRecordExporter,
@@ -154,20 +154,42 @@ def _otlp_spans(d: Destination) -> SpanExporter:
     return JsonSpanExporter(d.endpoint, d.headers, d.timeout_s)
 
 
-class CountedSpanExporter(SpanExporter):
-    """An exporter that counts the spans of every batch that did not go out."""
+class Queue:
+    """What a batch processor holds and has not exported: past its size, each new item pushes out the oldest (the
+    SDK drops it silently), and that is counted."""
 
-    def __init__(self, inner: SpanExporter, dropped: Dropped, done: CountedSpanProcessor):
-        self.inner, self.dropped, self.done = inner, dropped, done
+    def __init__(self, signal: Signal, dropped: Dropped, size: int):
+        self.signal, self.dropped, self.size = signal, dropped, size
+        self._held, self._lock = 0, threading.Lock()
+
+    def put(self) -> None:
+        with self._lock:
+            if self._held >= self.size:
+                self.dropped.add(self.signal, "queue_full", 1)
+            else:
+                self._held += 1
+
+    def taken(self, n: int) -> None:
+        """A batch of ``n`` is out of the queue, on its way to the exporter."""
+        with self._lock:
+            self._held = max(0, self._held - n)
+
+    def lost(self, n: int) -> None:
+        self.dropped.add(self.signal, "export_failed", n)
+
+
+class CountedSpanExporter(SpanExporter):
+    def __init__(self, inner: SpanExporter, queue: Queue):
+        self.inner, self.queue = inner, queue
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        self.queue.taken(len(spans))
         try:
             result = self.inner.export(spans)
         except Exception:
             result = SpanExportResult.FAILURE
         if result is not SpanExportResult.SUCCESS:
-            self.dropped.add("traces", "export_failed", len(spans))
-        self.done.handled(len(spans))
+            self.queue.lost(len(spans))
         return result
 
     def shutdown(self) -> None:
@@ -178,28 +200,21 @@ class CountedSpanExporter(SpanExporter):
 
 
 class CountedSpanProcessor(BatchSpanProcessor):
-    """The SDK's batch processor, counting the spans its full queue pushes out (it drops the oldest silently)."""
+    """The SDK's batch processor, counting what its full queue drops and what its exporter could not send."""
 
     def __init__(self, exporter: SpanExporter, dropped: Dropped, max_queue_size: int, interval_ms: int):
-        self._dropped, self._max, self._pending, self._lock = dropped, max_queue_size, 0, threading.Lock()
+        self.queue = Queue("traces", dropped, max_queue_size)
         super().__init__(
-            CountedSpanExporter(exporter, dropped, self),
+            CountedSpanExporter(exporter, self.queue),
             max_queue_size=max_queue_size,
             schedule_delay_millis=interval_ms,
             max_export_batch_size=min(512, max_queue_size),
         )
 
     def on_end(self, span: ReadableSpan) -> None:
-        with self._lock:
-            if self._pending >= self._max:
-                self._dropped.add("traces", "queue_full", 1)
-            else:
-                self._pending += 1
+        if span.context is not None and span.context.trace_flags.sampled:  # what the SDK queues
+            self.queue.put()
         super().on_end(span)
-
-    def handled(self, n: int) -> None:
-        with self._lock:
-            self._pending = max(0, self._pending - n)
 
 
 # ---------------------------------------------------------------- metrics
@@ -297,12 +312,7 @@ def _logger_provider(settings: TelemetrySettings, resource: Resource, dropped: D
     for name in d.exporters:
         exporter = ConsoleLogRecordExporter(out=sys.stderr) if name == "console" else _otlp_logs(d)
         provider.add_log_record_processor(
-            BatchLogRecordProcessor(
-                CountedLogExporter(exporter, dropped),
-                max_queue_size=settings.max_queue_size,
-                schedule_delay_millis=d.interval_ms,
-                max_export_batch_size=min(512, settings.max_queue_size),
-            )
+            CountedLogProcessor(exporter, dropped, settings.max_queue_size, d.interval_ms)
         )
     return provider
 
@@ -322,16 +332,17 @@ def _otlp_logs(d: Destination) -> LogRecordExporter:
 
 
 class CountedLogExporter(LogRecordExporter):
-    def __init__(self, inner: LogRecordExporter, dropped: Dropped):
-        self.inner, self.dropped = inner, dropped
+    def __init__(self, inner: LogRecordExporter, queue: Queue):
+        self.inner, self.queue = inner, queue
 
     def export(self, batch: Sequence[ReadableLogRecord]) -> LogRecordExportResult:
+        self.queue.taken(len(batch))
         try:
             result = self.inner.export(batch)
         except Exception:
             result = LogRecordExportResult.FAILURE
         if result is not LogRecordExportResult.SUCCESS:
-            self.dropped.add("logs", "export_failed", len(batch))
+            self.queue.lost(len(batch))
         return result
 
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
@@ -339,6 +350,21 @@ class CountedLogExporter(LogRecordExporter):
 
     def shutdown(self) -> None:
         self.inner.shutdown()  # type: ignore[no-untyped-call]  # the SDK's base declares no types here
+
+
+class CountedLogProcessor(BatchLogRecordProcessor):
+    def __init__(self, exporter: LogRecordExporter, dropped: Dropped, max_queue_size: int, interval_ms: int):
+        self.queue = Queue("logs", dropped, max_queue_size)
+        super().__init__(
+            CountedLogExporter(exporter, self.queue),
+            max_queue_size=max_queue_size,
+            schedule_delay_millis=interval_ms,
+            max_export_batch_size=min(512, max_queue_size),
+        )
+
+    def on_emit(self, log_record: ReadWriteLogRecord) -> None:
+        self.queue.put()
+        super().on_emit(log_record)
 
 
 def _insecure(d: Destination) -> bool:
