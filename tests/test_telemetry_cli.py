@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import drivetrain
@@ -104,24 +103,6 @@ def test_without_the_sdk_the_variables_say_what_to_install_and_the_run_goes_on(t
     assert proc.returncode == 0, proc.stderr
     assert "pip install 'drivetrain[otel]'" in proc.stderr
     assert proc.stdout.strip() == "Fine."
-
-
-def test_a_collector_that_refuses_connections_does_not_hold_the_session(tmp_path):
-    with OtlpReceiver(refuse=True) as receiver, ScriptedServer([reply("Fine.")]) as server:
-        env = {
-            "CLAUDE_CODE_ENABLE_TELEMETRY": "1",
-            "OTEL_TRACES_EXPORTER": "otlp",
-            "OTEL_LOGS_EXPORTER": "otlp",
-            "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
-            "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url,
-            "DRIVETRAIN_OTEL_SHUTDOWN_TIMEOUT_MS": "500",
-        }
-        started = time.monotonic()
-        proc = cli(tmp_path, server.url, "-p", "hello", env_extra=env)
-        took = time.monotonic() - started
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "Fine."
-    assert took < 8, took  # the export's own timeout is 10 s: the session's end waited 0.5 s at most for it
 
 
 def test_applying_a_plan_from_the_cli_exports_the_plan_its_steps_and_their_runs(tmp_path):
