@@ -216,6 +216,8 @@ async def test_claude_code_metrics_and_events(tmp_path):
     assert all(p.attributes["session.id"] == "sess-otel" for p in points if p.metric.startswith("claude_code"))
 
     events = receiver.log_records()
+    [run] = [s for s in receiver.spans() if s.name.startswith("invoke_agent")]
+    assert {e.trace_id for e in events} == {run.trace_id}  # each event points at the run's trace
     names = [e.event_name for e in events]
     assert names.count("claude_code.api_request") == 3
     assert names.count("claude_code.user_prompt") == 1

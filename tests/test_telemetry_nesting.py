@@ -3,7 +3,7 @@ under its step, and a run paused for approval as two invocations of one session.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -143,3 +143,24 @@ class Decision:
 class AskEverything:
     def decide(self, tool_name, tool_input, ctx):
         return Decision("ask", "every call is asked about")
+
+
+async def test_attempts_of_one_task_are_sibling_runs_marked_by_their_attributes(tmp_path):
+    """The hook the small profile's attempts use: one agent copy per attempt, each with its ``drivetrain.attempt``,
+    under a parent span of the caller's, which marks the chosen one."""
+    provider, exporter = traced()
+    tracer = provider.get_tracer("attempts")
+    with ScriptedServer([reply("first try"), reply("second try")]) as server:
+        base = Agent(model=model_for(server), tools=[note], cwd=tmp_path)
+        with tracer.start_as_current_span("attempts") as parent:
+            results = []
+            for i in (1, 2):
+                attempt = replace(base, telemetry=Telemetry(provider, attributes={"drivetrain.attempt": i}))
+                results.append(await attempt.run("do it"))
+            parent.set_attribute("drivetrain.attempt.chosen", 2)
+    spans = list(exporter.get_finished_spans())
+    runs = [s for s in spans if s.name == "invoke_agent drivetrain"]
+    [top] = [s for s in spans if s.name == "attempts"]
+    assert [r.attributes["drivetrain.attempt"] for r in runs] == [1, 2]
+    assert all(parent_of(r, spans) is top for r in runs) and top.attributes["drivetrain.attempt.chosen"] == 2
+    assert [r.result for r in results] == ["first try", "second try"]

@@ -57,9 +57,10 @@ def _configured(provider: object) -> bool:
 
 @dataclass
 class _Call:
+    """A call's permission decision, until its ``ToolFinished``."""
+
     behavior: Behavior
     by: str
-    reason: str
     ran: bool = False
 
 
@@ -132,20 +133,20 @@ class RunTelemetry:
                 attrs["gen_ai.input.messages"] = n.input_messages(prompt)
             self.span = self.tracer.start_span(f"invoke_agent {n.AGENT}", kind=SpanKind.INTERNAL, attributes=attrs)
             self.context = trace.set_span_in_context(self.span)
-        if prompt is not None:
-            attrs = {"prompt_length": len(prompt)}
-            if self.content.prompts:
-                attrs["prompt"] = n.content_text(prompt)
-            self.event(n.USER_PROMPT, attrs)
         started = time.monotonic()
         try:
             with trace.use_span(self.span, end_on_exit=False, record_exception=False, set_status_on_exception=False):
+                if prompt is not None:  # inside the span, so the event carries the trace's ids
+                    attrs = {"prompt_length": len(prompt)}
+                    if self.content.prompts:
+                        attrs["prompt"] = n.content_text(prompt)
+                    self.event(n.USER_PROMPT, attrs)
                 yield
         except BaseException as e:
+            self.working += time.monotonic() - started
             self.end("failed", error=e)
             raise
-        finally:
-            self.working += time.monotonic() - started  # added up, and counted once an invocation ends
+        self.working += time.monotonic() - started  # added up, and counted once, when the invocation ends
 
     def end(self, ending: Ending, result: RunResult | None = None, error: BaseException | None = None) -> None:
         """The invocation's span ends: the run finished, paused for approval, or failed."""
@@ -176,8 +177,8 @@ class RunTelemetry:
 
     def observe(self, event: Event) -> None:
         match event:
-            case PermissionDecided(call=c, behavior=behavior, by=by, reason=reason):
-                self.calls[c.id] = _Call(behavior, by, reason)
+            case PermissionDecided(call=c, behavior=behavior, by=by):
+                self.calls[c.id] = _Call(behavior, by)
                 if behavior != "defer":
                     decision = "accept" if behavior == "allow" else "reject"
                     self.event(n.TOOL_DECISION, {"tool_name": c.name, "decision": decision, "source": by})
