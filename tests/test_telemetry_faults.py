@@ -53,8 +53,12 @@ async def test_a_collector_that_is_down_or_slow_leaves_the_runs_time_and_result_
             on_results += r
         installed.shutdown(timeout_ms=1_000)
     assert on_results == off_results
-    off, on_ = statistics.median(off_times), statistics.median(on_times)
-    print(f"{collector} collector: median run {off * 1000:.1f} ms off, {on_ * 1000:.1f} ms on")
+    # the fastest of each: the least disturbed by whatever else the machine runs (the suite runs a file per core)
+    off, on_ = min(off_times), min(on_times)
+    print(
+        f"{collector} collector: runs {off * 1000:.1f} ms off, {on_ * 1000:.1f} ms on (medians "
+        f"{statistics.median(off_times) * 1000:.1f}, {statistics.median(on_times) * 1000:.1f})"
+    )
     assert on_ <= off * 1.05, (off_times, on_times)
     assert installed.dropped.of("traces") > 0  # the batches that could not go out were counted, not waited for
 
