@@ -43,7 +43,7 @@ def test_the_end_of_a_session_waits_for_a_dead_collector_no_longer_than_the_shut
         proc = cli(tmp_path, server.url, "-p", "hello", env_extra=env)
         took = time.monotonic() - started
     assert proc.returncode == 0 and proc.stdout.strip() == "Fine.", proc.stderr
-    assert took < 8, took  # the process start (~3 s here), the run, and 0.5 s at most for the last batches
+    assert took < 10, took  # the start (3-4 s here), the run, 0.5 s for the last batches; unbounded: 13 s and more
 
 
 def test_an_interrupted_run_still_sends_its_spans(tmp_path):
