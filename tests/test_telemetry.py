@@ -11,6 +11,8 @@ import pytest
 from opentelemetry import trace
 from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -24,6 +26,7 @@ from drivetrain.telemetry.settings import TelemetryContent, TelemetrySettings
 from drivetrain.telemetry.setup import install
 from drivetrain.testing import ScriptedServer, http_error, reply, respond, tool_call
 from drivetrain.testing.otlp import OtlpReceiver, ReceivedSpan
+from drivetrain.tools import Bash
 
 PROMPT = "find the answer SECRET-PROMPT-WORDS"
 MODEL = "claude-sonnet-4-5"
@@ -302,3 +305,30 @@ async def test_a_failed_model_request_is_an_error_span_and_an_api_error_event(tm
     assert run.status.status_code.name == "ERROR" and run.attributes["drivetrain.result.subtype"] == result.subtype
     [error] = [r.log_record for r in logs_out.get_finished_logs() if r.log_record.event_name == "claude_code.api_error"]
     assert "prompt is too long" in str(error.attributes["error"]) and error.attributes["model"] == MODEL
+
+
+def test_commits_and_pull_requests_are_read_from_the_parsed_command():
+    from drivetrain.telemetry.names import commits_and_pull_requests
+
+    assert commits_and_pull_requests('git add -A && git -C repo commit -m "fix: it" && gh pr create --fill') == (1, 1)
+    assert commits_and_pull_requests("timeout 60 git commit --amend --no-edit; git log -1") == (1, 0)
+    assert commits_and_pull_requests("echo 'git commit' && git status && gh pr list") == (0, 0)
+
+
+async def test_a_commit_made_through_bash_counts_as_claude_codes_does(tmp_path):
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    command = "git init -q && git -c user.name=t -c user.email=t@example.com commit -q --allow-empty -m first"
+    steps = [respond([tool_call("Bash", {"command": command}, id="toolu_g")]), reply("committed")]
+    with ScriptedServer(steps) as server:
+        model = AnthropicModel.from_env(MODEL, {"ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_API_KEY": "k"})
+        agent = Agent(model=model, tools=[Bash()], cwd=tmp_path, telemetry=Telemetry(meter_provider=provider))
+        result = await agent.run("commit")
+    assert result.result == "committed"
+    points = {
+        m.name: sum(p.value for p in m.data.data_points)
+        for rm in reader.get_metrics_data().resource_metrics
+        for sm in rm.scope_metrics
+        for m in sm.metrics
+    }
+    assert points["claude_code.commit.count"] == 1 and "claude_code.pull_request.count" not in points

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
+from drivetrain.control.permissions.commands import analyze_command
 from drivetrain.control.redact import redact
 from drivetrain.jsontypes import JsonObject
 from drivetrain.messages import Usage
@@ -23,6 +24,8 @@ SESSIONS = "claude_code.session.count"
 TOKENS = "claude_code.token.usage"
 COST = "claude_code.cost.usage"
 LINES = "claude_code.lines_of_code.count"
+COMMITS = "claude_code.commit.count"
+PULL_REQUESTS = "claude_code.pull_request.count"
 EDIT_DECISIONS = "claude_code.code_edit_tool.decision"
 ACTIVE_TIME = "claude_code.active_time.total"
 # Claude Code's events (OpenTelemetry log records with an event name)
@@ -127,3 +130,33 @@ def line_changes(tool: str, tool_input: Mapping[str, object]) -> tuple[int, int]
     if tool == "Edit":
         return lines("new_string"), lines("old_string")
     return 0, 0
+
+
+GIT_VALUE_OPTIONS = frozenset({"-C", "-c", "--git-dir", "--work-tree", "--namespace", "--config-env"})
+
+
+def commits_and_pull_requests(command: str) -> tuple[int, int]:
+    """How many ``git commit`` and ``gh pr create`` a shell command runs, read from its parsed words (wrappers
+    such as ``timeout`` looked through), for ``claude_code.commit.count`` and ``claude_code.pull_request.count``."""
+    commits = prs = 0
+    parts, _ = analyze_command(command)
+    for part in parts:
+        words = [w.value or "" for w in part.words]
+        program = words[0].rsplit("/", 1)[-1] if words else ""
+        if program == "git" and _git_subcommand(words) == "commit":
+            commits += 1
+        elif program == "gh" and words[1:3] == ["pr", "create"]:
+            prs += 1
+    return commits, prs
+
+
+def _git_subcommand(words: list[str]) -> str:
+    i = 1
+    while i < len(words):
+        if words[i] in GIT_VALUE_OPTIONS:
+            i += 2
+        elif words[i].startswith("-"):
+            i += 1
+        else:
+            return words[i]
+    return ""

@@ -84,6 +84,8 @@ class RunTelemetry:
         self.tokens = meter.create_counter(n.TOKENS, "tokens", "Tokens used, by type")
         self.cost = meter.create_counter(n.COST, "USD", "Cost of the model requests")
         self.lines = meter.create_counter(n.LINES, "count", "Lines of code added and removed")
+        self.commits = meter.create_counter(n.COMMITS, "count", "Git commits made")
+        self.pull_requests = meter.create_counter(n.PULL_REQUESTS, "count", "Pull requests opened")
         self.edit_decisions = meter.create_counter(n.EDIT_DECISIONS, "count", "Permission decisions on edit tools")
         self.active_time = meter.create_counter(n.ACTIVE_TIME, "s", "Time the agent was working")
         self.events = logger_provider.get_logger(INSTRUMENTATION)
@@ -194,6 +196,8 @@ class RunTelemetry:
                     added, removed = n.line_changes(c.name, c.input)
                     self.lines.add(added, {**self._common(), "type": "added"})
                     self.lines.add(removed, {**self._common(), "type": "removed"})
+                elif self.metering and not result.is_error and c.name == "Bash":
+                    self._shell_work(c.input.get("command"))
                 if not self.logging:
                     return
                 attrs: n.Attributes = {
@@ -208,6 +212,16 @@ class RunTelemetry:
                 if self.content.tool_details:
                     attrs["tool_parameters"] = n.content_json(c.input)
                 self.event(n.TOOL_RESULT, attrs)
+
+    def _shell_work(self, command: object) -> None:
+        """Commits and pull requests a successful Bash call made."""
+        if not isinstance(command, str) or ("git" not in command and "gh" not in command):
+            return
+        commits, prs = n.commits_and_pull_requests(command)
+        if commits:
+            self.commits.add(commits, self._common())
+        if prs:
+            self.pull_requests.add(prs, self._common())
 
     def _not_run(self, call_id: str, name: str, tool_input: JsonObject, call: _Call | None, text: str) -> None:
         """A call that never ran (denied, refused as a repeat, left by the harness): a span of no length."""
