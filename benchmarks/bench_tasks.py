@@ -7,11 +7,18 @@ solved, and says why. Every (task, run) pair gets one seed and one wording, so e
 workspace and the same prompt; runs go task by task with the configs interleaved, so machine load falls
 on all of them alike. Run r of a task takes the next wording of those selected (``--split``, ``--lang``,
 ``--wording``), so ``--runs N`` goes round them; each result line records its wording, language and split.
-Report numbers from ``--split heldout`` (docs/benchmarks.md says why, and when a wording moves to tune).
+Report numbers from ``--split heldout`` and ``--split fresh`` (docs/benchmarks.md says why, and when a wording
+moves to tune).
+
+Every batch takes seeds no measurement used before: ``--seed-base N`` (run r uses workspace seed N*1000 + r, the
+same for every config), recorded in ``benchmarks/results/seeds-used.jsonl`` before the first run; a base already
+there is refused unless the batch resumes the same results file (``benchmarks/seed_ledger.py``); without
+``--seed-base``, a fresh one. Agents run with the CLI's own turn cap and a wall budget (``--max-wall-time``, 60 s),
+with a PATH that leaves out this virtualenv (a model's ``pip install`` must not change the benchmark's interpreter).
 
 Configs (``--config``, repeatable; default ``drivetrain`` and ``naive``):
   drivetrain                 ``drivetrain -p TASK --output-format json --verbose --provider local
-                             --max-turns 12 --permission-mode bypassPermissions`` + the task's arguments
+                             --max-wall-time 60 --permission-mode bypassPermissions`` + the task's arguments
                              (e.g. ``--disallowedTools "Bash(wc:*)"``), a subprocess in the workspace
   naive                      the same GGUF in llama_cpp.Llama (loaded once), plain prompt, regex parsing,
                              drivetrain's own tool classes, no grammar (``benchmarks/naive.py``)
@@ -21,7 +28,8 @@ Configs (``--config``, repeatable; default ``drivetrain`` and ``naive``):
                              commit); or ``NAME=naive``. E.g. ``no-checks=ablate:checks``, ``full=profile:full``
 
     python benchmarks/bench_tasks.py --runs 3 --results runs.jsonl [--resume] [--tasks a,b] [--config …]
-                                     [--split heldout|tune|all] [--lang en|zh|all] [--wording en-2,zh-1]
+                                     [--split heldout|fresh|tune|heldout,fresh|all] [--lang en|zh|all]
+                                     [--wording en-2,zh-1] [--seed-base N] [--max-wall-time S] [--dry-run]
     python benchmarks/bench_tasks.py --report runs.jsonl [more.jsonl …]   # tables only
     python benchmarks/bench_tasks.py --selftest                             # checkers vs reference solutions
 """
@@ -32,71 +40,21 @@ import argparse
 import hashlib
 import json
 import os
+import shlex
 import shutil
+import subprocess
 import sys
 import tempfile
-import time
-from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import seed_ledger as ledger
 from report import print_line, print_tables, row_wording
-from tasks import TASKS, selftest, split_of, wordings_for
+from task_runner import NAIVE_MAX_TURNS, Config, Runner, parse_config
+from tasks import SPLITS, TASKS, in_split, selftest, split_of, wordings_for
 
-MAX_TURNS = 12
-RUN_TIMEOUT_S = 900
-
-
-@dataclass(frozen=True)
-class Config:
-    name: str
-    spec: str  # as given, kept in the results so a resumed batch only reuses runs of the same config
-    naive: bool = False
-    ablate: tuple[str, ...] = ()
-    args: tuple[str, ...] = ()
-    src: str = ""  # another checkout's source tree to run instead (its src/ goes first on PYTHONPATH)
-
-    @property
-    def env(self) -> dict[str, str]:
-        env = {"DRIVETRAIN_ABLATE": ",".join(self.ablate)} if self.ablate else {}
-        if self.src:
-            env["PYTHONPATH"] = str(Path(self.src).resolve() / "src")
-        return env
-
-
-def parse_config(text: str) -> Config:
-    name, _, spec = text.partition("=")
-    if not spec:
-        if name in ("drivetrain", "naive"):
-            return Config(name, name, naive=name == "naive")
-        raise ValueError(f"config {text!r}: give NAME=SPEC, e.g. no-checks=ablate:checks (or drivetrain, naive)")
-    if not name:
-        raise ValueError(f"config {text!r} has no name")
-    ablate: list[str] = []
-    args: list[str] = []
-    src = ""
-    naive = False
-    for item in spec.split("+"):
-        key, _, value = item.partition(":")
-        if key == "ablate" and value:
-            ablate += [v.strip() for v in value.split(",") if v.strip()]
-        elif key == "profile" and value:
-            args += ["--profile", value]
-        elif key == "arg" and value:
-            args.append(value)
-        elif key == "src" and value:
-            if not (Path(value) / "src" / "drivetrain").is_dir():
-                raise ValueError(f"config {text!r}: {value} has no src/drivetrain")
-            src = value
-        elif item in ("naive", "drivetrain"):
-            naive = item == "naive"
-        else:
-            raise ValueError(
-                f"config {text!r}: unknown item {item!r} (ablate:a,b  profile:P  arg:--flag  src:DIR  naive)"
-            )
-    if naive and (ablate or args or src):
-        raise ValueError(f"config {text!r}: the naive loop takes no ablations or drivetrain arguments")
-    return Config(name, spec, naive, tuple(ablate), tuple(args), src)
+MAX_WALL_S = 60.0  # the small profile's wall budget (issue #44): the CLI's --max-wall-time
+__all__ = ["NAIVE_MAX_TURNS", "Config", "Runner", "main", "parse_config", "plan"]
 
 
 def pick_wording(task: str, run: int, seed: int, allowed: list[str]) -> str:
@@ -132,7 +90,15 @@ def run_key(model: str, task: str, run: int, seed: int, wording: str, config_nam
 
 def selected(row: dict, split: str = "all", lang: str = "all", ids: tuple[str, ...] = ()) -> bool:
     wording, language, part = row_wording(row)
-    return split in ("all", part) and lang in ("all", language) and (not ids or wording in ids)
+    return in_split(split, part) and lang in ("all", language) and (not ids or wording in ids)
+
+
+def split_arg(text: str) -> str:
+    """``all``, or one or more of the splits joined by commas (``heldout,fresh``)."""
+    parts = [t.strip() for t in text.split(",") if t.strip()]
+    if text == "all" or (parts and all(p in SPLITS for p in parts)):
+        return "all" if text == "all" else ",".join(parts)
+    raise argparse.ArgumentTypeError(f"{text!r}: give all, or of {', '.join(SPLITS)} one or more joined by commas")
 
 
 def load_results(paths: list[Path]) -> list[dict]:
@@ -148,139 +114,6 @@ def load_results(paths: list[Path]) -> list[dict]:
     return rows
 
 
-class Runner:
-    """Runs one (task, seed, config) and returns the result record. The naive loop's model loads on first use."""
-
-    def __init__(
-        self,
-        model: str,
-        save: Path,
-        max_turns: int,
-        timeout_s: float,
-        provider_args: tuple[str, ...] = ("--provider", "local"),
-        env: dict[str, str] | None = None,
-    ) -> None:
-        self.model, self.save, self.max_turns, self.timeout_s = model, save, max_turns, timeout_s
-        self.provider_args, self.env = provider_args, env or {}  # another provider: for tests
-        self._naive = None  # (llm, sampling, max_tokens)
-
-    def run(self, task_name: str, run: int, seed: int, config: Config, wording: str | None = None) -> dict:
-        from cli_runner import code_state
-
-        task = TASKS[task_name]
-        wording = task.wording(wording).id
-        run_dir = self.save / task_name / f"run{run}-seed{seed}-{wording}" / config.name
-        # The workspace path is in drivetrain's system prompt and in every pwd: it must not name the task or
-        # the config ("linecount-nowc/drivetrain/ws" would be a hint), so it is a neutral hash, linked from the logs.
-        ws = (
-            self.save
-            / "work"
-            / hashlib.sha1(f"{task_name}/{run}/{seed}/{wording}/{config.name}".encode()).hexdigest()[:10]
-        )
-        for old in (run_dir, ws):
-            if old.exists():
-                shutil.rmtree(old)  # a run cut short earlier: start it afresh
-        inst = task.make(seed, ws, wording)
-        run_dir.mkdir(parents=True)
-        (run_dir / "ws").symlink_to(ws)
-        expect = json.loads(json.dumps(inst.expect))
-        (run_dir / "instance.json").write_text(
-            json.dumps(
-                {
-                    "prompt": inst.prompt,
-                    "wording": inst.wording,
-                    "deny": inst.deny,
-                    "cli_args": inst.cli_args,
-                    "expect": expect,
-                },
-                indent=1,
-                ensure_ascii=False,
-            )
-        )
-        load_avg = os.getloadavg()[0]
-        started = time.perf_counter()
-        try:
-            if config.naive:
-                answer, subtype, turns, wall, cpu, trajectory = self._run_naive(inst, ws, run_dir, seed)
-            else:
-                answer, subtype, turns, wall, cpu, trajectory = self._run_cli(inst, ws, run_dir, config)
-        except Exception as e:  # one broken run must not end a long batch; it is recorded, and says why
-            answer, turns, cpu, trajectory = "", None, 0.0, ""
-            subtype, wall = f"bench error ({type(e).__name__}: {str(e)[:160]})", time.perf_counter() - started
-        solved, reason = task.check(ws, answer, expect)
-        if not solved and subtype not in ("success", ""):
-            reason = f"{subtype}: {reason}"
-        return {
-            "task": task_name,
-            "config": config.name,
-            "spec": config.spec,
-            "model": self.model,
-            "run": run,
-            "seed": seed,
-            "wording": inst.wording,
-            "lang": inst.lang,
-            "split": split_of(task_name, inst.wording),
-            "prompt": inst.prompt,
-            "solved": solved,
-            "reason": reason,
-            "turns": turns,
-            "wall_s": round(wall, 2),
-            "cpu_s": round(cpu, 2),
-            "subtype": subtype,
-            "trajectory": trajectory,
-            "answer": answer[:600],
-            "load_avg": round(load_avg, 2),
-            "code": code_state(*([Path(config.src)] if config.src else []))[1],
-            "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
-            "workspace": str(ws),
-        }
-
-    def _run_cli(self, inst, ws: Path, run_dir: Path, config: Config):
-        from cli_runner import run_cli
-
-        deny = ["--disallowedTools", *inst.deny] if inst.deny else []
-        r = run_cli(
-            inst.prompt,
-            ws,
-            run_dir,
-            model=self.model,
-            max_turns=self.max_turns,
-            timeout_s=self.timeout_s,
-            extra_args=[*deny, *inst.cli_args, *config.args],
-            extra_env={**self.env, **config.env},
-            provider_args=self.provider_args,
-        )
-        subtype = r.subtype
-        if subtype.startswith("no result"):  # say why: the CLI's last words
-            last = [ln for ln in r.stderr.strip().splitlines() if ln.strip()][-1:] or [""]
-            subtype += f" {last[0][:160]}"
-        return r.answer, subtype, r.num_turns, r.wall_s, r.cpu_s, r.trajectory
-
-    def _run_naive(self, inst, ws: Path, run_dir: Path, seed: int):
-        from naive import deny_policy, load_llama, run_naive, sampling_of
-
-        if self._naive is None:
-            llm, probe, load_s = load_llama(self.model)
-            print(
-                f"(naive loop: {probe.name} loaded in {load_s:.1f} s, once; not counted in its wall times)", flush=True
-            )
-            self._naive = (llm, sampling_of(probe), probe.max_output_tokens)
-        llm, sampling, max_tokens = self._naive
-        r = run_naive(
-            llm,
-            inst.prompt,
-            ws,
-            sampling=sampling,
-            seed=seed * 100,
-            max_turns=self.max_turns,
-            max_tokens=max_tokens,
-            policy=deny_policy(inst.deny, ws, run_dir / "home"),
-            timeout_s=self.timeout_s,
-        )
-        (run_dir / "transcript.json").write_text(json.dumps(r.messages, indent=1, ensure_ascii=False))
-        return r.answer, r.subtype, r.turns, r.wall_s, r.cpu_s, r.trajectory
-
-
 def run_selftest(seeds: int) -> int:
     problems = selftest(seeds=range(1, seeds + 1))
     for name, found in problems.items():
@@ -292,7 +125,7 @@ def run_selftest(seeds: int) -> int:
     count = {
         (lang, part): sum(w_lang == lang and split_of(n, w) == part for n, w, w_lang in pairs)
         for lang in ("en", "zh")
-        for part in ("tune", "heldout")
+        for part in ("tune", "heldout", "fresh")
     }
     print(
         f"wordings: {len(pairs)} (kind, wording) pairs, every one rendered at every seed; "
@@ -302,7 +135,7 @@ def run_selftest(seeds: int) -> int:
     return 1 if bad else 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--runs", type=int, default=1, help="runs per task per config")
     p.add_argument("--tasks", default=None, help=f"comma-separated, of: {', '.join(TASKS)}")
@@ -316,20 +149,43 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--model", choices=["default", "small"], default="default", help="default: the bundled 1.5B; small: the 0.5B"
     )
-    p.add_argument("--seed", type=int, default=1, help="run r of every task uses workspace seed seed*1000 + r")
-    p.add_argument("--max-turns", type=int, default=MAX_TURNS)
-    p.add_argument("--timeout", type=float, default=RUN_TIMEOUT_S, help="seconds per run")
+    p.add_argument(
+        "--seed-base",
+        "--seed",
+        dest="seed",
+        type=int,
+        default=None,
+        metavar="N",
+        help="run r of every task uses workspace seed N*1000 + r; refused if the ledger has it (but for --resume of "
+        "the same results file); default: a fresh base",
+    )
+    p.add_argument("--ledger", type=Path, default=ledger.LEDGER, help="the seeds used so far (default: %(default)s)")
+    p.add_argument(
+        "--max-turns", type=int, default=None, help="a turn cap to force (default: none given, the CLI's own)"
+    )
+    p.add_argument(
+        "--max-wall-time",
+        type=float,
+        default=MAX_WALL_S,
+        metavar="SECONDS",
+        help="the wall budget of a run, both loops (drivetrain: its --max-wall-time; default %(default)g)",
+    )
+    p.add_argument(
+        "--timeout", type=float, default=None, help="kill a run after this long (default: twice the budget + 60 s)"
+    )
     p.add_argument("--save", type=Path, default=None, help="where to keep workspaces and logs (default: a temp dir)")
     p.add_argument("--results", type=Path, default=None, help="append one JSON line per finished run")
     p.add_argument("--resume", action="store_true", help="skip runs already in --results")
     p.add_argument(
         "--split",
-        choices=["heldout", "tune", "all"],
+        type=split_arg,
         default="all",
-        help="which wordings: heldout (report these), tune (tune on these), or all",
+        help="which wordings: heldout (report these), fresh (the kinds never tuned on), tune (tune on these), "
+        "several joined by commas (heldout,fresh), or all",
     )
     p.add_argument("--lang", choices=["en", "zh", "all"], default="all", help="wordings in this language only")
     p.add_argument("--wording", default=None, metavar="ID[,ID…]", help="only these wording ids, e.g. en-1 or zh-1,zh-2")
+    p.add_argument("--dry-run", action="store_true", help="print the plan and the first command; run nothing")
     p.add_argument(
         "--report",
         type=Path,
@@ -340,8 +196,71 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--selftest", action="store_true", help="check every checker against its reference solution")
     p.add_argument("--selftest-seeds", type=int, default=6)
-    args = p.parse_args(argv)
+    return p
 
+
+def validate(args: argparse.Namespace, ids: tuple[str, ...]) -> tuple[list[Config], list[str]]:
+    """(configs, task names) from the arguments; ValueError says what is wrong."""
+    configs = [parse_config(c) for c in (args.config or ["drivetrain", "naive"])]
+    names = [n.strip() for n in args.tasks.split(",")] if args.tasks else list(TASKS)
+    unknown = [n for n in names if n not in TASKS]
+    if unknown:
+        raise ValueError(f"unknown tasks {unknown}; the tasks are {', '.join(TASKS)}")
+    if len({c.name for c in configs}) < len(configs):
+        raise ValueError("two configs have the same name")
+    if args.resume and not args.results:
+        raise ValueError("--resume needs --results")
+    if not 1 <= args.runs < ledger.RUNS_PER_BASE:
+        raise ValueError(f"--runs must be from 1 to {ledger.RUNS_PER_BASE - 1}")
+    known = {w.id for n in names for w in TASKS[n].wordings}
+    if set(ids) - known:
+        raise ValueError(f"unknown wordings {sorted(set(ids) - known)}; the wordings are {', '.join(sorted(known))}")
+    return configs, names
+
+
+def choose_seeds(args: argparse.Namespace) -> tuple[int, list[int]]:
+    """(base, seeds) for this batch: the one given, the one its results file was begun with (a resume), or a
+    fresh one; ValueError if the ledger says a seed was used by another measurement."""
+    entries = ledger.load(args.ledger)
+    base = args.seed
+    if base is None and args.resume:
+        base = ledger.base_of(entries, args.results)
+        seeds_run = [r["seed"] for r in load_results([args.results]) if isinstance(r.get("seed"), int)]
+        if base is None and seeds_run:  # a results file begun before the ledger: its own seeds
+            base = seeds_run[0] // ledger.RUNS_PER_BASE
+    if base is None:
+        base = ledger.fresh_base(entries)
+    seeds = ledger.seeds_of(base, args.runs)
+    problems = ledger.conflicts(entries, seeds, args.results, args.resume)
+    if problems:
+        raise ValueError(
+            f"seed base {base} was used before ({args.ledger}): "
+            + "; ".join(problems)
+            + ". A choice between configurations takes seeds never used; leave out --seed-base for a fresh one"
+            + (", or --resume the same results file" if args.results else "")
+        )
+    return base, seeds
+
+
+def agents_path(naive: bool) -> str:
+    """Which python3 the agents' shells find: their PATH leaves out this virtualenv (``cli_runner.cli_env`` for
+    drivetrain; for the naive loop, whose tools run in this process, this process's own PATH, so only then)."""
+    from cli_runner import agents_environ
+
+    env = agents_environ(os.environ)
+    if naive:
+        os.environ.clear()
+        os.environ.update(env)
+    python3 = shutil.which("python3", path=env["PATH"])
+    if python3 is None:
+        return "python3: not on the agents' PATH"
+    has_pytest = subprocess.run([python3, "-c", "import pytest"], capture_output=True).returncode == 0
+    return f"python3: {python3}" + ("" if has_pytest else " (no pytest: pytest-fix cannot run its tests)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = parser()
+    args = p.parse_args(argv)
     if args.selftest:
         return run_selftest(args.selftest_seeds)
     ids = tuple(w.strip() for w in args.wording.split(",") if w.strip()) if args.wording else ()
@@ -353,27 +272,35 @@ def main(argv: list[str] | None = None) -> int:
         print_tables(rows)
         return 0
     try:
-        configs = [parse_config(c) for c in (args.config or ["drivetrain", "naive"])]
-        names = [n.strip() for n in args.tasks.split(",")] if args.tasks else list(TASKS)
-        unknown = [n for n in names if n not in TASKS]
-        if unknown:
-            raise ValueError(f"unknown tasks {unknown}; the tasks are {', '.join(TASKS)}")
-        if len({c.name for c in configs}) < len(configs):
-            raise ValueError("two configs have the same name")
-        if args.resume and not args.results:
-            raise ValueError("--resume needs --results")
-        known = {w.id for n in names for w in TASKS[n].wordings}
-        if set(ids) - known:
-            raise ValueError(
-                f"unknown wordings {sorted(set(ids) - known)}; the wordings are {', '.join(sorted(known))}"
-            )
+        configs, names = validate(args, ids)
+        base, seeds = choose_seeds(args)
     except ValueError as e:
         p.error(str(e))
+    planned = plan(names, configs, args.runs, base, args.split, args.lang, ids)
+    return run_batch(args, configs, names, ids, base, seeds, planned)
 
+
+def print_plan(runner: Runner, todo: list) -> None:
+    """The runs in order, and the first drivetrain run's command line as it would start (workspace made aside)."""
+    from cli_runner import cli_args, cli_command
+
+    for t, r, s, w, c in todo:
+        print(f"  {t:<17} run {r:<3} seed {s}  {w:<5} {c.name}")
+    first = next(((t, s, w, c) for t, _, s, w, c in todo if not c.naive), None)
+    if first:
+        t, s, w, c = first
+        with tempfile.TemporaryDirectory() as tmp:
+            inst = TASKS[t].make(s, Path(tmp), w)
+        argv = [*cli_command(c.src), *cli_args(inst.prompt, runner.max_turns, extra_args=runner.extra_args(inst, c))]
+        print(
+            "\nthe first drivetrain run starts (in its workspace, the PATH without the virtualenv):\n  "
+            + " ".join(shlex.quote(a) for a in argv)
+        )
+
+
+def run_batch(args, configs, names, ids, base, seeds, planned) -> int:
     from cli_runner import code_state
 
-    save = args.save or Path(tempfile.mkdtemp(prefix="bench-tasks-"))
-    save.mkdir(parents=True, exist_ok=True)
     done = (
         {
             run_key(
@@ -390,17 +317,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.resume
         else set()
     )
-    planned = plan(names, configs, args.runs, args.seed, args.split, args.lang, ids)
     todo = [(t, r, s, w, c) for t, r, s, w, c in planned if run_key(args.model, t, r, s, w, c.name, c.spec) not in done]
     left_out = [n for n in names if not any(t == n for t, *_ in planned)]
-    # the tools a task names (python3, pytest) are the ones its checker runs: this interpreter's, in both loops
-    here = str(Path(sys.executable).parent)
-    if os.environ.get("PATH", "").split(os.pathsep)[0] != here:
-        os.environ["PATH"] = here + os.pathsep + os.environ.get("PATH", "")
-    # ...so a model's `pip install x` would change the interpreter every later run (and the checker) uses:
-    # the runs' pip finds no package (a run that needs one fails as it would offline)
-    os.environ["PIP_NO_INDEX"] = "1"
+    python3 = agents_path(naive=any(c.naive for *_, c in todo) and not args.dry_run)
     head, digest = code_state()
+    timeout = args.timeout or 2 * args.max_wall_time + 60
+    save = args.save or (Path("(a temporary folder)") if args.dry_run else Path(tempfile.mkdtemp(prefix="bench-")))
+    runner = Runner(args.model, save, args.max_turns, timeout, max_wall_s=args.max_wall_time)
     print(
         f"tasks: {', '.join(names)}"
         + (f"\n(no wording in the selection: {', '.join(left_out)})" if left_out else "")
@@ -408,12 +331,21 @@ def main(argv: list[str] | None = None) -> int:
         + (f", ids {', '.join(ids)}" if ids else "")
         + f"\nconfigs: {', '.join(f'{c.name} ({c.spec})' for c in configs)}\n"
         + "".join(f"code of {c.name}: {' ('.join(code_state(Path(c.src)))})\n" for c in configs if c.src)
-        + f"model: {args.model}   runs: {args.runs}   max turns: {args.max_turns}   code: {head} ({digest})\n"
+        + f"model: {args.model}   runs: {args.runs}   seed base: {base} (seeds {seeds[0]}..{seeds[-1]})\n"
+        f"turn cap: {args.max_turns or 'the CLI default'}   wall budget: {args.max_wall_time:g} s (killed at "
+        f"{timeout:g} s)   agents' {python3}\ncode: {head} ({digest})\n"
         f"to run: {len(todo)} (skipped, already in {args.results}: {len(planned) - len(todo)})"
         f"   workspaces and logs: {save}\n",
         flush=True,
     )
-    runner = Runner(args.model, save, args.max_turns, args.timeout)
+    if args.dry_run:
+        print_plan(runner, todo)
+        return 0
+    fresh = ledger.new_seeds(ledger.load(args.ledger), seeds, args.results)
+    if fresh:  # before the first run: a batch cut short has used its seeds all the same
+        what = {"tasks": names, "configs": [c.spec for c in configs], "split": args.split, "lang": args.lang}
+        ledger.record(fresh, args.results, {**what, "model": args.model, "code": head}, args.ledger)
+    save.mkdir(parents=True, exist_ok=True)
     rows = []
     for task, run, seed, wording, config in todo:
         row = runner.run(task, run, seed, config, wording)

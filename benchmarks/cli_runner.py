@@ -38,9 +38,44 @@ def code_state(root: Path = ROOT) -> tuple[str, str]:
     return head + (" + uncommitted changes in src/" if dirty else ""), digest.hexdigest()[:12]
 
 
+def venv_bins() -> set[str]:
+    """The bin folders of the virtualenv this benchmark runs in (resolved), if it runs in one."""
+    bins = {Path(sys.executable).parent, Path(sys.prefix) / "bin"} if sys.prefix != sys.base_prefix else set()
+    return {os.path.realpath(b) for b in bins}
+
+
+def path_without_venv(path: str) -> str:
+    """``path`` less this virtualenv's bin folder: a model's ``pip install`` landed in it once. The agents' python3
+    is the system's; drivetrain itself is started by absolute path (``cli_command``)."""
+    drop = venv_bins()
+    return os.pathsep.join(p for p in path.split(os.pathsep) if p and os.path.realpath(p) not in drop)
+
+
+def agents_environ(environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment an agent's shell gets from ``environ``: the PATH without this virtualenv, no
+    ``VIRTUAL_ENV``, and a pip that finds no package (no index, no find-links, no config file naming either), so a
+    model's ``pip install`` changes nothing and a run that needs a package fails as it would offline."""
+    env = {k: v for k, v in environ.items() if k not in ("VIRTUAL_ENV", "PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL")}
+    env["PATH"] = path_without_venv(environ.get("PATH", os.defpath))
+    env["PIP_NO_INDEX"] = "1"
+    env["PIP_CONFIG_FILE"] = os.devnull  # pip reads no config file: those name local wheels and mirrors
+    return env
+
+
+def cli_command(src: str = "") -> list[str]:
+    """How to start drivetrain without the PATH: the virtualenv's script (or ``python -m``), or with ``src``
+    (another checkout), this interpreter on ``run_src.py``, which puts that checkout's ``src/`` first."""
+    if src:
+        return [sys.executable, str(Path(__file__).resolve().parent / "run_src.py"), str(Path(src).resolve() / "src")]
+    exe = Path(sys.executable).parent / "drivetrain"
+    return [str(exe)] if exe.is_file() else [sys.executable, "-m", "drivetrain"]
+
+
 def cli_env(model: str, home: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
     env = {
-        k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "OPENAI_")) and k != "DRIVETRAIN_ABLATE"
+        k: v
+        for k, v in agents_environ(os.environ).items()
+        if not k.startswith(("ANTHROPIC_", "OPENAI_")) and k != "DRIVETRAIN_ABLATE"
     }
     env["DRIVETRAIN_LOCAL_MODEL"] = model
     env["DRIVETRAIN_HOME"] = str(home)  # audit logs go with the run; no user settings leak in
@@ -82,36 +117,39 @@ class CliRun:
     stderr: str
 
 
+def cli_args(
+    prompt: str,
+    max_turns: int | None,
+    permission_mode: str = "bypassPermissions",
+    extra_args: Sequence[str] = (),
+    provider_args: Sequence[str] = ("--provider", "local"),
+) -> list[str]:
+    """The arguments after the command: ``-p PROMPT --output-format json --verbose``, the provider, the turn cap
+    when one is given (else the CLI's own), the permission mode and ``extra_args``."""
+    turns = ["--max-turns", str(max_turns)] if max_turns is not None else []
+    return ["-p", prompt, "--output-format", "json", "--verbose", *provider_args, *turns, "--permission-mode",
+            permission_mode, *extra_args]  # fmt: skip
+
+
 def run_cli(
     prompt: str,
     ws: Path,
     run_dir: Path,
     *,
     model: str,
-    max_turns: int,
+    max_turns: int | None,
     timeout_s: float,
     permission_mode: str = "bypassPermissions",
     extra_args: Sequence[str] = (),
     extra_env: Mapping[str, str] | None = None,
     provider_args: Sequence[str] = ("--provider", "local"),
+    src: str = "",
 ) -> CliRun:
-    """``drivetrain -p PROMPT --output-format json --verbose …`` in ``ws``; stdout/stderr kept in ``run_dir``."""
+    """``drivetrain -p PROMPT --output-format json --verbose …`` in ``ws``; stdout/stderr kept in ``run_dir``.
+    ``max_turns`` None: the CLI's own turn cap; ``src``: the code of another checkout (``cli_command``)."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    exe = Path(sys.executable).parent / "drivetrain"
-    argv = [
-        str(exe),
-        "-p",
-        prompt,
-        "--output-format",
-        "json",
-        "--verbose",
-        *provider_args,
-        "--max-turns",
-        str(max_turns),
-        "--permission-mode",
-        permission_mode,
-        *extra_args,
-    ]
+    command = cli_command(src)
+    argv = [*command, *cli_args(prompt, max_turns, permission_mode, extra_args, provider_args)]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     returncode = None
@@ -133,7 +171,7 @@ def run_cli(
     cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
     (run_dir / "stdout.json").write_text(stdout)
     (run_dir / "stderr.log").write_text(stderr)
-    (run_dir / "argv.json").write_text(json.dumps(argv[1:], indent=1))
+    (run_dir / "argv.json").write_text(json.dumps(argv[len(command) :], indent=1))
     result = next(
         (_json(line) for line in reversed(stdout.splitlines()) if line.startswith("{") and '"type": "result"' in line),
         {},

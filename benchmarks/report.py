@@ -1,17 +1,26 @@
 """The task benchmark's output: a line per finished run, and the tables (text and README markdown) from result rows.
 
 The tables put the configs side by side, each cell ``solved/runs  %  median wall``, broken down by split
-(tune, heldout), by language, by both, and by task kind. A row's split is the one the wording has now
+(heldout, fresh, tune), by language, by both, and by task kind. A row's split is the one the wording has now
 (``tasks.split_of``), not the one recorded when it ran: a wording moved to tune stops counting as held out
 for every result, old ones included.
+
+Every two configs measured on the same (task, seed, wording) are compared run by run with McNemar's exact test:
+of the pairs where one side solved and the other did not, ``b`` went to the first config and ``c`` to the second;
+under "no difference" each such pair goes either way with probability 1/2, so the two-sided p-value is twice the
+binomial tail ``P(X <= min(b, c))``, ``X ~ Binomial(b + c, 1/2)`` (at most 1), summed exactly.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Callable, Iterable
+from fractions import Fraction
 
-from tasks import TASKS, split_of
+from tasks import SPLITS, TASKS, split_of
+
+RESULT_PAIRS = 88  # issue #44: no figure is called a result on fewer paired runs a side
 
 
 def row_wording(row: dict) -> tuple[str, str, str]:
@@ -79,13 +88,13 @@ def breakdowns(rows: list[dict]) -> str:
     split = lambda r: row_wording(r)[2]
     lang = lambda r: row_wording(r)[1]
     parts = [
-        side_by_side(rows, "split", split, ["heldout", "tune"]),
+        side_by_side(rows, "split", split, list(SPLITS)),
         side_by_side(rows, "language", lang, ["en", "zh"]),
         side_by_side(
             rows,
             "split/language",
             lambda r: f"{split(r)}/{lang(r)}",
-            ["heldout/en", "heldout/zh", "tune/en", "tune/zh"],
+            [f"{s}/{g}" for s in SPLITS for g in ("en", "zh")],
         ),
         side_by_side(rows, "task", lambda r: r["task"], list(TASKS)),
     ]
@@ -103,14 +112,19 @@ def tables(rows: list[dict]) -> tuple[str, str, str]:
     per_col = {c: [r for r in rows if column_of(r) == c] for c in columns}
 
     width = max(len(c) for c in columns + ["config"])
-    summary = [f"{'config':<{width}}  {'solved':>9}  {'%':>4}  {'median wall':>11}  {'median turns':>12}"]
+    budgeted = any(r.get("max_wall_s") for r in rows)  # runs since the wall budget: how many overran it
+    summary = [
+        f"{'config':<{width}}  {'solved':>9}  {'%':>4}  {'median wall':>11}  {'median turns':>12}"
+        + ("  over wall budget" if budgeted else "")
+    ]
     for c in columns:
         rs = per_col[c]
         n = sum(r["solved"] for r in rs)
+        over = sum(bool(r.get("max_wall_s")) and r["wall_s"] > r["max_wall_s"] for r in rs)
         summary.append(
             f"{c:<{width}}  {f'{n}/{len(rs)}':>9}  {100 * n / len(rs):>3.0f}%  "
             f"{_fmt(_median(r['wall_s'] for r in rs), ' s'):>11}  "
-            f"{_fmt(_median(r.get('turns') for r in rs)):>12}"
+            f"{_fmt(_median(r.get('turns') for r in rs)):>12}" + (f"  {over:>17}" if budgeted else "")
         )
 
     per_task = side_by_side(rows, "task", lambda r: r["task"], list(TASKS))
@@ -142,10 +156,67 @@ def tables(rows: list[dict]) -> tuple[str, str, str]:
     return "\n".join(summary), per_task, "\n".join(md)
 
 
+def mcnemar_p(b: int, c: int) -> float:
+    """McNemar's exact two-sided p-value for ``b`` and ``c`` discordant pairs: 2 P(X <= min(b, c)), X ~ B(b+c, 1/2)."""
+    n = b + c
+    if n == 0:
+        return 1.0
+    tail = Fraction(sum(math.comb(n, i) for i in range(min(b, c) + 1)), 2**n)
+    return float(min(Fraction(1), 2 * tail))
+
+
+def paired(rows: list[dict]) -> dict[tuple[str, int, str], dict[str, dict]]:
+    """{(task, seed, wording): {config column: its row}}; a config's first row for a key is the one kept."""
+    _, column_of = _columns(rows)
+    out: dict[tuple[str, int, str], dict[str, dict]] = {}
+    for r in rows:
+        out.setdefault((r["task"], r.get("seed"), row_wording(r)[0]), {}).setdefault(column_of(r), r)
+    return out
+
+
+def mcnemar_table(rows: list[dict]) -> str:
+    """For every two configs with runs on the same (task, seed, wording): pairs, b, c and the exact p, over all and
+    per split, language and both; empty when no two configs share a run."""
+    columns, _ = _columns(rows)
+    by_key = paired(rows)
+    groups: list[tuple[str, Callable[[tuple, dict], bool]]] = [("all", lambda k, r: True)]
+    for s in SPLITS:
+        groups.append((s, lambda k, r, s=s: row_wording(r)[2] == s))
+    for g in ("en", "zh"):
+        groups.append((g, lambda k, r, g=g: row_wording(r)[1] == g))
+    for s in SPLITS:
+        for g in ("en", "zh"):
+            groups.append((f"{s}/{g}", lambda k, r, s=s, g=g: row_wording(r)[1:] == (g, s)))
+    lines = []
+    for i, a in enumerate(columns):
+        for b in columns[i + 1 :]:
+            both = [(k, v[a], v[b]) for k, v in by_key.items() if a in v and b in v]
+            if not both:
+                continue
+            lines.append(f"{a} vs {b}")
+            lines.append(f"  {'':<11} {'pairs':>5}  {a} only (b)  {b} only (c)  p (two-sided)")
+            for name, keep in groups:
+                sel = [(ra, rb) for k, ra, rb in both if keep(k, ra)]
+                if not sel:
+                    continue
+                only_a = sum(ra["solved"] and not rb["solved"] for ra, rb in sel)
+                only_b = sum(rb["solved"] and not ra["solved"] for ra, rb in sel)
+                small = "" if len(sel) >= RESULT_PAIRS else f"   (under {RESULT_PAIRS} pairs: not a result)"
+                lines.append(
+                    f"  {name:<11} {len(sel):>5}  {only_a:>{len(a) + 9}}  {only_b:>{len(b) + 9}}  "
+                    f"{mcnemar_p(only_a, only_b):>13.4f}{small}"
+                )
+    if not lines:
+        return ""
+    return "McNemar's exact test, configs paired on the same (task, seed, wording):\n\n" + "\n".join(lines)
+
+
 def print_tables(rows: list[dict]) -> None:
     summary, _, md = tables(rows)
+    pairs = mcnemar_table(rows)
     print(
         f"{summary}\n\nsolved/runs  %  median wall, configs side by side:\n\n{breakdowns(rows)}\n\n"
-        f"for the README:\n\n{md}",
+        + (f"{pairs}\n\n" if pairs else "")
+        + f"for the README:\n\n{md}",
         flush=True,
     )

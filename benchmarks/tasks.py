@@ -2,8 +2,9 @@
 
 ``selftest`` generates every task's workspace for several seeds and demands, for each: the expectations
 survive a JSON round trip (results and ``--save`` keep them), the same seed makes the same workspace,
-the checker FAILS on the untouched workspace with an empty answer, the reference solution makes it
-PASS, and for tasks whose answer must report something, the solved workspace with an empty answer
+the checker FAILS on the untouched workspace with an empty answer, and with the answer the reference
+solution gives (but for kinds whose answer is the whole work), the reference solution makes it PASS,
+and for tasks whose answer must report something, the solved workspace with an empty answer
 fails again. Different seeds must give different workspaces. Every wording of every kind is rendered
 for every seed: it must name what the kind's checker depends on (the output file, the function, the
 value), and be written in the language its id says.
@@ -24,6 +25,9 @@ from taskkit import Task
 from tasks_code import TASKS as _CODE
 from tasks_edits import TASKS as _EDITS
 from tasks_files import TASKS as _FILES
+from tasks_fresh_code import TASKS as _FRESH_CODE
+from tasks_fresh_data import TASKS as _FRESH_DATA
+from tasks_fresh_tests import TASKS as _FRESH_TESTS
 from tasks_questions import TASKS as _QUESTIONS
 from wordings import WORDINGS
 
@@ -50,11 +54,25 @@ _ORDER = [
     "readonly-question",
     "pytest-fix",
     "dedupe-order",
+    "config-migrate",
+    "cli-arg",
+    "regex-fix",
+    "join-data",
+    "markdown-table",
+    "html-edit",
+    "write-test",
 ]
 TASKS: dict[str, Task] = {
     t.name: replace(t, wordings=WORDINGS[t.name])
-    for t in sorted(_FILES + _CODE + _EDITS + _QUESTIONS, key=lambda t: _ORDER.index(t.name))
+    for t in sorted(
+        _FILES + _CODE + _EDITS + _QUESTIONS + _FRESH_CODE + _FRESH_DATA + _FRESH_TESTS,
+        key=lambda t: _ORDER.index(t.name),
+    )
 }
+# kinds written for issue #44 and never tuned on: every wording of theirs is in the split "fresh"
+FRESH = frozenset(t.name for t in _FRESH_CODE + _FRESH_DATA + _FRESH_TESTS)
+# kinds whose answer alone is the work (nothing to change): the untouched workspace may pass with the right answer
+ANSWER_ONLY = {"locate", "run-question", "readonly-question"}
 # the answer itself must carry the result (a number, a path, a citation), not only a file
 REPORTS = {
     "linecount",
@@ -70,7 +88,8 @@ REPORTS = {
 
 # ---------------------------------------------------------------- the split: tune on one half, report on the other
 
-Split = Literal["tune", "heldout"]
+Split = Literal["tune", "heldout", "fresh"]
+SPLITS: tuple[Split, ...] = ("heldout", "fresh", "tune")
 
 # (kind, wording) pairs moved from heldout to tune, each with why; never moved back. A held-out failure that
 # leads to a change of the harness's code moves its wording here first (docs/benchmarks.md, "The split").
@@ -90,9 +109,14 @@ MOVED_TO_TUNE: dict[tuple[str, str], str] = {
 def split_of(kind: str, wording: str) -> Split:
     """``en-1`` (the wording the small profile was tuned on) and ``zh-2`` are tune, ``zh-1``, ``zh-3`` and ``zh-4``
     are held out, and of ``en-2``/``en-3`` one goes each way, chosen by a hash of the kind's name, so that no one
-    style of English is held out everywhere. Pure of everything but the two names: adding a kind or a wording moves
-    nothing else."""
-    if (kind, wording) in MOVED_TO_TUNE or wording in ("en-1", "zh-2"):
+    style of English is held out everywhere. Every wording of a kind in ``FRESH`` is ``fresh``: never tuned on, and
+    not held out either, so that the figure of the new kinds is its own. Pure of everything but the two names (and
+    the kind's membership of ``FRESH``): adding a kind or a wording moves nothing else."""
+    if (kind, wording) in MOVED_TO_TUNE:
+        return "tune"
+    if kind in FRESH:
+        return "fresh"
+    if wording in ("en-1", "zh-2"):
         return "tune"
     if wording in ("zh-1", "zh-3", "zh-4"):  # zh-3, zh-4: written to be held out in place of one moved to tune
         return "heldout"
@@ -100,12 +124,18 @@ def split_of(kind: str, wording: str) -> Split:
     return "heldout" if (wording == "en-2") == en2_held else "tune"
 
 
+def in_split(split: str, part: str) -> bool:
+    """Whether a wording in ``part`` is selected by ``split``: all, one split, or several joined by commas."""
+    return split == "all" or part in split.split(",")
+
+
 def wordings_for(kind: str, split: str = "all", lang: str = "all", ids: tuple[str, ...] = ()) -> list[str]:
-    """The ids of ``kind``'s wordings in ``split`` (tune, heldout, all) and ``lang`` (en, zh, all), or among ``ids``."""
+    """The ids of ``kind``'s wordings in ``split`` (tune, heldout, fresh, several joined by commas, or all) and
+    ``lang`` (en, zh, all), or among ``ids``."""
     return [
         w.id
         for w in TASKS[kind].wordings
-        if split in ("all", split_of(kind, w.id)) and lang in ("all", w.lang) and (not ids or w.id in ids)
+        if in_split(split, split_of(kind, w.id)) and lang in ("all", w.lang) and (not ids or w.id in ids)
     ]
 
 
@@ -151,6 +181,12 @@ def check_one(task: Task, seed: int, base: Path, wording: str | None = None) -> 
     ok, reason = task.check(ws, "", expect)
     if ok:
         problems.append(f"passes on the untouched workspace: {reason}")
+    if task.name not in ANSWER_ONLY:  # the right words without the work: the answer of a solved copy
+        copy = base / f"{task.name}-{seed}" / "copy"
+        task.make(seed, copy, wording)
+        ok, reason = task.check(ws, task.solve(copy, expect), expect)
+        if ok:
+            problems.append(f"passes on the untouched workspace with the reference answer: {reason}")
     answer = task.solve(ws, expect)
     ok, reason = task.check(ws, answer, expect)
     if not ok:
@@ -178,8 +214,10 @@ def selftest(
                     if len(task.wordings) >= 3
                     else f"has {len(task.wordings)} wordings, fewer than three"
                 )
-            if not any(split_of(name, w.id) == "heldout" and w.lang == "zh" for w in task.wordings):
+            if not any(split_of(name, w.id) in ("heldout", "fresh") and w.lang == "zh" for w in task.wordings):
                 out[name].append("no Chinese wording is held out")
+            if name in FRESH and any(sum(w.lang == lang for w in task.wordings) < 2 for lang in ("en", "zh")):
+                out[name].append("a fresh kind needs two wordings in each language")
             prompts = {task.make(s, root / f"{name}-variety-{s}").prompt for s in seeds}
             trees = {tuple(sorted(snapshot(root / f"{name}-variety-{s}").items())) for s in seeds}
             if len(seeds) > 1 and len(trees) < 2 and len(prompts) < 2:

@@ -397,4 +397,155 @@ WORDINGS: dict[str, tuple[W, ...]] = {
             },
         ),
     ),
+    # the fresh kinds (split "fresh", tasks.FRESH): written for issue #44, never tuned on
+    "config-migrate": (
+        W(
+            "en-1",
+            "{app} now reads its settings from {new} instead of {old}. Migrate the settings from {old} into {new}, "
+            "in the new format, so that python3 {app} starts.",
+        ),
+        W(
+            "en-2",
+            "We moved the service to a new config format and now python3 {app} crashes because {new} doesn't exist "
+            "yet. All the old values are in {old}, and the new format is described at the top of {app}. Could you "
+            "carry the settings over?",
+        ),
+        W(
+            "zh-1",
+            "{app} 现在改成从 {new} 读取配置，不再读 {old} 了。"
+            "请把 {old} 里的配置按新格式迁移到 {new}，保证 python3 {app} 能正常启动。",
+        ),
+        W(
+            "zh-2",
+            "升级之后 python3 {app} 启动报错，因为缺少 {new}。旧配置都在 {old} 里，"
+            "新格式的说明写在 {app} 文件开头。帮我把配置迁过去，值别改。",
+        ),
+    ),
+    "cli-arg": (
+        W(
+            "en-1",
+            "Running `{command}` fails with an error from {script}. Fix {script} so that this exact command works.",
+        ),
+        W(
+            "en-2",
+            "I'm trying to run {command} but the script just exits with a usage error. The data file is fine, I "
+            "checked. Can you change {script} so the command I'm running goes through?",
+        ),
+        W("zh-1", "运行 `{command}` 时 {script} 报参数错误。请修改 {script}，让这条命令能正常运行。"),
+        W(
+            "zh-2",
+            "我执行 {command} 直接报错退出了，数据文件没问题，"
+            "应该是 {script} 的参数处理有问题。帮我改一下脚本，让这条命令能跑通。",
+        ),
+    ),
+    "regex-fix": (
+        W(
+            "en-1",
+            "The regular expression in {func} ({module}.py) is wrong, so python3 {test} fails. Fix {func}; don't "
+            "change the test.",
+        ),
+        W(
+            "en-2",
+            "python3 {test} started failing, and I think the regex inside {func} in {module}.py doesn't match what "
+            "it should. Could you fix the pattern so the test passes? Please leave {test} as it is.",
+        ),
+        W(
+            "zh-1",
+            "{module}.py 里 {func} 用的正则表达式写错了，导致 python3 {test} 失败。请修正 {func}，不要改测试文件。",
+        ),
+        W("zh-2", "python3 {test} 跑不过，我怀疑是 {func} 里的正则有问题（在 {module}.py）。帮忙修一下，测试别动。"),
+    ),
+    "join-data": (
+        W(
+            "en-1",
+            "Join {people} with {events} (the {key} field refers to a row's id) and write {out}: a header line "
+            "name,total, then one line per person in {people} with the sum of their {field} values (0 if they have "
+            "none), sorted by name.",
+        ),
+        W(
+            "en-2",
+            "I need a quick summary for finance. {people} lists everyone and {events} has the individual records, "
+            "linked through {key}. Can you put together {out} with the columns name,total? Everyone from {people} "
+            "should be in it, with the total of their {field} (0 for people with no records), ordered by name.",
+        ),
+        W(
+            "zh-1",
+            "把 {people} 和 {events} 关联起来（{events} 里的 {key} 对应 {people} 的 id），生成 {out}：第一行是表头 "
+            "name,total，之后每人一行，total 是这个人所有记录的 {field} 之和（没有记录的写 0），按 name 排序。",
+        ),
+        W(
+            "zh-2",
+            "帮我汇总一下：{people} 是名单，{events} 是明细，用 {key} 关联。结果输出到 {out}，表头 name,total，"
+            "名单里每个人都要有（没有明细的填 0），total 是 {field} 的合计，按名字排序。",
+        ),
+    ),
+    "markdown-table": (
+        W(
+            "en-1",
+            'Add the option {option} (default {default}, description "{desc}") to the options table in {file}, '
+            "keeping the table in alphabetical order. Don't change anything else.",
+        ),
+        W(
+            "en-2",
+            "We just added a {option} flag to the tool and the docs need to catch up. In {file}, could you add it to "
+            "the Options table? The default is {default}, and the description can be: {desc}. The table is sorted "
+            "alphabetically, so please put it in the right spot and leave the rest of the file alone.",
+        ),
+        W(
+            "zh-1",
+            '在 {file} 的 Options 表格里加一行：选项 {option}，默认值 {default}，说明写 "{desc}"。表格按字母顺序排列，'
+            "插到正确的位置，其他内容不要动。",
+        ),
+        W(
+            "zh-2",
+            "新加了 {option} 参数（默认 {default}），文档还没更新。"
+            "帮我在 {file} 的选项表里补上这一行，说明用：{desc}。注意保持字母顺序，别改其他地方。",
+        ),
+    ),
+    "html-edit": (
+        W(
+            "en-1",
+            'Add a link "{text}" pointing to {href} to the navigation in {file}, right after the "{after}" link, '
+            "in the same style as the others. Change nothing else.",
+        ),
+        W(
+            "en-2",
+            "We're launching a {text} page. Could you add it to the nav menu in {file}? It should link to {href} and "
+            "come directly after {after}. Please match how the other menu items are written and don't touch the rest "
+            "of the page.",
+        ),
+        W(
+            "zh-1",
+            '在 {file} 的导航栏里加一个链接：文字 "{text}"，地址 {href}，'
+            '放在 "{after}" 后面，写法和其他菜单项保持一致。其他内容不要改。',
+        ),
+        W(
+            "zh-2",
+            "{file} 的导航菜单需要新增一项 {text}（链接到 {href}），"
+            "位置紧跟在 {after} 之后。格式照着现有的菜单项来，页面其他部分别动。",
+        ),
+    ),
+    "write-test": (
+        W(
+            "en-1",
+            "Write a test script {test} for {func} in {module}.py. It should check every behaviour the docstring of "
+            "{func} describes, pass with python3 {test}, and fail if any of them breaks. Don't change {module}.py.",
+        ),
+        W(
+            "en-2",
+            "Nobody ever wrote tests for {func} ({module}.py) and I'd like to refactor it safely. Could you add "
+            "{test}, a plain script I can run with python3 {test}, that exits with an error as soon as {func} stops "
+            "doing what its docstring says? Edge cases included, please, and leave the module itself alone.",
+        ),
+        W(
+            "zh-1",
+            "给 {module}.py 里的 {func} 写一个测试脚本 {test}：docstring 里说明的每一条行为都要测到，"
+            "用 python3 {test} 运行时要通过，任何一条行为被改坏时要报错。不要修改 {module}.py。",
+        ),
+        W(
+            "zh-2",
+            "{func}（在 {module}.py）一直没有测试，我想放心地重构它。帮我写个 {test}，直接 python3 {test} 就能跑，"
+            "{func} 只要偏离 docstring 的描述（包括边界情况）就要失败。模块本身别改。",
+        ),
+    ),
 }

@@ -2,7 +2,6 @@
 work, its config syntax and run order, its results file, and both runners on a scripted model (no weights)."""
 
 import json
-import os
 import subprocess
 import sys
 from dataclasses import replace
@@ -21,7 +20,7 @@ from report import (
     tables,
 )
 from taskkit import Wording
-from tasks import MOVED_TO_TUNE, TASKS, check_one, split_of, wording_problems, wordings_for
+from tasks import FRESH, MOVED_TO_TUNE, TASKS, check_one, split_of, wording_problems, wordings_for
 
 NEW_KINDS = {
     "move-function",
@@ -135,15 +134,32 @@ def test_en_1_is_the_prompt_the_kinds_had_before_wordings():
 
 
 def test_the_split_holds_out_chinese_everywhere_and_tunes_on_some():
-    pairs = [(k, w.id, w.lang) for k, t in TASKS.items() for w in t.wordings]
+    pairs = [(k, w.id, w.lang) for k, t in TASKS.items() if k not in FRESH for w in t.wordings]
     held = [p for p in pairs if split_of(p[0], p[1]) == "heldout"]
     assert 0.35 < len(held) / len(pairs) < 0.6  # about half
-    for kind in TASKS:
+    for kind in set(TASKS) - FRESH:
         assert split_of(kind, "en-1") == "tune"  # the wording the small profile was tuned on
         assert any(lang == "zh" for k, _, lang in held if k == kind)
         assert any(lang == "en" for k, _, lang in held if k == kind)
     assert len({k for k, w, lang in pairs if lang == "zh" and split_of(k, w) == "tune"}) >= 5
     assert {split_of(k, w) for k, w, _ in pairs} == {"tune", "heldout"}
+
+
+def test_the_fresh_kinds_are_never_tuned_on():
+    """Six kinds of work the suite did not have, each with two English and two Chinese wordings, all in "fresh"."""
+    assert len(FRESH) >= 6 and set(TASKS) >= FRESH
+    assert not FRESH & NEW_KINDS
+    for kind in FRESH:
+        ids = [w.id for w in TASKS[kind].wordings]
+        assert sum(i.startswith("en-") for i in ids) >= 2 and sum(i.startswith("zh-") for i in ids) >= 2
+        assert {split_of(kind, i) for i in ids} == {"fresh"}
+        assert wordings_for(kind, "tune") == [] and wordings_for(kind, "heldout") == []
+        assert wordings_for(kind, "heldout,fresh") == ids
+    assert all(split_of(k, w.id) != "fresh" for k in set(TASKS) - FRESH for w in TASKS[k].wordings)
+    a = bench_tasks.parse_config("drivetrain")
+    planned = bench_tasks.plan(list(TASKS), [a], 4, 1, split="heldout,fresh")
+    assert {t for t, *_ in planned} == set(TASKS)
+    assert {split_of(t, w) for t, _, _, w, _ in planned} == {"heldout", "fresh"}
 
 
 def test_a_moved_wording_is_tuned_on(monkeypatch):
@@ -351,18 +367,16 @@ def test_config_syntax():
 
 
 def test_a_config_can_run_the_code_of_another_checkout(tmp_path):
-    (tmp_path / "old" / "src" / "drivetrain").mkdir(parents=True)
-    (tmp_path / "old" / "src" / "drivetrain" / "__init__.py").write_text("WHICH = 'old'\n")
+    import cli_runner
+
+    pkg = tmp_path / "old" / "src" / "drivetrain"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("WHICH = 'old'\n")
+    (pkg / "__main__.py").write_text("import os, sys\nfrom drivetrain import WHICH\nprint(WHICH, sys.argv[1:])\n")
     c = bench_tasks.parse_config(f"before=src:{tmp_path / 'old'}")
-    env = {**os.environ, **c.env}
-    which = subprocess.run(
-        [sys.executable, "-c", "import drivetrain; print(drivetrain.WHICH)"],
-        env=env,
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-    )
-    assert which.stdout.strip() == "old", which.stderr  # before the installed drivetrain
+    assert "PYTHONPATH" not in c.env  # it would reach the agent's shells too
+    which = subprocess.run([*cli_runner.cli_command(c.src), "-p", "hi"], capture_output=True, text=True, cwd=tmp_path)
+    assert which.stdout.strip() == "old ['-p', 'hi']", which.stderr  # before the installed drivetrain
 
 
 def test_runs_interleave_the_configs():
@@ -468,6 +482,8 @@ def test_resume_skips_runs_in_the_results_file_and_reports_them(tmp_path, capsys
             str(tmp_path / "save"),
             "--wording",
             "en-1",
+            "--ledger",
+            str(tmp_path / "seeds.jsonl"),
         ]
     )  # rows without a
     # wording were run with en-1
@@ -581,3 +597,128 @@ def test_a_run_that_cannot_start_is_recorded_with_its_reason(tmp_path):
     broken = bench_tasks.Runner(str(tmp_path / "missing.gguf"), tmp_path / "save", 12, 60)
     result = broken.run("todos", 1, 1, bench_tasks.parse_config("naive"))
     assert not result["solved"] and result["reason"].startswith("bench error (") and "missing.gguf" in result["reason"]
+
+
+# ---------------------------------------------------------------- the fresh kinds: wrong work fails
+
+
+def test_config_migrate_needs_the_types_of_the_new_format(tmp_path):
+    ws, e, inst = make("config-migrate", tmp_path)
+    assert e["old"] in inst.prompt and e["new"] in inst.prompt
+    want = e["want"]
+    loose = {**want, "server": {**want["server"], "port": str(want["server"]["port"])}}
+    (ws / e["new"]).write_text(json.dumps(loose))
+    ok, reason = TASKS["config-migrate"].check(ws, "", e)
+    assert not ok and "server.port" in reason
+    (ws / e["new"]).write_text(json.dumps({**want, "log_level": want["log_level"].lower()}))
+    ok, reason = TASKS["config-migrate"].check(ws, "", e)
+    assert not ok and "log_level" in reason
+    (ws / e["new"]).write_text(json.dumps({**want, "version": 2}))  # an extra key does no harm
+    assert TASKS["config-migrate"].check(ws, "", e)[0] is True
+
+
+def test_cli_arg_command_fails_before_and_a_hard_coded_fix_fails(tmp_path):
+    variants = set()
+    for seed in range(1, 25):
+        ws, e, inst = make("cli-arg", tmp_path / str(seed), seed)
+        variants.add(e["runs"][0][2])
+        assert "python3 " + " ".join(e["runs"][0]) in inst.prompt
+        before = subprocess.run([sys.executable, *e["runs"][0]], cwd=ws, capture_output=True, text=True)
+        assert before.returncode == 2 and "error:" in before.stderr
+    (ws / e["script"]).write_text(f"print({e['outputs'][0]!r}, end='')\n")  # prints the one answer it was shown
+    ok, reason = TASKS["cli-arg"].check(ws, "", e)
+    assert not ok and "another command" in reason
+    assert variants >= {"--min", "--format", "--limit"}
+
+
+def test_regex_fix_is_judged_on_hidden_cases(tmp_path):
+    funcs = set()
+    for seed in range(1, 16):
+        ws, e, _ = make("regex-fix", tmp_path / str(seed), seed)
+        funcs.add(e["func"])
+        shown = [c for c in e["cases"] if repr(c[0][0]) in (ws / e["test"]).read_text()]
+        table = {repr(a[0]): w for a, w in shown}
+        (ws / f"{e['module']}.py").write_text(
+            f"def {e['func']}(text):\n    return {table!r}[repr(text)]\n"
+        )  # passes the test script only
+        ok, reason = TASKS["regex-fix"].check(ws, "", e)
+        assert not ok and ("raised" in reason or "returned" in reason), reason
+    assert len(funcs) >= 3
+
+
+def test_join_data_needs_everyone_the_zero_totals_and_the_order(tmp_path):
+    ws, e, _ = make("join-data", tmp_path)
+    want = e["want"]
+    assert any(t == 0 for _, t in want)  # someone has no records
+    lines = ["name,total"] + [f"{n},{t}" for n, t in want]
+    (ws / e["out"]).write_text("\n".join(["name,total"] + [f"{n},{t}" for n, t in want if t]))  # an inner join
+    assert TASKS["join-data"].check(ws, "", e)[0] is False
+    (ws / e["out"]).write_text("\n".join(lines[:1] + lines[:0:-1]))  # reversed
+    assert TASKS["join-data"].check(ws, "", e)[0] is False
+    (ws / e["out"]).write_text("\n".join(lines[1:]))  # no header
+    assert TASKS["join-data"].check(ws, "", e)[0] is False
+    (ws / e["out"]).write_text("\r\n".join(["name, total"] + [f"{n}, {t:.2f}" for n, t in want]) + "\r\n")
+    assert TASKS["join-data"].check(ws, "", e)[0] is True
+
+
+def test_markdown_table_needs_the_sorted_place_and_nothing_else_changed(tmp_path):
+    for seed in range(1, 20):  # one whose new row does not go last
+        ws, e, _ = make("markdown-table", tmp_path / str(seed), seed)
+        path = ws / e["file"]
+        rows = [ln for ln in e["want"] if ln.startswith("| `")]
+        new = next(r for r in rows if r not in path.read_text())
+        if new != rows[-1]:
+            break
+    original = path.read_text()
+    path.write_text(original.replace("\n## License", new + "\n\n## License"))  # appended, not in its place
+    ok, reason = TASKS["markdown-table"].check(ws, "", e)
+    assert not ok and "expected" in reason
+    TASKS["markdown-table"].solve(ws, e)
+    path.write_text(path.read_text().replace("## License", "## Licence"))
+    assert TASKS["markdown-table"].check(ws, "", e)[0] is False
+    loose = "\n".join(e["want"]).replace(new, new.replace("`", "").replace(" | ", "|"))  # spacing, no backticks
+    path.write_text(loose)
+    assert TASKS["markdown-table"].check(ws, "", e)[0] is True
+
+
+def test_html_edit_needs_its_own_item_after_the_given_link(tmp_path):
+    for seed in range(1, 20):  # one whose new link does not go last
+        ws, e, _ = make("html-edit", tmp_path / str(seed), seed)
+        path = ws / e["file"]
+        original = path.read_text()
+        href, text = next((h, t) for h, t in e["links"] if f'"{h}"' not in original)
+        if e["links"][-1] != [href, text]:
+            break
+    path.write_text(original.replace("    </ul>", f'      <li><a href="{href}">{text}</a></li>\n    </ul>'))
+    ok, reason = TASKS["html-edit"].check(ws, "", e)
+    assert not ok and "expected" in reason
+    TASKS["html-edit"].solve(ws, e)
+    solved = path.read_text()
+    path.write_text(solved.replace("</footer>", " (draft)</footer>"))
+    ok, reason = TASKS["html-edit"].check(ws, "", e)
+    assert not ok and "outside the nav" in reason
+    joined = solved.replace(f'</a></li>\n      <li><a href="{href}">', f' </a><a href="{href}">', 1)
+    path.write_text(joined)
+    ok, reason = TASKS["html-edit"].check(ws, "", e)
+    assert not ok
+
+
+def test_write_test_needs_tests_that_catch_each_broken_behaviour(tmp_path):
+    funcs = set()
+    for seed in range(1, 12):
+        ws, e, _ = make("write-test", tmp_path / str(seed), seed)
+        funcs.add(e["func"])
+        test = ws / e["test"]
+        first = e["checks"][0]  # one behaviour tested: some broken version still passes
+        test.write_text(f"from {e['module']} import {e['func']}\n\n{first}\n")
+        ok, reason = TASKS["write-test"].check(ws, "", e)
+        assert not ok and "still passes when" in reason, reason
+        test.write_text(f"from {e['module']} import {e['func']}\n\nassert False\n")
+        ok, reason = TASKS["write-test"].check(ws, "", e)
+        assert not ok and "fails on the function as it is" in reason
+    TASKS["write-test"].solve(ws, e)
+    module = ws / f"{e['module']}.py"
+    module.write_text(module.read_text() + "\n")
+    ok, reason = TASKS["write-test"].check(ws, "", e)
+    assert not ok and "was changed" in reason
+    assert funcs == {"shipping_cost", "grade", "parse_size"}

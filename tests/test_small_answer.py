@@ -34,7 +34,7 @@ async def test_a_number_no_command_printed_goes_back_with_the_facts(tmp_path):
     assert "Your answer reports 42, but no command printed it and no file holds it." in sent.text
     assert sent.answer_only
     assert (
-        "What this run did (as the harness saw it):\n- no file was created or changed\n"
+        "What you did in this run, as the harness saw it (tell the user in the first person, as the one who did it, and in the language of the task):\n- no file was created or changed\n"
         "- ran `python3 -c 'import calc'`: exit 0, printed nothing" in sent.text
     )
     checks.calls[-1].output = checks.calls[-1].text = "42"
@@ -59,7 +59,7 @@ def test_facts_list_files_with_what_they_hold_and_commands_with_how_they_exited(
     now = {"a.py": b"x = 2\n", "total.txt": b"18\n", "big.py": b"\n".join([b"y = 1"] * 80)}
     text = facts(before, now, [Call("wc -l *.py", False, "18 total\n"), Call("python3 a.py", True, "Traceback")])
     assert text.splitlines() == [
-        "What this run did (as the harness saw it):",
+        "What you did in this run, as the harness saw it (tell the user in the first person, as the one who did it, and in the language of the task):",
         "- changed a.py, which now holds: 'x = 2'",
         "- created big.py (80 lines)",
         "- deleted old.txt",
@@ -177,6 +177,10 @@ async def test_a_file_name_capitalised_at_the_start_of_the_answer_is_the_file_th
             "tool_response": {"content": "(no output)"},
         }
     )
-    assert await checks.failures("Recipients.txt has been updated to remove duplicate lines.") == []
+    # the file name is no unseen value; the one thing left is the language: the task is in Chinese
+    assert await checks.failures("Recipients.txt has been updated to remove duplicate lines.") == [
+        "The task is written in Chinese: write the answer in Chinese."
+    ]
+    assert await checks.failures("Recipients.txt 已去掉重复的行。") == []
     [unseen] = await checks.failures("Contacts.txt has been updated to remove duplicate lines.")
     assert unseen.startswith("Your answer reports Contacts.txt, but no command printed it")

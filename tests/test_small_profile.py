@@ -718,7 +718,7 @@ def test_profile_selection_by_provider_and_model_name():
 
 def test_cli_profile_flag_and_automatic_choice(tmp_path):
     exe = Path(sys.executable).parent / "drivetrain"
-    for flag, expect_choice in ((["--profile", "small"], True), ([], False)):
+    for flag, expect_choice in ((["--profile", "small", "--attempts", "1"], True), ([], False)):
         with ScriptedServer(
             [reply("Look.\n```bash\necho hi\n```") if flag else reply("hi"), *([reply("DONE: hi")] if flag else [])]
         ) as server:
@@ -860,7 +860,10 @@ async def test_a_rename_must_leave_no_old_name_behind(tmp_path):
     )
     assert "```bash\nperl -pi -e 's/\\bcompute_ticket\\b/format_product/g' b.py\n```" in failure
     (tmp_path / "b.py").write_text("from a import format_product\nprint(format_product())\n")
-    assert await checks.failures("Renamed it in a.py and b.py.") == []
+    assert await checks.failures("Renamed it in a.py and b.py.") == [  # only the language: the task is Chinese
+        "The task is written in Chinese: write the answer in Chinese."
+    ]
+    assert await checks.failures("已在 a.py 和 b.py 里改名。") == []
 
 
 async def test_a_rename_of_another_name_than_the_task_names_is_not_finished_for_it(tmp_path):
@@ -1126,8 +1129,9 @@ async def test_a_claim_about_a_denied_command_and_an_answer_sent_back_after_the_
     assert "Your answer says what `wc -l a.py` showed, but wc is denied here and never ran." in sent[0]
     assert "You wrote 3 to total.txt, but your answer says 2" in sent[1]
     assert (
-        "Your answer does not give the value you wrote to total.txt (2). Answer again, with the value.\n\nWhat this run "
-        "did (as the harness saw it):\n- created total.txt, which now holds: '2'" in sent[2]
+        "Your answer does not give the value you wrote to total.txt (2). Answer again, with the value.\n\nWhat you "
+        "did in this run, as the harness saw it (tell the user in the first person, as the one who did it, and in "
+        "the language of the task):\n- created total.txt, which now holds: '2'" in sent[2]
     )
     assert [r.tool_choice for r in agent.model.requests][3:8:2] == [
         None,

@@ -210,6 +210,16 @@ class Run:
             self.log.save(before, self.value, events, extra=extra)
         return events
 
+    async def checkpoint(self) -> JsonObject | None:
+        """Snapshot the workspace for the prompt about to run, as a step of ``SubmitPrompt`` does, for a caller that
+        does the prompt's work itself (several attempts of it): the record is written to the session log."""
+        if not isinstance(self.value.state, SubmitPrompt) or (cp := self.agent.checkpoints) is None:
+            return None
+        record = await self._checkpoint(self.value, cp)
+        if self.log is not None:
+            self.log.write("checkpoint", **{k: v for k, v in record.items() if k != "kind"})
+        return record
+
     async def _checkpoint(self, value: RunState, cp: Checkpoints) -> JsonObject:
         """The workspace as it is before this prompt, with every file Write/Edit touched so far (``rewind.py``)."""
         touched = {

@@ -6,9 +6,10 @@ import argparse
 import os
 import shutil
 import sys
+import time
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
-from types import MethodType
 
 from drivetrain.agent import Agent
 from drivetrain.control.approval import Approver
@@ -22,14 +23,16 @@ from drivetrain.loop.nodes import Verify
 from drivetrain.mcp.config import ServerSpec, configured, remember_approval, scope_file
 from drivetrain.mcp.group import McpServers
 from drivetrain.models.base import Model
+from drivetrain.models.local import LocalModel
 from drivetrain.models.resolve import detect_provider, resolve_model
 from drivetrain.pricing import prices_from_settings, set_prices
 from drivetrain.prompts import default_system_prompt
-from drivetrain.sessions.audit import AuditLog
+from drivetrain.sessions.audit import AuditLog, attached
 from drivetrain.sessions.open import open_store
 from drivetrain.sessions.rewind import Checkpoints
 from drivetrain.sessions.store import SessionStore
-from drivetrain.small.profile import select_profile
+from drivetrain.small.attempts import DEFAULT_ATTEMPTS, Attempts, AttemptSpec, Sampled
+from drivetrain.small.profile import DEFAULT_WALL_S, select_profile
 from drivetrain.subagents.definitions import load_types
 from drivetrain.subagents.task import TaskTool
 from drivetrain.telemetry.run import Telemetry
@@ -79,6 +82,8 @@ def build_agent(
     provider = args.provider or detect_provider(dict(os.environ))
     if model is None:
         model = resolve_model(args.provider, args.model)
+        if args.seed is not None:
+            model = Sampled(model, args.seed, None)
         if args.provider is None and provider == "local":
             print(
                 f"drivetrain: no ANTHROPIC_* or OPENAI_* settings, so using the embedded local model ({model.name}).",
@@ -106,7 +111,7 @@ def build_agent(
         budget=Budget(
             usd=args.max_budget_usd,
             tokens=args.max_tokens_total,
-            wall_time_s=args.max_wall_time,
+            wall_time_s=args.max_wall_time if args.max_wall_time is not None else profile.default_wall_s(),
             tool_calls=args.max_tool_calls,
             wrap_up=args.wrap_up_on_limit,
         ),
@@ -123,6 +128,59 @@ def build_agent(
     return agent
 
 
+def attempts_wanted(args: argparse.Namespace, agent: Agent) -> int:
+    """How many attempts a task runs as: ``--attempts``, else the settings' ``attempts``, else 3 under a profile
+    with the ``attempts`` aid (the small one); 1 under the others unless asked for."""
+    if not agent.profile.attempts and args.attempts is None:
+        return 1
+    k: int | None = args.attempts
+    if k is None:  # the first settings file that says (local, project, user), else the default
+        said = [v for _, raw in load_settings(agent.cwd).raw if isinstance(v := raw.get("attempts"), int)]
+        k = said[0] if said else DEFAULT_ATTEMPTS
+    if k < 1:
+        raise ConfigError(f"attempts must be at least 1 (got {k})")
+    return k
+
+
+def attempts(
+    args: argparse.Namespace,
+    agent: Agent,
+    prompt: str,
+    session_id: str,
+    k: int,
+    *,
+    store: SessionStore,
+    servers: McpServers | None,
+) -> Attempts:
+    """The task as ``k`` attempts: each attempt's agent assembled as this one was, for its copy of the workspace,
+    with its own seed and temperature, within the run's one wall budget."""
+    base_model = agent.model.inner if isinstance(agent.model, Sampled) else agent.model
+    started = time.monotonic()
+    one = argparse.Namespace(**{**vars(args), "seed": None})
+
+    def make(spec: AttemptSpec) -> Agent:
+        attempt = build_agent(
+            one,
+            spec.cwd,
+            spec.session_id,
+            store=store,
+            servers=servers,
+            model=Sampled(base_model, spec.seed, spec.temperature),
+        )
+        attempt.checkpoints = None  # the run's own checkpoint covers the workspace; a copy needs none
+        if agent.budget.wall_time_s is not None:
+            left = agent.budget.wall_time_s - (time.monotonic() - started)
+            attempt.budget = replace(attempt.budget, wall_time_s=max(1.0, left))
+        return attempt
+
+    # A local model on a CPU is compute-bound: k sequences decoded together cost nearly k times one
+    # (benchmarks/bench_attempts.py), so its attempts go one after another, each starting only if no attempt has
+    # settled the task yet; a server takes them at once.
+    together = not isinstance(base_model, LocalModel)
+    main = agent.start(prompt, session_id=session_id)
+    return Attempts(main, prompt, make, k, seed=args.seed, wall_s=agent.budget.wall_time_s, together=together)
+
+
 def _telemetry(cwd: Path, files: list[tuple[Path, JsonObject]]) -> Telemetry | None:
     """What content the runs' telemetry may send (``OTEL_LOG_*``, a settings file's ``"env"`` too); the providers
     are the global ones ``cli.telemetry.start_telemetry`` installed. None when telemetry is off."""
@@ -136,10 +194,7 @@ def _telemetry(cwd: Path, files: list[tuple[Path, JsonObject]]) -> Telemetry | N
 def audit_log(agent: Agent) -> AuditLog | None:
     """The audit log ``build_agent`` gave the agent (it observes the run): a caller that moves the run to another
     session id moves its audit records with it."""
-    for observe in agent.observers:
-        if isinstance(observe, MethodType) and isinstance(observe.__self__, AuditLog):
-            return observe.__self__
-    return None
+    return attached(agent.observers)
 
 
 async def start_servers(
@@ -221,7 +276,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help="stop once this invocation's requests read and wrote this many tokens (cache tokens included)",
     )
-    p.add_argument("--max-wall-time", type=float, default=None, metavar="SECONDS", help="stop after this long")
+    p.add_argument(
+        "--max-wall-time",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help=f"stop after this long (the small profile: {DEFAULT_WALL_S:g} s unless set, for all its attempts)",
+    )
+    p.add_argument(
+        "--attempts",
+        type=int,
+        default=None,
+        metavar="K",
+        help="under the small profile, run the task as K fresh attempts, each in a copy of the workspace, and keep "
+        'the one the evidence backs (default: the settings\' "attempts", else 3; 1: a single run)',
+    )
+    p.add_argument(
+        "--seed", type=int, default=None, help="the sampling seed (the local model: the same seed, the same run)"
+    )
     p.add_argument("--max-tool-calls", type=int, default=None, help="stop once the model asked for this many calls")
     p.add_argument(
         "--verify",

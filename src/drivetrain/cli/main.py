@@ -44,6 +44,7 @@ from drivetrain.models.resolve import PROVIDERS
 from drivetrain.pricing import turn_usage, usage_line
 from drivetrain.sessions.open import open_store
 from drivetrain.sessions.store import SessionNotFound
+from drivetrain.small.attempts import AttemptEvent, Attempts
 
 PERMISSION_MODES: tuple[PermissionMode, ...] = get_args(PermissionMode)
 SUBCOMMANDS = {  # name -> "module:function" in drivetrain.cli, run with the rest of argv; imported only when used
@@ -205,7 +206,10 @@ async def _print_run(args: argparse.Namespace, prompt: str, servers: McpServers)
             resume_id = latest.session_id
         session_id = str(uuid.uuid4()) if resume_id is None or args.fork_session else resume_id
         agent = build.build_agent(args, cwd, session_id, store=store, servers=servers)
-        if resume_id is None:
+        run: Run | Attempts
+        if resume_id is None and (k := build.attempts_wanted(args, agent)) > 1:
+            run = build.attempts(args, agent, prompt, session_id, k, store=store, servers=servers)
+        elif resume_id is None:
             run = agent.start(prompt, session_id=session_id)
         else:
             run = agent.resume(resume_id, prompt or None, fork=args.fork_session, fork_id=session_id)
@@ -271,7 +275,7 @@ async def _compact(argv: list[str]) -> int:
     return 0
 
 
-def _stop_on_signals(run: Run) -> list[str]:
+def _stop_on_signals(run: Run | Attempts) -> list[str]:
     """SIGINT/SIGTERM cancel the run (tools killed, open calls answered, the session saved); a second one
     exits at once — the log is still loadable, each record being one flushed line."""
     loop, task = asyncio.get_running_loop(), asyncio.current_task()
@@ -352,11 +356,18 @@ class Printer:
 class Output(Printer):
     """Writes a run's events in the chosen format on stdout, and the turn log on stderr."""
 
-    def __init__(self, args: argparse.Namespace, run: Run):
+    def __init__(self, args: argparse.Namespace, run: Run | Attempts):
         super().__init__(args)
         self.args = args
         self.run = run
         self.denials: list[JsonObject] = []
+        self.attempt: int | None = None  # the attempt whose event is being written, if the run has several
+
+    def _emit(self, obj: JsonObject) -> None:
+        super()._emit(obj if self.attempt is None else {**obj, "attempt": self.attempt})
+
+    def _log(self, line: str) -> None:
+        super()._log(line if self.attempt is None else f"[attempt {self.attempt}] {line}")
 
     def init(self) -> None:
         agent = self.run.agent
@@ -374,7 +385,22 @@ class Output(Printer):
                 }
             )
 
-    def event(self, event: Event) -> None:
+    def event(self, event: Event | AttemptEvent) -> None:
+        if isinstance(event, AttemptEvent):
+            self.attempt = event.attempt
+            try:
+                if isinstance(event.event, Finished):  # one attempt's end: the run's result comes after them all
+                    ended = event.event.result
+                    self._log(f"ended: {ended.subtype} after {ended.num_turns} turns")
+                    if self.format == "stream-json":
+                        self._emit(
+                            {**ended.to_json(), "type": "system", "subtype": "attempt_result", "outcome": ended.subtype}
+                        )
+                else:
+                    self.event(event.event)
+            finally:
+                self.attempt = None
+            return
         sid = self.run.session_id
         match event:
             case ModelResponded(turn=turn, response=r):
@@ -444,6 +470,11 @@ class Output(Printer):
 
     def _finish(self, res: RunResult) -> None:
         self._log("trajectory: " + " → ".join(res.trajectory))
+        if res.attempts is not None:
+            self._log(
+                f"attempts: {res.attempts.get('count')}, chosen {res.attempts.get('chosen')}: "
+                f"{res.attempts.get('reason')}"
+            )
         if res.note:
             print(f"drivetrain: {res.note}", file=sys.stderr)
         if self.format == "text":

@@ -17,6 +17,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -122,6 +123,11 @@ def _show(store: SessionStore, args: argparse.Namespace) -> int:
         print(walked(counters.get("path", [])))
         return 0
     children = {r["tool_use_id"]: store.read(r["session"]) for r in records if r.get("kind") == "subagent"}
+    for r in records:  # a run of several attempts: each attempt's own session
+        if r.get("kind") == "attempts":
+            for e in r.get("each", []):
+                with contextlib.suppress(SessionNotFound, ValueError):
+                    children[f"attempt-{e['attempt']}"] = store.read(e["session_id"])
     if args.json:
         print(
             json.dumps(
@@ -141,7 +147,8 @@ def resolve(store: SessionStore, given: str) -> str:
         return given
     if len(matches) == 1:
         return matches[0]
-    parents = [m for m in matches if ".task-" not in m]  # a session's subagents share its id as their prefix
+    # a session's subagents and attempts share its id as their prefix
+    parents = [m for m in matches if ".task-" not in m and "-attempt-" not in m]
     if len(parents) == 1 and all(m.startswith(parents[0]) for m in matches):
         return parents[0]
     if not matches:

@@ -20,7 +20,19 @@ from drivetrain.loop.state import Node
 from drivetrain.models.base import Model
 from drivetrain.tools.base import Tool
 
-AIDS = ("codeact", "example", "collapse", "context", "final", "checks", "changes", "prefixcache", "show", "answer")
+AIDS = (
+    "codeact",
+    "example",
+    "collapse",
+    "context",
+    "final",
+    "checks",
+    "changes",
+    "prefixcache",
+    "show",
+    "answer",
+    "attempts",
+)
 
 
 class Outfitted(Protocol):
@@ -71,6 +83,7 @@ class Profile:
     prefixcache: bool = False  # the fixed prompt prefix's KV state kept on disk (local model)
     show: bool = False  # the first lines of the files the task names go with it (as an @-mention attaches them)
     answer: bool = False  # the answer agrees with the run: what it reports was seen, else written again from the facts
+    attempts: bool = False  # a task runs as several fresh attempts, and the evidence picks one (small/attempts.py)
 
     def without(self, *aids: str) -> Profile:
         """This profile less the named aids (an ablation)."""
@@ -86,6 +99,10 @@ class Profile:
 
     def default_system(self) -> str | None:
         """The system prompt this profile runs with when the agent sets none (None: the caller's default)."""
+        return None
+
+    def default_wall_s(self) -> float | None:
+        """The wall-time budget of a task when the user sets none (None: no limit)."""
         return None
 
     def equip(self, agent: Outfitted) -> Outfit:

@@ -26,6 +26,7 @@ class RunResult:
     trajectory: list[StopReason]
     note: str = ""
     pending: list[PendingCall] = field(default_factory=list)  # set when the run paused for approval
+    attempts: JsonObject | None = None  # a run of several attempts (small/attempts.py): each, the chosen one, why
 
     @property
     def is_error(self) -> bool:
@@ -48,4 +49,6 @@ class RunResult:
             out["note"] = self.note
         if self.pending:
             out["pending"] = [p.to_json() for p in self.pending]
+        if self.attempts is not None:
+            out["attempts"] = self.attempts
         return out

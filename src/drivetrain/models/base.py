@@ -25,6 +25,8 @@ class ModelRequest:
     max_tokens: int = 8192
     stop_sequences: list[str] = field(default_factory=list)
     temperature: float | None = None  # None: the provider's default
+    # The sampling seed, for providers that take one (local; OpenAI-compatible servers): None, the provider's own.
+    seed: int | None = None
     tool_choice: ToolChoice | None = None  # None: the provider's default, "auto"
     # A GBNF grammar the whole reply must follow, for providers that can constrain decoding (local).
     grammar: str | None = None

@@ -21,11 +21,12 @@ from collections import OrderedDict
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, TypedDict
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 from drivetrain.errors import ConfigError, ModelError
 from drivetrain.messages import Block, Message, StopReason, TextBlock, ToolUseBlock, Usage
 from drivetrain.models.base import ModelRequest, ModelResponse
+from drivetrain.models.batched import BatchEngine, Job, LlamaModelPart, Sampling, constrained, control_tokens
 from drivetrain.models.toolcall import (
     AnswerStream,
     assistant_text,
@@ -40,28 +41,13 @@ if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
     from llama_cpp._internals import LlamaSampler
-    from llama_cpp.llama_cpp import llama_context_p, llama_vocab_p
+    from llama_cpp.llama_cpp import llama_context_p
     from llama_cpp.llama_grammar import LlamaGrammar
 
 _REPLAY_SIZE = 128  # generated replies remembered for exact replay
 
 # A sampler setting CountingLlama passes on to llama_cpp.Llama untouched (an int, float, bool or logits processor).
 SamplerArg: TypeAlias = Any
-
-
-class Sampling(TypedDict):
-    """The sampling settings of one generation, as ``Llama.generate`` takes them."""
-
-    temp: float
-    top_p: float
-    top_k: int
-    min_p: float
-    repeat_penalty: float
-
-
-class _LlamaModelPart(Protocol):  # what is used of llama_cpp's internal LlamaModel
-    @property
-    def vocab(self) -> llama_vocab_p: ...
 
 
 class _LlamaContextPart(Protocol):  # what is used of llama_cpp's internal LlamaContext
@@ -80,7 +66,7 @@ class LlamaLike(Protocol):
     model_path: str
 
     @property
-    def _model(self) -> _LlamaModelPart: ...
+    def _model(self) -> LlamaModelPart: ...
 
     @property
     def _ctx(self) -> _LlamaContextPart: ...
@@ -147,9 +133,6 @@ def _llama_class() -> Callable[..., LlamaLike]:
         ) from None
 
     import llama_cpp as lc
-    import numpy as np
-
-    token_data = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)], align=True)
 
     class CountingLlama(Llama):
         """Llama that counts the tokens it evaluates (so KV reuse is measured, not assumed) and
@@ -160,7 +143,7 @@ def _llama_class() -> Callable[..., LlamaLike]:
 
         evaluated = 0
         _grammar_sampler: lc.llama_sampler_p | None = None
-        _control_ids: frozenset[int] | None = None
+        _control_ids: list[int] | None = None
 
         def eval(self, tokens: Sequence[int]) -> None:
             self.evaluated += len(tokens)
@@ -185,38 +168,12 @@ def _llama_class() -> Callable[..., LlamaLike]:
             token: int = super().sample(*args, idx=idx, **kwargs)  # type: ignore[misc]
             if self._grammar_sampler is None:
                 return token
-            if token in self._controls() or not self._allowed(token):
-                n = self._n_vocab
-                cands = np.empty(n, dtype=token_data)
-                cands["id"] = np.arange(n)
-                logits = lc.llama_get_logits_ith(self._ctx.ctx, idx - self.n_tokens if idx is not None else -1)
-                cands["logit"], cands["p"] = np.ctypeslib.as_array(logits, shape=(n,)), 0.0
-                cands["logit"][list(self._controls())] = -np.inf
-                cur = lc.llama_token_data_array(cands.ctypes.data_as(lc.llama_token_data_p), n, -1, False)
-                lc.llama_sampler_apply(self._grammar_sampler, ctypes.byref(cur))
-                # the usual chain, ending in dist (llama_cpp leaves Llama._sampler unannotated: None to mypy)
-                lc.llama_sampler_apply(self._sampler.sampler, ctypes.byref(cur))  # type: ignore[attr-defined]
-                token = int(cur.data[cur.selected].id)  # an int already: ctypes reads the c_int32 field as one
-            lc.llama_sampler_accept(self._grammar_sampler, token)
-            return token
-
-        def _controls(self) -> frozenset[int]:
-            """Control tokens other than the end of generation (``<|im_start|>`` …). The grammar matches them
-            by their text, which is never shown, so one could carry a refused call past the grammar: the
-            text "cmd<|im_start|>\n" is not "cmd\n", yet it reads as that. Under a grammar they are never sampled."""
             if self._control_ids is None:
-                vocab = self._model.vocab
-                self._control_ids = frozenset(
-                    t
-                    for t in range(self._n_vocab)
-                    if lc.llama_vocab_is_control(vocab, t) and not lc.llama_vocab_is_eog(vocab, t)
-                )
-            return self._control_ids
-
-        def _allowed(self, token: int) -> bool:
-            one = (lc.llama_token_data * 1)(lc.llama_token_data(token, 0.0, 0.0))
-            lc.llama_sampler_apply(self._grammar_sampler, ctypes.byref(lc.llama_token_data_array(one, 1, -1, False)))
-            return one[0].logit != float("-inf")
+                self._control_ids = control_tokens(self._model.vocab, self._n_vocab)
+            logits = lc.llama_get_logits_ith(self._ctx.ctx, idx - self.n_tokens if idx is not None else -1)
+            # the usual chain, ending in dist (llama_cpp leaves Llama._sampler unannotated: None to mypy)
+            chain = self._sampler.sampler  # type: ignore[attr-defined]
+            return constrained(token, self._grammar_sampler, chain, logits, self._n_vocab, self._control_ids)
 
     return CountingLlama
 
@@ -236,6 +193,7 @@ class LocalModel:
         seed: int | None = None,
         constrained: bool = True,
         max_output_tokens: int = 2048,
+        parallel: int = 1,
         env: Mapping[str, str] | None = None,
     ) -> None:
         """``model``: "default" (1.5B), "small" (0.5B) or a .gguf path; None reads $DRIVETRAIN_LOCAL_MODEL.
@@ -246,6 +204,8 @@ class LocalModel:
         than at Qwen's chat default of 0.7. ``seed`` fixes the sampling seed of every call.
         ``max_output_tokens`` caps one reply whatever the request asks: at CPU speed (~12 tokens/s for the
         1.5B) the 8,192 a cloud model is given would be an 11-minute turn.
+        ``parallel`` > 1: requests in flight together are decoded together, in one batch of a context with a
+        sequence for each (``models/batched.py``), e.g. the attempts of a task; each may use ``n_ctx`` tokens.
         """
         self._env = dict(os.environ if env is None else env)
         choice = os.fspath(model) if model is not None else self._env.get(ENV_MODEL, "")
@@ -265,6 +225,8 @@ class LocalModel:
         self.seed = seed
         self.constrained = constrained
         self.max_output_tokens = max_output_tokens
+        self.parallel = parallel
+        self._engine: BatchEngine | None = None
         self.last_stats: GenerationStats | None = None
         self.live: GenerationProgress | None = None  # the generation running now, if any
         # Keep the KV state of the fixed prompt prefix (the system turn) on disk, so a new process starts
@@ -331,37 +293,89 @@ class LocalModel:
     def _respond_blocking(
         self, request: ModelRequest, sink: Callable[[str], object] | None, cancel: threading.Event
     ) -> ModelResponse:
+        if self.parallel > 1:
+            return self._respond_batched(request, sink, cancel)
         with self._lock:
             self._load_locked()
             prompt = self._prompt(request)
             self._loaded.evaluated = 0  # counts the prefix too, when it is evaluated (not loaded) below
             if self.prefix_cache or request.keep_prefix:
                 self._restore_prefix(self._system_tokens(request))
-            budget = min(request.max_tokens, self.max_output_tokens, self.n_ctx - len(prompt))
-            if budget <= 0:
-                raise ModelError(
-                    f"the prompt is {len(prompt)} tokens; the local model's context holds {self.n_ctx}. "
-                    "Compact the history."
-                )
-            grammar = self._grammar(request)
+            budget = self._budget(request, prompt)
+            gbnf = self._gbnf(request)
+            grammar = self._compiled(gbnf) if gbnf is not None else None
             try:
-                sampling = Sampling(**self.sampling)  # a copy, with the request's temperature if it has one
-                if request.temperature is not None:
-                    sampling["temp"] = request.temperature
                 tokens, text, stop, stream = self._generate(
-                    prompt, budget, grammar, request.stop_sequences, sink, cancel, sampling
+                    prompt, budget, grammar, request.stop_sequences, sink, cancel, *self._sampling(request)
                 )
             except RuntimeError as exc:
                 raise ModelError(f"llama.cpp failed while generating: {exc}") from exc
-            parsed = parse_tool_calls(text, [t["name"] for t in request.tools])
-            content: list[Block] = [TextBlock(parsed.text)] if parsed.text else []
-            content += [ToolUseBlock(self._new_id(request.messages), c.name, c.arguments) for c in parsed.calls]
-            if not parsed.calls:
-                stream.finish(parsed.text)
-            if stop != "stop_sequence":  # the tokens hold the stop sequence the text was cut before
-                self._remember(tuple(content), tokens)
-            stats = self.last_stats
-            assert stats is not None  # _generate set it
+            return self._response(request, tokens, text, stop, stream)
+
+    def _respond_batched(
+        self, request: ModelRequest, sink: Callable[[str], object] | None, cancel: threading.Event
+    ) -> ModelResponse:
+        """The request decoded together with the others in flight (``BatchEngine``)."""
+        with self._lock:
+            self._load_locked()
+            if self._engine is None:
+                self._engine = BatchEngine(self._loaded, self.parallel, self.n_ctx, self.n_threads)
+            prompt = self._prompt(request)
+            gbnf = self._gbnf(request)
+            if gbnf is not None:
+                self._compiled(gbnf)  # checked by llama.cpp's parser here, with a clear error
+            sampling, seed = self._sampling(request)
+            job = Job(
+                prompt,
+                self._budget(request, prompt),
+                gbnf,
+                sampling,
+                seed,
+                request.stop_sequences,
+                sink,
+                cancel,
+                _stuck,
+            )
+            engine = self._engine
+        done = engine.submit(job).result()
+        with self._lock:
+            self.last_stats = GenerationStats(
+                done.prompt_tokens,
+                done.prompt_eval_tokens,
+                len(done.tokens),
+                done.time_to_first_token_s,
+                done.generation_s,
+            )
+            return self._response(request, done.tokens, done.text, done.stop, done.stream)
+
+    def _budget(self, request: ModelRequest, prompt: list[int]) -> int:
+        budget = min(request.max_tokens, self.max_output_tokens, self.n_ctx - len(prompt))
+        if budget <= 0:
+            raise ModelError(
+                f"the prompt is {len(prompt)} tokens; the local model's context holds {self.n_ctx}. "
+                "Compact the history."
+            )
+        return budget
+
+    def _sampling(self, request: ModelRequest) -> tuple[Sampling, int | None]:
+        """The model's sampling settings with the request's temperature, if it has one, and the seed to draw with."""
+        sampling = Sampling(**self.sampling)
+        if request.temperature is not None:
+            sampling["temp"] = request.temperature
+        return sampling, request.seed if request.seed is not None else self.seed
+
+    def _response(
+        self, request: ModelRequest, tokens: list[int], text: str, stop: StopReason, stream: AnswerStream
+    ) -> ModelResponse:
+        parsed = parse_tool_calls(text, [t["name"] for t in request.tools])
+        content: list[Block] = [TextBlock(parsed.text)] if parsed.text else []
+        content += [ToolUseBlock(self._new_id(request.messages), c.name, c.arguments) for c in parsed.calls]
+        if not parsed.calls:
+            stream.finish(parsed.text)
+        if stop != "stop_sequence":  # the tokens hold the stop sequence the text was cut before
+            self._remember(tuple(content), tokens)
+        stats = self.last_stats
+        assert stats is not None  # the generation set it
         return ModelResponse(
             content=tuple(content),
             stop_reason="tool_use" if parsed.calls else stop,
@@ -383,6 +397,7 @@ class LocalModel:
         sink: Callable[[str], object] | None,
         cancel: threading.Event,
         sampling: Sampling,
+        seed: int | None,
     ) -> tuple[list[int], str, StopReason, AnswerStream]:
         llm = self._loaded
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
@@ -390,8 +405,8 @@ class LocalModel:
         tokens: list[int] = []
         stop: StopReason
         text, stop = "", "max_tokens"
-        if self.seed is not None:
-            llm.set_seed(self.seed)
+        if seed is not None:
+            llm.set_seed(seed)
         prompt_eval = 0
         started = time.perf_counter()
         first = started
@@ -429,13 +444,14 @@ class LocalModel:
         )
         return tokens, text, stop, stream
 
-    def _grammar(self, request: ModelRequest) -> LlamaGrammar | None:
+    def _gbnf(self, request: ModelRequest) -> str | None:
         """The request's own grammar, else (when constrained) one for its tools and tool_choice."""
         gbnf = request.grammar
         if gbnf is None and self.constrained and request.tools and request.tool_choice != "none":
             gbnf = tool_call_grammar(request.tools, allow_text=request.tool_choice != "any")
-        if gbnf is None:
-            return None
+        return gbnf
+
+    def _compiled(self, gbnf: str) -> LlamaGrammar:
         if gbnf not in self._grammars:
             self._grammars[gbnf] = compile_grammar(self._loaded, gbnf)
             while len(self._grammars) > 16:  # grammars with refused calls left out change from turn to turn

@@ -178,6 +178,8 @@ class OpenAIModel:
             params["stop"] = request.stop_sequences
         if request.temperature is not None:
             params["temperature"] = request.temperature
+        if request.seed is not None:
+            params["seed"] = request.seed
         return params
 
     async def _stream_once(self, request: ModelRequest) -> ModelResponse:

@@ -13,9 +13,10 @@ Nothing is created until the first record is written.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from pathlib import Path
+from types import MethodType
 
 from drivetrain.control.redact import redact
 from drivetrain.jsontypes import JsonObject, JsonValue
@@ -139,3 +140,11 @@ class AuditLog:
 
 def _seconds(t: float | datetime) -> float:
     return t.timestamp() if isinstance(t, datetime) else float(t)
+
+
+def attached(observers: Iterable[Callable[[Event], None]]) -> AuditLog | None:
+    """The audit log among an agent's observers (``AuditLog.observe`` is how one is attached), if there is one."""
+    for observe in observers:
+        if isinstance(observe, MethodType) and isinstance(observe.__self__, AuditLog):
+            return observe.__self__
+    return None

@@ -329,6 +329,7 @@ def render_text(records: Sequence[Record], nested: Mapping[str, str] | None = No
                 lines.append("  ? no result in the log")
             if c.id in nested:
                 lines += ["    " + line for line in nested[c.id].splitlines()]
+    lines += attempts_text(records, nested)
     h = health(records)
     lines.append("trajectory: " + (" → ".join(h.trajectory) or "(no turns)"))
     lines.append("health:")
@@ -343,6 +344,34 @@ def render_text(records: Sequence[Record], nested: Mapping[str, str] | None = No
     if g.not_found:
         lines.append(f"    not in any tool output: {', '.join(g.not_found)}")
     return "\n".join(lines)
+
+
+def attempts_text(records: Sequence[Record], nested: Mapping[str, str]) -> list[str]:
+    """A run of several attempts (small/attempts.py): each side by side, which won and why, then each one's turns
+    (``nested["attempt-N"]``, its own session rendered)."""
+    lines: list[str] = []
+    for r in records:
+        if r.get("kind") != "attempts":
+            continue
+        each = [e for e in r.get("each", []) if isinstance(e, dict)]
+        lines.append(f"attempts: {r.get('count')}, chosen: {r.get('chosen') or 'none'} ({r.get('reason')})")
+        lines.append(f"  {'#':>2}  {'seed':>10}  {'temp':>4}  {'ended':<22}{'turns':>5}  changed / checks")
+        for e in each:
+            mark = "*" if e.get("attempt") == r.get("chosen") else " "
+            ended = "stopped" if e.get("stopped") else str(e.get("subtype"))
+            checks = ", ".join(f"`{c}` → {code}" for c, code in dict(e.get("checks") or {}).items())
+            why = f"; cannot win: {e['hard_fail']}" if e.get("hard_fail") else ""
+            lines.append(
+                f"{mark} {e.get('attempt'):>2}  {e.get('seed'):>10}  {e.get('temperature'):>4}  {ended:<22}"
+                f"{e.get('num_turns'):>5}  {', '.join(e.get('changed') or []) or '-'}"
+                f"{' / ' + checks if checks else ''}{why}"
+            )
+        for e in each:
+            key = f"attempt-{e.get('attempt')}"
+            if key in nested:
+                lines.append(f"attempt {e.get('attempt')}:")
+                lines += ["    " + line for line in nested[key].splitlines()]
+    return lines
 
 
 def cost_text(cost: float | None) -> str:

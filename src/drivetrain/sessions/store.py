@@ -30,10 +30,13 @@ FIRST_PROMPT_CHARS = 200
 Record = JsonObject  # one JSON object of a log
 
 # What a record is (docs/sessions.md): the kinds drivetrain writes. A store keeps any non-empty string it is given.
-LoopKind = Literal["session", "checkpoint", "prompt", "history", "turn", "state", "interrupted", "repair", "result"]
+LoopKind = Literal[
+    "session", "checkpoint", "prompt", "history", "turn", "state", "interrupted", "repair", "result", "attempts"
+]
 InterventionKind = Literal["loop_detected", "limit_approaching", "limit_reached", "compacted"]  # loop.events'
 AuditKind = Literal["intent", "outcome", "denied", "deferred", "not_run", "hook_error"]  # sessions.audit's
-LinkKind = Literal["subagent", "subagent_of"]  # a subagent's session and its parent's, each naming the other
+# a subagent's session and its parent's, each naming the other; an attempt's session and the run it was one of
+LinkKind = Literal["subagent", "subagent_of", "attempt_of"]
 RecordKind = Literal[LoopKind, InterventionKind, AuditKind, LinkKind]
 
 

@@ -31,6 +31,9 @@ _SCRIPTS = (
 _SUM = re.compile(r"\d+(?:\.\d+)?(?:\s*[-+*/×]\s*\d+(?:\.\d+)?)+\s*=\s*\d+(?:\.\d+)?")
 _QUESTION = re.compile(r"[?？]")  # a question mark, in any language's form
 _DIGITS = re.compile(r"\d+(?:\.\d+)?")
+_PROSE = re.compile(r"(?<![\w./-])[A-Za-z]{2,}(?![\w./-])")  # a Latin-script word, not a path or a name
+_CODE = re.compile(r"`[^`]*`")
+PROSE_WORDS = 4  # an answer with this many Latin-script words is prose, not a value or a file name
 _NOT_WORD = re.compile(r"[\W_]+")  # what an echo may drop or change: marks, spaces (letters of any script stay)
 
 
@@ -79,7 +82,10 @@ def facts(before: dict[str, bytes], now: dict[str, bytes], calls: Sequence[Call]
         return ""
     if not changed:
         rows.insert(0, "- no file was created or changed")
-    return "What this run did (as the harness saw it):\n" + "\n".join(rows)
+    return (
+        "What you did in this run, as the harness saw it (tell the user in the first person, as the one who did "
+        "it, and in the language of the task):\n" + "\n".join(rows)
+    )
 
 
 def unseen(answer: str, corpus: str, files: dict[str, bytes]) -> list[str]:
@@ -110,13 +116,13 @@ def echoes(answer: str, said: str) -> bool:
 
 
 def disagreements(
-    prompt: str, answer: str, corpus: str, did_work: bool, files: dict[str, bytes], said: str = ""
+    prompt: str, answer: str, corpus: str, did_work: bool, files: dict[str, bytes], said: Sequence[str] = ()
 ) -> list[str]:
     """Why the answer should be written again from the run's facts ([] when it agrees with the run). ``said``: what
-    the harness added to the last call's result."""
+    the harness said (what it added to the last call's result, what the checks sent back): none is an answer."""
     out = []
     missing = unseen(answer, corpus, files)
-    if echoes(answer, said):
+    if any(echoes(answer, s) for s in said):
         out.append(
             "Your answer copies what the harness said of your last call; it is not an answer. Tell the user "
             "the result the task asks for and what you did, in your own words."
@@ -138,6 +144,9 @@ def disagreements(
             "value or place the run showed; if no command has shown it yet, run one that prints it."
         )
     wanted = language(prompt)
-    if wanted and language(answer) != wanted and out:
-        out[-1] += f" Write the answer in {wanted}, the language of the task."
+    if wanted and language(answer) != wanted:
+        if out:
+            out[-1] += f" Write the answer in {wanted}, the language of the task."
+        elif len(_PROSE.findall(_CODE.sub("", answer))) >= PROSE_WORDS:  # prose in another language, not a value
+            out.append(f"The task is written in {wanted}: write the answer in {wanted}.")
     return out

@@ -192,6 +192,7 @@ class WorkChecks:
     _sent: dict[SendBackKind, int] = field(default_factory=dict)  # send-backs this prompt
     _writers: dict[str, str] = field(default_factory=dict)  # file -> the input of the call that last changed it
     _said: str = ""  # what the harness said of the last call (an Edit's or Write's report, its note): not an answer
+    _sent_back: list[str] = field(default_factory=list)  # what the checks sent back this prompt: not an answer either
 
     name: str = "WorkChecks"  # a node of the loop (nodes.py), entered when the model wants to stop …
     at: NodePoint = "end_turn"
@@ -212,7 +213,7 @@ class WorkChecks:
     async def on_prompt(self, payload: JsonObject) -> None:
         """A new prompt is a new task: what the checks saw of the last one is left behind."""
         self.prompt, self._sent, self.calls, self.unread = payload.get("prompt", ""), {}, [], []
-        self._writers, self._said = {}, ""
+        self._writers, self._said, self._sent_back = {}, "", []
         self.before = await asyncio.to_thread(snapshot, self.cwd, self._known)
         self._last = dict(self.before)
 
@@ -283,6 +284,7 @@ class WorkChecks:
         text = "Before you finish, fix this:\n" + "\n".join(f"- {f}" for f in failures)
         if kind == "answer" and self.agree and (done := facts(self.before, self._last, self.calls)):
             text += "\n\n" + done  # the answer is written again with what the run did in front of it
+        self._sent_back.append(text)
         return SendBack(text, answer_only=kind == "answer")
 
     # -- the checks
@@ -337,7 +339,8 @@ class WorkChecks:
         if not changed:  # after a change, what a call printed before it may no longer be what it returns
             answer_only += self._unanswered_calls([w for w in written if w not in unrun], answer)  # not said twice
         if self.agree and not out and not answer_only:  # once the work holds, the answer must agree with it
-            answer_only = disagreements(self.prompt, answer, self._corpus(now), bool(changed), now, self._said)
+            said = [self._said, *self._sent_back]  # an answer copying any of it is no answer
+            answer_only = disagreements(self.prompt, answer, self._corpus(now), bool(changed), now, said)
         return out, answer_only
 
     def _corpus(self, now: dict[str, bytes]) -> str:

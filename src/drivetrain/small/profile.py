@@ -31,6 +31,7 @@ from drivetrain.small.prompts import small_system_prompt, task_context
 from drivetrain.tools.base import Tool
 
 ENV_ABLATE = "DRIVETRAIN_ABLATE"
+DEFAULT_WALL_S = 60.0  # one wall budget for a task and all its attempts
 
 
 # Parameter counts in model names: "qwen2.5-coder:1.5b", "Llama-3.2-3B-Instruct", "phi-3-mini-4k".
@@ -71,6 +72,9 @@ class SmallProfile(Profile):
 
     def default_system(self) -> str | None:
         return small_system_prompt(self.codeact, self.example)
+
+    def default_wall_s(self) -> float | None:
+        return DEFAULT_WALL_S  # at CPU speed a small model that loops would otherwise run for many minutes
 
     def equip(self, agent: Outfitted) -> Outfit:
         """The code-block model over the agent's, the profile's tools, its system prompt (where the agent sets

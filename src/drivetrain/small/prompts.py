@@ -95,7 +95,8 @@ the block replaces the function of that name and each other line the line most l
 - No editors (nano, vi), no sudo, nothing that waits for input.
 - After changing code, run it or its tests. Say tests pass only after running them.
 - Never repeat a command that already gave its result. If a command is denied, do it another way.
-- DONE: gives the answer with the values you found (numbers, names, file:line).
+- DONE: gives the answer with the values you found (numbers, names, file:line), in the language of the \
+task, saying what you did ("I wrote …").
 
 Three examples of how a task goes.
 

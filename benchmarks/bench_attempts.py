@@ -1,0 +1,90 @@
+"""The attempts' model calls decoded together vs one by one: wall time of k conversations on the local model.
+
+Each conversation is what an attempt of the quick-start task sends: the small profile's system prompt, the task,
+then ``--turns`` turns, each a reply of up to ``--tokens`` tokens followed by a short tool result. Measured side by
+side in one process, on the same weights:
+
+  one         a single conversation (the plain llama.cpp path: what --attempts 1 does)
+  sequential  k conversations, one after another, on that path
+  batched     k conversations at once, on the batch engine (one context, a sequence each, one batch per step)
+
+The target (issue 44): batched k=3 ≤ 1.6 × one.
+
+    python benchmarks/bench_attempts.py [--k 3] [--turns 3] [--tokens 48] [--repeat 2] [--threads N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+
+from drivetrain.messages import Message, TextBlock
+from drivetrain.models.base import ModelRequest
+from drivetrain.models.local import LocalModel
+from drivetrain.small.prompts import small_system_prompt
+
+TASK = "Count the lines of each .py file in this directory, write the total to total.txt, and report the total."
+RESULTS = ["app.py\nconfig.py\nutil.py", "  9 app.py\n  3 config.py\n  6 util.py\n 18 total", "(no output)"]
+
+
+async def conversation(model: LocalModel, seed: int, turns: int, tokens: int) -> int:
+    """One attempt's calls; returns the tokens generated."""
+    system = small_system_prompt(True, True)
+    history = [Message.user(TASK)]
+    out = 0
+    for turn in range(turns):
+        request = ModelRequest(list(history), system, [], tokens, temperature=0.7, seed=seed)
+        response = await model.respond(request)
+        out += response.usage.output_tokens
+        history += [response.message, Message("user", (TextBlock(RESULTS[turn % len(RESULTS)]),))]
+    return out
+
+
+async def timed(model: LocalModel, seeds: list[int], turns: int, tokens: int, together: bool) -> tuple[float, int]:
+    start = time.perf_counter()
+    if together:
+        counts = await asyncio.gather(*(conversation(model, s, turns, tokens) for s in seeds))
+    else:
+        counts = [await conversation(model, s, turns, tokens) for s in seeds]
+    return time.perf_counter() - start, sum(counts)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--k", type=int, default=3)
+    p.add_argument("--turns", type=int, default=3)
+    p.add_argument("--tokens", type=int, default=48)
+    p.add_argument("--repeat", type=int, default=2)
+    p.add_argument("--threads", type=int, default=None)
+    args = p.parse_args()
+    single = LocalModel(n_threads=args.threads)
+    batched = LocalModel(n_threads=args.threads, parallel=args.k)
+    single.load()
+    batched._llm = single._llm  # the same weights: only the contexts differ
+    rows: dict[str, list[tuple[float, int]]] = {"one": [], "sequential": [], "batched": []}
+    for r in range(args.repeat):  # interleaved, so load falls on all alike; fresh seeds each round
+        seeds = [1000 * r + i for i in range(args.k)]
+        single._loaded.reset()  # no KV left from the round before
+        rows["one"].append(asyncio.run(timed(single, seeds[:1], args.turns, args.tokens, False)))
+        single._loaded.reset()
+        rows["sequential"].append(asyncio.run(timed(single, seeds, args.turns, args.tokens, False)))
+        batched._engine = None  # a fresh context
+        rows["batched"].append(asyncio.run(timed(batched, seeds, args.turns, args.tokens, True)))
+    one = statistics.median(t for t, _ in rows["one"])
+    print(f"k={args.k} turns={args.turns} tokens/reply≤{args.tokens} threads={single.n_threads} repeat={args.repeat}")
+    print(f"{'config':<12}{'wall s (median)':>16}{'tokens out':>12}{'× one':>8}")
+    for name, got in rows.items():
+        wall = statistics.median(t for t, _ in got)
+        out = statistics.median(n for _, n in got)
+        print(f"{name:<12}{wall:>16.1f}{out:>12.0f}{wall / one:>8.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,211 @@
+"""One run of the task benchmark: a config (``--config NAME=SPEC``) and the runner that makes a task's workspace,
+runs drivetrain's CLI or the naive loop in it, and checks the result."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from tasks import TASKS, split_of
+
+NAIVE_MAX_TURNS = 100  # the naive loop has no turn cap of its own: the wall budget ends it
+
+
+@dataclass(frozen=True)
+class Config:
+    name: str
+    spec: str  # as given, kept in the results so a resumed batch only reuses runs of the same config
+    naive: bool = False
+    ablate: tuple[str, ...] = ()
+    args: tuple[str, ...] = ()
+    src: str = ""  # another checkout to run the code of (cli_runner.cli_command: its src/ first on sys.path)
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {"DRIVETRAIN_ABLATE": ",".join(self.ablate)} if self.ablate else {}
+
+
+def parse_config(text: str) -> Config:
+    name, _, spec = text.partition("=")
+    if not spec:
+        if name in ("drivetrain", "naive"):
+            return Config(name, name, naive=name == "naive")
+        raise ValueError(f"config {text!r}: give NAME=SPEC, e.g. no-checks=ablate:checks (or drivetrain, naive)")
+    if not name:
+        raise ValueError(f"config {text!r} has no name")
+    ablate: list[str] = []
+    args: list[str] = []
+    src = ""
+    naive = False
+    for item in spec.split("+"):
+        key, _, value = item.partition(":")
+        if key == "ablate" and value:
+            ablate += [v.strip() for v in value.split(",") if v.strip()]
+        elif key == "profile" and value:
+            args += ["--profile", value]
+        elif key == "arg" and value:
+            args.append(value)
+        elif key == "src" and value:
+            if not (Path(value) / "src" / "drivetrain").is_dir():
+                raise ValueError(f"config {text!r}: {value} has no src/drivetrain")
+            src = value
+        elif item in ("naive", "drivetrain"):
+            naive = item == "naive"
+        else:
+            raise ValueError(
+                f"config {text!r}: unknown item {item!r} (ablate:a,b  profile:P  arg:--flag  src:DIR  naive)"
+            )
+    if naive and (ablate or args or src):
+        raise ValueError(f"config {text!r}: the naive loop takes no ablations or drivetrain arguments")
+    return Config(name, spec, naive, tuple(ablate), tuple(args), src)
+
+
+class Runner:
+    """Runs one (task, seed, config) and returns the result record. The naive loop's model loads on first use."""
+
+    def __init__(
+        self,
+        model: str,
+        save: Path,
+        max_turns: int | None,
+        timeout_s: float,
+        provider_args: tuple[str, ...] = ("--provider", "local"),
+        env: dict[str, str] | None = None,
+        max_wall_s: float | None = None,
+    ) -> None:
+        """``max_turns`` None: the CLI's own turn cap; ``max_wall_s``: the wall budget both loops get (the CLI's
+        ``--max-wall-time``); ``timeout_s``: when the benchmark kills a run that overran it."""
+        self.model, self.save, self.max_turns, self.timeout_s = model, save, max_turns, timeout_s
+        self.max_wall_s = max_wall_s
+        self.provider_args, self.env = provider_args, env or {}  # another provider: for tests
+        self._naive = None  # (llm, sampling, max_tokens)
+
+    def run(self, task_name: str, run: int, seed: int, config: Config, wording: str | None = None) -> dict:
+        from cli_runner import code_state
+
+        task = TASKS[task_name]
+        wording = task.wording(wording).id
+        run_dir = self.save / task_name / f"run{run}-seed{seed}-{wording}" / config.name
+        # The workspace path is in drivetrain's system prompt and in every pwd: it must not name the task or
+        # the config ("linecount-nowc/drivetrain/ws" would be a hint), so it is a neutral hash, linked from the logs.
+        ws = (
+            self.save
+            / "work"
+            / hashlib.sha1(f"{task_name}/{run}/{seed}/{wording}/{config.name}".encode()).hexdigest()[:10]
+        )
+        for old in (run_dir, ws):
+            if old.exists():
+                shutil.rmtree(old)  # a run cut short earlier: start it afresh
+        inst = task.make(seed, ws, wording)
+        run_dir.mkdir(parents=True)
+        (run_dir / "ws").symlink_to(ws)
+        expect = json.loads(json.dumps(inst.expect))
+        (run_dir / "instance.json").write_text(
+            json.dumps(
+                {
+                    "prompt": inst.prompt,
+                    "wording": inst.wording,
+                    "deny": inst.deny,
+                    "cli_args": inst.cli_args,
+                    "expect": expect,
+                },
+                indent=1,
+                ensure_ascii=False,
+            )
+        )
+        load_avg = os.getloadavg()[0]
+        started = time.perf_counter()
+        try:
+            if config.naive:
+                answer, subtype, turns, wall, cpu, trajectory = self._run_naive(inst, ws, run_dir, seed)
+            else:
+                answer, subtype, turns, wall, cpu, trajectory = self._run_cli(inst, ws, run_dir, config)
+        except Exception as e:  # one broken run must not end a long batch; it is recorded, and says why
+            answer, turns, cpu, trajectory = "", None, 0.0, ""
+            subtype, wall = f"bench error ({type(e).__name__}: {str(e)[:160]})", time.perf_counter() - started
+        solved, reason = task.check(ws, answer, expect)
+        if not solved and subtype not in ("success", ""):
+            reason = f"{subtype}: {reason}"
+        return {
+            "task": task_name,
+            "config": config.name,
+            "spec": config.spec,
+            "model": self.model,
+            "run": run,
+            "seed": seed,
+            "wording": inst.wording,
+            "lang": inst.lang,
+            "split": split_of(task_name, inst.wording),
+            "prompt": inst.prompt,
+            "solved": solved,
+            "reason": reason,
+            "turns": turns,
+            "wall_s": round(wall, 2),
+            "cpu_s": round(cpu, 2),
+            "subtype": subtype,
+            "trajectory": trajectory,
+            "answer": answer[:600],
+            "load_avg": round(load_avg, 2),
+            "max_turns": self.max_turns,
+            "max_wall_s": self.max_wall_s,
+            "code": code_state(*([Path(config.src)] if config.src else []))[1],
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            "workspace": str(ws),
+        }
+
+    def extra_args(self, inst, config: Config) -> list[str]:
+        """The CLI arguments of a run besides the prompt, provider and turn cap: the wall budget, the task's deny
+        rules and arguments, the config's."""
+        deny = ["--disallowedTools", *inst.deny] if inst.deny else []
+        wall = ["--max-wall-time", f"{self.max_wall_s:g}"] if self.max_wall_s else []
+        return [*wall, *deny, *inst.cli_args, *config.args]
+
+    def _run_cli(self, inst, ws: Path, run_dir: Path, config: Config):
+        from cli_runner import run_cli
+
+        r = run_cli(
+            inst.prompt,
+            ws,
+            run_dir,
+            model=self.model,
+            max_turns=self.max_turns,
+            timeout_s=self.timeout_s,
+            extra_args=self.extra_args(inst, config),
+            src=config.src,
+            extra_env={**self.env, **config.env},
+            provider_args=self.provider_args,
+        )
+        subtype = r.subtype
+        if subtype.startswith("no result"):  # say why: the CLI's last words
+            last = [ln for ln in r.stderr.strip().splitlines() if ln.strip()][-1:] or [""]
+            subtype += f" {last[0][:160]}"
+        return r.answer, subtype, r.num_turns, r.wall_s, r.cpu_s, r.trajectory
+
+    def _run_naive(self, inst, ws: Path, run_dir: Path, seed: int):
+        from naive import deny_policy, load_llama, run_naive, sampling_of
+
+        if self._naive is None:
+            llm, probe, load_s = load_llama(self.model)
+            print(
+                f"(naive loop: {probe.name} loaded in {load_s:.1f} s, once; not counted in its wall times)", flush=True
+            )
+            self._naive = (llm, sampling_of(probe), probe.max_output_tokens)
+        llm, sampling, max_tokens = self._naive
+        r = run_naive(
+            llm,
+            inst.prompt,
+            ws,
+            sampling=sampling,
+            seed=seed * 100,
+            max_turns=self.max_turns or NAIVE_MAX_TURNS,
+            max_tokens=max_tokens,
+            policy=deny_policy(inst.deny, ws, run_dir / "home"),
+            timeout_s=self.max_wall_s or self.timeout_s,
+        )
+        (run_dir / "transcript.json").write_text(json.dumps(r.messages, indent=1, ensure_ascii=False))
+        return r.answer, r.subtype, r.turns, r.wall_s, r.cpu_s, r.trajectory

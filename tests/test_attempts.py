@@ -1,0 +1,435 @@
+"""Several fresh attempts at one task (small/attempts.py): the real CLI against the scripted server, each attempt
+routed to a script of its own by the temperature it samples at (attempt 1: 0.2, 2: 0.5, 3: 0.7)."""
+
+import json
+import re
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+from drivetrain.loop.result import RunResult
+from drivetrain.messages import Usage
+from drivetrain.small.attempts import (
+    TEMPERATURES,
+    Attempt,
+    AttemptSpec,
+    answer_values,
+    apply_changes,
+    changes,
+    choose,
+    copy_tree,
+    named_commands,
+    scan,
+)
+from drivetrain.testing import ScriptedServer, reply, respond, tool_call
+from test_cli import DRIVETRAIN, cli
+
+
+def by_temperature(body):
+    return str(body.get("temperature"))
+
+
+def scripts(*per_attempt):
+    return {str(TEMPERATURES[i]): steps for i, steps in enumerate(per_attempt)}
+
+
+def writes(value, delay=0.0):
+    """An attempt that writes ``value`` to out.txt and reports it."""
+    return [
+        respond([tool_call("Write", {"file_path": "out.txt", "content": f"{value}\n"})], delay=delay),
+        reply(f"The total is {value}; written to out.txt."),
+    ]
+
+
+def log(home, session_id):
+    path = Path(home) / ".drivetrain" / "sessions" / f"{session_id}.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def run_attempts(server, ws, *extra, fmt="json"):
+    return cli(
+        server.url,
+        "-p",
+        "Add up the numbers and write the total to out.txt.",
+        "--profile",
+        "full",
+        "--attempts",
+        "3",
+        "--permission-mode",
+        "acceptEdits",
+        "--output-format",
+        fmt,
+        *extra,
+        cwd=ws,
+    )
+
+
+def test_the_largest_group_wins_and_its_change_reaches_the_workspace(tmp_path, _own_home):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "numbers.txt").write_text("5 6 7\n")
+    with ScriptedServer(scripts(writes(17), writes(18), writes(18)), route=by_temperature) as server:
+        proc = run_attempts(server, ws)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    attempts = result["attempts"]
+    assert attempts["count"] == 3 and attempts["chosen"] == 2, attempts
+    assert attempts["reason"].startswith("2 of 3 agree"), attempts["reason"]
+    assert sorted(map(sorted, attempts["groups"])) == [[1], [2, 3]]
+    assert (ws / "out.txt").read_text() == "18\n"  # the winner's file, applied once
+    assert result["result"] == "The total is 18; written to out.txt."
+    assert result["num_turns"] == 2 and result["usage"]["output_tokens"] > 0
+    assert not list(ws.glob("*.attempt"))
+    # the run's session holds the winner's history and the attempts record; each attempt is a session of its own
+    records = log(_own_home, result["session_id"])
+    kinds = [r["kind"] for r in records]
+    assert "attempts" in kinds and kinds[-1] == "result"
+    for each in attempts["each"]:
+        own = log(_own_home, each["session_id"])
+        assert any(r["kind"] == "attempt_of" and r["session"] == result["session_id"] for r in own)
+        assert each["changed"] == ["out.txt"]
+        assert [r["tool"] for r in own if r["kind"] == "intent"][:1] == ["Write"]  # its calls are in its audit log
+    # the run's usage is the three attempts', each billed once
+    assert result["usage"]["output_tokens"] == sum(e["usage"]["output_tokens"] for e in attempts["each"])
+    assert all(e["usage"]["output_tokens"] > 0 for e in attempts["each"])
+    # `sessions show` puts the attempts side by side, marks the winner, says why, and shows each one's turns
+    shown = subprocess.run(
+        [DRIVETRAIN, "sessions", "show", result["session_id"][:13]], capture_output=True, text=True, check=False
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert "attempts: 3, chosen: 2 (2 of 3 agree" in shown.stdout
+    assert re.search(r"^\*\s+2\s+\d+\s+0\.5\s+success", shown.stdout, re.M), shown.stdout
+    assert shown.stdout.count("→ Write") == 3 and "attempt 3:" in shown.stdout
+
+
+def test_stream_json_marks_every_event_of_an_attempt_with_its_index(tmp_path):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    with ScriptedServer(scripts(writes(1), writes(2), writes(2)), route=by_temperature) as server:
+        proc = run_attempts(server, ws, fmt="stream-json")
+    assert proc.returncode == 0, proc.stderr
+    lines = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert lines[0]["subtype"] == "init" and "attempt" not in lines[0]
+    assert lines[-1]["type"] == "result" and "attempt" not in lines[-1] and lines[-1]["attempts"]["chosen"] == 2
+    middle = lines[1:-1]
+    assert middle and all(e.get("attempt") in (1, 2, 3) for e in middle)
+    ends = [e for e in middle if e.get("subtype") == "attempt_result"]
+    assert sorted(e["attempt"] for e in ends) == [1, 2, 3]
+    assert {e["attempt"] for e in middle if e["type"] == "assistant"} == {1, 2, 3}
+
+
+def test_a_denied_call_is_denied_in_each_attempt_and_audited_there(tmp_path, _own_home):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+
+    def tries_curl(value):
+        return [
+            respond([tool_call("Bash", {"command": "curl -s http://example.com"})]),
+            *writes(value),
+        ]
+
+    steps = scripts(tries_curl(3), tries_curl(3), tries_curl(4))
+    with ScriptedServer(steps, route=by_temperature) as server:
+        proc = run_attempts(server, ws, "--disallowedTools", "Bash(curl:*)")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert len(result["permission_denials"]) == 3  # one in each attempt
+    for each in result["attempts"]["each"]:
+        denied = [r for r in log(_own_home, each["session_id"]) if r["kind"] == "denied"]
+        assert [r["input"]["command"] for r in denied] == ["curl -s http://example.com"], each
+    assert (ws / "out.txt").read_text() == "3\n"
+
+
+def test_a_command_the_task_names_decides_and_a_fixed_one_stops_the_others(tmp_path, _own_home):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "calc.py").write_text("def total(xs):\n    return sum(xs) + 1\n")
+    (ws / "check.py").write_text("from calc import total\nassert total([1, 2]) == 3, total([1, 2])\nprint('ok')\n")
+    fixed = "def total(xs):\n    return sum(xs)\n"
+    first = [
+        respond([tool_call("Write", {"file_path": "calc.py", "content": fixed})]),
+        reply("Fixed: `python3 check.py` prints ok."),
+    ]
+    never = threading.Event()  # the other attempts' first answers are held: only stopping them ends the run
+    slow = [respond([tool_call("Write", {"file_path": "calc.py", "content": "x = 1\n"})], hold=never), reply("Done.")]
+    with ScriptedServer(scripts(first, slow, slow), route=by_temperature) as server:
+        proc = cli(
+            server.url,
+            "-p",
+            "Make `python3 check.py` pass.",
+            "--profile",
+            "full",
+            "--attempts",
+            "3",
+            "--permission-mode",
+            "bypassPermissions",
+            "--output-format",
+            "json",
+            cwd=ws,
+        )
+        assert len(server.take_remaining()) == 2  # the stopped attempts never asked for their answers
+    assert proc.returncode == 0, proc.stderr
+    attempts = json.loads(proc.stdout)["attempts"]
+    assert attempts["chosen"] == 1 and "`python3 check.py` passes (it failed before)" in attempts["reason"]
+    assert [e["stopped"] for e in attempts["each"]] == [False, True, True]
+    assert (ws / "calc.py").read_text() == fixed
+    # the check ran again on the copies through the audited Bash tool
+    checks = [r for r in log(_own_home, attempts["each"][0]["session_id"]) if r.get("decided_by") == "attempts"]
+    assert checks and checks[0]["input"]["command"] == "python3 check.py"
+
+
+def test_an_attempt_that_fails_the_named_command_cannot_win_though_more_agree(tmp_path):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "check.py").write_text("import pathlib\nassert pathlib.Path('out.txt').read_text().strip() == '6'\n")
+    with ScriptedServer(scripts(writes(6), writes(5), writes(5)), route=by_temperature) as server:
+        proc = cli(
+            server.url,
+            "-p",
+            "Write 1+2+3 to out.txt so that `python3 check.py` passes.",
+            "--profile",
+            "full",
+            "--attempts",
+            "3",
+            "--permission-mode",
+            "bypassPermissions",
+            "--output-format",
+            "json",
+            cwd=ws,
+        )
+    assert proc.returncode == 0, proc.stderr
+    attempts = json.loads(proc.stdout)["attempts"]
+    assert attempts["chosen"] == 1, attempts
+    # 1 fixed the command, so it settled the task: the others were stopped, or failed the command if they ended first
+    assert not attempts["each"][0]["hard_fail"]
+    assert all(e["stopped"] or "`python3 check.py` fails" in e["hard_fail"] for e in attempts["each"][1:])
+    assert (ws / "out.txt").read_text() == "6\n"
+
+
+def test_when_none_can_win_the_furthest_attempts_work_is_kept_and_its_error_is_the_runs(tmp_path, _own_home):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+
+    def busy(value, calls):
+        return [respond([tool_call("Write", {"file_path": f"out{i}.txt", "content": value})]) for i in range(calls)]
+
+    with ScriptedServer(scripts(busy("a", 2), busy("b", 2), busy("c", 2)), route=by_temperature) as server:
+        proc = run_attempts(server, ws, "--max-turns", "2")
+        server.take_remaining()
+    assert proc.returncode == 1
+    result = json.loads(proc.stdout)
+    attempts = result["attempts"]
+    assert result["subtype"] == "error_max_turns" and attempts["chosen"] is None
+    assert "no attempt can win" in attempts["reason"] and "the changes of attempt 1 are kept" in attempts["reason"]
+    assert "no attempt can win" in result["note"]
+    assert sorted(p.name for p in ws.iterdir()) == ["out0.txt", "out1.txt"] and (ws / "out0.txt").read_text() == "a"
+    # the run's session continues where that attempt stopped
+    history = [r for r in log(_own_home, result["session_id"]) if r["kind"] == "history"]
+    assert history and "out1.txt" in json.dumps(history[-1])
+
+
+def test_one_attempt_is_a_single_run(tmp_path):
+    with ScriptedServer([reply("hello")]) as server:
+        proc = cli(
+            server.url, "-p", "hi", "--attempts", "1", "--profile", "small", "--output-format", "json", cwd=tmp_path
+        )
+    assert proc.returncode == 0, proc.stderr
+    assert "attempts" not in json.loads(proc.stdout)
+
+
+def test_attempts_below_one_is_a_clear_error(tmp_path):
+    proc = cli("http://127.0.0.1:9", "-p", "hi", "--attempts", "0", "--profile", "small", cwd=tmp_path)
+    assert proc.returncode == 1 and "attempts must be at least 1" in proc.stderr
+
+
+# ---------------------------------------------------------------- the parts, on real files
+
+
+def test_a_copy_keeps_mtimes_so_only_what_an_attempt_changed_is_seen(tmp_path):
+    src = tmp_path / "src"
+    (src / "pkg").mkdir(parents=True)
+    (src / "pkg" / "a.py").write_text("a\n")
+    (src / "b.txt").write_text("b\n")
+    (src / ".git").mkdir()
+    (src / ".git" / "HEAD").write_text("ref\n")
+    copy = tmp_path / "copy"
+    copy_tree(src, copy)
+    before = scan(src)
+    assert set(before) == {"pkg/a.py", "b.txt"}  # .git is never compared
+    assert changes(src, before, copy) == {}
+    (copy / "pkg" / "a.py").write_text("A\n")
+    (copy / "b.txt").unlink()
+    (copy / "new.txt").write_text("n\n")
+    (copy / ".git" / "HEAD").write_text("other\n")
+    got = changes(src, before, copy)
+    assert set(got) == {"pkg/a.py", "b.txt", "new.txt"} and got["b.txt"] is None
+
+
+def test_a_file_the_user_changed_meanwhile_is_kept_and_the_attempts_version_goes_beside_it(tmp_path):
+    cwd, base, copy = tmp_path / "cwd", tmp_path / "base", tmp_path / "copy"
+    cwd.mkdir()
+    (cwd / "a.txt").write_text("one\n")
+    (cwd / "b.txt").write_text("two\n")
+    copy_tree(cwd, base)
+    copy_tree(cwd, copy)
+    before = scan(cwd)
+    (copy / "a.txt").write_text("one, by the attempt\n")
+    (copy / "b.txt").write_text("two, by the attempt\n")
+    time.sleep(0.01)
+    (cwd / "a.txt").write_text("one, by the user\n")
+    applied = apply_changes(copy, cwd, before, changes(base, scan(base), copy), base)
+    assert applied.written == ("b.txt",) and applied.kept_both == (("a.txt", "a.txt.attempt"),)
+    assert (cwd / "a.txt").read_text() == "one, by the user\n"
+    assert (cwd / "a.txt.attempt").read_text() == "one, by the attempt\n"
+    assert (cwd / "b.txt").read_text() == "two, by the attempt\n"
+    assert "a.txt" in applied.note()
+
+
+def test_named_commands_are_code_spans_whose_program_exists_in_any_language(tmp_path):
+    (tmp_path / "run.sh").write_text("echo hi\n")
+    prompt = "修复 `python3 -m pytest -q`，然后运行 `./run.sh` 和 `nosuchprogram --x`；`total.txt` 不是命令。"
+    assert named_commands(prompt, tmp_path) == ["python3 -m pytest -q", "./run.sh"]
+
+
+def test_answer_values_are_numbers_and_code_spans():
+    assert answer_values("总数是 1,234，文件 `out.txt`。") == frozenset({"1234", "out.txt"})
+    assert answer_values("The total is 18.") == answer_values("18 is the total")
+
+
+def _attempt(index, *, subtype="success", changed=None, reruns=None, turns=2, answer=""):
+    spec = AttemptSpec(index, index, 0.2, Path("/nowhere"), f"s-{index}")
+    result = RunResult(subtype, "end_turn", answer, turns, spec.session_id, 0, Usage(), None, [], [])
+    a = Attempt(spec, agent=None)  # the agent is not read by choose
+    a.result, a.changed, a.reruns = result, changed or {}, reruns or {}
+    a.values = answer_values(answer)
+    return a
+
+
+def test_choose_groups_by_contents_or_outputs_or_values_and_breaks_ties_by_checks_then_turns():
+    same = {"f": "h1"}
+    a1 = _attempt(1, changed={"f": "h0"}, answer="7")
+    a2 = _attempt(2, changed=same, turns=5, answer="8")
+    a3 = _attempt(3, changed=same, turns=3, answer="9")
+    assert choose([a1, a2, a3], {}).chosen == 3  # 2 and 3 agree; 3 took fewer turns
+    # answers alone agree too
+    b = [_attempt(1, answer="42"), _attempt(2, answer="41"), _attempt(3, answer="it is 42")]
+    choice = choose(b, {})
+    assert choice.chosen == 1 and choice.reason.startswith("2 of 3 agree")
+    # all alone: the one passing more checks
+    c = [
+        _attempt(1, answer="1", reruns={"t": (1, "x")}),
+        _attempt(2, answer="2", reruns={"t": (0, "y")}),
+        _attempt(3, subtype="error_max_turns", answer="2"),
+    ]
+    assert choose(c, {}).chosen == 2
+
+
+def library_attempts(server, ws, prompt, **kw):
+    """``Attempts`` from the library, each attempt's agent a plain one on the scripted model."""
+    import asyncio
+
+    from drivetrain import Agent
+    from drivetrain.models.anthropic import AnthropicModel
+    from drivetrain.small.attempts import Attempts, Sampled
+    from drivetrain.tools import builtin_tools
+
+    model = AnthropicModel.from_env(
+        "claude-sonnet-4-6", {"ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_API_KEY": "k"}, backoff=0.01
+    )
+
+    def make(spec):
+        return Agent(model=Sampled(model, spec.seed, spec.temperature), tools=builtin_tools(), cwd=spec.cwd)
+
+    main = Agent(model=model, tools=builtin_tools(), cwd=ws).start(prompt)
+    attempts = Attempts(main, prompt, make, 3, seed=100, wall_s=None, **kw)
+
+    async def go():
+        return [e async for e in attempts]
+
+    return attempts, asyncio.run(go())
+
+
+CHECK_SIX = "import pathlib\nassert pathlib.Path('out.txt').read_text().strip() == '6'\n"
+
+
+def test_one_after_another_a_settled_task_starts_no_further_attempt(tmp_path):
+    """As a local model's attempts run: attempt 1 fixes the named command, so 2 and 3 never start."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "check.py").write_text(CHECK_SIX)
+    with ScriptedServer(scripts(writes(6), writes(6), writes(6)), route=by_temperature) as server:
+        attempts, events = library_attempts(server, ws, "Make `python3 check.py` pass.", together=False)
+        assert len(server.take_remaining()) == 4
+    result = attempts.result
+    assert result.attempts["count"] == 1 and result.attempts["planned"] == 3 and result.attempts["chosen"] == 1
+    assert result.attempts["each"][0]["seed"] == 100
+    assert (ws / "out.txt").read_text() == "6\n" and result.subtype == "success"
+    assert {e.attempt for e in events[:-1]} == {1}
+
+
+def test_attempts_that_fail_a_command_passing_elsewhere_cannot_win_though_they_agree(tmp_path):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "check.py").write_text(CHECK_SIX)
+    with ScriptedServer(scripts(writes(6), writes(5), writes(5)), route=by_temperature) as server:
+        attempts, _ = library_attempts(server, ws, "Make `python3 check.py` pass.", early_stop=False)
+    each = attempts.result.attempts["each"]
+    assert attempts.result.attempts["chosen"] == 1
+    assert [e["hard_fail"] for e in each] == ["", *["`python3 check.py` fails on its copy and passes elsewhere"] * 2]
+
+
+def test_an_answer_that_copies_the_harness_words_cannot_win(tmp_path):
+    """A reported defect: a run's answer was the harness's own send-back, word for word, as a success."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    said = "The task asks for out.txt, but it does not exist. Create it with the right content."
+
+    def echo(value):
+        return [
+            respond([tool_call("Write", {"file_path": "out.txt", "content": f"{value}\n"})]),
+            reply("Done?"),
+            reply(said),
+        ]
+
+    from drivetrain.loop.nodes import SendBack
+
+    class Nag:  # a node that sends the model back once, with these words, as the checks do
+        name, at, limit = "nag", "end_turn", 1
+
+        async def run(self, ctx):
+            return SendBack(said)
+
+    import asyncio
+
+    from drivetrain import Agent
+    from drivetrain.models.anthropic import AnthropicModel
+    from drivetrain.small.attempts import Attempts, Sampled
+    from drivetrain.tools import builtin_tools
+
+    with ScriptedServer(scripts(echo(1), writes(2), echo(1)), route=by_temperature) as server:
+        model = AnthropicModel.from_env(
+            "claude-sonnet-4-6", {"ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_API_KEY": "k"}, backoff=0.01
+        )
+
+        def make(spec):
+            agent = Agent(model=Sampled(model, spec.seed, spec.temperature), tools=builtin_tools(), cwd=spec.cwd)
+            if spec.index != 2:
+                agent.nodes.append(Nag())
+            return agent
+
+        main = Agent(model=model, tools=builtin_tools(), cwd=ws).start("Write the total to out.txt.")
+        attempts = Attempts(main, "Write the total to out.txt.", make, 3, wall_s=None)
+
+        async def go():
+            return [e async for e in attempts]
+
+        asyncio.run(go())
+        server.take_remaining()
+    got = attempts.result.attempts
+    assert [e["hard_fail"] for e in got["each"]] == [
+        "its answer copies what the harness said",
+        "",
+        "its answer copies what the harness said",
+    ]
+    assert got["chosen"] == 2 and attempts.result.result != said
