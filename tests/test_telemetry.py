@@ -332,3 +332,84 @@ async def test_a_commit_made_through_bash_counts_as_claude_codes_does(tmp_path):
         for m in sm.metrics
     }
     assert points["claude_code.commit.count"] == 1 and "claude_code.pull_request.count" not in points
+
+
+def certificates(folder) -> tuple[str, str, str]:
+    """A CA, and a server certificate for 127.0.0.1 it signed (with the extensions strict verifiers ask for): the
+    CA's certificate file, and the server's certificate and key files."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    now = datetime.datetime.now(datetime.UTC)
+
+    def build(subject: str, key, issuer: str, signer, public, ca: bool):
+        b = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
+            .issuer_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, issuer)]))
+            .public_key(public)
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(hours=1))
+            .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(public), critical=False)
+            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(signer.public_key()), critical=False)
+            .add_extension(
+                x509.KeyUsage(
+                    digital_signature=True,
+                    content_commitment=False,
+                    key_encipherment=False,
+                    data_encipherment=False,
+                    key_agreement=False,
+                    key_cert_sign=ca,
+                    crl_sign=ca,
+                    encipher_only=False,
+                    decipher_only=False,
+                ),
+                critical=True,
+            )
+        )
+        if not ca:
+            b = b.add_extension(
+                x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False
+            ).add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        return b.sign(signer, hashes.SHA256())
+
+    ca_key, server_key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca = build("test CA", ca_key, "test CA", ca_key, ca_key.public_key(), ca=True)
+    server = build("127.0.0.1", server_key, "test CA", ca_key, server_key.public_key(), ca=False)
+    paths = folder / "ca.pem", folder / "collector.pem", folder / "collector.key"
+    paths[0].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    paths[1].write_bytes(server.public_bytes(serialization.Encoding.PEM))
+    paths[2].write_bytes(
+        server_key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+    return str(paths[0]), str(paths[1]), str(paths[2])
+
+
+@pytest.mark.parametrize("protocol", ["http/protobuf", "http/json", "grpc"])
+async def test_a_collector_behind_tls_with_its_ca_certificate(tmp_path, protocol):
+    ca, cert, key = certificates(tmp_path)
+    for trusted in (False, True):  # without the CA certificate the export fails: it is what makes it work
+        with OtlpReceiver(tls=(cert, key), grpc=protocol == "grpc") as receiver:
+            extra = {"OTEL_EXPORTER_OTLP_TIMEOUT": "1000"}
+            if trusted:
+                extra["OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE"] = ca
+            settings = settings_for(receiver, protocol, **extra)
+            assert settings.traces.endpoint.startswith("https://") and settings.traces.certificate == (
+                ca if trusted else ""
+            )
+            installed = install(settings)
+            await scripted_run(tmp_path / str(trusted), Telemetry(installed.tracer_provider))
+            installed.shutdown(timeout_ms=5_000)
+            if trusted:
+                receiver.wait_for(lambda r: len(r.spans()) >= 7)
+            else:
+                assert receiver.spans() == [] and installed.dropped.of("traces") >= 7

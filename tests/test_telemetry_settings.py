@@ -107,3 +107,23 @@ def test_the_collectors_headers_are_kept_from_tools_like_any_credential():
     assert not withheld("OTEL_EXPORTER_OTLP_ENDPOINT") and not withheld("OTEL_SERVICE_NAME")
     env = child_env(environ={"OTEL_EXPORTER_OTLP_HEADERS": "Authorization=Bearer%20t0ken", "PATH": "/bin"})
     assert env == {"PATH": "/bin"}
+
+
+def test_tls_files_per_signal_over_the_general_ones():
+    s = TelemetrySettings.from_env(
+        {
+            **ON,
+            "OTEL_TRACES_EXPORTER": "otlp",
+            "OTEL_LOGS_EXPORTER": "otlp",
+            "OTEL_EXPORTER_OTLP_CERTIFICATE": "/etc/ca.pem",
+            "OTEL_EXPORTER_OTLP_LOGS_CERTIFICATE": "/etc/logs-ca.pem",
+            "OTEL_EXPORTER_OTLP_CLIENT_KEY": "/etc/client.key",
+            "OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE": "/etc/client.pem",
+        }
+    )
+    assert (s.traces.certificate, s.traces.client_key, s.traces.client_certificate) == (
+        "/etc/ca.pem",
+        "/etc/client.key",
+        "/etc/client.pem",
+    )
+    assert (s.logs.certificate, s.logs.client_certificate) == ("/etc/logs-ca.pem", "")

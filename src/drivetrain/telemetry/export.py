@@ -12,8 +12,10 @@ import sys
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from pathlib import Path
+from typing import Literal, TypedDict
 
+import requests
 from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.sdk._logs import LoggerProvider, ReadableLogRecord, ReadWriteLogRecord
 from opentelemetry.sdk._logs.export import (
@@ -46,6 +48,18 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExport
 from drivetrain.telemetry.settings import Destination, Signal, TelemetrySettings
 
 Reason = Literal["export_failed", "queue_full"]
+
+
+class GrpcSecurity(TypedDict, total=False):
+    insecure: bool
+    credentials: object  # grpc.ChannelCredentials (grpc has no type information)
+
+
+class HttpTls(TypedDict, total=False):
+    certificate_file: str | None
+    client_key_file: str | None
+    client_certificate_file: str | None
+    session: requests.Session
 
 
 def version() -> str:
@@ -144,14 +158,14 @@ def _otlp_spans(d: Destination) -> SpanExporter:
     if d.protocol == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcSpans
 
-        return GrpcSpans(endpoint=d.endpoint, headers=d.headers, timeout=d.timeout_s, insecure=_insecure(d))
+        return GrpcSpans(endpoint=d.endpoint, headers=d.headers, timeout=d.timeout_s, **_grpc_security(d))
     if d.protocol == "http/protobuf":
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpSpans
 
-        return HttpSpans(endpoint=d.endpoint, headers=d.headers, timeout=d.timeout_s)
+        return HttpSpans(endpoint=d.endpoint, headers=d.headers, timeout=d.timeout_s, **_http_tls(d))
     from drivetrain.telemetry.otlp_json import JsonSpanExporter
 
-    return JsonSpanExporter(d.endpoint, d.headers, d.timeout_s)
+    return JsonSpanExporter(d)
 
 
 class Queue:
@@ -261,8 +275,8 @@ def _otlp_metrics(d: Destination, temporality: dict[type, AggregationTemporality
             endpoint=d.endpoint,
             headers=d.headers,
             timeout=d.timeout_s,
-            insecure=_insecure(d),
             preferred_temporality=temporality,
+            **_grpc_security(d),
         )
     if d.protocol == "http/protobuf":
         from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as HttpMetrics
@@ -272,7 +286,7 @@ def _otlp_metrics(d: Destination, temporality: dict[type, AggregationTemporality
         )
     from drivetrain.telemetry.otlp_json import JsonMetricExporter
 
-    return JsonMetricExporter(d.endpoint, d.headers, d.timeout_s, temporality)
+    return JsonMetricExporter(d, temporality)
 
 
 class CountedMetricExporter(MetricExporter):
@@ -321,14 +335,14 @@ def _otlp_logs(d: Destination) -> LogRecordExporter:
     if d.protocol == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter as GrpcLogs
 
-        return GrpcLogs(endpoint=d.endpoint, headers=d.headers, timeout=d.timeout_s, insecure=_insecure(d))
+        return GrpcLogs(endpoint=d.endpoint, headers=d.headers, timeout=d.timeout_s, **_grpc_security(d))
     if d.protocol == "http/protobuf":
         from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter as HttpLogs
 
-        return HttpLogs(endpoint=d.endpoint, headers=d.headers, timeout=d.timeout_s)
+        return HttpLogs(endpoint=d.endpoint, headers=d.headers, timeout=d.timeout_s, **_http_tls(d))
     from drivetrain.telemetry.otlp_json import JsonLogExporter
 
-    return JsonLogExporter(d.endpoint, d.headers, d.timeout_s)
+    return JsonLogExporter(d)
 
 
 class CountedLogExporter(LogRecordExporter):
@@ -367,5 +381,48 @@ class CountedLogProcessor(BatchLogRecordProcessor):
         super().on_emit(log_record)
 
 
-def _insecure(d: Destination) -> bool:
-    return d.endpoint.startswith("http://")
+def _grpc_security(d: Destination) -> GrpcSecurity:
+    """A plain channel for an ``http://`` endpoint; TLS with the given CA and client certificate otherwise."""
+    if not (d.certificate or d.client_key or d.client_certificate):
+        return {"insecure": d.endpoint.startswith("http://")}
+    import grpc
+
+    def read(path: str) -> bytes | None:
+        return Path(path).read_bytes() if path else None
+
+    credentials = grpc.ssl_channel_credentials(read(d.certificate), read(d.client_key), read(d.client_certificate))
+    return {"insecure": False, "credentials": credentials}
+
+
+def _http_tls(d: Destination) -> HttpTls:
+    """The files for an HTTP exporter (None: the SDK reads the process environment's, if any)."""
+    tls: HttpTls = {
+        "certificate_file": d.certificate or None,
+        "client_key_file": d.client_key or None,
+        "client_certificate_file": d.client_certificate or None,
+    }
+    if d.certificate:
+        tls["session"] = _TrustingSession(d.certificate)
+    return tls
+
+
+class _TrustingSession(requests.Session):
+    """A requests session that verifies with ``ca_file``. The SDK sets the file as a session's ``verify``, but
+    requests lets ``REQUESTS_CA_BUNDLE`` (or ``CURL_CA_BUNDLE``) from the environment override a session's setting,
+    so with either set the collector's CA would be ignored and every export fail."""
+
+    def __init__(self, ca_file: str):
+        super().__init__()
+        self.ca_file = ca_file
+
+    def merge_environment_settings(
+        self,
+        url: str,
+        proxies: dict[str, str] | None,
+        stream: bool | None,
+        verify: bool | str | None,
+        cert: str | tuple[str, str] | None,
+    ) -> dict[str, object]:
+        merged: dict[str, object] = super().merge_environment_settings(url, proxies, stream, verify, cert)
+        merged["verify"] = self.ca_file  # the proxies and the rest still come from the environment
+        return merged

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+import ssl
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
@@ -22,6 +23,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from drivetrain.jsontypes import JsonValue
+from drivetrain.telemetry.settings import Destination
 
 ID_FIELDS = frozenset({"traceId", "spanId", "parentSpanId"})
 
@@ -44,22 +46,27 @@ def _hex_ids(value: JsonValue) -> JsonValue:
 
 
 class JsonPoster:
-    def __init__(self, endpoint: str, headers: dict[str, str], timeout_s: float):
-        self.endpoint, self.timeout_s = endpoint, timeout_s
-        self.headers = {**headers, "Content-Type": "application/json"}
+    def __init__(self, d: Destination):
+        self.endpoint, self.timeout_s = d.endpoint, d.timeout_s
+        self.headers = {**d.headers, "Content-Type": "application/json"}
+        self.tls: ssl.SSLContext | None = None
+        if d.endpoint.startswith("https://"):
+            self.tls = ssl.create_default_context(cafile=d.certificate or None)
+            if d.client_certificate:
+                self.tls.load_cert_chain(d.client_certificate, d.client_key or None)
 
     def post(self, body: bytes) -> bool:
         request = urllib.request.Request(self.endpoint, body, self.headers, method="POST")
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+            with urllib.request.urlopen(request, timeout=self.timeout_s, context=self.tls) as response:
                 return 200 <= int(response.status) < 300
         except (urllib.error.URLError, OSError, ValueError):
             return False  # the collector is down or refused the batch: the batch is dropped (and counted)
 
 
 class JsonSpanExporter(SpanExporter):
-    def __init__(self, endpoint: str, headers: dict[str, str], timeout_s: float):
-        self._poster = JsonPoster(endpoint, headers, timeout_s)
+    def __init__(self, d: Destination):
+        self._poster = JsonPoster(d)
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         ok = self._poster.post(otlp_json(encode_spans(spans)))
@@ -67,11 +74,9 @@ class JsonSpanExporter(SpanExporter):
 
 
 class JsonMetricExporter(MetricExporter):
-    def __init__(
-        self, endpoint: str, headers: dict[str, str], timeout_s: float, temporality: dict[type, AggregationTemporality]
-    ):
+    def __init__(self, d: Destination, temporality: dict[type, AggregationTemporality]):
         super().__init__(preferred_temporality=temporality)
-        self._poster = JsonPoster(endpoint, headers, timeout_s)
+        self._poster = JsonPoster(d)
 
     def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: object) -> MetricExportResult:
         ok = self._poster.post(otlp_json(encode_metrics(metrics_data)))
@@ -85,8 +90,8 @@ class JsonMetricExporter(MetricExporter):
 
 
 class JsonLogExporter(LogRecordExporter):
-    def __init__(self, endpoint: str, headers: dict[str, str], timeout_s: float):
-        self._poster = JsonPoster(endpoint, headers, timeout_s)
+    def __init__(self, d: Destination):
+        self._poster = JsonPoster(d)
 
     def export(self, batch: Sequence[ReadableLogRecord]) -> LogRecordExportResult:
         ok = self._poster.post(otlp_json(encode_logs(batch)))

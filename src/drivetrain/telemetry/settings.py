@@ -69,6 +69,10 @@ class Destination:
     headers: dict[str, str] = field(default_factory=dict)
     timeout_s: float = 10.0
     interval_ms: int = 5_000
+    # TLS: the CA certificate that signs the collector's, and for mutual TLS the client's key and certificate (paths)
+    certificate: str = ""
+    client_key: str = ""
+    client_certificate: str = ""
 
 
 @dataclass(frozen=True)
@@ -150,6 +154,10 @@ def _destination(env: Mapping[str, str], signal: Signal) -> Destination:
     }
     timeout_ms = _int(env, f"OTEL_EXPORTER_OTLP_{upper}_TIMEOUT", _int(env, "OTEL_EXPORTER_OTLP_TIMEOUT", 10_000))
     interval_var, interval_default = INTERVAL_VARS[signal]
+
+    def tls(name: str) -> str:
+        return (env.get(f"OTEL_EXPORTER_OTLP_{upper}_{name}") or env.get(f"OTEL_EXPORTER_OTLP_{name}") or "").strip()
+
     return Destination(
         tuple(dict.fromkeys(exporters)),
         "grpc" if protocol == "grpc" else "http/protobuf" if protocol == "http/protobuf" else "http/json",
@@ -157,6 +165,9 @@ def _destination(env: Mapping[str, str], signal: Signal) -> Destination:
         headers,
         timeout_ms / 1000,
         _int(env, interval_var, interval_default),
+        tls("CERTIFICATE"),
+        tls("CLIENT_KEY"),
+        tls("CLIENT_CERTIFICATE"),
     )
 
 

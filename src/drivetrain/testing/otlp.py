@@ -7,8 +7,9 @@ receives is kept and read back flattened (``spans()``, ``metric_points()``, ``lo
         receiver.wait_for(lambda r: len(r.spans()) >= 3)
         tree = receiver.spans()
 
-``refuse=True`` makes a receiver that answers nothing: its port is bound and closed again, so connections are
-refused (a collector that is down). Needs the ``otel`` extra (``opentelemetry-proto``; ``grpcio`` for gRPC).
+``tls=(certificate file, key file)`` serves HTTPS (and gRPC over TLS). ``refuse=True`` makes a receiver that
+answers nothing: its port is bound and closed again, so connections are refused (a collector that is down). Needs
+the ``otel`` extra (``opentelemetry-proto``; ``grpcio`` for gRPC).
 """
 
 from __future__ import annotations
@@ -16,12 +17,14 @@ from __future__ import annotations
 import base64
 import json
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable
 from concurrent import futures
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
+from pathlib import Path
 from types import TracebackType
 from typing import TypeVar
 
@@ -129,11 +132,14 @@ M = TypeVar("M", bound=Message)
 
 
 class OtlpReceiver:
-    def __init__(self, *, grpc: bool = False, refuse: bool = False, delay_s: float = 0.0):
+    def __init__(
+        self, *, grpc: bool = False, refuse: bool = False, delay_s: float = 0.0, tls: tuple[str, str] | None = None
+    ):
         self.received = Received()
         self.delay_s = delay_s  # seconds before each answer (a slow collector)
         self._lock = threading.Condition()
         self._grpc_wanted, self.refuse = grpc, refuse
+        self.tls = tls  # (certificate file, key file): HTTPS, and TLS for gRPC
         self._http: QuickHTTPServer | None = None
         self._grpc_stop: Callable[[float], object] | None = None
         self.url = ""
@@ -149,8 +155,14 @@ class OtlpReceiver:
             self.grpc_url = self.url
             return self
         self._http = QuickHTTPServer(("127.0.0.1", 0), self._handler())
+        scheme = "http"
+        if self.tls is not None:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(*self.tls)
+            self._http.socket = context.wrap_socket(self._http.socket, server_side=True)
+            scheme = "https"
         threading.Thread(target=self._http.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self._http.server_port}"
+        self.url = f"{scheme}://127.0.0.1:{self._http.server_port}"
         if self._grpc_wanted:
             self._start_grpc()
         return self
@@ -228,9 +240,14 @@ class OtlpReceiver:
         trace_service_pb2_grpc.add_TraceServiceServicer_to_server(Traces(), server)  # type: ignore[no-untyped-call]
         metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(Metrics(), server)  # type: ignore[no-untyped-call]
         logs_service_pb2_grpc.add_LogsServiceServicer_to_server(Logs(), server)  # type: ignore[no-untyped-call]
-        port = server.add_insecure_port("127.0.0.1:0")
+        if self.tls is None:
+            port, scheme = server.add_insecure_port("127.0.0.1:0"), "http"
+        else:
+            cert, key = (Path(path).read_bytes() for path in self.tls)
+            port = server.add_secure_port("127.0.0.1:0", grpc.ssl_server_credentials([(key, cert)]))
+            scheme = "https"
         server.start()
-        self._grpc_stop, self.grpc_url = server.stop, f"http://127.0.0.1:{port}"
+        self._grpc_stop, self.grpc_url = server.stop, f"{scheme}://127.0.0.1:{port}"
 
     # -- reading back
 
