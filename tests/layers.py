@@ -28,6 +28,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("the loop's parts", ("loop.calls", "loop.guard", "loop.context", "loop.compaction", "loop.nodes")),
     ("the loop", ("loop.step", "loop.graph")),
     ("the session log", ("sessions",)),
+    ("telemetry", ("telemetry",)),
     ("the agent", ("agent",)),
     ("profiles and plans", ("small", "plans", "subagents", "batch")),
     ("MCP", ("mcp",)),
@@ -49,6 +50,7 @@ FOLDERS = (
     "tools",
     "testing",
     "serve",
+    "telemetry",
 )
 
 

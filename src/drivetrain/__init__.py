@@ -61,6 +61,8 @@ from drivetrain.sessions.file import FileStore
 from drivetrain.sessions.open import open_store
 from drivetrain.sessions.rewind import Checkpoints
 from drivetrain.sessions.store import SessionInfo, SessionNotFound, SessionRecords, SessionStore
+from drivetrain.telemetry.run import Telemetry
+from drivetrain.telemetry.settings import TelemetryContent
 from drivetrain.tools import builtin_tools
 from drivetrain.tools.base import Tool, ToolContext, ToolError, ToolResult, tool
 
@@ -151,6 +153,8 @@ __all__ = [
     "State",
     "Step",
     "SubmitPrompt",
+    "Telemetry",
+    "TelemetryContent",
     "TextBlock",
     "ThinkingBlock",
     "Tool",

@@ -33,6 +33,7 @@ from drivetrain.pricing import cost_usd
 from drivetrain.sessions.log import Loaded, SessionLog, load
 from drivetrain.sessions.rewind import Checkpoints
 from drivetrain.sessions.store import SessionStore
+from drivetrain.telemetry.run import RunTelemetry, Telemetry
 from drivetrain.tools.base import Tool
 
 # ---------------------------------------------------------------- agent
@@ -74,6 +75,8 @@ class Agent:
     context_settings: ContextSettings = field(
         default_factory=ContextSettings
     )  # output caps and clearing old results (context.py)
+    # spans, metrics and events (telemetry/run.py); None: the global OpenTelemetry providers, if any are set
+    telemetry: Telemetry | None = None
 
     def start(
         self, prompt: str | None = None, history: list[Message] | None = None, session_id: str | None = None
@@ -84,6 +87,8 @@ class Agent:
         if run.log is not None:
             run.log.begin(cwd=str(self.cwd), model=self.model.name)
             run.log.save(RunState(value.session_id), value)
+        if run.telemetry is not None:
+            run.telemetry.session_started()
         return run
 
     def resume(
@@ -153,6 +158,9 @@ class Run:
         self.value = value
         self.log = log  # the session log each step is saved to
         self.deps = Deps.of(agent, value.session_id)
+        self.telemetry = RunTelemetry.of(agent.telemetry, value.session_id, agent.model.name)
+        if self.telemetry is not None:
+            self.telemetry.equip(self.deps)  # each request and call a span of its own
         self.deps.begin_invocation(value)  # the limits count from here: a resumed session gets them whole
         self.cancelled_by = "cancel"  # what a cancellation is recorded as (the CLI says which signal)
         self._started = time.monotonic()
@@ -162,15 +170,27 @@ class Run:
 
     async def step(self) -> list[Event]:
         """Do the current state's work and move to the next state. Returns what happened."""
-        if isinstance(self.value.state, Done):
+        state, t = self.value.state, self.telemetry
+        if isinstance(state, Done):
             if self._result is not None:
                 return []
-            self._result = self._finish(self.value.state)
+            self._result = self._finish(state)
             if self.log is not None:
                 self.log.write("result", **{k: v for k, v in self._result.to_json().items() if k != "type"})
             event = Finished(self._result)
             self._observe(event)
+            if t is not None:
+                t.end("finished", self._result)
             return [event]
+        if t is None or isinstance(state, AwaitApproval):  # a pause is announced outside any invocation's span
+            return await self._step()
+        with t.step(state.prompt if isinstance(state, SubmitPrompt) else None):
+            events = await self._step()
+        if self.paused:
+            t.end("paused")
+        return events
+
+    async def _step(self) -> list[Event]:
         before = self.value
         extra: list[JsonObject] = []
         if isinstance(before.state, SubmitPrompt) and (checkpoints := self.agent.checkpoints) is not None:
@@ -218,6 +238,8 @@ class Run:
         return {"kind": "checkpoint", "prompt": prompt, "ref": cp.ref(value.session_id, prompt), "commit": commit}
 
     def _observe(self, event: Event) -> None:
+        if self.telemetry is not None:
+            self.telemetry.observe(event)
         for observe in self.agent.observers:
             observe(event)
 
@@ -262,6 +284,8 @@ class Run:
         events = await self.step()
         if isinstance(self.value.state, Done):
             self._result = self._finish(self.value.state)
+            if self.telemetry is not None:
+                self.telemetry.end("finished", self._result)
         return events
 
     def snapshot(self) -> JsonObject:

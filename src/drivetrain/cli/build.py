@@ -15,8 +15,9 @@ from drivetrain.agent import Agent
 from drivetrain.control.approval import Approver
 from drivetrain.control.hooks import Hooks
 from drivetrain.control.permissions import Policy, load_settings, make_sandbox
-from drivetrain.errors import ConfigError
+from drivetrain.errors import ConfigError, HarnessError
 from drivetrain.host.procs import keep_environment_private
+from drivetrain.jsontypes import JsonObject
 from drivetrain.loop.budget import Budget
 from drivetrain.loop.nodes import Verify
 from drivetrain.mcp.config import ServerSpec, configured, remember_approval, scope_file
@@ -34,6 +35,8 @@ from drivetrain.small.attempts import DEFAULT_ATTEMPTS, Attempts, AttemptSpec, S
 from drivetrain.small.profile import DEFAULT_WALL_S, select_profile
 from drivetrain.subagents.definitions import load_types
 from drivetrain.subagents.task import TaskTool
+from drivetrain.telemetry.run import Telemetry
+from drivetrain.telemetry.settings import TelemetrySettings, telemetry_env
 from drivetrain.tools import builtin_tools
 
 ApproverFactory = Callable[[Path, Policy], Approver]  # the approver may add rules to the policy
@@ -119,6 +122,7 @@ def build_agent(
         agent.nodes.append(Verify(args.verify))
     if approver_factory is not None:
         agent.approver = approver_factory(cwd, policy)
+    agent.telemetry = _telemetry(cwd, settings.raw)
     if not args.no_checkpoints and _in_git_work_tree(cwd) and shutil.which("git"):
         agent.checkpoints = Checkpoints(cwd)  # `drivetrain rewind` puts the workspace back as before a prompt
     return agent
@@ -175,6 +179,16 @@ def attempts(
     together = not isinstance(base_model, LocalModel)
     main = agent.start(prompt, session_id=session_id)
     return Attempts(main, prompt, make, k, seed=args.seed, wall_s=agent.budget.wall_time_s, together=together)
+
+
+def _telemetry(cwd: Path, files: list[tuple[Path, JsonObject]]) -> Telemetry | None:
+    """What content the runs' telemetry may send (``OTEL_LOG_*``, a settings file's ``"env"`` too); the providers
+    are the global ones ``cli.telemetry.start_telemetry`` installed. None when telemetry is off."""
+    try:
+        settings = TelemetrySettings.from_env(telemetry_env(os.environ, files))
+    except HarnessError:  # start_telemetry said why, and left it off
+        return None
+    return Telemetry(content=settings.content) if settings.enabled else None
 
 
 def audit_log(agent: Agent) -> AuditLog | None:

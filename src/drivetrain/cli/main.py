@@ -20,6 +20,7 @@ from typing import Literal, get_args
 from drivetrain.agent import Run
 from drivetrain.cli import build
 from drivetrain.cli.describe import describe
+from drivetrain.cli.telemetry import active_telemetry, start_telemetry, stop_telemetry
 from drivetrain.control.permissions import PermissionMode, Policy
 from drivetrain.errors import HarnessError
 from drivetrain.jsontypes import JsonObject
@@ -57,6 +58,7 @@ SUBCOMMANDS = {  # name -> "module:function" in drivetrain.cli, run with the res
     "mcp": "mcp:main",  # the MCP servers drivetrain uses (list, get, add, remove), and `mcp serve`: its tools as one
     "batch": "batch:main",  # many tasks, each a session in a scratch workspace, here or on Ray; and their report
 }
+TRACED = ("plan", "apply", "run", "batch")  # the subcommands that run agents in this process: telemetry as -p has it
 OutputFormat = Literal["text", "json", "stream-json"]
 OUTPUT_FORMATS: tuple[OutputFormat, ...] = get_args(OutputFormat)
 
@@ -141,22 +143,32 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] in SUBCOMMANDS:
         module, _, function = SUBCOMMANDS[argv[0]].partition(":")
         subcommand: Callable[[list[str]], int] = getattr(importlib.import_module(f"drivetrain.cli.{module}"), function)
-        return subcommand(argv[1:])
+        if argv[0] not in TRACED:
+            return subcommand(argv[1:])
+        installed = start_telemetry(Path.cwd())
+        try:
+            return subcommand(argv[1:])
+        finally:
+            stop_telemetry(installed)
     args = build_parser().parse_args(argv)
     if args.fork_session and not (args.resume or args.continue_latest):
         print("drivetrain: --fork-session goes with --resume SESSION_ID or --continue.", file=sys.stderr)
         return 2
-    if not args.print_mode:
-        return _interactive(args)
-    prompt = _read_prompt(args)
-    if not prompt and not (args.resume or args.continue_latest):
+    prompt = _read_prompt(args) if args.print_mode else ""
+    if args.print_mode and not prompt and not (args.resume or args.continue_latest):
         print("drivetrain: -p needs a prompt (as an argument or on stdin).", file=sys.stderr)
         return 2
+    installed = start_telemetry(Path.cwd())  # None unless DRIVETRAIN_ENABLE_TELEMETRY / CLAUDE_CODE_… say so
     try:
-        return asyncio.run(_print_mode(args, prompt))
-    except KeyboardInterrupt:
-        print("drivetrain: interrupted.", file=sys.stderr)
-        return 130
+        if not args.print_mode:
+            return _interactive(args)
+        try:
+            return asyncio.run(_print_mode(args, prompt))
+        except KeyboardInterrupt:
+            print("drivetrain: interrupted.", file=sys.stderr)
+            return 130
+    finally:
+        stop_telemetry(installed)
 
 
 def _read_prompt(args: argparse.Namespace) -> str:
@@ -233,6 +245,7 @@ async def _print_run(args: argparse.Namespace, prompt: str, servers: McpServers)
                 }
             )
         sys.stdout.flush()
+        stop_telemetry(active_telemetry())  # the interrupted run's spans too (bounded; a second signal exits at once)
         os._exit(130 if signals[0] == "SIGINT" else 143)
     return 1 if run.result.is_error else 0
 

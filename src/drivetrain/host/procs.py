@@ -47,6 +47,7 @@ log = logging.getLogger("drivetrain.host.procs")
 PR_SET_DUMPABLE = 4
 PROVIDER_PREFIXES = ("ANTHROPIC_", "OPENAI_")  # the harness's own model settings: keys, and URLs that may carry them
 HARNESS_URLS = ("DRIVETRAIN_SESSION_STORE",)  # the session store's URL, which may carry a password
+TELEMETRY_HEADERS = ("OTEL_EXPORTER_OTLP_", "HEADERS")  # the collector's headers (…_TRACES_HEADERS too): its token
 _SECRET_PARTS = {
     "key",
     "keys",
@@ -73,6 +74,7 @@ def withheld(name: str) -> bool:
     if (
         upper.startswith(PROVIDER_PREFIXES)
         or upper in HARNESS_URLS
+        or (upper.startswith(TELEMETRY_HEADERS[0]) and upper.endswith(TELEMETRY_HEADERS[1]))
         or any(s in upper for s in _SECRET_INSIDE)
         or upper.endswith(_SECRET_END)
     ):

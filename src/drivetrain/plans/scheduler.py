@@ -30,6 +30,8 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Literal
 
+from opentelemetry import trace
+
 from drivetrain.agent import Agent
 from drivetrain.host.procs import run_command
 from drivetrain.jsontypes import JsonObject, JsonValue
@@ -171,13 +173,17 @@ async def apply_plan(
     ask: Ask | None = None,
     replan_failed: bool = True,
     check_timeout: float = CHECK_TIMEOUT_S,
+    tracer_provider: trace.TracerProvider | None = None,
 ) -> PlanResult:
-    """Run ``plan`` to the end (see the module's notes); cancelling it saves the state for ``resume``."""
+    """Run ``plan`` to the end (see the module's notes); cancelling it saves the state for ``resume``.
+    Traced (``tracer_provider``, else OpenTelemetry's global one): a ``plan`` span, a ``plan_step`` span per step
+    under it, and each step's runs under that."""
     if problems := plan.validate():
         raise PlanError("the plan is not valid:\n" + "\n".join(f"  - {p}" for p in problems))
     scheduler = Scheduler(
         plan, make_agent, Path(state_path), max(1, concurrency), on_event, ask, replan_failed, check_timeout
     )
+    scheduler.tracer = (tracer_provider or trace.get_tracer_provider()).get_tracer("drivetrain")
     if resume:
         scheduler.load()
     return await scheduler.run()
@@ -201,6 +207,7 @@ class Scheduler:
         self.nodes = {s.id: Node() for s in plan.steps}
         self.run_id = str(uuid.uuid4())
         self.started_at = time.time()
+        self.tracer = trace.get_tracer("drivetrain")
 
     # -- the state file
 
@@ -250,6 +257,18 @@ class Scheduler:
             self.on_event(PlanEvent(kind, step_id, data, event))
 
     async def run(self) -> PlanResult:
+        attrs: dict[str, str | int] = {
+            "drivetrain.plan.run_id": self.run_id,
+            "drivetrain.plan.steps": len(self.plan.steps),
+        }
+        with self.tracer.start_as_current_span("plan", attributes=attrs) as span:  # the steps' tasks inherit it
+            result = await self._run()
+            span.set_attribute("drivetrain.plan.subtype", result.subtype)
+            if result.is_error:
+                span.set_status(trace.Status(trace.StatusCode.ERROR, result.subtype))
+            return result
+
+    async def _run(self) -> PlanResult:
         self.save()
         tasks: dict[asyncio.Task[NodeOutcome], str] = {}
         try:
@@ -339,6 +358,25 @@ class Scheduler:
         return "\n\n".join(parts)
 
     async def _node(self, step: Step) -> NodeOutcome:
+        """One step, in a span of its own that its runs nest under."""
+        attrs = {"drivetrain.plan.step.id": step.id, "drivetrain.plan.step.depends_on": list(step.depends_on)}
+        with self.tracer.start_as_current_span(f"plan_step {step.id}", attributes=attrs) as span:
+            outcome = await self._step(step)
+            span.set_attribute("drivetrain.plan.step.outcome", outcome)
+            node = self.nodes.get(step.id)  # a replanned step is gone from the plan now
+            if node is not None:
+                span.set_attributes(
+                    {
+                        "drivetrain.plan.step.attempts": node.attempts,
+                        "drivetrain.plan.step.escalations": list(node.escalations),
+                        "session.id": node.session_ids[-1] if node.session_ids else "",
+                    }
+                )
+            if outcome == "failed" and node is not None:
+                span.set_status(trace.Status(trace.StatusCode.ERROR, node.error[:500]))
+            return outcome
+
+    async def _step(self, step: Step) -> NodeOutcome:
         """Run one step as one session: a retry or the person's guidance goes on in the same history."""
         node, agent = self.nodes[step.id], self._agent(step)
         replans = self.replan_failed and not node.replanned

@@ -1,0 +1,166 @@
+"""What nests under what: a subagent's run under its Task call, a plan's steps under the plan and each step's run
+under its step, and a run paused for approval as two invocations of one session."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from drivetrain import Agent, Allow, Defer, tool
+from drivetrain.models.anthropic import AnthropicModel
+from drivetrain.plans.plan import Plan, step_agent
+from drivetrain.plans.scheduler import apply_plan
+from drivetrain.subagents.definitions import GENERAL_PURPOSE
+from drivetrain.subagents.task import TaskTool
+from drivetrain.telemetry.run import Telemetry
+from drivetrain.testing import ScriptedServer, reply, respond, tool_call
+
+MODEL = "claude-sonnet-4-6"
+
+
+@tool
+def note(text: str) -> str:
+    """Write a note down."""
+    return f"noted {text}"
+
+
+def traced() -> tuple[TracerProvider, InMemorySpanExporter]:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return provider, exporter
+
+
+def model_for(server: ScriptedServer) -> AnthropicModel:
+    return AnthropicModel.from_env(MODEL, {"ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_API_KEY": "k"})
+
+
+def parent_of(span: ReadableSpan, spans: list[ReadableSpan]) -> ReadableSpan | None:
+    return next((s for s in spans if span.parent and s.context.span_id == span.parent.span_id), None)
+
+
+def chain(span: ReadableSpan, spans: list[ReadableSpan]) -> list[str]:
+    """The span's name and its ancestors', innermost first."""
+    names = []
+    at: ReadableSpan | None = span
+    while at is not None:
+        names.append(at.name)
+        at = parent_of(at, spans)
+    return names
+
+
+async def test_a_subagents_run_nests_under_the_task_call_that_started_it(tmp_path):
+    provider, exporter = traced()
+    task = {"description": "a part", "prompt": "count the a's", "subagent_type": "general-purpose"}
+    steps = [respond([tool_call("Task", task, id="toolu_t")]), reply("three"), reply("the child said three")]
+    with ScriptedServer(steps) as server:
+        agent = Agent(model=model_for(server), tools=[note], cwd=tmp_path, telemetry=Telemetry(provider))
+        agent.tools.append(TaskTool(agent, {"general-purpose": GENERAL_PURPOSE}))
+        result = await agent.run("count")
+    assert result.result == "the child said three"
+    spans = list(exporter.get_finished_spans())
+    runs = [s for s in spans if s.name == "invoke_agent drivetrain"]
+    child = next(s for s in runs if s.attributes["gen_ai.conversation.id"].endswith("task-toolu_t"))
+    assert chain(child, spans) == ["invoke_agent drivetrain", "execute_tool Task", "invoke_agent drivetrain"]
+    child_chat = next(s for s in spans if s.name.startswith("chat") and parent_of(s, spans) is child)
+    assert child_chat.attributes["gen_ai.usage.output_tokens"] >= 0
+
+
+async def test_a_plans_steps_nest_under_the_plan_and_their_runs_under_each_step(tmp_path):
+    provider, exporter = traced()
+    plan = Plan.from_json(
+        {
+            "task": "two notes",
+            "steps": [
+                {"id": "a", "goal": "note a", "tools": ["note"]},
+                {"id": "b", "goal": "note b", "tools": ["note"], "depends_on": ["a"]},
+            ],
+        }
+    )
+    servers = {
+        "a": ScriptedServer([respond([tool_call("note", {"text": "a"})]), reply("a noted")]),
+        "b": ScriptedServer([reply("b noted")]),
+    }
+    with servers["a"], servers["b"]:
+
+        def make_agent(step):
+            base = Agent(model=model_for(servers[step.id]), tools=[note], cwd=tmp_path, telemetry=Telemetry(provider))
+            return step_agent(base, step)
+
+        result = await apply_plan(plan, make_agent, state_path=tmp_path / "state.json", tracer_provider=provider)
+    assert result.subtype == "success"
+    spans = list(exporter.get_finished_spans())
+    [top] = [s for s in spans if s.name == "plan"]
+    assert top.parent is None and top.attributes["drivetrain.plan.subtype"] == "success"
+    for step in ("a", "b"):
+        [s] = [x for x in spans if x.name == f"plan_step {step}"]
+        assert parent_of(s, spans) is top and s.attributes["drivetrain.plan.step.outcome"] == "done"
+        [run] = [x for x in spans if x.name.startswith("invoke_agent") and parent_of(x, spans) is s]
+        assert run.attributes["session.id"] == s.attributes["session.id"]
+    tool_span = next(s for s in spans if s.name == "execute_tool note")
+    assert chain(tool_span, spans) == ["execute_tool note", "invoke_agent drivetrain", "plan_step a", "plan"]
+
+
+async def test_a_run_paused_for_approval_is_two_invocations_of_one_session(tmp_path):
+    provider, exporter = traced()
+    steps = [respond([tool_call("note", {"text": "x"}, id="toolu_n")]), reply("noted it")]
+    with ScriptedServer(steps) as server:
+        agent = Agent(
+            model=model_for(server),
+            tools=[note],
+            cwd=tmp_path,
+            policy=AskEverything(),
+            approver=lambda call: Defer(),
+            telemetry=Telemetry(provider),
+        )
+        run = agent.start("note x")
+        await run.finish()
+        assert run.paused
+        first = [s.name for s in exporter.get_finished_spans()]
+        run.resume({"toolu_n": Allow(by="person")})
+        result = await run.finish()
+    assert result.result == "noted it"
+    assert first == ["chat claude-sonnet-4-6", "invoke_agent drivetrain"]  # the pause ended the first invocation
+    spans = list(exporter.get_finished_spans())
+    runs = [s for s in spans if s.name == "invoke_agent drivetrain"]
+    assert [r.attributes["drivetrain.run.ending"] for r in runs] == ["paused", "finished"]
+    assert len({r.attributes["session.id"] for r in runs}) == 1
+    [call] = [s for s in spans if s.name == "execute_tool note"]
+    assert parent_of(call, spans) is runs[1]
+    assert call.attributes["drivetrain.permission.decision"] == "allow"
+
+
+@dataclass
+class Decision:
+    behavior: str
+    reason: str = ""
+    source: str = "rule:ask"
+
+
+class AskEverything:
+    def decide(self, tool_name, tool_input, ctx):
+        return Decision("ask", "every call is asked about")
+
+
+async def test_attempts_of_one_task_are_sibling_runs_marked_by_their_attributes(tmp_path):
+    """The hook the small profile's attempts use: one agent copy per attempt, each with its ``drivetrain.attempt``,
+    under a parent span of the caller's, which marks the chosen one."""
+    provider, exporter = traced()
+    tracer = provider.get_tracer("attempts")
+    with ScriptedServer([reply("first try"), reply("second try")]) as server:
+        base = Agent(model=model_for(server), tools=[note], cwd=tmp_path)
+        with tracer.start_as_current_span("attempts") as parent:
+            results = []
+            for i in (1, 2):
+                attempt = replace(base, telemetry=Telemetry(provider, attributes={"drivetrain.attempt": i}))
+                results.append(await attempt.run("do it"))
+            parent.set_attribute("drivetrain.attempt.chosen", 2)
+    spans = list(exporter.get_finished_spans())
+    runs = [s for s in spans if s.name == "invoke_agent drivetrain"]
+    [top] = [s for s in spans if s.name == "attempts"]
+    assert [r.attributes["drivetrain.attempt"] for r in runs] == [1, 2]
+    assert all(parent_of(r, spans) is top for r in runs) and top.attributes["drivetrain.attempt.chosen"] == 2
+    assert [r.result for r in results] == ["first try", "second try"]
