@@ -164,3 +164,34 @@ async def test_attempts_of_one_task_are_sibling_runs_marked_by_their_attributes(
     assert [r.attributes["drivetrain.attempt"] for r in runs] == [1, 2]
     assert all(parent_of(r, spans) is top for r in runs) and top.attributes["drivetrain.attempt.chosen"] == 2
     assert [r.result for r in results] == ["first try", "second try"]
+
+
+def test_the_small_profiles_attempts_are_sibling_runs_under_one_span_that_names_the_chosen(tmp_path):
+    import asyncio
+
+    from drivetrain.small.attempts import TEMPERATURES, Attempts, Sampled
+
+    provider, exporter = traced()
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    steps = {str(TEMPERATURES[0]): [reply("7")], str(TEMPERATURES[1]): [reply("8")], str(TEMPERATURES[2]): [reply("8")]}
+    with ScriptedServer(steps, route=lambda body: str(body.get("temperature"))) as server:
+        model = model_for(server)
+
+        def make(spec):
+            return Agent(model=Sampled(model, spec.seed, spec.temperature), cwd=spec.cwd, telemetry=Telemetry(provider))
+
+        main = Agent(model=model, cwd=ws, telemetry=Telemetry(provider)).start("how much?")
+        attempts = Attempts(main, "how much?", make, 3, seed=5, wall_s=None)
+
+        async def go():
+            return [e async for e in attempts]
+
+        asyncio.run(go())
+    spans = list(exporter.get_finished_spans())
+    [top] = [s for s in spans if s.name == "attempts"]
+    runs = [s for s in spans if s.name == "invoke_agent drivetrain"]
+    assert sorted(r.attributes["drivetrain.attempt"] for r in runs) == [1, 2, 3]
+    assert all(parent_of(r, spans) is top for r in runs)
+    assert top.attributes["drivetrain.attempt.chosen"] == 2 and top.attributes["drivetrain.attempt.count"] == 3
+    assert "2 of 3 agree" in top.attributes["drivetrain.attempt.reason"]

@@ -41,6 +41,9 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+
 from drivetrain.agent import Agent, Run
 from drivetrain.errors import HarnessError
 from drivetrain.jsontypes import JsonObject
@@ -501,6 +504,7 @@ class Attempts:
         root = self._scratch_root or Path(tempfile.mkdtemp(prefix="drivetrain-attempts-"))
         queue: asyncio.Queue[AttemptEvent | None] = asyncio.Queue()
         tasks: list[asyncio.Task[None]] = []
+        span = self._span()
         try:
             checkpoint = await self.main.checkpoint()
             before = scan(cwd)
@@ -520,7 +524,12 @@ class Attempts:
                     if self.attempts and deadline is not None and deadline - time.monotonic() < MIN_START_S:
                         break  # no time left for another attempt to get anywhere
                     attempt = await self._new_attempt(len(self.attempts) + 1, root, base)
-                    tasks.append(asyncio.create_task(self._attempt(attempt, queue, named)))
+                    token = otel_context.attach(trace.set_span_in_context(span)) if span is not None else None
+                    try:  # the attempt's run span goes under the attempts' span: the task copies the context
+                        tasks.append(asyncio.create_task(self._attempt(attempt, queue, named)))
+                    finally:
+                        if token is not None:
+                            otel_context.detach(token)
                     running += 1
                 if not running:
                     break
@@ -544,8 +553,15 @@ class Attempts:
             await self._check_all(named, base)
             self.choice = choose(self.attempts, self.base_checks)
             self._result = await self._become_run(cwd, before, base, checkpoint, started)
+            if span is not None and self.choice is not None:
+                span.set_attribute("drivetrain.attempt.count", len(self.attempts))
+                span.set_attribute("drivetrain.attempt.reason", self.choice.reason)
+                if self.choice.chosen is not None:
+                    span.set_attribute("drivetrain.attempt.chosen", self.choice.chosen)
             yield Finished(self._result)
         finally:
+            if span is not None:
+                span.end()
             for t in tasks:
                 t.cancel()
             if own_tmp:
@@ -572,6 +588,16 @@ class Attempts:
         finally:
             queue.put_nowait(None)
 
+    def _span(self) -> trace.Span | None:
+        """The span the attempts' runs go under (their siblings' parent), when the run is traced."""
+        telemetry = self.main.agent.telemetry
+        if telemetry is None:
+            return None
+        provider = telemetry.tracer_provider or trace.get_tracer_provider()
+        return provider.get_tracer("drivetrain").start_span(
+            "attempts", attributes={"drivetrain.attempt.planned": self.k, "gen_ai.conversation.id": self.session_id}
+        )
+
     def _furthest(self) -> Attempt | None:
         """When none can win: the attempt that got furthest (most checks passed, most turns), if any ran."""
         ran = [a for a in self.attempts if a.result is not None]
@@ -588,7 +614,15 @@ class Attempts:
         await asyncio.to_thread(copy_tree, base, copy)
         temperature = TEMPERATURES[(index - 1) % len(TEMPERATURES)]
         spec = AttemptSpec(index, self.seed + index - 1, temperature, copy, _attempt_id(self.session_id, index))
-        attempt = Attempt(spec, self.make_agent(spec))
+        agent = self.make_agent(spec)
+        if agent.telemetry is not None:  # its run's span says which attempt it is (telemetry/run.py)
+            attributes = {
+                **agent.telemetry.attributes,
+                "drivetrain.attempt": index,
+                "drivetrain.attempt.seed": spec.seed,
+            }
+            agent.telemetry = replace(agent.telemetry, attributes=attributes)
+        attempt = Attempt(spec, agent)
         self.attempts.append(attempt)
         return attempt
 
