@@ -10,7 +10,11 @@ side in one process, on the same weights:
 
 The target (issue 44): batched k=3 ≤ 1.6 × one.
 
+``--copy N`` measures instead what an attempt's workspace costs: copying a tree of N small files (``cp -a
+--reflink=auto``, as each attempt gets one), scanning it, and finding what an attempt changed in it.
+
     python benchmarks/bench_attempts.py [--k 3] [--turns 3] [--tokens 48] [--repeat 2] [--threads N]
+    python benchmarks/bench_attempts.py --copy 10000
 """
 
 from __future__ import annotations
@@ -55,6 +59,35 @@ async def timed(model: LocalModel, seeds: list[int], turns: int, tokens: int, to
     return time.perf_counter() - start, sum(counts)
 
 
+def copy_costs(files: int) -> None:
+    import tempfile
+
+    from drivetrain.small.attempts import changes, copy_tree, scan
+
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "src"
+        per = 100
+        for d in range(-(-files // per)):
+            (src / f"d{d}").mkdir(parents=True)
+            for f in range(min(per, files - d * per)):
+                (src / f"d{d}" / f"f{f}.py").write_text(f"x = {d * per + f}\n" * 20)
+        size = sum(p.stat().st_size for p in src.rglob("*") if p.is_file())
+        started = time.perf_counter()
+        copy_tree(src, Path(tmp) / "copy")
+        copied = time.perf_counter() - started
+        started = time.perf_counter()
+        before = scan(src)
+        scanned = time.perf_counter() - started
+        (Path(tmp) / "copy" / "d0" / "f0.py").write_text("changed\n")
+        started = time.perf_counter()
+        found = changes(src, before, Path(tmp) / "copy")
+        compared = time.perf_counter() - started
+        print(
+            f"{files:,} files, {size / 1e6:.1f} MB: copy {copied:.2f} s, scan {scanned:.2f} s, changes {compared:.2f} s"
+        )
+        assert list(found) == ["d0/f0.py"], found
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--k", type=int, default=3)
@@ -62,7 +95,11 @@ def main() -> int:
     p.add_argument("--tokens", type=int, default=48)
     p.add_argument("--repeat", type=int, default=2)
     p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--copy", type=int, default=0, metavar="N", help="measure a workspace copy of N files instead")
     args = p.parse_args()
+    if args.copy:
+        copy_costs(args.copy)
+        return 0
     single = LocalModel(n_threads=args.threads)
     batched = LocalModel(n_threads=args.threads, parallel=args.k)
     single.load()
