@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Protocol
 
 from drivetrain.agent import Agent
-from drivetrain.batch.results import TaskResult, TaskStatus
+from drivetrain.batch.results import ERROR_SUBTYPES, TaskResult, TaskStatus
 from drivetrain.batch.tasks import Task
 from drivetrain.batch.workspace import OUTPUT_TAIL, WorkspaceError, prepare, remove, run_shell
 from drivetrain.jsontypes import JsonObject, JsonValue
@@ -154,9 +154,7 @@ async def _attempt(task: Task, agents: AgentFactory, where: Path, watch: Watch |
 
 def _from_run(task_id: str, run: RunResult) -> TaskResult:
     u = run.usage
-    status: TaskStatus = (
-        "error" if run.subtype == "error_during_execution" else "pass" if run.subtype == "success" else "fail"
-    )
+    status: TaskStatus = "error" if run.subtype in ERROR_SUBTYPES else "pass" if run.subtype == "success" else "fail"
     return TaskResult(
         task_id,
         status,

@@ -15,6 +15,8 @@ TaskStatus = Literal["pass", "fail", "error"]
 # how a task ended that errored outside its run (else its subtype is the run's)
 TaskSubtype = Literal["workspace_failed", "setup_failed", "worker_died", "harness_error"]
 RESULTS = "results.jsonl"
+# a run that ended so is an ``error``: nothing could be judged (the harness or the upstream failed)
+ERROR_SUBTYPES: frozenset[str] = frozenset({"error_during_execution", "error_upstream"})
 
 
 @dataclass
