@@ -16,7 +16,7 @@ from pathlib import Path
 
 from drivetrain.agent import Agent
 from drivetrain.batch.execute import AgentFactory, Scratch, Watch, execute_task
-from drivetrain.batch.results import ResultsFile, TaskResult, read_results
+from drivetrain.batch.results import STARTED, LinesFile, ResultsFile, TaskResult, interrupted, now_iso, read_results
 from drivetrain.batch.tasks import Task
 from drivetrain.loop.budget import total_tokens
 from drivetrain.loop.events import Event, ModelResponded
@@ -102,6 +102,27 @@ def pending(tasks: list[Task], out: Path, rerun_failed: bool = False) -> tuple[l
     return [t for t in tasks if t.id not in finished], tally
 
 
+def set_aside(todo: list[Task], out: Path) -> tuple[list[Task], list[TaskResult]]:
+    """``--no-rerun-interrupted``: the tasks of ``todo`` that an earlier sweep started and never finished are not
+    run again (their tools may have acted outside the workspace); each gets an ``error`` line saying so instead."""
+    cut_short = interrupted(out)
+    kept = [t for t in todo if t.id not in cut_short]
+    lines = [
+        TaskResult(
+            t.id,
+            "error",
+            "interrupted",
+            detail=f"an earlier sweep was killed or stopped while this task ran ({cut_short[t.id]} time(s)); not run "
+            "again (--no-rerun-interrupted), since its tools may have acted outside its workspace. Check what it "
+            "did, then `--rerun-failed` runs it again.",
+            interrupted=cut_short[t.id],
+        )
+        for t in todo
+        if t.id in cut_short
+    ]
+    return kept, lines
+
+
 @dataclass
 class Sweep:
     out: Path
@@ -109,13 +130,16 @@ class Sweep:
     concurrency: int = 4
     max_budget_usd: float | None = None  # across all tasks: no task starts once this is spent
     on_result: Callable[[TaskResult, Tally], None] = lambda r, t: None
+    _earlier: dict[str, int] = field(default_factory=dict)  # attempts of each task that earlier sweeps left unended
 
     async def run(self, todo: list[Task], tally: Tally) -> int:
         """Run ``todo``; returns how many tasks were left unstarted because the budget was spent."""
         queue = deque(todo)
-        results = ResultsFile(self.out)
+        self._earlier = interrupted(self.out)
+        results, starts = ResultsFile(self.out), LinesFile(self.out / STARTED)
         workers = [
-            asyncio.create_task(self._worker(queue, tally, results)) for _ in range(min(self.concurrency, len(todo)))
+            asyncio.create_task(self._worker(queue, tally, results, starts))
+            for _ in range(min(self.concurrency, len(todo)))
         ]
         try:
             await asyncio.gather(*workers)
@@ -124,16 +148,19 @@ class Sweep:
                 w.cancel()
             await asyncio.gather(*workers, return_exceptions=True)
             results.close()
+            starts.close()
         return len(queue)
 
     def spent(self, tally: Tally) -> bool:
         return self.max_budget_usd is not None and tally.cost_usd >= self.max_budget_usd
 
-    async def _worker(self, queue: deque[Task], tally: Tally, results: ResultsFile) -> None:
+    async def _worker(self, queue: deque[Task], tally: Tally, results: ResultsFile, starts: LinesFile) -> None:
         while queue and not self.spent(tally):
             task = queue.popleft()
             tally.running.add(task.id)
+            starts.write({"id": task.id, "ts": now_iso()})  # before anything runs: a kill leaves it unanswered
             result = await self.execute(task, tally)
+            result.interrupted = self._earlier.get(task.id, 0)
             results.append(result)
             tally.count(result)
             self.on_result(result, tally)

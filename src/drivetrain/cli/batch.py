@@ -11,7 +11,9 @@ from typing import Protocol, runtime_checkable
 
 from drivetrain.agent import Agent
 from drivetrain.batch.execute import Held, Scratch
-from drivetrain.batch.sweep import Executor, Sweep, Tally, local, pending
+from drivetrain.batch.results import ResultsFile, interrupted, read_results
+from drivetrain.batch.summary import counts
+from drivetrain.batch.sweep import Executor, Sweep, Tally, local, pending, set_aside
 from drivetrain.batch.tasks import Task, TaskFileError, load_tasks
 from drivetrain.cli import build
 from drivetrain.cli.batch_progress import Progress
@@ -49,6 +51,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="keep each task's workspace (DIR/workspaces/ID) and name it in its result line",
     )
     p.add_argument("--rerun-failed", action="store_true", help="run again the tasks whose result is fail or error")
+    p.add_argument(
+        "--no-rerun-interrupted",
+        dest="rerun_interrupted",
+        action="store_false",
+        help="do not run again the tasks an earlier sweep was killed or stopped in the middle of (their tools may "
+        "have acted outside the workspace): each gets an error line (subtype interrupted) instead",
+    )
+    p.add_argument(
+        "--exit-zero",
+        action="store_true",
+        help="exit 0 even when tasks ended in error (the counts are printed all the same)",
+    )
     add_run_arguments(p)
     build.add_arguments(p)
     # in a sweep, --max-budget-usd is the whole sweep's; a task's own is --task-max-budget-usd (or its line's)
@@ -135,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"drivetrain batch: {e}", file=sys.stderr)
         return 2
     todo, tally = pending(tasks, args.out, args.rerun_failed)
+    todo = _interrupted_earlier(args, todo, tally)
     if not todo:
         print(
             f"drivetrain batch: all {len(tasks)} tasks have a result in {args.out / 'results.jsonl'}"
@@ -142,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
             + ".",
             file=sys.stderr,
         )
-        return 0
+        return _outcome(args, tasks)
     if not args.keep_workspaces:
         args.no_checkpoints = True  # a workspace thrown away after its run has nothing to rewind
     agents = FlagAgents(args)
@@ -182,10 +197,61 @@ def main(argv: list[str] | None = None) -> int:
 
             shutdown()
     progress.summary(tally, args.out)
+    code = _outcome(args, tasks)
     if unstarted:
         print(
             f"drivetrain batch: the sweep's budget (${args.sweep_budget_usd:g}) is spent: {unstarted} tasks were "
             "not started. Raise --max-budget-usd and run the same command again to run them.",
+            file=sys.stderr,
+        )
+        return 1
+    return code
+
+
+def _interrupted_earlier(args: argparse.Namespace, todo: list[Task], tally: Tally) -> list[Task]:
+    """Say which tasks an earlier sweep left in the middle (killed, stopped) and what running them again means;
+    with --no-rerun-interrupted, record them as errors instead of running them."""
+    cut_short = interrupted(args.out)
+    ids = [t.id for t in todo if t.id in cut_short]
+    if not ids:
+        return todo
+    listed = ", ".join(ids[:20]) + (" …" if len(ids) > 20 else "")
+    if args.rerun_interrupted:
+        print(
+            f"drivetrain batch: {len(ids)} tasks were running when an earlier sweep was killed or stopped: {listed}. "
+            "They start over in a fresh workspace; whatever their tools did outside it (a push, a deploy, a "
+            "payment) may happen again. --no-rerun-interrupted sets them aside instead.",
+            file=sys.stderr,
+        )
+        return todo
+    kept, lines = set_aside(todo, args.out)
+    results = ResultsFile(args.out)
+    try:
+        for r in lines:
+            results.append(r)
+            tally.count(r)
+    finally:
+        results.close()
+    tally.earlier = tally.done
+    print(
+        f"drivetrain batch: {len(ids)} tasks were running when an earlier sweep was killed or stopped: {listed}. "
+        "Not run again (--no-rerun-interrupted): each has an error line (subtype interrupted); check what they "
+        "did, then --rerun-failed runs them.",
+        file=sys.stderr,
+    )
+    return kept
+
+
+def _outcome(args: argparse.Namespace, tasks: list[Task]) -> int:
+    """The counts by status and subtype on stderr; 1 if any task ended in error (unless --exit-zero)."""
+    ids = {t.id for t in tasks}
+    results = [r for r in read_results(args.out) if r.id in ids]
+    print(f"drivetrain batch: {counts(results)}", file=sys.stderr)
+    errors = sum(r.status == "error" for r in results)
+    if errors and not args.exit_zero:
+        print(
+            f"drivetrain batch: {errors} tasks ended in error (see `drivetrain batch report {args.out}`; "
+            "--rerun-failed runs them again); exit status 1 (--exit-zero: 0).",
             file=sys.stderr,
         )
         return 1

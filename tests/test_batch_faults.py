@@ -1,0 +1,100 @@
+"""``drivetrain batch`` under upstream faults, the real CLI as a subprocess against the scripted server: passing
+faults are retried and their tasks pass; a fault that persists is an ``error`` line and a non-zero exit; a sweep
+killed while a tool runs says, when run again, which tasks it interrupted, and can leave them alone."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import threading
+from pathlib import Path
+
+from drivetrain.testing import ScriptedServer, fault, reply, respond, tool_call
+from test_batch import batch, batch_args, env_for, lines, prompt, script, write_tasks
+
+QUICK = {"retry_after_ms": "10"}  # the status faults ask for a short wait, so the test does not sit in backoff
+
+
+def test_passing_faults_pass_and_a_persisting_one_is_an_error_and_a_non_zero_exit(tmp_path):
+    ids = ["f0", "f1", "f2", "f3"]
+    tasks, out = write_tasks(tmp_path / "tasks.jsonl", ids), tmp_path / "out"
+    scripts = {
+        prompt("f0"): [fault("http_529", **QUICK), *script("f0", out)],
+        prompt("f1"): [script("f1", out)[0], fault("broken_json"), fault("cut"), script("f1", out)[1]],
+        prompt("f2"): [fault("http_503", **QUICK)] * 3,  # DRIVETRAIN_MAX_RETRIES=2: it persists
+        prompt("f3"): script("f3", out),
+    }
+    env = {"DRIVETRAIN_MAX_RETRIES": "2"}
+    with ScriptedServer(scripts) as server:
+        proc = batch(server.url, tmp_path, tasks, out, "--concurrency", "4", env=env)
+    assert proc.returncode == 1, proc.stderr
+    results = {r["id"]: r for r in lines(out)}
+    assert {i: r["status"] for i, r in results.items()} == {"f0": "pass", "f1": "pass", "f2": "error", "f3": "pass"}
+    assert results["f2"]["subtype"] == "error_upstream" and "503" in results["f2"]["detail"]
+    assert "4 tasks: 3 pass · 1 error (error_upstream 1)" in proc.stderr
+    assert "1 tasks ended in error" in proc.stderr and "--exit-zero" in proc.stderr
+
+    with ScriptedServer([]) as server:  # nothing to run: the same counts, the same status; --exit-zero: 0
+        again = batch(server.url, tmp_path, tasks, out)
+        zero = batch(server.url, tmp_path, tasks, out, "--exit-zero")
+    assert again.returncode == 1 and "1 error (error_upstream 1)" in again.stderr
+    assert zero.returncode == 0 and "1 error (error_upstream 1)" in zero.stderr
+
+
+def counting(task_id: str, out: Path, counter: Path, hold: threading.Event | None = None, seen=None) -> list:
+    """A Bash call that appends to ``counter`` (outside the workspace), then the answer (held, if asked)."""
+    call = tool_call("Bash", {"command": f"echo {task_id} >> {counter}"})
+    answer = reply(f"{task_id} done", hold=hold, expect=(lambda body: seen.set()) if seen else None)
+    return [respond([call]), answer]
+
+
+def killed_while_k1_waits(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """A sweep of k0 and k1 killed once k1's tool has run and its answer is awaited; k0 finished first."""
+    ids = ["k0", "k1"]
+    tasks, out = write_tasks(tmp_path / "tasks.jsonl", ids, check="true"), tmp_path / "out"
+    counter = tmp_path / "counter"
+    seen, hold = threading.Event(), threading.Event()
+    scripts = {prompt("k0"): counting("k0", out, counter), prompt("k1"): counting("k1", out, counter, hold, seen)}
+    server = ScriptedServer(scripts).start()
+    try:
+        proc = subprocess.Popen(
+            batch_args(tasks, out, "--concurrency", "1", "--permission-mode", "bypassPermissions"),
+            env=env_for(server.url, tmp_path),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL,
+        )
+        assert seen.wait(60), "k1 never asked for its answer"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+    finally:
+        hold.set()
+        server.close()
+    assert [r["id"] for r in lines(out)] == ["k0"] and counter.read_text() == "k0\nk1\n"
+    return tasks, out, counter
+
+
+def test_a_rerun_names_the_tasks_a_kill_interrupted_and_says_what_running_them_again_means(tmp_path):
+    tasks, out, counter = killed_while_k1_waits(tmp_path)
+    with ScriptedServer({prompt("k1"): counting("k1", out, counter)}) as server:
+        again = batch(server.url, tmp_path, tasks, out, "--permission-mode", "bypassPermissions")
+    assert again.returncode == 0, again.stderr
+    assert "1 tasks were running when an earlier sweep was killed or stopped: k1" in again.stderr
+    assert "may happen again" in again.stderr
+    assert counter.read_text() == "k0\nk1\nk1\n"  # what the message warned of: the tool ran twice
+    k1 = {r["id"]: r for r in lines(out)}["k1"]
+    assert k1["status"] == "pass" and k1["interrupted"] == 1
+    report = subprocess.run([*batch_args(tasks, out)[:2], "report", str(out), "--json"], capture_output=True, text=True)
+    assert json.loads(report.stdout)["interrupted"] == {"k1": 1}
+
+
+def test_no_rerun_interrupted_leaves_them_alone_as_errors(tmp_path):
+    tasks, out, counter = killed_while_k1_waits(tmp_path)
+    with ScriptedServer([]) as server:  # no request at all
+        again = batch(server.url, tmp_path, tasks, out, "--no-rerun-interrupted")
+    assert again.returncode == 1, again.stderr
+    assert counter.read_text() == "k0\nk1\n"  # no tool ran twice
+    k1 = {r["id"]: r for r in lines(out)}["k1"]
+    assert (k1["status"], k1["subtype"]) == ("error", "interrupted") and "--rerun-failed" in k1["detail"]
+    assert "2 tasks: 1 pass · 1 error (interrupted 1)" in again.stderr
