@@ -34,6 +34,9 @@ def test_passing_faults_pass_and_a_persisting_one_is_an_error_and_a_non_zero_exi
     assert results["f2"]["subtype"] == "error_upstream" and "503" in results["f2"]["detail"]
     assert "4 tasks: 3 pass · 1 error (error_upstream 1)" in proc.stderr
     assert "1 tasks ended in error" in proc.stderr and "--exit-zero" in proc.stderr
+    assert "5 requests retried after a fault (http_503 2, " in proc.stderr  # f2's two, f0's 529, f1's two
+    for kind in ("http_529 1", "broken_json 1", "cut 1"):
+        assert kind in proc.stderr
 
     with ScriptedServer([]) as server:  # nothing to run: the same counts, the same status; --exit-zero: 0
         again = batch(server.url, tmp_path, tasks, out)

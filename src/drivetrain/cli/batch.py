@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -90,6 +91,13 @@ class _Closable(Protocol):
     async def aclose(self) -> None: ...
 
 
+@runtime_checkable
+class _Retrying(Protocol):
+    """A model that counts its retries by fault (the Anthropic and OpenAI-compatible providers)."""
+
+    retries: Counter[str]
+
+
 class FlagAgents:
     """Agents built from the flags as ``drivetrain -p`` builds one, with a task's overrides; one store and one model
     per (provider, model) shared by the runs of this process, each task's records held until it ends (``Held``).
@@ -111,6 +119,14 @@ class FlagAgents:
         if key not in self._models:
             self._models[key] = resolve_model(provider, name, batch=True)
         return self._models[key]
+
+    def retries(self) -> Counter[str]:
+        """The retries of this process's models so far, by fault (docs/faults.md)."""
+        total: Counter[str] = Counter()
+        for model in self._models.values():
+            if isinstance(model, _Retrying):
+                total.update(model.retries)
+        return total
 
     async def aclose(self) -> None:
         """Close the models' clients in this event loop (an aiohttp session left open is warned about at exit)."""
@@ -197,6 +213,9 @@ def main(argv: list[str] | None = None) -> int:
 
             shutdown()
     progress.summary(tally, args.out)
+    if retries := agents.retries():  # the models of this process: a local sweep's (on Ray they are the workers')
+        said = ", ".join(f"{kind} {n}" for kind, n in retries.most_common())
+        print(f"drivetrain batch: {retries.total()} requests retried after a fault ({said})", file=sys.stderr)
     code = _outcome(args, tasks)
     if unstarted:
         print(

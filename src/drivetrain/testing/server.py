@@ -11,6 +11,7 @@ import copy
 import json
 import socket
 import struct
+import sys
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
@@ -488,6 +489,11 @@ def _describe(step: Step) -> str:
 
 class _HTTPServer(QuickHTTPServer):
     owner: ScriptedServer
+
+    def handle_error(self, request: socket.socket | tuple[bytes, socket.socket], client_address: object) -> None:
+        if isinstance(sys.exc_info()[1], OSError):  # a client gone (killed, timed out): no traceback on stderr
+            return
+        super().handle_error(request, client_address)
 
 
 class _Handler(BaseHTTPRequestHandler):
