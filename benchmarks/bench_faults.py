@@ -149,6 +149,7 @@ def run(
         runs = Counter(line for line in counter.read_text().splitlines() if line) if counter.exists() else Counter()
 
     listed = re.search(r"(\d+) tasks were running when an earlier sweep was killed", done.stderr)
+    acted = re.search(r"; (\d+) had started tools", done.stderr)
     retried = re.search(r"(\d+) requests retried after a fault \(([^)]*)\)", done.stderr)
     ids = [f"t{i}" for i in range(tasks)]
     mismatches = []
@@ -166,6 +167,7 @@ def run(
         "tools_twice_by_rerun": sorted(i for i in ids if runs[i] > 1 and i in cut_short),
         "interrupted": sorted(cut_short),
         "interrupted_listed": int(listed.group(1)) if listed else 0,
+        "interrupted_with_tools_listed": int(acted.group(1)) if acted else 0,
         "usage_mismatches": mismatches,
         "billed_to_interrupted_attempts": sum(
             sum(v) for k, v in first["billed"].items() if k.split()[1].rstrip(":") in cut_short
@@ -196,8 +198,8 @@ def main() -> None:
     print(f"  tools run twice by a retry: {len(f['tools_twice_by_retry'])} (must be 0)")
     print(
         f"  killed after {f['finished_before_kill']} results: {len(f['interrupted'])} tasks interrupted, "
-        f"{f['interrupted_listed']} listed by the resumed sweep; their tools run again by the rerun: "
-        f"{len(f['tools_twice_by_rerun'])}"
+        f"{f['interrupted_listed']} listed by the resumed sweep, {f['interrupted_with_tools_listed']} as having "
+        f"started tools; their tools run again by the rerun: {len(f['tools_twice_by_rerun'])}"
     )
     print(
         f"  usage mismatches against the upstream's count: {len(f['usage_mismatches'])} (must be 0); billed to "

@@ -45,20 +45,22 @@ def test_passing_faults_pass_and_a_persisting_one_is_an_error_and_a_non_zero_exi
     assert zero.returncode == 0 and "1 error (error_upstream 1)" in zero.stderr
 
 
-def counting(task_id: str, out: Path, counter: Path, hold: threading.Event | None = None, seen=None) -> list:
-    """A Bash call that appends to ``counter`` (outside the workspace), then the answer (held, if asked)."""
+def counting(task_id: str, out: Path, counter: Path, hold: threading.Event | None = None, seen=None, at=1) -> list:
+    """A Bash call that appends to ``counter`` (outside the workspace), then the answer; request ``at`` (0: the
+    call's, 1: the answer's) is held until ``hold`` is set, and sets ``seen`` when it arrives."""
+    held = {"hold": hold, "expect": lambda body: seen.set()} if hold is not None else {}
     call = tool_call("Bash", {"command": f"echo {task_id} >> {counter}"})
-    answer = reply(f"{task_id} done", hold=hold, expect=(lambda body: seen.set()) if seen else None)
-    return [respond([call]), answer]
+    return [respond([call], **(held if at == 0 else {})), reply(f"{task_id} done", **(held if at == 1 else {}))]
 
 
-def killed_while_k1_waits(tmp_path: Path) -> tuple[Path, Path, Path]:
-    """A sweep of k0 and k1 killed once k1's tool has run and its answer is awaited; k0 finished first."""
+def killed_while_k1_waits(tmp_path: Path, at: int = 1) -> tuple[Path, Path, Path]:
+    """A sweep of k0 and k1 killed while k1 waits for its request ``at`` (1: its tool has run); k0 finished."""
     ids = ["k0", "k1"]
     tasks, out = write_tasks(tmp_path / "tasks.jsonl", ids, check="true"), tmp_path / "out"
     counter = tmp_path / "counter"
     seen, hold = threading.Event(), threading.Event()
-    scripts = {prompt("k0"): counting("k0", out, counter), prompt("k1"): counting("k1", out, counter, hold, seen)}
+    k1 = counting("k1", out, counter, hold, seen, at)
+    scripts = {prompt("k0"): counting("k0", out, counter), prompt("k1"): k1}
     server = ScriptedServer(scripts).start()
     try:
         proc = subprocess.Popen(
@@ -74,7 +76,7 @@ def killed_while_k1_waits(tmp_path: Path) -> tuple[Path, Path, Path]:
     finally:
         hold.set()
         server.close()
-    assert [r["id"] for r in lines(out)] == ["k0"] and counter.read_text() == "k0\nk1\n"
+    assert [r["id"] for r in lines(out)] == ["k0"] and counter.read_text() == "k0\n" + "k1\n" * at
     return tasks, out, counter
 
 
@@ -83,13 +85,15 @@ def test_a_rerun_names_the_tasks_a_kill_interrupted_and_says_what_running_them_a
     with ScriptedServer({prompt("k1"): counting("k1", out, counter)}) as server:
         again = batch(server.url, tmp_path, tasks, out, "--permission-mode", "bypassPermissions")
     assert again.returncode == 0, again.stderr
-    assert "1 tasks were running when an earlier sweep was killed or stopped: k1" in again.stderr
+    assert "1 tasks were running when an earlier sweep was killed or stopped; 1 had started tools: k1 (Bash)" in (
+        again.stderr
+    )
     assert "may happen again" in again.stderr
     assert counter.read_text() == "k0\nk1\nk1\n"  # what the message warned of: the tool ran twice
     k1 = {r["id"]: r for r in lines(out)}["k1"]
     assert k1["status"] == "pass" and k1["interrupted"] == 1
     report = subprocess.run([*batch_args(tasks, out)[:2], "report", str(out), "--json"], capture_output=True, text=True)
-    assert json.loads(report.stdout)["interrupted"] == {"k1": 1}
+    assert json.loads(report.stdout)["interrupted"] == {"k1": {"attempts": 1, "tools": ["Bash"]}}
 
 
 def test_no_rerun_interrupted_leaves_them_alone_as_errors(tmp_path):
@@ -101,3 +105,15 @@ def test_no_rerun_interrupted_leaves_them_alone_as_errors(tmp_path):
     k1 = {r["id"]: r for r in lines(out)}["k1"]
     assert (k1["status"], k1["subtype"]) == ("error", "interrupted") and "--rerun-failed" in k1["detail"]
     assert "2 tasks: 1 pass · 1 error (interrupted 1)" in again.stderr
+
+
+def test_a_task_cut_short_before_any_tool_runs_again_even_with_no_rerun_interrupted(tmp_path):
+    tasks, out, counter = killed_while_k1_waits(tmp_path, at=0)
+    with ScriptedServer({prompt("k1"): counting("k1", out, counter)}) as server:
+        again = batch(
+            server.url, tmp_path, tasks, out, "--no-rerun-interrupted", "--permission-mode", "bypassPermissions"
+        )
+    assert again.returncode == 0, again.stderr
+    assert "none of them past its first tool call: they start over" in again.stderr
+    assert counter.read_text() == "k0\nk1\n"  # the tool ran once: in the rerun
+    assert {r["id"]: r["status"] for r in lines(out)} == {"k0": "pass", "k1": "pass"}

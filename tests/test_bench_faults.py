@@ -22,3 +22,4 @@ def test_a_faulted_sweep_killed_and_resumed_keeps_every_promise(tmp_path):
     assert 8 <= f["finished_before_kill"] < 24
     assert f["interrupted_listed"] == len(f["interrupted"])
     assert set(f["tools_twice_by_rerun"]) <= set(f["interrupted"])
+    assert len(f["tools_twice_by_rerun"]) <= f["interrupted_with_tools_listed"]  # each one named beforehand

@@ -1,13 +1,13 @@
 """``DIR/results.jsonl``: one line per finished task, appended as it finishes; what a resumed sweep skips.
-``DIR/started.jsonl``: one line per task started, written before its run; a start without a result line is an
-attempt that a kill (or Ctrl-C) interrupted."""
+``DIR/attempts.jsonl``: each task's attempts as they go: a line when it starts (before anything runs), one per
+tool call it starts (before the call runs; local sweeps), one when its result line is written. An attempt that
+started and never ended was cut short by a kill (or Ctrl-C); the calls it started say what it may have done."""
 
 from __future__ import annotations
 
 import json
 import os
-from collections import Counter
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
@@ -19,7 +19,7 @@ TaskStatus = Literal["pass", "fail", "error"]
 # how a task ended that errored outside its run (else its subtype is the run's)
 TaskSubtype = Literal["workspace_failed", "setup_failed", "worker_died", "harness_error"]
 RESULTS = "results.jsonl"
-STARTED = "started.jsonl"
+ATTEMPTS = "attempts.jsonl"
 # a run that ended so is an ``error``: nothing could be judged (the harness or the upstream failed)
 ERROR_SUBTYPES: frozenset[str] = frozenset({"error_during_execution", "error_upstream"})
 
@@ -96,12 +96,45 @@ def now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
-def interrupted(out: Path) -> dict[str, int]:
-    """Tasks with attempts that started and never had a result (the sweep was killed or stopped while they ran),
-    and how many such attempts each had."""
-    starts = Counter(str(d.get("id")) for d in _json_lines(out / STARTED))
-    starts.subtract(Counter(r.id for r in _result_lines(out)))
-    return {task_id: n for task_id, n in starts.items() if n > 0}
+@dataclass
+class Attempt:
+    """One run of a task, as ``DIR/attempts.jsonl`` tells it."""
+
+    id: str
+    start: str
+    journaled: bool  # its tool calls were written down as they started (a local sweep's; not Ray's)
+    calls: list[str] = field(default_factory=list)  # the tools it started, in order
+    ended: bool = False
+
+    @property
+    def acted(self) -> bool:
+        """It may have done something outside its workspace: it started a tool, or nobody wrote its calls down."""
+        return bool(self.calls) or not self.journaled
+
+
+def attempts(out: Path) -> list[Attempt]:
+    """Every attempt of ``out``'s tasks, in the order they started."""
+    running: dict[str, Attempt] = {}
+    every: list[Attempt] = []
+    for line in _json_lines(out / ATTEMPTS):
+        task_id = str(line.get("id"))
+        if "start" in line:
+            running[task_id] = Attempt(task_id, str(line["start"]), bool(line.get("calls")))
+            every.append(running[task_id])
+        elif "call" in line and task_id in running:
+            running[task_id].calls.append(str(line["call"]))
+        elif "end" in line and task_id in running:
+            running.pop(task_id).ended = True
+    return every
+
+
+def interrupted(out: Path) -> dict[str, list[Attempt]]:
+    """The tasks with attempts that started and never ended (the sweep was killed or stopped while they ran)."""
+    cut_short: dict[str, list[Attempt]] = {}
+    for a in attempts(out):
+        if not a.ended:
+            cut_short.setdefault(a.id, []).append(a)
+    return cut_short
 
 
 class LinesFile:

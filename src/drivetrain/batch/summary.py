@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from typing import TypedDict
 
-from drivetrain.batch.results import TaskResult, TaskStatus
+from drivetrain.batch.results import Attempt, TaskResult, TaskStatus
 
 TOP = 5  # slowest and most expensive runs listed
 
@@ -30,6 +30,13 @@ class RunRow(TypedDict):
     turns: int
 
 
+class Interrupted(TypedDict):
+    """A task's attempts that a kill or Ctrl-C ended, and the tools they had started (None: not written down)."""
+
+    attempts: int
+    tools: list[str] | None
+
+
 class Summary(TypedDict):
     total: int
     passed: int
@@ -44,7 +51,7 @@ class Summary(TypedDict):
     slowest: list[RunRow]
     most_expensive: list[RunRow]
     failures_by_subtype: dict[str, list[str]]
-    interrupted: dict[str, int]  # tasks with attempts a kill or Ctrl-C ended before a result, and how many
+    interrupted: dict[str, Interrupted]  # tasks with attempts a kill or Ctrl-C ended before a result
 
 
 def usd(x: float | None) -> str:
@@ -86,7 +93,7 @@ def _row(r: TaskResult) -> RunRow:
     return {"id": r.id, "status": r.status, "wall_s": r.wall_s, "cost_usd": r.cost_usd, "turns": r.turns}
 
 
-def summarize(results: list[TaskResult], interrupted: dict[str, int] | None = None) -> Summary:
+def summarize(results: list[TaskResult], interrupted: dict[str, list[Attempt]] | None = None) -> Summary:
     """The report as JSON-ready data (``--json``); ``interrupted``: ``results.interrupted(DIR)``."""
     passes = [r for r in results if r.status == "pass"]
     others = [r for r in results if r.status != "pass"]
@@ -107,7 +114,13 @@ def summarize(results: list[TaskResult], interrupted: dict[str, int] | None = No
         "slowest": [_row(r) for r in sorted(results, key=lambda r: -r.wall_s)[:TOP]],
         "most_expensive": [_row(r) for r in sorted(results, key=lambda r: -(r.cost_usd or 0.0))[:TOP] if r.cost_usd],
         "failures_by_subtype": dict(sorted(by_subtype.items(), key=lambda kv: -len(kv[1]))),
-        "interrupted": dict(sorted((interrupted or {}).items())),
+        "interrupted": {
+            task_id: {
+                "attempts": len(cut),
+                "tools": [c for a in cut for c in a.calls] if all(a.journaled for a in cut) else None,
+            }
+            for task_id, cut in sorted((interrupted or {}).items())
+        },
     }
 
 
@@ -130,9 +143,12 @@ def text(s: Summary) -> str:
     for kind, ids in s["failures_by_subtype"].items():
         lines.append(f"{kind}: {len(ids)} — {', '.join(ids[:10])}{' …' if len(ids) > 10 else ''}")
     if s["interrupted"]:
-        cut = [f"{i}{f' ×{n}' if n > 1 else ''}" for i, n in s["interrupted"].items()]
+        cut = [
+            f"{i} ({'tools unknown' if x['tools'] is None else ', '.join(x['tools']) or 'no tool'})"
+            for i, x in s["interrupted"].items()
+        ]
         lines.append(
-            f"interrupted (a kill or Ctrl-C ended an attempt; a rerun's tools ran again): {len(cut)} — "
-            + ", ".join(cut)
+            f"interrupted (a kill or Ctrl-C ended an attempt after it started these tools; a rerun ran them "
+            f"again): {len(cut)} — " + ", ".join(cut)
         )
     return "\n".join(lines)

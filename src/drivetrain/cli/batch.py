@@ -14,7 +14,7 @@ from drivetrain.agent import Agent
 from drivetrain.batch.execute import Held, Scratch
 from drivetrain.batch.results import ResultsFile, interrupted, read_results
 from drivetrain.batch.summary import counts
-from drivetrain.batch.sweep import Executor, Sweep, Tally, local, pending, set_aside
+from drivetrain.batch.sweep import Executor, Sweep, Tally, calls_of, local, pending, set_aside
 from drivetrain.batch.tasks import Task, TaskFileError, load_tasks
 from drivetrain.cli import build
 from drivetrain.cli.batch_progress import Progress
@@ -189,6 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         concurrency=args.concurrency,
         max_budget_usd=args.sweep_budget_usd,
         on_result=progress.finished,
+        journal_calls=args.ray is None,  # a Ray task's observers run in its worker
     )
     try:
         with progress.showing(tally, len(todo)):
@@ -228,18 +229,23 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _interrupted_earlier(args: argparse.Namespace, todo: list[Task], tally: Tally) -> list[Task]:
-    """Say which tasks an earlier sweep left in the middle (killed, stopped) and what running them again means;
-    with --no-rerun-interrupted, record them as errors instead of running them."""
+    """Say which tasks an earlier sweep cut short (killed, stopped), which tools they had started, and what
+    running them again means; with --no-rerun-interrupted, record those that started a tool as errors instead."""
     cut_short = interrupted(args.out)
     ids = [t.id for t in todo if t.id in cut_short]
     if not ids:
         return todo
-    listed = ", ".join(ids[:20]) + (" …" if len(ids) > 20 else "")
+    acted = [i for i in ids if any(a.acted for a in cut_short[i])]
+    listed = "; ".join(f"{i} ({calls_of(cut_short[i])})" for i in acted[:20]) + (" …" if len(acted) > 20 else "")
+    said = f"drivetrain batch: {len(ids)} tasks were running when an earlier sweep was killed or stopped"
+    if not acted:
+        print(f"{said}, none of them past its first tool call: they start over.", file=sys.stderr)
+        return todo
     if args.rerun_interrupted:
         print(
-            f"drivetrain batch: {len(ids)} tasks were running when an earlier sweep was killed or stopped: {listed}. "
-            "They start over in a fresh workspace; whatever their tools did outside it (a push, a deploy, a "
-            "payment) may happen again. --no-rerun-interrupted sets them aside instead.",
+            f"{said}; {len(acted)} had started tools: {listed}. They start over in a fresh workspace; whatever those "
+            "tools did outside it (a push, a deploy, a payment) may happen again. --no-rerun-interrupted sets them "
+            "aside instead.",
             file=sys.stderr,
         )
         return todo
@@ -253,9 +259,9 @@ def _interrupted_earlier(args: argparse.Namespace, todo: list[Task], tally: Tall
         results.close()
     tally.earlier = tally.done
     print(
-        f"drivetrain batch: {len(ids)} tasks were running when an earlier sweep was killed or stopped: {listed}. "
-        "Not run again (--no-rerun-interrupted): each has an error line (subtype interrupted); check what they "
-        "did, then --rerun-failed runs them.",
+        f"{said}; {len(acted)} had started tools: {listed}. Not run again (--no-rerun-interrupted): each has an "
+        "error line (subtype interrupted); check what they did, then --rerun-failed runs them."
+        + (f" The other {len(ids) - len(acted)} start over." if len(ids) > len(acted) else ""),
         file=sys.stderr,
     )
     return kept
