@@ -4,6 +4,7 @@ history valid; a retried request never runs a tool again."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 import socket
 import time
@@ -266,3 +267,72 @@ async def test_the_openai_provider_names_a_persisting_fault_as_the_upstreams(kin
             await model.respond(request())
     assert e.value.fault == kind and "tried 2 times" in str(e.value)
     assert "OPENAI_BASE_URL" not in str(e.value) or kind == "http_503"
+
+
+# ---------------------------------------------------------------- drivetrain serve in front of a faulting upstream
+
+
+@contextlib.contextmanager
+def serving(steps):
+    """``drivetrain serve`` (ModelServer) around the Anthropic provider, in front of a faulting scripted upstream."""
+    from drivetrain.serve import ModelServer
+
+    with ScriptedServer(steps) as upstream:
+        env = {"ANTHROPIC_BASE_URL": upstream.url, "ANTHROPIC_API_KEY": "k", "API_TIMEOUT_MS": "300"}
+        model = AnthropicModel.from_env(
+            "claude-upstream", {**env, "CLAUDE_STREAM_IDLE_TIMEOUT_MS": "300"}, backoff=0.01
+        )
+        model.max_retries = 2
+        with ModelServer(model, log=lambda line: None) as server:
+            yield server
+
+
+def ask_anthropic(server) -> str:
+    import anthropic
+
+    client = anthropic.Anthropic(base_url=server.url, api_key="unused", max_retries=0)
+    r = client.messages.create(model="m", max_tokens=50, messages=[{"role": "user", "content": "hi"}])
+    return r.content[0].text
+
+
+def ask_openai(server) -> str:
+    import openai
+
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+    r = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+    return r.choices[0].message.content
+
+
+CLIENTS = {"anthropic (passthrough)": ask_anthropic, "openai (translated)": ask_openai}
+PASSED_ON = {"http_429", "http_529", "overloaded_in_stream"}  # passthrough: the client owns the backoff
+
+
+@pytest.mark.parametrize("client", list(CLIENTS))
+@pytest.mark.parametrize("kind", SERVED)
+def test_serve_retries_each_fault_of_its_upstream(kind, client):
+    with serving([fault(kind, seconds=1), reply("served")]) as server:
+        if client.startswith("anthropic") and kind in PASSED_ON:
+            import anthropic
+
+            with pytest.raises(anthropic.APIStatusError) as e:
+                CLIENTS[client](server)
+            assert e.value.status_code in (429, 529)  # in Anthropic's shape, retry-after kept: the client retries
+            assert CLIENTS[client](server) == "served"
+        else:
+            assert CLIENTS[client](server) == "served"
+
+
+@pytest.mark.parametrize("client", list(CLIENTS))
+@pytest.mark.parametrize("kind", ["cut", "broken_json", "not_json", "hang"])
+def test_serve_answers_a_persisting_fault_with_a_502_in_the_clients_shape(kind, client):
+    import anthropic
+    import openai
+
+    with serving([fault(kind, seconds=1)] * 3) as server:
+        with pytest.raises((anthropic.APIStatusError, openai.APIStatusError)) as e:
+            CLIENTS[client](server)
+    err = e.value
+    assert err.status_code == 502 and err.response.headers["x-should-retry"] == "false"
+    body = err.response.json()
+    assert ("type" in body["error"]) and (body.get("type") == "error") == client.startswith("anthropic")
+    assert "the served model failed" in body["error"]["message"]
