@@ -32,6 +32,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import drivetrain
 from drivetrain.batch.results import interrupted, read_results
 from drivetrain.testing import SERVED, FaultSchedule, ScriptedServer, reply, respond, tool_call
 
@@ -96,6 +97,7 @@ def sweep_env(url: str, root: Path, timeout_ms: int) -> dict[str, str]:
         HOME=str(root),
         API_TIMEOUT_MS=str(timeout_ms),
         CLAUDE_STREAM_IDLE_TIMEOUT_MS=str(timeout_ms),
+        PYTHONPATH=str(Path(drivetrain.__file__).parents[1]),  # the drivetrain this runs, whatever the folder
     )
     return env
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+import drivetrain
 from drivetrain import Agent
 from drivetrain.errors import ModelError
 from drivetrain.messages import Message, lint
@@ -336,3 +337,44 @@ def test_serve_answers_a_persisting_fault_with_a_502_in_the_clients_shape(kind, 
     body = err.response.json()
     assert ("type" in body["error"]) and (body.get("type") == "error") == client.startswith("anthropic")
     assert "the served model failed" in body["error"]["message"]
+
+
+# ---------------------------------------------------------------- drivetrain -p: what a user sees
+
+
+def test_the_cli_says_error_upstream_names_the_fault_and_resumes_without_running_the_tool_again(tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    counter = tmp_path / "counter"
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "OPENAI_"))}
+    env["PYTHONPATH"] = str(Path(drivetrain.__file__).parents[1])  # this checkout's, from another folder too
+    cli = [
+        sys.executable,
+        "-m",
+        "drivetrain",
+        "-p",
+        "--output-format",
+        "json",
+        "--permission-mode",
+        "bypassPermissions",
+    ]
+
+    def run(steps, *args):
+        with ScriptedServer(steps) as server:
+            env.update(ANTHROPIC_BASE_URL=server.url, ANTHROPIC_API_KEY="k", DRIVETRAIN_MAX_RETRIES="1")
+            proc = subprocess.run([*cli, *args], cwd=ws, env=env, capture_output=True, text=True, timeout=120)
+        return proc, json.loads(proc.stdout.splitlines()[-1])
+
+    steps = [respond([counting_call(counter, "toolu_1")]), fault("broken_json"), fault("no_message_stop")]
+    proc, result = run(steps, "count once")
+    assert proc.returncode == 1 and result["subtype"] == "error_upstream" and result["is_error"]
+    assert "ended before the answer was finished" in result["result"] and "not your configuration" in result["result"]
+    assert "tried 2 times (DRIVETRAIN_MAX_RETRIES=1)" in result["result"]
+    proc, result = run([reply("went on")], "--resume", result["session_id"], "go on")
+    assert proc.returncode == 0 and result["result"] == "went on"
+    assert counter.read_text() == "ran\n"

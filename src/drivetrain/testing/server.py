@@ -483,6 +483,8 @@ def _describe(step: Step) -> str:
     if isinstance(step, Respond):
         kinds = ", ".join(b.get("type", "?") for b in step.content)
         return f"respond([{kinds}], stop_reason={step.stop_reason!r})"
+    if isinstance(step, Fault):
+        return f"fault {step.kind}"
     assert isinstance(step, RawResponse)
     return f"response {step.status} {str(step.body)[:80]}"
 
