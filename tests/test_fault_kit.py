@@ -60,3 +60,16 @@ def test_the_openai_dialect_faults_too():
             client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
         r = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
     assert r.choices[0].message.content == "fine" and server.requests[1].usage["completion_tokens"] > 0
+
+
+def test_a_held_whole_answer_waits_for_its_event():
+    """``hold=`` keeps a whole (JSON) answer as it keeps a streamed one: a kill test relies on it."""
+    import threading
+    import time
+
+    hold = threading.Event()
+    with ScriptedServer([reply("late", hold=hold)]) as server:
+        threading.Timer(0.3, hold.set).start()
+        started = time.monotonic()
+        assert ask(server.url, 1) == ["late"]
+    assert time.monotonic() - started >= 0.28

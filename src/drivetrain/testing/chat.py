@@ -56,7 +56,7 @@ class ScriptedOpenAIServer(ScriptedServer):
     def _reply(self, step: Respond, body: JsonObject, n: int) -> RawResponse | _Stream:
         completion = build_completion(step, body, f"chatcmpl-scripted-{n:04d}")
         if not body.get("stream"):
-            return RawResponse(status=200, body=completion, delay=step.delay)
+            return RawResponse(status=200, body=completion, delay=step.delay, hold=step.hold)
         include_usage = (body.get("stream_options") or {}).get("include_usage") is True
         events = [_sse(c) for c in completion_chunks(completion, include_usage)] + [b"data: [DONE]\n\n"]
         return _Stream(events, step, completion["usage"])

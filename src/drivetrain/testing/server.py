@@ -299,7 +299,7 @@ class ScriptedServer:
         self._paused = message["content"] if step.stop_reason == "pause_turn" else None
         if body.get("stream"):
             return _Stream(_sse_chunks(message), step, message["usage"])
-        return RawResponse(status=200, body=message, delay=step.delay)
+        return RawResponse(status=200, body=message, delay=step.delay, hold=step.hold)
 
     def _error(self, status: int, error_type: str, message: str) -> RawResponse:
         return RawResponse(status=status, body={"type": "error", "error": {"type": error_type, "message": message}})
