@@ -10,6 +10,7 @@ import subprocess
 import threading
 from pathlib import Path
 
+from drivetrain.batch.results import interrupted
 from drivetrain.testing import ScriptedServer, fault, reply, respond, tool_call
 from test_batch import batch, batch_args, env_for, lines, prompt, script, write_tasks
 
@@ -53,7 +54,7 @@ def counting(task_id: str, out: Path, counter: Path, hold: threading.Event | Non
     return [respond([call], **(held if at == 0 else {})), reply(f"{task_id} done", **(held if at == 1 else {}))]
 
 
-def killed_while_k1_waits(tmp_path: Path, at: int = 1) -> tuple[Path, Path, Path]:
+def killed_while_k1_waits(tmp_path: Path, at: int = 1, *more: str) -> tuple[Path, Path, Path]:
     """A sweep of k0 and k1 killed while k1 waits for its request ``at`` (1: its tool has run); k0 finished."""
     ids = ["k0", "k1"]
     tasks, out = write_tasks(tmp_path / "tasks.jsonl", ids, check="true"), tmp_path / "out"
@@ -64,7 +65,7 @@ def killed_while_k1_waits(tmp_path: Path, at: int = 1) -> tuple[Path, Path, Path
     server = ScriptedServer(scripts).start()
     try:
         proc = subprocess.Popen(
-            batch_args(tasks, out, "--concurrency", "1", "--permission-mode", "bypassPermissions"),
+            batch_args(tasks, out, "--concurrency", "1", "--permission-mode", "bypassPermissions", *more),
             env=env_for(server.url, tmp_path),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -84,7 +85,7 @@ def test_a_rerun_names_the_tasks_a_kill_interrupted_and_says_what_running_them_a
     tasks, out, counter = killed_while_k1_waits(tmp_path)
     with ScriptedServer({prompt("k1"): counting("k1", out, counter)}) as server:
         again = batch(server.url, tmp_path, tasks, out, "--permission-mode", "bypassPermissions")
-    assert again.returncode == 0, again.stderr
+        assert again.returncode == 0 and server.requests, again.stderr + (out / "results.jsonl").read_text()
     assert "1 tasks were running when an earlier sweep was killed or stopped; 1 had started tools: k1 (Bash)" in (
         again.stderr
     )
@@ -113,7 +114,28 @@ def test_a_task_cut_short_before_any_tool_runs_again_even_with_no_rerun_interrup
         again = batch(
             server.url, tmp_path, tasks, out, "--no-rerun-interrupted", "--permission-mode", "bypassPermissions"
         )
-    assert again.returncode == 0, again.stderr
-    assert "none of them past its first tool call: they start over" in again.stderr
+        assert again.returncode == 0 and server.requests, again.stderr + (out / "results.jsonl").read_text()
+    assert "were running when an earlier sweep was killed or stopped; 1 had not started a tool and start over" in (
+        again.stderr
+    )
     assert counter.read_text() == "k0\nk1\n"  # the tool ran once: in the rerun
     assert {r["id"]: r["status"] for r in lines(out)} == {"k0": "pass", "k1": "pass"}
+
+
+def test_a_resumable_sweep_resumes_a_cut_short_task_in_its_workspace_without_running_its_tool_again(tmp_path):
+    """With --resumable each record reaches the store as it comes: k1's tool result was saved before its next
+    request went out, so the next sweep sends that request again, in k1's workspace, on k1's session."""
+    tasks, out, counter = killed_while_k1_waits(tmp_path, 1, "--resumable")
+    [cut] = interrupted(out)["k1"]
+
+    def resent(body):
+        [result] = [b for b in body["messages"][-1]["content"] if b["type"] == "tool_result"]
+        assert not result.get("is_error") and "k1" not in result.get("content", "x")  # echo's output went to the file
+
+    with ScriptedServer({prompt("k1"): [reply("k1 done", expect=resent)]}) as server:
+        again = batch(server.url, tmp_path, tasks, out, "--resumable", "--permission-mode", "bypassPermissions")
+        assert again.returncode == 0 and server.requests, again.stderr + (out / "results.jsonl").read_text()
+    assert "1 resume their sessions in their workspaces (--resumable)" in again.stderr
+    assert counter.read_text() == "k0\nk1\n"  # k1's tool ran once
+    k1 = {r["id"]: r for r in lines(out)}["k1"]
+    assert k1["status"] == "pass" and k1["session_id"] == cut.session and k1["interrupted"] == 1

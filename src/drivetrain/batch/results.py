@@ -105,6 +105,7 @@ class Attempt:
     journaled: bool  # its tool calls were written down as they started (a local sweep's; not Ray's)
     calls: list[str] = field(default_factory=list)  # the tools it started, in order
     ended: bool = False
+    session: str | None = None  # its run's session (a local sweep's)
 
     @property
     def acted(self) -> bool:
@@ -123,6 +124,8 @@ def attempts(out: Path) -> list[Attempt]:
             every.append(running[task_id])
         elif "call" in line and task_id in running:
             running[task_id].calls.append(str(line["call"]))
+        elif "session" in line and task_id in running:
+            running[task_id].session = str(line["session"])
         elif "end" in line and task_id in running:
             running.pop(task_id).ended = True
     return every

@@ -50,6 +50,7 @@ class Tally:
     started: float = field(default_factory=time.monotonic)
     _live: dict[str, tuple[int, float]] = field(default_factory=dict)  # a running task's tokens and cost so far
     on_call: Callable[[str, ToolUseBlock], None] | None = None  # a local task's tool call, about to run
+    on_session: Callable[[str, str], None] | None = None  # a local task's run begins: (task id, session id)
 
     def count(self, r: TaskResult) -> None:
         """A finished task: its own totals replace whatever was counted live."""
@@ -63,7 +64,10 @@ class Tally:
     def watch(self, task_id: str) -> Watch:
         """For a task's run: an observer that counts each model response as it comes."""
 
-        def watching(agent: Agent) -> Callable[[Event], None]:
+        def watching(agent: Agent, session_id: str) -> Callable[[Event], None]:
+            if self.on_session is not None:
+                self.on_session(task_id, session_id)
+
             def observe(event: Event) -> None:
                 if isinstance(event, ModelResponded):
                     u = event.response.usage
@@ -90,11 +94,13 @@ class Tally:
         return (self.total - self.done) * 60 / rate if rate > 0 else None
 
 
-def local(agents: AgentFactory, scratch: Scratch) -> Executor:
-    """Tasks run in this process's event loop, their model responses counted as they come."""
+def local(agents: AgentFactory, scratch: Scratch, resume: dict[str, str] | None = None) -> Executor:
+    """Tasks run in this process's event loop, their model responses counted as they come. ``resume``: task id →
+    the session of an attempt an earlier sweep cut short, continued in its workspace (``--resumable``)."""
+    resume = resume or {}
 
     async def execute(task: Task, tally: Tally) -> TaskResult:
-        return await execute_task(task, agents, scratch, tally.watch(task.id))
+        return await execute_task(task, agents, scratch, tally.watch(task.id), resume.get(task.id))
 
     return execute
 
@@ -161,6 +167,7 @@ class Sweep:
         results, starts = ResultsFile(self.out), LinesFile(self.out / ATTEMPTS)
         if self.journal_calls:
             tally.on_call = lambda task_id, call: starts.write({"id": task_id, "call": call.name, "call_id": call.id})
+            tally.on_session = lambda task_id, session_id: starts.write({"id": task_id, "session": session_id})
         workers = [
             asyncio.create_task(self._worker(queue, tally, results, starts))
             for _ in range(min(self.concurrency, len(todo)))

@@ -12,7 +12,7 @@ from typing import Protocol, runtime_checkable
 
 from drivetrain.agent import Agent
 from drivetrain.batch.execute import Held, Scratch
-from drivetrain.batch.results import ResultsFile, interrupted, read_results
+from drivetrain.batch.results import Attempt, ResultsFile, interrupted, read_results
 from drivetrain.batch.summary import counts
 from drivetrain.batch.sweep import Executor, Sweep, Tally, calls_of, local, pending, set_aside
 from drivetrain.batch.tasks import Task, TaskFileError, load_tasks
@@ -58,6 +58,13 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_false",
         help="do not run again the tasks an earlier sweep was killed or stopped in the middle of (their tools may "
         "have acted outside the workspace): each gets an error line (subtype interrupted) instead",
+    )
+    p.add_argument(
+        "--resumable",
+        action="store_true",
+        help="write each task's session before each tool call and keep the workspace of a task the sweep is stopped "
+        "in, so that the next sweep (--resumable too) resumes such a task where it stopped, its model told which "
+        "calls were cut short, instead of starting it over",
     )
     p.add_argument(
         "--exit-zero",
@@ -144,8 +151,10 @@ class FlagAgents:
         args = argparse.Namespace(**{**vars(self.args), **{k: v for k, v in own.items() if v is not None}})
         if self._store is None:
             self._store = open_store()
+        # --resumable: each record written as it comes (a killed task's session is there to resume), else held
+        store: SessionStore = self._store if args.resumable else Held(self._store)
         return build.build_agent(
-            args, cwd, session_id, store=Held(self._store), model=self.model(args.provider, args.model), env=task.env
+            args, cwd, session_id, store=store, model=self.model(args.provider, args.model), env=task.env
         )
 
 
@@ -164,8 +173,11 @@ def main(argv: list[str] | None = None) -> int:
     except TaskFileError as e:
         print(f"drivetrain batch: {e}", file=sys.stderr)
         return 2
+    if args.resumable and args.ray is not None:
+        print("drivetrain batch: --resumable works with local sweeps only, not with --ray.", file=sys.stderr)
+        return 2
     todo, tally = pending(tasks, args.out, args.rerun_failed)
-    todo = _interrupted_earlier(args, todo, tally)
+    todo, resume = _interrupted_earlier(args, todo, tally)
     if not todo:
         print(
             f"drivetrain batch: all {len(tasks)} tasks have a result in {args.out / 'results.jsonl'}"
@@ -178,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
         args.no_checkpoints = True  # a workspace thrown away after its run has nothing to rewind
     agents = FlagAgents(args)
     try:
-        execute = _executor(args, agents, todo)
+        execute = _executor(args, agents, todo, resume)
     except HarnessError as e:
         print(f"drivetrain batch: {e}", file=sys.stderr)
         return 1
@@ -228,19 +240,28 @@ def main(argv: list[str] | None = None) -> int:
     return code
 
 
-def _interrupted_earlier(args: argparse.Namespace, todo: list[Task], tally: Tally) -> list[Task]:
+def _interrupted_earlier(args: argparse.Namespace, todo: list[Task], tally: Tally) -> tuple[list[Task], dict[str, str]]:
     """Say which tasks an earlier sweep cut short (killed, stopped), which tools they had started, and what
-    running them again means; with --no-rerun-interrupted, record those that started a tool as errors instead."""
+    running them again means. With --resumable, those with a saved session and workspace resume (the returned
+    map: task id → session); with --no-rerun-interrupted, those that started a tool are set aside as errors."""
     cut_short = interrupted(args.out)
     ids = [t.id for t in todo if t.id in cut_short]
     if not ids:
-        return todo
-    acted = [i for i in ids if any(a.acted for a in cut_short[i])]
-    listed = "; ".join(f"{i} ({calls_of(cut_short[i])})" for i in acted[:20]) + (" …" if len(acted) > 20 else "")
+        return todo, {}
     said = f"drivetrain batch: {len(ids)} tasks were running when an earlier sweep was killed or stopped"
+    resume = _resumable(args, {i: cut_short[i] for i in ids}) if args.resumable else {}
+    acted = [i for i in ids if any(a.acted for a in cut_short[i]) and i not in resume]
+    if resume:
+        said += (
+            f"; {len(resume)} resume their sessions in their workspaces (--resumable), each call that was running "
+            "answered as interrupted, for the model to decide"
+        )
+    if quiet := len(ids) - len(acted) - len(resume):
+        said += f"; {quiet} had not started a tool and start over"
     if not acted:
-        print(f"{said}, none of them past its first tool call: they start over.", file=sys.stderr)
-        return todo
+        print(f"{said}.", file=sys.stderr)
+        return todo, resume
+    listed = "; ".join(f"{i} ({calls_of(cut_short[i])})" for i in acted[:20]) + (" …" if len(acted) > 20 else "")
     if args.rerun_interrupted:
         print(
             f"{said}; {len(acted)} had started tools: {listed}. They start over in a fresh workspace; whatever those "
@@ -248,8 +269,8 @@ def _interrupted_earlier(args: argparse.Namespace, todo: list[Task], tally: Tall
             "aside instead.",
             file=sys.stderr,
         )
-        return todo
-    kept, lines = set_aside(todo, args.out)
+        return todo, resume
+    _, lines = set_aside([t for t in todo if t.id not in resume], args.out)
     results = ResultsFile(args.out)
     try:
         for r in lines:
@@ -260,11 +281,22 @@ def _interrupted_earlier(args: argparse.Namespace, todo: list[Task], tally: Tall
     tally.earlier = tally.done
     print(
         f"{said}; {len(acted)} had started tools: {listed}. Not run again (--no-rerun-interrupted): each has an "
-        "error line (subtype interrupted); check what they did, then --rerun-failed runs them."
-        + (f" The other {len(ids) - len(acted)} start over." if len(ids) > len(acted) else ""),
+        "error line (subtype interrupted); check what they did, then --rerun-failed runs them.",
         file=sys.stderr,
     )
-    return kept
+    set_aside_ids = {r.id for r in lines}
+    return [t for t in todo if t.id not in set_aside_ids], resume
+
+
+def _resumable(args: argparse.Namespace, cut_short: dict[str, list[Attempt]]) -> dict[str, str]:
+    """The tasks whose last attempt left a session that reached the store and a workspace to resume it in."""
+    store = open_store()
+    resume = {}
+    for task_id, attempts in cut_short.items():
+        session = attempts[-1].session
+        if session and (args.out / "workspaces" / task_id).is_dir() and store.info(session) is not None:
+            resume[task_id] = session
+    return resume
 
 
 def _outcome(args: argparse.Namespace, tasks: list[Task]) -> int:
@@ -290,11 +322,11 @@ async def _run(sweep: Sweep, agents: FlagAgents, todo: list[Task], tally: Tally)
         await agents.aclose()
 
 
-def _executor(args: argparse.Namespace, agents: FlagAgents, tasks: list[Task]) -> Executor:
+def _executor(args: argparse.Namespace, agents: FlagAgents, tasks: list[Task], resume: dict[str, str]) -> Executor:
     if args.ray is not None:
         from drivetrain.batch.cluster import ray_executor
 
         return ray_executor(args.ray or None, agents, Scratch(args.out.resolve() / "workspaces", args.keep_workspaces))
     for task in tasks:  # a missing key or an unknown provider is said once, before anything runs
         agents.model(task.provider or args.provider, task.model or args.model)
-    return local(agents, Scratch(args.out / "workspaces", args.keep_workspaces))
+    return local(agents, Scratch(args.out / "workspaces", args.keep_workspaces, args.resumable), resume)
