@@ -23,3 +23,11 @@ def test_a_faulted_sweep_killed_and_resumed_keeps_every_promise(tmp_path):
     assert f["interrupted_listed"] == len(f["interrupted"])
     assert set(f["tools_twice_by_rerun"]) <= set(f["interrupted"])
     assert len(f["tools_twice_by_rerun"]) <= f["interrupted_with_tools_listed"]  # each one named beforehand
+
+
+def test_a_resumable_sweep_killed_and_resumed_runs_no_tool_twice(tmp_path):
+    f = run(tasks=24, rate=0.1, seed=5, concurrency=6, kill_at=0.33, timeout_ms=400, root=tmp_path, resumable=True)
+    assert f["passed"] == 24, f["statuses"]
+    assert f["tools_twice_by_retry"] == [] and f["tools_twice_by_rerun"] == []
+    assert f["usage_mismatches"] == [] and f["lost"] == 0 and f["finished_run_again"] == []
+    assert f["interrupted_listed"] == len(f["interrupted"]) > 0

@@ -101,7 +101,8 @@ class Held:
 class Scratch:
     root: Path  # each task's workspace is root/<id>
     keep: bool = False  # --keep-workspaces: left in place, and named in the result line
-    resumable: bool = False  # --resumable: a stopped task's workspace stays, for a later sweep to resume it in
+    # --resumable: a task's workspace stays until its result line is written (a kill before leaves it to resume in)
+    resumable: bool = False
 
 
 Watch = Callable[[Agent, str], Callable[[Event], None]]  # given a task's agent and session, an observer for its run
@@ -130,7 +131,7 @@ async def execute_task(
     result.wall_s = round(time.monotonic() - started, 3)
     if scratch.keep:
         result.workspace = str(where)
-    else:
+    elif not scratch.resumable:  # resumable: removed once the result line is written (Sweep.cleanup)
         await asyncio.to_thread(remove, where)
     return result
 

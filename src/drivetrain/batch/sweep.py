@@ -158,6 +158,7 @@ class Sweep:
     max_budget_usd: float | None = None  # across all tasks: no task starts once this is spent
     on_result: Callable[[TaskResult, Tally], None] = lambda r, t: None
     journal_calls: bool = True  # write each tool call's start to DIR/attempts.jsonl (a local sweep's observers can)
+    cleanup: Callable[[str], None] | None = None  # given a task id once its result line is written (its workspace)
     _earlier: dict[str, int] = field(default_factory=dict)  # attempts of each task that earlier sweeps left unended
 
     async def run(self, todo: list[Task], tally: Tally) -> int:
@@ -195,5 +196,7 @@ class Sweep:
             result.interrupted = self._earlier.get(task.id, 0)
             results.append(result)
             starts.write({"id": task.id, "end": now_iso()})
+            if self.cleanup is not None:
+                await asyncio.to_thread(self.cleanup, task.id)
             tally.count(result)
             self.on_result(result, tally)

@@ -16,6 +16,7 @@ from drivetrain.batch.results import Attempt, ResultsFile, interrupted, read_res
 from drivetrain.batch.summary import counts
 from drivetrain.batch.sweep import Executor, Sweep, Tally, calls_of, local, pending, set_aside
 from drivetrain.batch.tasks import Task, TaskFileError, load_tasks
+from drivetrain.batch.workspace import remove
 from drivetrain.cli import build
 from drivetrain.cli.batch_progress import Progress
 from drivetrain.cli.main import add_run_arguments
@@ -23,7 +24,7 @@ from drivetrain.errors import HarnessError
 from drivetrain.models.base import Model
 from drivetrain.models.resolve import resolve_model
 from drivetrain.sessions.open import open_store
-from drivetrain.sessions.store import SessionStore
+from drivetrain.sessions.store import SessionNotFound, SessionStore
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -202,6 +203,10 @@ def main(argv: list[str] | None = None) -> int:
         max_budget_usd=args.sweep_budget_usd,
         on_result=progress.finished,
         journal_calls=args.ray is None,  # a Ray task's observers run in its worker
+        # --resumable: a workspace goes once its task's result line is written, so that a kill before leaves it
+        cleanup=(lambda task_id: remove(args.out / "workspaces" / task_id))
+        if args.resumable and not args.keep_workspaces
+        else None,
     )
     try:
         with progress.showing(tally, len(todo)):
@@ -294,9 +299,17 @@ def _resumable(args: argparse.Namespace, cut_short: dict[str, list[Attempt]]) ->
     resume = {}
     for task_id, attempts in cut_short.items():
         session = attempts[-1].session
-        if session and (args.out / "workspaces" / task_id).is_dir() and store.info(session) is not None:
+        if session and (args.out / "workspaces" / task_id).is_dir() and _saved(store, session):
             resume[task_id] = session
     return resume
+
+
+def _saved(store: SessionStore, session_id: str) -> bool:
+    """The session's log is in the store (read, not looked up in an index a kill may have left behind)."""
+    try:
+        return bool(store.read(session_id))
+    except SessionNotFound:
+        return False
 
 
 def _outcome(args: argparse.Namespace, tasks: list[Task]) -> int:
