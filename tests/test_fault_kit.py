@@ -73,3 +73,17 @@ def test_a_held_whole_answer_waits_for_its_event():
         started = time.monotonic()
         assert ask(server.url, 1) == ["late"]
     assert time.monotonic() - started >= 0.28
+
+
+def test_a_client_killed_in_the_middle_of_its_request_is_not_a_request():
+    """A sweep SIGKILLed while it sends leaves requests cut short: they are not recorded (nor routed, nor
+    reported as unexpected), as a real server would drop them."""
+    import socket
+    import time
+
+    with ScriptedServer({"a prompt": [reply("never asked")]}) as server:
+        with socket.create_connection(("127.0.0.1", int(server.url.rsplit(":", 1)[1]))) as s:
+            s.sendall(b'POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"model": ')
+        time.sleep(0.2)
+        assert server.requests == [] and server.unexpected == []
+        server.take_remaining()

@@ -199,6 +199,9 @@ class ScriptedServer:
     def _handle(self, h: _Handler) -> None:
         length = int(h.headers.get("content-length") or 0)
         raw = h.rfile.read(length) if length else b""
+        if len(raw) < length:  # the client went away in the middle of its request (killed): nothing to answer
+            h.close_connection = True
+            return
         try:
             body = json.loads(raw) if raw else None
         except ValueError:
