@@ -299,15 +299,16 @@ def _resumable(args: argparse.Namespace, cut_short: dict[str, list[Attempt]]) ->
     resume = {}
     for task_id, attempts in cut_short.items():
         session = attempts[-1].session
-        if session and (args.out / "workspaces" / task_id).is_dir() and _saved(store, session):
+        if session and (args.out / "workspaces" / task_id).is_dir() and _prompted(store, session):
             resume[task_id] = session
     return resume
 
 
-def _saved(store: SessionStore, session_id: str) -> bool:
-    """The session's log is in the store (read, not looked up in an index a kill may have left behind)."""
+def _prompted(store: SessionStore, session_id: str) -> bool:
+    """The session's log holds its prompt (read, not looked up in an index a kill may have left behind). Before
+    that record no request went out and no tool ran: a task killed so early simply starts over."""
     try:
-        return bool(store.read(session_id))
+        return any(r["kind"] == "prompt" for r in store.read(session_id))
     except SessionNotFound:
         return False
 
