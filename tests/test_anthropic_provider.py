@@ -147,7 +147,7 @@ async def test_without_aiohttp_whole_answers_go_through_httpx(monkeypatch, closi
 async def test_a_whole_answer_that_takes_too_long_times_out_with_a_clear_error(closing):
     with ScriptedServer([reply("late", delay=3)]) as server:
         model = model_for(server, WHOLE, answer_timeout=0.5, max_retries=0)
-        with pytest.raises(ModelError, match=r"timed out \(no data for 0.5 s\)"):
+        with pytest.raises(ModelError, match=r"no whole answer within 0.5 s \(API_TIMEOUT_MS\)"):
             await model.respond(request())
 
 

@@ -74,10 +74,12 @@ def batch_args(tasks: Path, out: Path, *more: str) -> list[str]:
     ]
 
 
-def batch(server_url: str, home: Path, tasks: Path, out: Path, *more: str) -> subprocess.CompletedProcess:
+def batch(
+    server_url: str, home: Path, tasks: Path, out: Path, *more: str, env: dict | None = None
+) -> subprocess.CompletedProcess:
     return subprocess.run(
         batch_args(tasks, out, *more),
-        env=env_for(server_url, home),
+        env={**env_for(server_url, home), **(env or {})},
         capture_output=True,
         text=True,
         timeout=120,

@@ -47,7 +47,7 @@ def test_a_task_whose_worker_dies_is_retried_once_then_recorded_as_an_error(clus
     (tmp_path / "tasks.jsonl").write_text(json.dumps(task) + "\n")
     with ScriptedServer([]) as server:
         proc = batch(server.url, home, tmp_path / "tasks.jsonl", tmp_path / "out", "--ray", address)
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 1, proc.stderr  # the task ended in error
     [result] = lines(tmp_path / "out")
     assert result["status"] == "error" and result["subtype"] == "worker_died", result
     assert attempts.read_text() == "x\nx\n"  # the first try and one retry

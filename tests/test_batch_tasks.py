@@ -83,7 +83,8 @@ def test_workspaces_from_a_folder_and_a_git_revision_with_setup_env_and_kept(tmp
     }
     with ScriptedServer(scripts) as server:
         proc = batch(server.url, tmp_path, tmp_path / "tasks.jsonl", out, "--keep-workspaces", "--allowedTools", "Bash")
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 1, proc.stderr  # a task ended in error (its setup failed)
+    assert "4 tasks: 2 pass · 1 fail (error_max_turns 1) · 1 error (setup_failed 1)" in proc.stderr
     results = {r["id"]: r for r in lines(out)}
     assert results["folder"]["status"] == "pass" and results["git"]["status"] == "pass", results
     assert results["broken"]["status"] == "error" and results["broken"]["subtype"] == "setup_failed"

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Protocol
 
 from drivetrain.agent import Agent
-from drivetrain.batch.results import TaskResult, TaskStatus
+from drivetrain.batch.results import ERROR_SUBTYPES, TaskResult, TaskStatus
 from drivetrain.batch.tasks import Task
 from drivetrain.batch.workspace import OUTPUT_TAIL, WorkspaceError, prepare, remove, run_shell
 from drivetrain.jsontypes import JsonObject, JsonValue
@@ -38,10 +38,11 @@ class AgentFactory(Protocol):
 
 class Held:
     """A task's session store: its records held in memory, each stamped with the time it was made, and appended
-    to ``store`` when the task ends (``flush``), one append per session. A sweep never resumes a task's session
-    (an interrupted task runs again from a fresh workspace), so a kill loses nothing it needs, and a finished
-    task's log reaches the store whole, before its result line; meanwhile no record costs a file opened and
-    locked, nor an index update. Anything else asked of the store (a read) writes what is held first.
+    to ``store`` when the task ends (``flush``), one append per session. Without ``--resumable`` (which writes
+    each record as it comes instead) a sweep never resumes a task's session (an interrupted task runs again from a
+    fresh workspace), so a kill loses nothing it needs, and a finished task's log reaches the store whole, before
+    its result line; meanwhile no record costs a file opened and locked, nor an index update. Anything else asked
+    of the store (a read) writes what is held first.
 
     Records are held as given: the loop's writers make each one afresh and never change it after."""
 
@@ -100,19 +101,27 @@ class Held:
 class Scratch:
     root: Path  # each task's workspace is root/<id>
     keep: bool = False  # --keep-workspaces: left in place, and named in the result line
+    # --resumable: a task's workspace stays until its result line is written (a kill before leaves it to resume in)
+    resumable: bool = False
 
 
-Watch = Callable[[Agent], Callable[[Event], None]]  # given a task's agent, an observer for its run
+Watch = Callable[[Agent, str], Callable[[Event], None]]  # given a task's agent and session, an observer for its run
 
 
-async def execute_task(task: Task, agents: AgentFactory, scratch: Scratch, watch: Watch | None = None) -> TaskResult:
-    """Never raises but for cancellation: whatever goes wrong is the task's ``error`` line, and the sweep goes on."""
+async def execute_task(
+    task: Task, agents: AgentFactory, scratch: Scratch, watch: Watch | None = None, resume: str | None = None
+) -> TaskResult:
+    """Never raises but for cancellation: whatever goes wrong is the task's ``error`` line, and the sweep goes on.
+    ``resume``: the session of an attempt an earlier sweep cut short, continued in its workspace."""
     started = time.monotonic()
     where = scratch.root / task.id
     try:
-        result = await _attempt(task, agents, where, watch)
+        if resume is not None:
+            result = await _resumed(task, agents, where, watch, resume)
+        else:
+            result = await _attempt(task, agents, where, watch)
     except asyncio.CancelledError:
-        if not scratch.keep:
+        if not (scratch.keep or scratch.resumable):
             remove(where)
         raise
     except WorkspaceError as e:
@@ -122,7 +131,7 @@ async def execute_task(task: Task, agents: AgentFactory, scratch: Scratch, watch
     result.wall_s = round(time.monotonic() - started, 3)
     if scratch.keep:
         result.workspace = str(where)
-    else:
+    elif not scratch.resumable:  # resumable: removed once the result line is written (Sweep.cleanup)
         await asyncio.to_thread(remove, where)
     return result
 
@@ -136,13 +145,37 @@ async def _attempt(task: Task, agents: AgentFactory, where: Path, watch: Watch |
     session_id = str(uuid.uuid4())
     agent = agents(task, where, session_id)
     if watch is not None:
-        agent.observers.append(watch(agent))
+        agent.observers.append(watch(agent, session_id))
     try:
         run = await agent.start(task.prompt, session_id=session_id).finish()
     finally:  # interrupted too: the run's last record says so
         if isinstance(agent.store, Held):
             agent.store.flush()
-    result = _from_run(task.id, run)
+    return await _checked(task, where, _from_run(task.id, run))
+
+
+async def _resumed(task: Task, agents: AgentFactory, where: Path, watch: Watch | None, session_id: str) -> TaskResult:
+    """The session an earlier sweep cut short, continued in its workspace: the load answers each call that was
+    running as interrupted ("may have had side effects"), and the model, told so, decides what to do."""
+    if not where.is_dir():
+        raise WorkspaceError(f"cannot resume session {session_id}: its workspace {where} is gone")
+    agent = agents(task, where, session_id)
+    if watch is not None:
+        agent.observers.append(watch(agent, session_id))
+    try:
+        try:
+            resumed = agent.resume(session_id)
+        except ValueError:  # it had finished (its end saved, its result line not yet written)
+            run = agent.load(session_id).result
+        else:
+            run = await resumed.finish()
+    finally:
+        if isinstance(agent.store, Held):
+            agent.store.flush()
+    return await _checked(task, where, _from_run(task.id, run))
+
+
+async def _checked(task: Task, where: Path, result: TaskResult) -> TaskResult:
     if task.check and result.status != "error":
         code, out = await run_shell(task.check, where, task.env)
         result.check_exit = code
@@ -154,9 +187,7 @@ async def _attempt(task: Task, agents: AgentFactory, where: Path, watch: Watch |
 
 def _from_run(task_id: str, run: RunResult) -> TaskResult:
     u = run.usage
-    status: TaskStatus = (
-        "error" if run.subtype == "error_during_execution" else "pass" if run.subtype == "success" else "fail"
-    )
+    status: TaskStatus = "error" if run.subtype in ERROR_SUBTYPES else "pass" if run.subtype == "success" else "fail"
     return TaskResult(
         task_id,
         status,

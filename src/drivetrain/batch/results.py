@@ -1,10 +1,14 @@
-"""``DIR/results.jsonl``: one line per finished task, appended as it finishes; what a resumed sweep skips."""
+"""``DIR/results.jsonl``: one line per finished task, appended as it finishes; what a resumed sweep skips.
+``DIR/attempts.jsonl``: each task's attempts as they go: a line when it starts (before anything runs), one per
+tool call it starts (before the call runs; local sweeps), one when its result line is written. An attempt that
+started and never ended was cut short by a kill (or Ctrl-C); the calls it started say what it may have done."""
 
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
@@ -15,6 +19,9 @@ TaskStatus = Literal["pass", "fail", "error"]
 # how a task ended that errored outside its run (else its subtype is the run's)
 TaskSubtype = Literal["workspace_failed", "setup_failed", "worker_died", "harness_error"]
 RESULTS = "results.jsonl"
+ATTEMPTS = "attempts.jsonl"
+# a run that ended so is an ``error``: nothing could be judged (the harness or the upstream failed)
+ERROR_SUBTYPES: frozenset[str] = frozenset({"error_during_execution", "error_upstream"})
 
 
 @dataclass
@@ -33,10 +40,11 @@ class TaskResult:
     session_id: str | None = None
     workspace: str | None = None  # kept (--keep-workspaces) only
     detail: str = ""  # why it errored, or the tail of a failed check's output
+    interrupted: int = 0  # earlier attempts of this task that a kill or Ctrl-C ended before they had a result
 
     def to_json(self) -> JsonObject:
         out = asdict(self)
-        for optional in ("workspace", "detail"):
+        for optional in ("workspace", "detail", "interrupted"):
             if not out[optional]:
                 del out[optional]
         return out
@@ -53,34 +61,109 @@ class TaskResult:
 
 def read_results(out: Path) -> list[TaskResult]:
     """The result lines of ``out`` (a sweep's folder); the last one per task id wins (a rerun's)."""
-    path = out / RESULTS
-    if not path.exists():
-        return []
     latest: dict[str, TaskResult] = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            r = TaskResult.from_json(json.loads(line))
-        except (ValueError, TypeError):
-            continue  # a line cut short by a kill: that task had not finished
+    for r in _result_lines(out):
         latest.pop(r.id, None)
         latest[r.id] = r
     return list(latest.values())
 
 
-class ResultsFile:
-    """Appends result lines, each in one write: a kill leaves whole lines, and at most one cut short at the end
+def _result_lines(out: Path) -> list[TaskResult]:
+    lines = []
+    for data in _json_lines(out / RESULTS):
+        try:
+            lines.append(TaskResult.from_json(data))
+        except TypeError:
+            continue
+    return lines
+
+
+def _json_lines(path: Path) -> list[JsonObject]:
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            data = json.loads(line)
+        except ValueError:
+            continue  # a line cut short by a kill: that task had not finished
+        if isinstance(data, dict):
+            out.append(data)
+    return out
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+@dataclass
+class Attempt:
+    """One run of a task, as ``DIR/attempts.jsonl`` tells it."""
+
+    id: str
+    start: str
+    journaled: bool  # its tool calls were written down as they started (a local sweep's; not Ray's)
+    calls: list[str] = field(default_factory=list)  # the tools it started, in order
+    ended: bool = False
+    session: str | None = None  # its run's session (a local sweep's)
+
+    @property
+    def acted(self) -> bool:
+        """It may have done something outside its workspace: it started a tool, or nobody wrote its calls down."""
+        return bool(self.calls) or not self.journaled
+
+
+def attempts(out: Path) -> list[Attempt]:
+    """Every attempt of ``out``'s tasks, in the order they started."""
+    running: dict[str, Attempt] = {}
+    every: list[Attempt] = []
+    for line in _json_lines(out / ATTEMPTS):
+        task_id = str(line.get("id"))
+        if "start" in line:
+            running[task_id] = Attempt(task_id, str(line["start"]), bool(line.get("calls")))
+            every.append(running[task_id])
+        elif "call" in line and task_id in running:
+            running[task_id].calls.append(str(line["call"]))
+        elif "session" in line and task_id in running:
+            running[task_id].session = str(line["session"])
+        elif "end" in line and task_id in running:
+            running.pop(task_id).ended = True
+    return every
+
+
+def interrupted(out: Path) -> dict[str, list[Attempt]]:
+    """The tasks with attempts that started and never ended (the sweep was killed or stopped while they ran)."""
+    cut_short: dict[str, list[Attempt]] = {}
+    for a in attempts(out):
+        if not a.ended:
+            cut_short.setdefault(a.id, []).append(a)
+    return cut_short
+
+
+class LinesFile:
+    """Appends JSON lines, each in one write: a kill leaves whole lines, and at most one cut short at the end
     (cut off when the file is opened again, so that the next line starts on a line of its own)."""
 
-    def __init__(self, out: Path):
-        out.mkdir(parents=True, exist_ok=True)
-        self.path = out / RESULTS
+    def __init__(self, path: Path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
         data = self.path.read_bytes()
         if data and not data.endswith(b"\n"):
             os.ftruncate(self._fd, data.rfind(b"\n") + 1)
 
-    def append(self, r: TaskResult) -> None:
-        os.write(self._fd, (json.dumps(r.to_json(), ensure_ascii=False) + "\n").encode())
+    def write(self, line: JsonObject) -> None:
+        os.write(self._fd, (json.dumps(line, ensure_ascii=False) + "\n").encode())
 
     def close(self) -> None:
         os.close(self._fd)
+
+
+class ResultsFile(LinesFile):
+    """``DIR/results.jsonl``."""
+
+    def __init__(self, out: Path):
+        super().__init__(out / RESULTS)
+
+    def append(self, r: TaskResult) -> None:
+        self.write(r.to_json())

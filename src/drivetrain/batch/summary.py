@@ -3,10 +3,10 @@ most expensive runs, failures by subtype. Pure functions, for ``drivetrain batch
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from typing import TypedDict
 
-from drivetrain.batch.results import TaskResult, TaskStatus
+from drivetrain.batch.results import Attempt, TaskResult, TaskStatus
 
 TOP = 5  # slowest and most expensive runs listed
 
@@ -30,6 +30,13 @@ class RunRow(TypedDict):
     turns: int
 
 
+class Interrupted(TypedDict):
+    """A task's attempts that a kill or Ctrl-C ended, and the tools they had started (None: not written down)."""
+
+    attempts: int
+    tools: list[str] | None
+
+
 class Summary(TypedDict):
     total: int
     passed: int
@@ -44,6 +51,7 @@ class Summary(TypedDict):
     slowest: list[RunRow]
     most_expensive: list[RunRow]
     failures_by_subtype: dict[str, list[str]]
+    interrupted: dict[str, Interrupted]  # tasks with attempts a kill or Ctrl-C ended before a result
 
 
 def usd(x: float | None) -> str:
@@ -68,12 +76,25 @@ def failure_kind(r: TaskResult) -> str:
     return "check_failed" if r.status == "fail" and r.subtype == "success" else r.subtype
 
 
+def counts(results: list[TaskResult]) -> str:
+    """``300 tasks: 288 pass · 6 fail (check_failed 6) · 6 error (error_upstream 4, setup_failed 2)``."""
+    parts = []
+    for status in ("pass", "fail", "error"):
+        mine = [r for r in results if r.status == status]
+        if not mine and status != "pass":
+            continue
+        kinds = Counter(failure_kind(r) for r in mine)
+        detail = ", ".join(f"{k} {n}" for k, n in kinds.most_common()) if status != "pass" else ""
+        parts.append(f"{len(mine)} {status}" + (f" ({detail})" if detail else ""))
+    return f"{len(results)} tasks: " + " · ".join(parts)
+
+
 def _row(r: TaskResult) -> RunRow:
     return {"id": r.id, "status": r.status, "wall_s": r.wall_s, "cost_usd": r.cost_usd, "turns": r.turns}
 
 
-def summarize(results: list[TaskResult]) -> Summary:
-    """The report as JSON-ready data (``--json``)."""
+def summarize(results: list[TaskResult], interrupted: dict[str, list[Attempt]] | None = None) -> Summary:
+    """The report as JSON-ready data (``--json``); ``interrupted``: ``results.interrupted(DIR)``."""
     passes = [r for r in results if r.status == "pass"]
     others = [r for r in results if r.status != "pass"]
     by_subtype: dict[str, list[str]] = defaultdict(list)
@@ -93,6 +114,13 @@ def summarize(results: list[TaskResult]) -> Summary:
         "slowest": [_row(r) for r in sorted(results, key=lambda r: -r.wall_s)[:TOP]],
         "most_expensive": [_row(r) for r in sorted(results, key=lambda r: -(r.cost_usd or 0.0))[:TOP] if r.cost_usd],
         "failures_by_subtype": dict(sorted(by_subtype.items(), key=lambda kv: -len(kv[1]))),
+        "interrupted": {
+            task_id: {
+                "attempts": len(cut),
+                "tools": [c for a in cut for c in a.calls] if all(a.journaled for a in cut) else None,
+            }
+            for task_id, cut in sorted((interrupted or {}).items())
+        },
     }
 
 
@@ -114,4 +142,13 @@ def text(s: Summary) -> str:
         lines.append("most expensive: " + ", ".join(f"{r['id']} {usd(r['cost_usd'])}" for r in s["most_expensive"]))
     for kind, ids in s["failures_by_subtype"].items():
         lines.append(f"{kind}: {len(ids)} — {', '.join(ids[:10])}{' …' if len(ids) > 10 else ''}")
+    if s["interrupted"]:
+        cut = [
+            f"{i} ({'tools unknown' if x['tools'] is None else ', '.join(x['tools']) or 'no tool'})"
+            for i, x in s["interrupted"].items()
+        ]
+        lines.append(
+            f"interrupted (a kill or Ctrl-C ended an attempt after it started these tools; a rerun ran them "
+            f"again): {len(cut)} — " + ", ".join(cut)
+        )
     return "\n".join(lines)

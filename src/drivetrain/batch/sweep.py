@@ -9,17 +9,27 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from drivetrain.agent import Agent
 from drivetrain.batch.execute import AgentFactory, Scratch, Watch, execute_task
-from drivetrain.batch.results import ResultsFile, TaskResult, read_results
+from drivetrain.batch.results import (
+    ATTEMPTS,
+    Attempt,
+    LinesFile,
+    ResultsFile,
+    TaskResult,
+    interrupted,
+    now_iso,
+    read_results,
+)
 from drivetrain.batch.tasks import Task
 from drivetrain.loop.budget import total_tokens
-from drivetrain.loop.events import Event, ModelResponded
+from drivetrain.loop.events import Event, ModelResponded, ToolStarted
+from drivetrain.messages import ToolUseBlock
 from drivetrain.pricing import cost_usd
 
 Executor = Callable[[Task, "Tally"], Awaitable[TaskResult]]
@@ -39,6 +49,8 @@ class Tally:
     cost_usd: float = 0.0
     started: float = field(default_factory=time.monotonic)
     _live: dict[str, tuple[int, float]] = field(default_factory=dict)  # a running task's tokens and cost so far
+    on_call: Callable[[str, ToolUseBlock], None] | None = None  # a local task's tool call, about to run
+    on_session: Callable[[str, str], None] | None = None  # a local task's run begins: (task id, session id)
 
     def count(self, r: TaskResult) -> None:
         """A finished task: its own totals replace whatever was counted live."""
@@ -52,7 +64,10 @@ class Tally:
     def watch(self, task_id: str) -> Watch:
         """For a task's run: an observer that counts each model response as it comes."""
 
-        def watching(agent: Agent) -> Callable[[Event], None]:
+        def watching(agent: Agent, session_id: str) -> Callable[[Event], None]:
+            if self.on_session is not None:
+                self.on_session(task_id, session_id)
+
             def observe(event: Event) -> None:
                 if isinstance(event, ModelResponded):
                     u = event.response.usage
@@ -61,6 +76,8 @@ class Tally:
                     self._live[task_id] = (tokens + n, cost + c)
                     self.tokens += n
                     self.cost_usd += c
+                elif isinstance(event, ToolStarted) and self.on_call is not None:
+                    self.on_call(task_id, event.call)
 
             return observe
 
@@ -77,11 +94,13 @@ class Tally:
         return (self.total - self.done) * 60 / rate if rate > 0 else None
 
 
-def local(agents: AgentFactory, scratch: Scratch) -> Executor:
-    """Tasks run in this process's event loop, their model responses counted as they come."""
+def local(agents: AgentFactory, scratch: Scratch, resume: dict[str, str] | None = None) -> Executor:
+    """Tasks run in this process's event loop, their model responses counted as they come. ``resume``: task id →
+    the session of an attempt an earlier sweep cut short, continued in its workspace (``--resumable``)."""
+    resume = resume or {}
 
     async def execute(task: Task, tally: Tally) -> TaskResult:
-        return await execute_task(task, agents, scratch, tally.watch(task.id))
+        return await execute_task(task, agents, scratch, tally.watch(task.id), resume.get(task.id))
 
     return execute
 
@@ -102,6 +121,35 @@ def pending(tasks: list[Task], out: Path, rerun_failed: bool = False) -> tuple[l
     return [t for t in tasks if t.id not in finished], tally
 
 
+def set_aside(todo: list[Task], out: Path) -> tuple[list[Task], list[TaskResult]]:
+    """``--no-rerun-interrupted``: the tasks of ``todo`` that an earlier sweep cut short after they had started a
+    tool (or without a record of their calls) are not run again, since their tools may have acted outside the
+    workspace; each gets an ``error`` line saying so instead. Those cut short before any tool run again."""
+    cut_short = interrupted(out)
+    acted = {t.id: calls_of(cut_short[t.id]) for t in todo if any(a.acted for a in cut_short.get(t.id, ()))}
+    lines = [
+        TaskResult(
+            task_id,
+            "error",
+            "interrupted",
+            detail=f"an earlier sweep was killed or stopped while this task ran, after it had started {calls}; not "
+            "run again (--no-rerun-interrupted), since its tools may have acted outside its workspace. Check what "
+            "it did, then `--rerun-failed` runs it again.",
+            interrupted=len(cut_short[task_id]),
+        )
+        for task_id, calls in acted.items()
+    ]
+    return [t for t in todo if t.id not in acted], lines
+
+
+def calls_of(cut_short: list[Attempt]) -> str:
+    """``Bash ×2, Write``, or what is known when the calls were not written down."""
+    if not all(a.journaled for a in cut_short):
+        return "tools unknown (a Ray sweep does not write its calls down)"
+    counted = Counter(call for a in cut_short for call in a.calls)
+    return ", ".join(f"{name} ×{n}" if n > 1 else name for name, n in counted.items()) or "no tool"
+
+
 @dataclass
 class Sweep:
     out: Path
@@ -109,13 +157,21 @@ class Sweep:
     concurrency: int = 4
     max_budget_usd: float | None = None  # across all tasks: no task starts once this is spent
     on_result: Callable[[TaskResult, Tally], None] = lambda r, t: None
+    journal_calls: bool = True  # write each tool call's start to DIR/attempts.jsonl (a local sweep's observers can)
+    cleanup: Callable[[str], None] | None = None  # given a task id once its result line is written (its workspace)
+    _earlier: dict[str, int] = field(default_factory=dict)  # attempts of each task that earlier sweeps left unended
 
     async def run(self, todo: list[Task], tally: Tally) -> int:
         """Run ``todo``; returns how many tasks were left unstarted because the budget was spent."""
         queue = deque(todo)
-        results = ResultsFile(self.out)
+        self._earlier = {task_id: len(cut) for task_id, cut in interrupted(self.out).items()}
+        results, starts = ResultsFile(self.out), LinesFile(self.out / ATTEMPTS)
+        if self.journal_calls:
+            tally.on_call = lambda task_id, call: starts.write({"id": task_id, "call": call.name, "call_id": call.id})
+            tally.on_session = lambda task_id, session_id: starts.write({"id": task_id, "session": session_id})
         workers = [
-            asyncio.create_task(self._worker(queue, tally, results)) for _ in range(min(self.concurrency, len(todo)))
+            asyncio.create_task(self._worker(queue, tally, results, starts))
+            for _ in range(min(self.concurrency, len(todo)))
         ]
         try:
             await asyncio.gather(*workers)
@@ -124,16 +180,23 @@ class Sweep:
                 w.cancel()
             await asyncio.gather(*workers, return_exceptions=True)
             results.close()
+            starts.close()
         return len(queue)
 
     def spent(self, tally: Tally) -> bool:
         return self.max_budget_usd is not None and tally.cost_usd >= self.max_budget_usd
 
-    async def _worker(self, queue: deque[Task], tally: Tally, results: ResultsFile) -> None:
+    async def _worker(self, queue: deque[Task], tally: Tally, results: ResultsFile, starts: LinesFile) -> None:
         while queue and not self.spent(tally):
             task = queue.popleft()
             tally.running.add(task.id)
+            # before anything runs: a kill leaves it without its end
+            starts.write({"id": task.id, "start": now_iso(), "calls": self.journal_calls})
             result = await self.execute(task, tally)
+            result.interrupted = self._earlier.get(task.id, 0)
             results.append(result)
+            starts.write({"id": task.id, "end": now_iso()})
+            if self.cleanup is not None:
+                await asyncio.to_thread(self.cleanup, task.id)
             tally.count(result)
             self.on_result(result, tally)

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from drivetrain.batch.html import render
-from drivetrain.batch.results import RESULTS, read_results
+from drivetrain.batch.results import RESULTS, interrupted, read_results
 from drivetrain.batch.summary import summarize, text
 from drivetrain.cli.report import write_page
 
@@ -46,6 +46,6 @@ def main(argv: list[str]) -> int:
             return 1
         if str(args.html) == "-":
             return 0
-    summary = summarize(results)
+    summary = summarize(results, interrupted(args.out))
     print(json.dumps(summary, indent=2) if args.json else text(summary))
     return 0

@@ -478,7 +478,7 @@ class Output(Printer):
         if res.note:
             print(f"drivetrain: {res.note}", file=sys.stderr)
         if self.format == "text":
-            if res.subtype == "error_during_execution":
+            if res.subtype in ("error_during_execution", "error_upstream"):
                 print(f"drivetrain: {res.result}", file=sys.stderr)
             elif res.result:
                 print(res.result)

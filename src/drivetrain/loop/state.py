@@ -30,6 +30,7 @@ Subtype = (
         "prompt_blocked",
         "stopped_by_hook",
         "error_during_execution",
+        "error_upstream",
         "error_loop_detected",
         "error_max_continuations",
     ]

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from drivetrain.control.approval import Defer, Deny, PendingCall, Verdict
-from drivetrain.errors import HarnessError
+from drivetrain.errors import HarnessError, ModelError
 from drivetrain.loop import budget, calls, compaction, guard
 from drivetrain.loop.context import request_view
 from drivetrain.loop.draft import Deps, Draft
@@ -186,8 +186,9 @@ async def call_model(s: CallModel, w: Draft) -> RunTools | Recover | CallModel |
     )
     try:
         response = await w.deps.model.respond(request)
-    except HarnessError as e:
-        return Done("error_during_execution", None, str(e))
+    except HarnessError as e:  # a fault of the upstream that outlasted the retries has a subtype of its own
+        upstream = isinstance(e, ModelError) and e.fault is not None
+        return Done("error_upstream" if upstream else "error_during_execution", None, str(e))
     w.num_turns += 1
     w.usage = w.usage + response.usage
     w.trajectory.append(response.stop_reason)

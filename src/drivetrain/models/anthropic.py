@@ -16,6 +16,7 @@ import asyncio
 import importlib.util
 import json
 import os
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypedDict, Unpack
@@ -27,7 +28,21 @@ from drivetrain.jsontypes import JsonObject
 from drivetrain.messages import Usage, block_from_wire
 from drivetrain.models.anthropic_wire import with_cache_breakpoints
 from drivetrain.models.base import ModelRequest, ModelResponse
-from drivetrain.models.http import HasResponse, PerLoop, api_message, httpx, retry_delay, unreachable_message
+from drivetrain.models.http import (
+    BadAnswer,
+    HasResponse,
+    PerLoop,
+    api_message,
+    attempts_note,
+    broken_connection,
+    connection_fault,
+    httpx,
+    retry_delay,
+    sentence,
+    timeout_setting,
+    unfinished_stream,
+    unreachable_message,
+)
 from drivetrain.pricing import known_window
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
@@ -107,8 +122,13 @@ class AnthropicModel:
         self.backoff = backoff
         self.idle_timeout = idle_timeout
         self.stream = stream
-        # A whole answer comes at once, so the idle timeout of a stream cannot apply: this is how long it may take.
+        # A whole answer comes at once, so the idle timeout of a stream cannot apply: this is how long it may take,
+        # in all (API_TIMEOUT_MS), however slowly its bytes come.
+        self.api_timeout = answer_timeout
         self.answer_timeout = anthropic.Timeout(connect=connect_timeout, read=answer_timeout, write=60.0, pool=60.0)
+        self.retries: Counter[str] = Counter()  # retries so far, by fault (a row of docs/faults.md)
+        self.on_retry: Callable[[str, int, float], None] | None = None  # (fault, attempt, delay) before each retry
+        self.answered = False  # an answer came: a broken one later is the upstream's fault, not a wrong URL
         self.aiohttp = aiohttp and has_aiohttp()  # without the extra installed, httpx: slower, the same requests
         # An API key goes in x-api-key, as Claude Code sends it (this SDK would send it as a bearer
         # token, which some gateways reject); ANTHROPIC_AUTH_TOKEN is the bearer token.
@@ -147,6 +167,10 @@ class AnthropicModel:
             kw.setdefault("prompt_caching", False)
         if env.get("DRIVETRAIN_MAX_RETRIES"):
             kw.setdefault("max_retries", int(env["DRIVETRAIN_MAX_RETRIES"]))
+        if timeout := timeout_setting(env, "API_TIMEOUT_MS"):
+            kw.setdefault("answer_timeout", timeout)
+        if timeout := timeout_setting(env, "CLAUDE_STREAM_IDLE_TIMEOUT_MS"):
+            kw.setdefault("idle_timeout", timeout)
         return cls(name, base_url=base_url, credentials=creds, base_url_source=source, **kw)
 
     @property
@@ -160,14 +184,22 @@ class AnthropicModel:
         while True:
             try:
                 if streamed:
-                    return await self._stream_once(params, request.on_text)
-                return await self._create_once(params)
-            except (anthropic.APIError, httpx.TransportError) as e:
+                    response = await self._stream_once(params, request.on_text)
+                else:
+                    response = await self._create_once(params)
+            except (anthropic.APIError, httpx.TransportError, BadAnswer, TimeoutError) as e:
                 if attempt >= self.max_retries or not _retryable(e):
-                    read_timeout = self.idle_timeout if streamed else self.answer_timeout.read or 0.0
-                    raise self._explain(e, read_timeout) from e
-                await asyncio.sleep(retry_delay(e, attempt, self.backoff))
+                    raise self._explain(e, streamed, attempt + 1) from e
+                kind = _fault(e)
+                self.retries[kind] += 1
+                delay = retry_delay(e, attempt, self.backoff)
+                if self.on_retry is not None:
+                    self.on_retry(kind, attempt + 1, delay)
+                await asyncio.sleep(delay)
                 attempt += 1
+            else:
+                self.answered = True
+                return response
 
     async def aclose(self) -> None:
         """Close this event loop's client (its connections); the next request opens another."""
@@ -200,18 +232,27 @@ class AnthropicModel:
             ctype = stream.response.headers.get("content-type", "")
             if "text/event-stream" not in ctype:
                 raise self._not_messages(ctype, await stream.response.aread())
-            async for event in stream:
-                if on_text and event.type == "content_block_delta" and event.delta.type == "text_delta":
-                    on_text(event.delta.text)
+            ended = False
+            try:
+                async for event in stream:
+                    ended = event.type == "message_stop"
+                    if on_text and event.type == "content_block_delta" and event.delta.type == "text_delta":
+                        on_text(event.delta.text)
+            except ValueError as e:  # a data: line that is not JSON
+                raise BadAnswer("broken_json", f"an event of the stream is not JSON ({e})") from e
+            if not ended:
+                raise BadAnswer("no_message_stop", "the stream ended without message_stop")
             final = await stream.get_final_message()
         # The SDK folds message_delta's cumulative usage into the final message:
         # usage comes from the last event, not from message_start.
         return _from_wire(final.to_dict())
 
     async def _create_once(self, params: JsonObject) -> ModelResponse:
-        raw = await self._clients.get().messages.with_raw_response.create(**params, timeout=self.answer_timeout)
-        # The answer read as the JSON it is: the SDK's parse() would build its models, only for us to take them apart.
-        body = await raw.read()
+        async with asyncio.timeout(self.api_timeout):  # the whole answer, however slowly its bytes come
+            raw = await self._clients.get().messages.with_raw_response.create(**params, timeout=self.answer_timeout)
+            # The answer read as the JSON it is: the SDK's parse() would build its models, only for us to take them
+            # apart.
+            body = await raw.read()
         try:
             message = json.loads(body)
         except ValueError:
@@ -220,7 +261,9 @@ class AnthropicModel:
             raise self._not_messages(raw.headers.get("content-type", ""), body)
         return _from_wire(message)
 
-    def _not_messages(self, ctype: str, body: bytes) -> ModelError:
+    def _not_messages(self, ctype: str, body: bytes) -> BadAnswer | ModelError:
+        """A 200 answer that is not a message: an OpenAI endpoint (a setting to change, not retried), else an
+        answer to make again (a gateway's error page, JSON cut or broken) that ``_explain`` words."""
         text = body.decode("utf-8", "replace")
         try:
             data = json.loads(text)
@@ -232,15 +275,14 @@ class AnthropicModel:
                 f"Anthropic Messages endpoint. Point {self._url_setting()} at an Anthropic-compatible server, "
                 "or use the OpenAI-compatible provider (--provider openai with OPENAI_BASE_URL)."
             )
-        return ModelError(
-            f"{self.messages_url} did not answer as an Anthropic Messages endpoint "
-            f"(content-type {ctype or 'none'}): {text[:200]!r}. Check {self._url_setting()}."
-        )
+        kind = "broken_json" if data is None and "json" in ctype else "not_json"
+        return BadAnswer(kind, f"content-type {ctype or 'none'}: {text[:200]!r}")
 
     def _url_setting(self) -> str:
         return "ANTHROPIC_BASE_URL" if self.base_url_source == "ANTHROPIC_BASE_URL" else "ANTHROPIC_BASE_URL (unset)"
 
-    def _explain(self, e: Exception, read_timeout: float) -> ModelError:
+    def _explain(self, e: Exception, streamed: bool, attempts: int) -> ModelError:
+        note = attempts_note(attempts)
         if isinstance(e, (anthropic.AuthenticationError, anthropic.PermissionDeniedError)):
             return ModelError(
                 f"The API key was rejected ({e.status_code}) by {self.base_url}. It came from "
@@ -253,16 +295,45 @@ class AnthropicModel:
                 f"{self._base_url_origin()}). Check the base URL and the model name "
                 f"'{self.name}'. Server said: {api_message(e)}"
             )
+        fault = _fault(e) if _retryable(e) else None
+        if isinstance(e, BadAnswer):
+            if e.kind == "no_message_stop":
+                return ModelError(unfinished_stream(self.messages_url, e) + note, fault)
+            if not self.answered:  # it never answered as a Messages endpoint: most likely the wrong URL
+                return ModelError(
+                    f"{self.messages_url} did not answer as an Anthropic Messages endpoint ({e}). "
+                    f"Check {self._url_setting()}.{note}"
+                )
+            return ModelError(
+                f"{self.messages_url} answered 200 with a broken answer ({e.kind}: {e}). It answered well "
+                f"before, so this is the upstream's fault, not your configuration.{note}",
+                fault,
+            )
+        if isinstance(e, TimeoutError):
+            return ModelError(
+                f"{self.messages_url} sent no whole answer within {self.api_timeout:g} s (API_TIMEOUT_MS).{note}",
+                fault,
+            )
         if isinstance(e, (anthropic.APIConnectionError, httpx.TransportError)):
             timed_out = isinstance(e, (anthropic.APITimeoutError, httpx.TimeoutException))
+            read_timeout = self.idle_timeout if streamed else self.answer_timeout.read or 0.0
+            if fault in ("cut", "reset"):
+                return ModelError(broken_connection(self.messages_url, e, fault) + note, fault)
             return ModelError(
                 unreachable_message(
-                    self.messages_url, e, timed_out=timed_out, idle_timeout=read_timeout, origin=self._base_url_origin()
+                    self.messages_url,
+                    e,
+                    timed_out=timed_out,
+                    idle_timeout=read_timeout,
+                    origin=self._base_url_origin(),
+                    setting="CLAUDE_STREAM_IDLE_TIMEOUT_MS" if streamed else "API_TIMEOUT_MS",
                 )
+                + note,
+                fault,
             )
         if isinstance(e, anthropic.APIStatusError):
-            return ModelError(f"{self.messages_url} answered {e.status_code}: {api_message(e)}")
-        return ModelError(f"{self.messages_url}: {e}")
+            return ModelError(f"{self.messages_url} answered {e.status_code}: {sentence(api_message(e))}{note}", fault)
+        return ModelError(f"{self.messages_url}: {e}{note}", fault)
 
     def _base_url_origin(self) -> str:
         if self.base_url_source == "ANTHROPIC_BASE_URL":
@@ -290,7 +361,9 @@ def _from_wire(message: JsonObject) -> ModelResponse:
 
 
 def _retryable(e: Exception) -> bool:
-    if isinstance(e, (anthropic.APIConnectionError, httpx.TransportError)):
+    if isinstance(e, ModelError):  # an answer in another API's shape: a setting to change
+        return False
+    if isinstance(e, (anthropic.APIConnectionError, httpx.TransportError, BadAnswer, TimeoutError)):
         return True
     if not isinstance(e, anthropic.APIError):
         return False
@@ -299,6 +372,21 @@ def _retryable(e: Exception) -> bool:
         return False  # the server (e.g. `drivetrain serve`, whose own backend already retried) says don't
     if isinstance(e, anthropic.APIStatusError) and e.status_code in RETRYABLE_STATUS:
         return True
-    # an `error` event in the middle of a stream arrives with the stream's 200 status
+    return _stream_error(e) in RETRYABLE_ERROR_TYPES
+
+
+def _stream_error(e: anthropic.APIError) -> str | None:
+    """The type of an ``error`` event in the middle of a stream (it arrives with the stream's 200 status)."""
     err = e.body.get("error", e.body) if isinstance(e.body, dict) else None
-    return isinstance(err, dict) and err.get("type") in RETRYABLE_ERROR_TYPES
+    return str(err.get("type")) if isinstance(err, dict) else None
+
+
+def _fault(e: Exception) -> str:
+    """The row of docs/faults.md that ``e`` is."""
+    if isinstance(e, BadAnswer):
+        return e.kind
+    if isinstance(e, anthropic.APIStatusError) and e.status_code != 200:
+        return f"http_{e.status_code}"
+    if isinstance(e, anthropic.APIError) and not isinstance(e, anthropic.APIConnectionError):
+        return "overloaded_in_stream" if _stream_error(e) == "overloaded_error" else "error_in_stream"
+    return connection_fault(e)

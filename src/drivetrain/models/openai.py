@@ -17,7 +17,9 @@ Configuration (``from_env``):
 - ``OPENAI_API_KEY``: optional; local servers need none, so a placeholder is sent instead. Only
   the default (api.openai.com) URL without a key is refused up front.
 - ``OPENAI_MODEL`` or ``--model``: default ``gpt-4o-mini``.
-- ``DRIVETRAIN_MAX_RETRIES``: how often a transient failure is retried.
+- ``DRIVETRAIN_MAX_RETRIES``: how often a transient failure is retried (docs/faults.md).
+- ``CLAUDE_STREAM_IDLE_TIMEOUT_MS``: how long the stream may go without data (default 300 s: a local server on
+  a CPU may take minutes to read a long prompt).
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ import dataclasses
 import json
 import os
 import uuid
+from collections import Counter
+from collections.abc import Callable
 from typing import TYPE_CHECKING, TypedDict, Unpack
 from urllib.parse import urlsplit
 
@@ -36,7 +40,20 @@ from drivetrain.errors import ConfigError, ModelError
 from drivetrain.jsontypes import JsonObject
 from drivetrain.messages import Message, ToolUseBlock
 from drivetrain.models.base import ModelRequest, ModelResponse
-from drivetrain.models.http import PerLoop, api_message, httpx, retry_delay, unreachable_message
+from drivetrain.models.http import (
+    BadAnswer,
+    PerLoop,
+    api_message,
+    attempts_note,
+    broken_connection,
+    connection_fault,
+    httpx,
+    retry_delay,
+    sentence,
+    timeout_setting,
+    unfinished_stream,
+    unreachable_message,
+)
 from drivetrain.models.openai_wire import FinishReason, from_chat_completion, to_chat_messages, to_chat_tools
 from drivetrain.pricing import known_window
 
@@ -65,10 +82,6 @@ def normalize_base_url(url: str) -> str:
     if url.endswith(ENDPOINT):
         return url[: -len(ENDPOINT)].rstrip("/")
     return url if urlsplit(url).path.strip("/") else url + "/v1"
-
-
-class IncompleteStream(Exception):
-    """The stream ended (cleanly, as far as HTTP goes) before the server said why the answer finished."""
 
 
 class OpenAIOptions(TypedDict, total=False):
@@ -115,6 +128,9 @@ class OpenAIModel:
         # Generous: a local server on a CPU may take minutes to read a long prompt before the first token.
         # httpx's read timeout is per read, so on a stream it is an idle timeout.
         self.idle_timeout = idle_timeout
+        self.retries: Counter[str] = Counter()  # retries so far, by fault (a row of docs/faults.md)
+        self.on_retry: Callable[[str, int, float], None] | None = None  # (fault, attempt, delay) before each retry
+        self.answered = False  # an answer came: a broken one later is the upstream's fault, not a wrong URL
         self._clients = PerLoop(
             lambda: openai.AsyncOpenAI(
                 api_key=self.api_key or NO_KEY,
@@ -136,6 +152,8 @@ class OpenAIModel:
         name = model or env.get("OPENAI_MODEL") or DEFAULT_MODEL
         if env.get("DRIVETRAIN_MAX_RETRIES"):
             kw.setdefault("max_retries", int(env["DRIVETRAIN_MAX_RETRIES"]))
+        if timeout := timeout_setting(env, "CLAUDE_STREAM_IDLE_TIMEOUT_MS"):
+            kw.setdefault("idle_timeout", timeout)
         kw.setdefault("organization", env.get("OPENAI_ORG_ID") or None)
         kw.setdefault("project", env.get("OPENAI_PROJECT_ID") or None)
         return cls(name, base_url=base_url, api_key=env.get("OPENAI_API_KEY"), base_url_source=source, **kw)
@@ -149,12 +167,18 @@ class OpenAIModel:
         while True:
             try:
                 response = await self._stream_once(request)
-            except (openai.APIError, httpx.TransportError, IncompleteStream) as e:
+            except (openai.APIError, httpx.TransportError, BadAnswer) as e:
                 if attempt >= self.max_retries or not _retryable(e):
-                    raise self._explain(e) from e
-                await asyncio.sleep(retry_delay(e, attempt, self.backoff))
+                    raise self._explain(e, attempt + 1) from e
+                kind = _fault(e)
+                self.retries[kind] += 1
+                delay = retry_delay(e, attempt, self.backoff)
+                if self.on_retry is not None:
+                    self.on_retry(kind, attempt + 1, delay)
+                await asyncio.sleep(delay)
                 attempt += 1
             else:
+                self.answered = True
                 return _fresh_ids(response, request.messages)
 
     def _params(self, request: ModelRequest) -> CompletionCreateParamsStreaming:
@@ -200,12 +224,9 @@ class OpenAIModel:
                     if piece and request.on_text:
                         request.on_text(piece)
             except ValueError as e:  # a data: line that is not JSON
-                raise ModelError(
-                    f"{self.completions_url} sent a stream that is not chat-completion chunks ({e}). "
-                    f"Check {self._url_setting()}."
-                ) from e
+                raise BadAnswer("broken_json", f"a chunk of the stream is not JSON ({e})") from e
         if acc.finish_reason is None:
-            raise IncompleteStream("the stream ended before a finish_reason")
+            raise BadAnswer("no_message_stop", "the stream ended before a finish_reason")
         return from_chat_completion(acc.completion())
 
     async def _check_shape(self, response: httpx.Response) -> ModelResponse | None:
@@ -221,10 +242,8 @@ class OpenAIModel:
             return from_chat_completion(data)
         if isinstance(data, dict) and data.get("type") == "message" and isinstance(data.get("content"), list):
             raise self._anthropic_shape()
-        raise ModelError(
-            f"{self.completions_url} did not answer as an OpenAI chat-completions endpoint "
-            f"(content-type {ctype or 'none'}): {body[:200]!r}. Check {self._url_setting()}."
-        )
+        kind = "broken_json" if data is None and "json" in ctype else "not_json"
+        raise BadAnswer(kind, f"content-type {ctype or 'none'}: {body[:200]!r}")
 
     def _anthropic_shape(self) -> ModelError:
         return ModelError(
@@ -241,7 +260,8 @@ class OpenAIModel:
             return "OPENAI_BASE_URL"
         return f"the default ({DEFAULT_BASE_URL}; set OPENAI_BASE_URL to change it)"
 
-    def _explain(self, e: openai.APIError | httpx.TransportError | IncompleteStream) -> ModelError:
+    def _explain(self, e: openai.APIError | httpx.TransportError | BadAnswer, attempts: int) -> ModelError:
+        note = attempts_note(attempts)
         if isinstance(e, (openai.AuthenticationError, openai.PermissionDeniedError)):
             key = (
                 "It came from OPENAI_API_KEY; check the key, or that it belongs to this server."
@@ -259,7 +279,23 @@ class OpenAIModel:
                 f"{self._base_url_origin()}). Check the base URL and the model name '{self.name}' "
                 f"(OPENAI_MODEL or --model). Server said: {api_message(e)}"
             )
+        fault = _fault(e) if _retryable(e) else None
+        if isinstance(e, BadAnswer):
+            if e.kind == "no_message_stop":
+                return ModelError(unfinished_stream(self.completions_url, e) + note, fault)
+            if not self.answered:  # it never answered as a chat-completions endpoint: most likely the wrong URL
+                return ModelError(
+                    f"{self.completions_url} did not answer as an OpenAI chat-completions endpoint ({e}). "
+                    f"Check {self._url_setting()}.{note}"
+                )
+            return ModelError(
+                f"{self.completions_url} answered 200 with a broken answer ({e.kind}: {e}). It answered well "
+                f"before, so this is the upstream's fault, not your configuration.{note}",
+                fault,
+            )
         if isinstance(e, (openai.APIConnectionError, httpx.TransportError)):
+            if fault in ("cut", "reset"):
+                return ModelError(broken_connection(self.completions_url, e, fault) + note, fault)
             timed_out = isinstance(e, (openai.APITimeoutError, httpx.TimeoutException))
             return ModelError(
                 unreachable_message(
@@ -268,16 +304,16 @@ class OpenAIModel:
                     timed_out=timed_out,
                     idle_timeout=self.idle_timeout,
                     origin=self._base_url_origin(),
+                    setting="CLAUDE_STREAM_IDLE_TIMEOUT_MS",
                 )
-            )
-        if isinstance(e, IncompleteStream):
-            return ModelError(
-                f"The stream from {self.completions_url} ended before the answer was finished "
-                "(no finish_reason); the server may have crashed or cut the connection."
+                + note,
+                fault,
             )
         if isinstance(e, openai.APIStatusError):
-            return ModelError(f"{self.completions_url} answered {e.status_code}: {api_message(e)}")
-        return ModelError(f"{self.completions_url} failed mid-stream: {api_message(e)}")
+            return ModelError(
+                f"{self.completions_url} answered {e.status_code}: {sentence(api_message(e))}{note}", fault
+            )
+        return ModelError(f"{self.completions_url} failed mid-stream: {sentence(api_message(e))}{note}", fault)
 
 
 class ChunkAccumulator:
@@ -356,13 +392,31 @@ def _fresh_ids(response: ModelResponse, history: list[Message]) -> ModelResponse
     return dataclasses.replace(response, content=tuple(content))
 
 
-def _retryable(e: openai.APIError | httpx.TransportError | IncompleteStream) -> bool:
-    if isinstance(e, (openai.APIConnectionError, httpx.TransportError, IncompleteStream)):
+def _retryable(e: openai.APIError | httpx.TransportError | BadAnswer) -> bool:
+    if isinstance(e, (openai.APIConnectionError, httpx.TransportError, BadAnswer)):
         return True
     if isinstance(e, openai.APIStatusError):
         return e.status_code in (408, 409, 429) or e.status_code >= 500
-    # an error sent as a chunk in the middle of a stream arrives with the stream's 200 status
+    return _stream_error(e) in RETRYABLE_ERROR_TYPES
+
+
+def _stream_error(e: openai.APIError) -> str | None:
+    """The type (or code) of an error sent as a chunk in the middle of a stream (with the stream's 200 status)."""
     err = e.body.get("error", e.body) if isinstance(e.body, dict) else None
-    return isinstance(err, dict) and (
-        err.get("type") in RETRYABLE_ERROR_TYPES or err.get("code") in RETRYABLE_ERROR_TYPES
-    )
+    if not isinstance(err, dict):
+        return None
+    for key in ("type", "code"):
+        if err.get(key) in RETRYABLE_ERROR_TYPES:
+            return str(err[key])
+    return str(err.get("type"))
+
+
+def _fault(e: openai.APIError | httpx.TransportError | BadAnswer) -> str:
+    """The row of docs/faults.md that ``e`` is."""
+    if isinstance(e, BadAnswer):
+        return e.kind
+    if isinstance(e, openai.APIStatusError):
+        return f"http_{e.status_code}"
+    if isinstance(e, openai.APIError) and not isinstance(e, openai.APIConnectionError):
+        return "overloaded_in_stream" if _stream_error(e) == "overloaded_error" else "error_in_stream"
+    return connection_fault(e)

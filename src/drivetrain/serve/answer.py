@@ -11,7 +11,7 @@ import asyncio
 import json
 import traceback
 from abc import ABC, abstractmethod
-from collections.abc import AsyncGenerator, Callable, Mapping
+from collections.abc import AsyncGenerator, Callable
 from typing import TYPE_CHECKING, TypeAlias
 
 from starlette.requests import Request
@@ -31,7 +31,7 @@ from drivetrain.serve.calls import (
 )
 from drivetrain.serve.errors import HTTPError, model_failure
 from drivetrain.serve.observe import Usage
-from drivetrain.serve.passthrough import Upstream, UpstreamResponse, json_usage, relay
+from drivetrain.serve.passthrough import Upstream, UpstreamResponse, post_and_read, relay
 
 if TYPE_CHECKING:
     from drivetrain.serve.state import ServeState
@@ -168,10 +168,9 @@ async def forwarded(
     if not state.admission.try_acquire():
         await unless_disconnected(request.receive, state.admission.acquire())
     if writer is None:
-        work = asyncio.ensure_future(_post_and_read(upstream, body, request.headers, path_suffix))
+        work = asyncio.ensure_future(post_and_read(upstream, body, request.headers, usage, path_suffix))
         state.admission.release_when_done(work)
         status, ctype, raw = await unless_disconnected(request.receive, work)
-        json_usage(raw, usage)
         return Response(raw, status, media_type=ctype)
     sending = asyncio.ensure_future(upstream.post(body, request.headers, path_suffix))
     # the slot is held until the stream ends, however it ends
@@ -190,16 +189,6 @@ async def forwarded(
         ended.set_result(None)
         raise
     return EventStream(_ending(frames, writer, ended), watch=watch)
-
-
-async def _post_and_read(
-    upstream: Upstream, body: JsonObject, headers: Mapping[str, str], path_suffix: str
-) -> tuple[int, str, bytes]:
-    response = await upstream.post(body, headers, path_suffix)
-    try:
-        return response.status_code, response.headers.get("content-type", "application/json"), await response.aread()
-    finally:
-        await response.aclose()
 
 
 async def _late(

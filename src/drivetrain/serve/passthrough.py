@@ -17,7 +17,15 @@ from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Protocol
 
 from drivetrain.jsontypes import JsonObject, JsonValue
-from drivetrain.models.http import PROXY_VARS, httpx, retry_delay, unreachable_message
+from drivetrain.models.http import (
+    PROXY_VARS,
+    BadAnswer,
+    broken_connection,
+    connection_fault,
+    httpx,
+    retry_delay,
+    unreachable_message,
+)
 from drivetrain.serve.errors import Dialect, HTTPError
 from drivetrain.serve.lean_http import LeanPool
 from drivetrain.serve.observe import Usage
@@ -131,12 +139,17 @@ class Upstream:
                     )
             except (httpx.TransportError, OSError, EOFError) as e:
                 if attempt >= self.max_retries:
-                    message = unreachable_message(
-                        url,
-                        e,
-                        timed_out=isinstance(e, httpx.TimeoutException),
-                        idle_timeout=self.timeout.read or 0,
-                        origin=self.origin,
+                    fault = connection_fault(e)
+                    message = (
+                        broken_connection(url, e, fault)
+                        if fault in ("cut", "reset")
+                        else unreachable_message(
+                            url,
+                            e,
+                            timed_out=fault == "timeout",
+                            idle_timeout=self.timeout.read or 0,
+                            origin=self.origin,
+                        )
                     )
                     raise HTTPError(
                         502, f"the served model failed: {message}", headers={"x-should-retry": "false"}
@@ -183,11 +196,59 @@ class _StatusError(Exception):
         self.response = response
 
 
-def json_usage(raw: bytes, usage: Usage) -> None:
+async def post_and_read(
+    upstream: Upstream, body: JsonObject, headers: Mapping[str, str], usage: Usage, path_suffix: str = ""
+) -> tuple[int, str, bytes]:
+    """A whole answer from ``upstream``: (status, content type, body), its usage counted. Nothing has reached
+    the client yet, so an answer cut short or whose 200 body is not the API's JSON is asked for again, as the
+    providers do (docs/faults.md); one that persists is a 502 naming the upstream's fault."""
+    attempt = 0
+    while True:
+        response = await upstream.post(body, headers, path_suffix)
+        fault: Exception
+        try:
+            raw = await response.aread()
+        except (httpx.TransportError, OSError, EOFError) as e:
+            fault = e
+        else:
+            ctype = response.headers.get("content-type", "application/json")
+            data = _json(raw)
+            if response.status_code >= 400 or _an_answer(data, upstream.dialect, path_suffix):
+                usage.add(data.get("usage") if isinstance(data, dict) else None)
+                return response.status_code, ctype, raw
+            kind = "broken_json" if data is None and "json" in ctype else "not_json"
+            fault = BadAnswer(kind, f"content-type {ctype}: {raw[:200]!r}")
+        finally:
+            await response.aclose()
+        if attempt >= upstream.max_retries:
+            what = (
+                f"answered 200 with a broken answer ({fault.kind}: {fault})"
+                if isinstance(fault, BadAnswer)
+                else f"cut the answer short ({type(fault).__name__}: {fault})"
+            )
+            raise HTTPError(
+                502,
+                f"the served model failed: {upstream.url} {what}, {attempt + 1} times; the upstream's fault",
+                headers={"x-should-retry": "false"},
+            )
+        await asyncio.sleep(retry_delay(fault, attempt, upstream.backoff))
+        attempt += 1
+
+
+def _json(raw: bytes) -> JsonValue:
     try:
-        usage.add(json.loads(raw).get("usage"))
-    except (ValueError, AttributeError):
-        pass
+        data: JsonValue = json.loads(raw)
+    except ValueError:
+        return None
+    return data
+
+
+def _an_answer(data: JsonValue, dialect: Dialect, path_suffix: str) -> bool:
+    """``data`` is an answer of the API (a Messages message, a chat completion, a token count)."""
+    if path_suffix == "/count_tokens":
+        return isinstance(data, dict) and isinstance(data.get("input_tokens"), int)
+    key = "content" if dialect == "anthropic" else "choices"
+    return isinstance(data, dict) and isinstance(data.get(key), list)
 
 
 async def relay(response: UpstreamResponse, usage: Usage, skip_first: bytes = b"") -> AsyncGenerator[bytes, None]:

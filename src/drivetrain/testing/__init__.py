@@ -29,8 +29,10 @@ Other steps: ``http_error(529, "overloaded_error", "busy", {"retry-after": "0"})
 ``stall_after_events=`` stalls a stream mid-way (idle-timeout tests) and
 ``error_after_events=`` ends it with an ``error`` event; ``hold=`` (a ``threading.Event``)
 keeps the answer until the test sets it. ``Request.events_sent`` and ``.answered`` say how far an
-answer got. ``count_tokens`` is answered
-without using a step; any other endpoint is a 404 and fails ``assert_complete``.
+answer got. Upstream faults (``drivetrain.testing.faults``, one kind per row of docs/faults.md):
+``fault("cut")`` as a step, or ``ScriptedServer(steps, faults=FaultSchedule(rate=0.05, seed=1))`` to fault
+requests at a seeded rate without using steps; ``Request.fault`` and ``.usage`` say what each got and billed.
+``count_tokens`` is answered without using a step; any other endpoint is a 404 and fails ``assert_complete``.
 
 ``ScriptedOpenAIServer`` serves the same steps as OpenAI chat completions
 (``POST /v1/chat/completions``, JSON or ``chat.completion.chunk`` SSE ending in
@@ -52,6 +54,7 @@ from drivetrain.models.anthropic_wire import validate
 
 from .cache import PromptCache, count_tokens
 from .chat import ScriptedOpenAIServer, validate_chat
+from .faults import FAULT_KINDS, SERVED, Fault, FaultKind, FaultSchedule, fault
 from .script import (
     RawResponse,
     Respond,
@@ -68,6 +71,11 @@ from .script import (
 from .server import Headers, Request, ScriptedServer, first_prompt
 
 __all__ = [
+    "FAULT_KINDS",
+    "SERVED",
+    "Fault",
+    "FaultKind",
+    "FaultSchedule",
     "Headers",
     "PromptCache",
     "RawResponse",
@@ -77,6 +85,7 @@ __all__ = [
     "ScriptedServer",
     "Step",
     "count_tokens",
+    "fault",
     "first_prompt",
     "http_error",
     "raw_response",

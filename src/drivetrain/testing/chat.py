@@ -56,10 +56,29 @@ class ScriptedOpenAIServer(ScriptedServer):
     def _reply(self, step: Respond, body: JsonObject, n: int) -> RawResponse | _Stream:
         completion = build_completion(step, body, f"chatcmpl-scripted-{n:04d}")
         if not body.get("stream"):
-            return RawResponse(status=200, body=completion, delay=step.delay)
+            return RawResponse(status=200, body=completion, delay=step.delay, hold=step.hold)
         include_usage = (body.get("stream_options") or {}).get("include_usage") is True
         events = [_sse(c) for c in completion_chunks(completion, include_usage)] + [b"data: [DONE]\n\n"]
-        return _Stream(events, step)
+        return _Stream(events, step, completion["usage"])
+
+    def _fault_chunks(self, body: JsonValue, n: int) -> list[bytes]:
+        completion = self._fault_completion(body, n)
+        include_usage = isinstance(body, dict) and (body.get("stream_options") or {}).get("include_usage") is True
+        return [_sse(c) for c in completion_chunks(completion, include_usage)] + [b"data: [DONE]\n\n"]
+
+    def _fault_whole(self, body: JsonValue, n: int) -> bytes:
+        return json.dumps(self._fault_completion(body, n)).encode()
+
+    def _unfinished(self, chunks: list[bytes]) -> list[bytes]:
+        """The stream without its finish_reason, usage and ``[DONE]``."""
+        return [c for c in chunks if b'"finish_reason": null' in c and b'"choices": []' not in c]
+
+    def _fault_completion(self, body: JsonValue, n: int) -> JsonObject:
+        step = Respond(
+            content=[{"type": "text", "text": "This answer never arrives whole: a scripted fault."}],
+            stop_reason="end_turn",
+        )
+        return build_completion(step, body, f"chatcmpl-fault-{n:04d}")
 
     def _error(self, status: int, error_type: str, message: str) -> RawResponse:
         return RawResponse(status=status, body=_error_body(error_type, message))

@@ -10,6 +10,8 @@ from __future__ import annotations
 import copy
 import json
 import socket
+import struct
+import sys
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
@@ -23,6 +25,7 @@ from drivetrain.models.anthropic_wire import same_content, sse_events, validate
 from drivetrain.testing.httpd import QuickHTTPServer
 
 from .cache import MIN_CACHE_TOKENS, PromptCache, count_tokens
+from .faults import ERROR_TYPES, Fault, FaultSchedule
 from .script import RawResponse, Respond, Step, assign_ids
 
 MESSAGES_PATH = "/v1/messages"
@@ -65,6 +68,8 @@ class Request:
     # how far the answer got, for a test that acts at a moment of it (kill the client mid-stream, …):
     events_sent: int = 0  # SSE events written so far (a stall_after_events stream stays at that number)
     answered: bool = False  # the whole answer was written
+    fault: str | None = None  # the fault it was answered with (``drivetrain.testing.faults``)
+    usage: JsonObject | None = None  # what the answer billed (a message's usage); counts once answered
 
 
 class ScriptedServer:
@@ -79,7 +84,10 @@ class ScriptedServer:
         *,
         route: Callable[[JsonValue], str | None] | None = None,
         cache_min_tokens: int = MIN_CACHE_TOKENS,
+        faults: FaultSchedule | None = None,
+        port: int = 0,
     ):
+        self.faults = faults  # requests faulted at a seeded rate, without using a step (``drivetrain.testing.faults``)
         self.cache = PromptCache(cache_min_tokens)
         # One script, or one per conversation (runs served concurrently): ``route(body)`` names a request's
         # conversation, by default its first user message's text, and each gets the next step of its own.
@@ -99,7 +107,8 @@ class ScriptedServer:
         self._conns: set[socket.socket] = set()
         self._httpd: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
-        self._port: int | None = None
+        self._port: int | None = port or None
+        self._bind_port = port
 
     # -- lifecycle
 
@@ -111,7 +120,7 @@ class ScriptedServer:
 
     def start(self) -> ScriptedServer:
         self._closing.clear()
-        self._httpd = _HTTPServer(("127.0.0.1", 0), _Handler)
+        self._httpd = _HTTPServer(("127.0.0.1", self._bind_port), _Handler)
         self._httpd.owner = self
         self._port = self._httpd.server_address[1]
         self._thread = threading.Thread(
@@ -190,6 +199,9 @@ class ScriptedServer:
     def _handle(self, h: _Handler) -> None:
         length = int(h.headers.get("content-length") or 0)
         raw = h.rfile.read(length) if length else b""
+        if len(raw) < length:  # the client went away in the middle of its request (killed): nothing to answer
+            h.close_connection = True
+            return
         try:
             body = json.loads(raw) if raw else None
         except ValueError:
@@ -207,13 +219,15 @@ class ScriptedServer:
             if self._closing.is_set():
                 h.close_connection = True
                 return
-        if isinstance(answer, _Stream):
+        if isinstance(answer, Fault):
+            self._send_fault(h, answer, n, req)
+        elif isinstance(answer, _Stream):
             self._send_stream(h, answer, n, req)
         else:
             _send(h, answer.status, answer.payload(), answer.content_type, answer.headers, n)
             req.answered = True
 
-    def _answer(self, req: Request, n: int) -> RawResponse | _Stream:
+    def _answer(self, req: Request, n: int) -> RawResponse | _Stream | Fault:
         """Decide the answer; called under the lock."""
         where = f"request {n} ({req.method} {req.path})"
         free = self._answer_without_step(req)
@@ -243,10 +257,20 @@ class ScriptedServer:
         if problems:
             self.violations += [f"{where}, step {req.step}: {p}" for p in problems]
             return self._error(400, "invalid_request_error", "; ".join(problems))
+        scheduled = self.faults.pick(n) if self.faults is not None else None
+        if scheduled is not None:  # the step stays for the retry
+            queue.appendleft((req.step, step))
+            req.step, step = None, scheduled
+        if isinstance(step, Fault):
+            req.fault = step.kind
+            return step
         if isinstance(step, RawResponse):
+            req.usage = _usage_in(step.body)
             return step
         assert isinstance(step, Respond)  # the only other kind of step
-        return self._reply(step, req.body, n)
+        answer = self._reply(step, req.body, n)
+        req.usage = answer.usage if isinstance(answer, _Stream) else _usage_in(answer.body)
+        return answer
 
     # -- the Messages API dialect (ScriptedOpenAIServer overrides these)
 
@@ -277,8 +301,8 @@ class ScriptedServer:
         message = build_message(step, body, f"msg_scripted_{n:04d}", self.cache)
         self._paused = message["content"] if step.stop_reason == "pause_turn" else None
         if body.get("stream"):
-            return _Stream([f"event: {e}\ndata: {json.dumps(d)}\n\n".encode() for e, d in sse_events(message)], step)
-        return RawResponse(status=200, body=message, delay=step.delay)
+            return _Stream(_sse_chunks(message), step, message["usage"])
+        return RawResponse(status=200, body=message, delay=step.delay, hold=step.hold)
 
     def _error(self, status: int, error_type: str, message: str) -> RawResponse:
         return RawResponse(status=status, body={"type": "error", "error": {"type": error_type, "message": message}})
@@ -287,9 +311,75 @@ class ScriptedServer:
         data = {"type": "error", "error": {"type": step.error_type, "message": "scripted mid-stream error"}}
         return f"event: error\ndata: {json.dumps(data)}\n\n".encode()
 
+    def _fault_message(self, body: JsonValue, n: int) -> JsonObject:
+        """A placeholder answer, for a fault to cut, break or stop short."""
+        return {
+            "id": f"msg_fault_{n:04d}",
+            "type": "message",
+            "role": "assistant",
+            "model": (body.get("model") if isinstance(body, dict) else None) or "scripted-model",
+            "content": [{"type": "text", "text": "This answer never arrives whole: a scripted fault."}],
+            "stop_reason": "end_turn",
+            "stop_sequence": None,
+            "usage": {"input_tokens": 1, "output_tokens": 1},
+        }
+
+    def _fault_chunks(self, body: JsonValue, n: int) -> list[bytes]:
+        return _sse_chunks(self._fault_message(body, n))
+
+    def _fault_whole(self, body: JsonValue, n: int) -> bytes:
+        return json.dumps(self._fault_message(body, n)).encode()
+
+    def _unfinished(self, chunks: list[bytes]) -> list[bytes]:
+        """The stream without its end (``message_stop``)."""
+        return chunks[:-1]
+
     # -- sending
 
-    def _send_stream(self, h: _Handler, answer: _Stream, n: int, req: Request) -> None:
+    def _send_fault(self, h: _Handler, f: Fault, n: int, req: Request) -> None:
+        streamed = isinstance(req.body, dict) and bool(req.body.get("stream"))
+        if not streamed:
+            f = f.as_whole()
+        if f.status is not None:
+            headers = {k: v for k, v in (("retry-after", f.retry_after), ("retry-after-ms", f.retry_after_ms)) if v}
+            error = self._error(f.status, ERROR_TYPES[f.status], f"scripted fault: {f.status}")
+            _send(h, f.status, error.payload(), "application/json", headers, n)
+        elif f.kind == "reset":  # RST, not FIN: a linger of 0, then close
+            h.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            h.connection.close()
+        elif f.kind == "hang" or (f.kind == "stall" and not streamed):
+            self._closing.wait(f.seconds)
+        elif f.kind == "not_json":
+            page = b"<html><body><h1>502 Bad Gateway</h1>upstream connect error</body></html>"
+            _send(h, 200, page, "text/html", {}, n)
+        elif not streamed:  # cut or broken_json, of a whole answer
+            payload = self._fault_whole(req.body, n)
+            if f.kind == "cut":
+                _send(h, 200, payload, "application/json", {}, n, cut=len(payload) // 2)
+            else:
+                _send(h, 200, payload[: len(payload) // 2], "application/json", {}, n)
+        else:
+            self._send_stream_fault(h, f, n, req)
+        if f.kind in ("reset", "cut", "hang", "stall"):  # the others leave the connection fit for the next request
+            h.close_connection = True
+
+    def _send_stream_fault(self, h: _Handler, f: Fault, n: int, req: Request) -> None:
+        chunks = self._fault_chunks(req.body, n)
+        step = Respond(content=[], stop_reason="end_turn")
+        if f.kind == "overloaded_in_stream":
+            step = Respond(content=[], stop_reason="end_turn", error_after_events=3, error_type="overloaded_error")
+        elif f.kind == "stall":
+            step = Respond(content=[], stop_reason="end_turn", stall_after_events=3, stall_seconds=f.seconds)
+        elif f.kind == "broken_json":
+            chunks = [*chunks[:3], b'event: content_block_delta\ndata: {"type": "content_block_del\n\n', *chunks[3:]]
+        elif f.kind == "no_message_stop":
+            chunks = self._unfinished(chunks)
+        elif f.kind == "cut":
+            chunks = chunks[:3]  # and no end: the connection is closed
+        self._send_stream(h, _Stream(chunks, step), n, req, end=f.kind != "cut")
+        req.answered = False
+
+    def _send_stream(self, h: _Handler, answer: _Stream, n: int, req: Request, end: bool = True) -> None:
         h.send_response(200)
         for name, value in {
             "Content-Type": "text/event-stream",
@@ -310,7 +400,8 @@ class ScriptedServer:
             req.events_sent = k + 1
             if k == step.error_after_events:
                 break
-        h.wfile.write(b"0\r\n\r\n")
+        if end:
+            h.wfile.write(b"0\r\n\r\n")
         req.answered = True
 
 
@@ -354,6 +445,7 @@ def build_message(step: Respond, body: JsonValue, msg_id: str, cache: PromptCach
 class _Stream:
     chunks: list[bytes]  # the SSE events, encoded
     step: Respond
+    usage: JsonObject | None = None  # what the whole stream bills
 
     @property
     def delay(self) -> float:
@@ -364,7 +456,10 @@ class _Stream:
         return self.step.hold
 
 
-def _send(h: _Handler, status: int, payload: bytes, content_type: str, headers: dict[str, str], n: int) -> None:
+def _send(
+    h: _Handler, status: int, payload: bytes, content_type: str, headers: dict[str, str], n: int, cut: int | None = None
+) -> None:
+    """``cut``: send only that many bytes of the payload (its whole length announced), then close."""
     h.send_response(status)
     h.send_header("Content-Type", content_type)
     h.send_header("Content-Length", str(len(payload)))
@@ -373,19 +468,37 @@ def _send(h: _Handler, status: int, payload: bytes, content_type: str, headers: 
         h.send_header(name, str(value))
     h.end_headers()
     if h.command != "HEAD":
-        h.wfile.write(payload)
+        h.wfile.write(payload if cut is None else payload[:cut])
+    if cut is not None:
+        h.close_connection = True
+
+
+def _sse_chunks(message: JsonObject) -> list[bytes]:
+    return [f"event: {e}\ndata: {json.dumps(d)}\n\n".encode() for e, d in sse_events(message)]
+
+
+def _usage_in(body: JsonValue | bytes) -> JsonObject | None:
+    usage = body.get("usage") if isinstance(body, dict) else None
+    return usage if isinstance(usage, dict) else None
 
 
 def _describe(step: Step) -> str:
     if isinstance(step, Respond):
         kinds = ", ".join(b.get("type", "?") for b in step.content)
         return f"respond([{kinds}], stop_reason={step.stop_reason!r})"
+    if isinstance(step, Fault):
+        return f"fault {step.kind}"
     assert isinstance(step, RawResponse)
     return f"response {step.status} {str(step.body)[:80]}"
 
 
 class _HTTPServer(QuickHTTPServer):
     owner: ScriptedServer
+
+    def handle_error(self, request: socket.socket | tuple[bytes, socket.socket], client_address: object) -> None:
+        if isinstance(sys.exc_info()[1], OSError):  # a client gone (killed, timed out): no traceback on stderr
+            return
+        super().handle_error(request, client_address)
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -1,0 +1,33 @@
+"""benchmarks/bench_faults.py at a small scale: a sweep with every kind of fault, SIGKILLed a third of the way and
+run again, passes every task, runs no tool twice by a retry, bills what the upstream billed and loses nothing."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))
+
+from bench_faults import run
+from drivetrain.testing import SERVED
+
+
+def test_a_faulted_sweep_killed_and_resumed_keeps_every_promise(tmp_path):
+    f = run(tasks=24, rate=0.1, seed=3, concurrency=6, kill_at=0.33, timeout_ms=400, root=tmp_path)
+    assert set(f["injected"]) == set(SERVED), f["injected"]  # every kind a server can inject, at least once
+    assert f["passed"] == 24, f["statuses"]
+    assert f["tools_twice_by_retry"] == []
+    assert f["usage_mismatches"] == []
+    assert f["lost"] == 0 and f["finished_run_again"] == []
+    assert 8 <= f["finished_before_kill"] < 24
+    assert f["interrupted_listed"] == len(f["interrupted"])
+    assert set(f["tools_twice_by_rerun"]) <= set(f["interrupted"])
+    assert len(f["tools_twice_by_rerun"]) <= f["interrupted_with_tools_listed"]  # each one named beforehand
+
+
+def test_a_resumable_sweep_killed_and_resumed_runs_no_tool_twice(tmp_path):
+    f = run(tasks=24, rate=0.1, seed=5, concurrency=6, kill_at=0.33, timeout_ms=400, root=tmp_path, resumable=True)
+    assert f["passed"] == 24, f["statuses"]
+    assert f["tools_twice_by_retry"] == [] and f["tools_twice_by_rerun"] == []
+    assert f["usage_mismatches"] == [] and f["lost"] == 0 and f["finished_run_again"] == []
+    assert f["interrupted_listed"] == len(f["interrupted"]) > 0
