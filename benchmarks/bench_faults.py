@@ -195,7 +195,7 @@ def run(
         "usage_mismatches": mismatches,
         "resumed": int(resumed.group(1)) if resumed else 0,
         "usage_cut_off_by_the_kill": cut_off,
-        "billed_to_interrupted_attempts": 0
+        "billed_to_interrupted_runs": 0
         if resumable
         else sum(sum(v) for k, v in first["billed"].items() if k.split()[1].rstrip(":") in cut_short),
         "lost": len([i for i in ids if i not in results]),
@@ -238,7 +238,7 @@ def main() -> None:
     else:
         print(
             f"  usage mismatches against the upstream's count: {len(f['usage_mismatches'])} (must be 0); billed to "
-            f"the interrupted attempts, in no result: {f['billed_to_interrupted_attempts']:,} tokens"
+            f"the interrupted runs, in no result: {f['billed_to_interrupted_runs']:,} tokens"
         )
     print(f"  lost results after SIGKILL and resume: {f['lost']} (must be 0); finished tasks run again: "
           f"{len(f['finished_run_again'])} (must be 0)")  # fmt: skip

@@ -94,7 +94,7 @@ def test_a_rerun_names_the_tasks_a_kill_interrupted_and_says_what_running_them_a
     k1 = {r["id"]: r for r in lines(out)}["k1"]
     assert k1["status"] == "pass" and k1["interrupted"] == 1
     report = subprocess.run([*batch_args(tasks, out)[:2], "report", str(out), "--json"], capture_output=True, text=True)
-    assert json.loads(report.stdout)["interrupted"] == {"k1": {"attempts": 1, "tools": ["Bash"]}}
+    assert json.loads(report.stdout)["interrupted"] == {"k1": {"runs": 1, "tools": ["Bash"]}}
 
 
 def test_no_rerun_interrupted_leaves_them_alone_as_errors(tmp_path):

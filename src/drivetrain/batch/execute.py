@@ -112,14 +112,14 @@ async def execute_task(
     task: Task, agents: AgentFactory, scratch: Scratch, watch: Watch | None = None, resume: str | None = None
 ) -> TaskResult:
     """Never raises but for cancellation: whatever goes wrong is the task's ``error`` line, and the sweep goes on.
-    ``resume``: the session of an attempt an earlier sweep cut short, continued in its workspace."""
+    ``resume``: the session of a run an earlier sweep cut short, continued in its workspace."""
     started = time.monotonic()
     where = scratch.root / task.id
     try:
         if resume is not None:
             result = await _resumed(task, agents, where, watch, resume)
         else:
-            result = await _attempt(task, agents, where, watch)
+            result = await _run_once(task, agents, where, watch)
     except asyncio.CancelledError:
         if not (scratch.keep or scratch.resumable):
             remove(where)
@@ -136,7 +136,7 @@ async def execute_task(
     return result
 
 
-async def _attempt(task: Task, agents: AgentFactory, where: Path, watch: Watch | None) -> TaskResult:
+async def _run_once(task: Task, agents: AgentFactory, where: Path, watch: Watch | None) -> TaskResult:
     await prepare(task.workspace, where, task.env)
     if task.setup:
         code, out = await run_shell(task.setup, where, task.env)

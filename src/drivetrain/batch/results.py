@@ -1,6 +1,6 @@
 """``DIR/results.jsonl``: one line per finished task, appended as it finishes; what a resumed sweep skips.
-``DIR/attempts.jsonl``: each task's attempts as they go: a line when it starts (before anything runs), one per
-tool call it starts (before the call runs; local sweeps), one when its result line is written. An attempt that
+``DIR/runs.jsonl``: each task's runs as they go: a line when it starts (before anything runs), one per
+tool call it starts (before the call runs; local sweeps), one when its result line is written. A run that
 started and never ended was cut short by a kill (or Ctrl-C); the calls it started say what it may have done."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ TaskStatus = Literal["pass", "fail", "error"]
 # how a task ended that errored outside its run (else its subtype is the run's)
 TaskSubtype = Literal["workspace_failed", "setup_failed", "worker_died", "harness_error"]
 RESULTS = "results.jsonl"
-ATTEMPTS = "attempts.jsonl"
+RUNS = "runs.jsonl"
 # a run that ended so is an ``error``: nothing could be judged (the harness or the upstream failed)
 ERROR_SUBTYPES: frozenset[str] = frozenset({"error_during_execution", "error_upstream"})
 
@@ -40,7 +40,7 @@ class TaskResult:
     session_id: str | None = None
     workspace: str | None = None  # kept (--keep-workspaces) only
     detail: str = ""  # why it errored, or the tail of a failed check's output
-    interrupted: int = 0  # earlier attempts of this task that a kill or Ctrl-C ended before they had a result
+    interrupted: int = 0  # earlier runs of this task that a kill or Ctrl-C ended before they had a result
 
     def to_json(self) -> JsonObject:
         out = asdict(self)
@@ -97,8 +97,8 @@ def now_iso() -> str:
 
 
 @dataclass
-class Attempt:
-    """One run of a task, as ``DIR/attempts.jsonl`` tells it."""
+class TaskRun:
+    """One run of a task, as ``DIR/runs.jsonl`` tells it."""
 
     id: str
     start: str
@@ -113,14 +113,14 @@ class Attempt:
         return bool(self.calls) or not self.journaled
 
 
-def attempts(out: Path) -> list[Attempt]:
-    """Every attempt of ``out``'s tasks, in the order they started."""
-    running: dict[str, Attempt] = {}
-    every: list[Attempt] = []
-    for line in _json_lines(out / ATTEMPTS):
+def task_runs(out: Path) -> list[TaskRun]:
+    """Every run of ``out``'s tasks, in the order they started."""
+    running: dict[str, TaskRun] = {}
+    every: list[TaskRun] = []
+    for line in _json_lines(out / RUNS):
         task_id = str(line.get("id"))
         if "start" in line:
-            running[task_id] = Attempt(task_id, str(line["start"]), bool(line.get("calls")))
+            running[task_id] = TaskRun(task_id, str(line["start"]), bool(line.get("calls")))
             every.append(running[task_id])
         elif "call" in line and task_id in running:
             running[task_id].calls.append(str(line["call"]))
@@ -131,10 +131,10 @@ def attempts(out: Path) -> list[Attempt]:
     return every
 
 
-def interrupted(out: Path) -> dict[str, list[Attempt]]:
-    """The tasks with attempts that started and never ended (the sweep was killed or stopped while they ran)."""
-    cut_short: dict[str, list[Attempt]] = {}
-    for a in attempts(out):
+def interrupted(out: Path) -> dict[str, list[TaskRun]]:
+    """The tasks with runs that started and never ended (the sweep was killed or stopped while they ran)."""
+    cut_short: dict[str, list[TaskRun]] = {}
+    for a in task_runs(out):
         if not a.ended:
             cut_short.setdefault(a.id, []).append(a)
     return cut_short

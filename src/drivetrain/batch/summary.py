@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from typing import TypedDict
 
-from drivetrain.batch.results import Attempt, TaskResult, TaskStatus
+from drivetrain.batch.results import TaskResult, TaskRun, TaskStatus
 
 TOP = 5  # slowest and most expensive runs listed
 
@@ -31,9 +31,9 @@ class RunRow(TypedDict):
 
 
 class Interrupted(TypedDict):
-    """A task's attempts that a kill or Ctrl-C ended, and the tools they had started (None: not written down)."""
+    """A task's runs that a kill or Ctrl-C ended, and the tools they had started (None: not written down)."""
 
-    attempts: int
+    runs: int
     tools: list[str] | None
 
 
@@ -51,7 +51,7 @@ class Summary(TypedDict):
     slowest: list[RunRow]
     most_expensive: list[RunRow]
     failures_by_subtype: dict[str, list[str]]
-    interrupted: dict[str, Interrupted]  # tasks with attempts a kill or Ctrl-C ended before a result
+    interrupted: dict[str, Interrupted]  # tasks with runs a kill or Ctrl-C ended before a result
 
 
 def usd(x: float | None) -> str:
@@ -93,7 +93,7 @@ def _row(r: TaskResult) -> RunRow:
     return {"id": r.id, "status": r.status, "wall_s": r.wall_s, "cost_usd": r.cost_usd, "turns": r.turns}
 
 
-def summarize(results: list[TaskResult], interrupted: dict[str, list[Attempt]] | None = None) -> Summary:
+def summarize(results: list[TaskResult], interrupted: dict[str, list[TaskRun]] | None = None) -> Summary:
     """The report as JSON-ready data (``--json``); ``interrupted``: ``results.interrupted(DIR)``."""
     passes = [r for r in results if r.status == "pass"]
     others = [r for r in results if r.status != "pass"]
@@ -116,7 +116,7 @@ def summarize(results: list[TaskResult], interrupted: dict[str, list[Attempt]] |
         "failures_by_subtype": dict(sorted(by_subtype.items(), key=lambda kv: -len(kv[1]))),
         "interrupted": {
             task_id: {
-                "attempts": len(cut),
+                "runs": len(cut),
                 "tools": [c for a in cut for c in a.calls] if all(a.journaled for a in cut) else None,
             }
             for task_id, cut in sorted((interrupted or {}).items())
@@ -148,7 +148,7 @@ def text(s: Summary) -> str:
             for i, x in s["interrupted"].items()
         ]
         lines.append(
-            f"interrupted (a kill or Ctrl-C ended an attempt after it started these tools; a rerun ran them "
+            f"interrupted (a kill or Ctrl-C ended a run after it started these tools; a rerun ran them "
             f"again): {len(cut)} — " + ", ".join(cut)
         )
     return "\n".join(lines)

@@ -17,11 +17,11 @@ from pathlib import Path
 from drivetrain.agent import Agent
 from drivetrain.batch.execute import AgentFactory, Scratch, Watch, execute_task
 from drivetrain.batch.results import (
-    ATTEMPTS,
-    Attempt,
+    RUNS,
     LinesFile,
     ResultsFile,
     TaskResult,
+    TaskRun,
     interrupted,
     now_iso,
     read_results,
@@ -96,7 +96,7 @@ class Tally:
 
 def local(agents: AgentFactory, scratch: Scratch, resume: dict[str, str] | None = None) -> Executor:
     """Tasks run in this process's event loop, their model responses counted as they come. ``resume``: task id →
-    the session of an attempt an earlier sweep cut short, continued in its workspace (``--resumable``)."""
+    the session of a run an earlier sweep cut short, continued in its workspace (``--resumable``)."""
     resume = resume or {}
 
     async def execute(task: Task, tally: Tally) -> TaskResult:
@@ -116,7 +116,7 @@ def pending(tasks: list[Task], out: Path, rerun_failed: bool = False) -> tuple[l
         if r.id in finished:
             tally.count(r)
         else:
-            tally.cost_usd += r.cost_usd or 0.0  # a failed attempt spent from the budget too
+            tally.cost_usd += r.cost_usd or 0.0  # a failed run spent from the budget too
     tally.earlier = tally.done
     return [t for t in tasks if t.id not in finished], tally
 
@@ -142,7 +142,7 @@ def set_aside(todo: list[Task], out: Path) -> tuple[list[Task], list[TaskResult]
     return [t for t in todo if t.id not in acted], lines
 
 
-def calls_of(cut_short: list[Attempt]) -> str:
+def calls_of(cut_short: list[TaskRun]) -> str:
     """``Bash ×2, Write``, or what is known when the calls were not written down."""
     if not all(a.journaled for a in cut_short):
         return "tools unknown (a Ray sweep does not write its calls down)"
@@ -157,15 +157,15 @@ class Sweep:
     concurrency: int = 4
     max_budget_usd: float | None = None  # across all tasks: no task starts once this is spent
     on_result: Callable[[TaskResult, Tally], None] = lambda r, t: None
-    journal_calls: bool = True  # write each tool call's start to DIR/attempts.jsonl (a local sweep's observers can)
+    journal_calls: bool = True  # write each tool call's start to DIR/runs.jsonl (a local sweep's observers can)
     cleanup: Callable[[str], None] | None = None  # given a task id once its result line is written (its workspace)
-    _earlier: dict[str, int] = field(default_factory=dict)  # attempts of each task that earlier sweeps left unended
+    _earlier: dict[str, int] = field(default_factory=dict)  # runs of each task that earlier sweeps left unended
 
     async def run(self, todo: list[Task], tally: Tally) -> int:
         """Run ``todo``; returns how many tasks were left unstarted because the budget was spent."""
         queue = deque(todo)
         self._earlier = {task_id: len(cut) for task_id, cut in interrupted(self.out).items()}
-        results, starts = ResultsFile(self.out), LinesFile(self.out / ATTEMPTS)
+        results, starts = ResultsFile(self.out), LinesFile(self.out / RUNS)
         if self.journal_calls:
             tally.on_call = lambda task_id, call: starts.write({"id": task_id, "call": call.name, "call_id": call.id})
             tally.on_session = lambda task_id, session_id: starts.write({"id": task_id, "session": session_id})

@@ -12,7 +12,7 @@ from typing import Protocol, runtime_checkable
 
 from drivetrain.agent import Agent
 from drivetrain.batch.execute import Held, Scratch
-from drivetrain.batch.results import Attempt, ResultsFile, interrupted, read_results
+from drivetrain.batch.results import ResultsFile, TaskRun, interrupted, read_results
 from drivetrain.batch.summary import counts
 from drivetrain.batch.sweep import Executor, Sweep, Tally, calls_of, local, pending, set_aside
 from drivetrain.batch.tasks import Task, TaskFileError, load_tasks
@@ -293,12 +293,12 @@ def _interrupted_earlier(args: argparse.Namespace, todo: list[Task], tally: Tall
     return [t for t in todo if t.id not in set_aside_ids], resume
 
 
-def _resumable(args: argparse.Namespace, cut_short: dict[str, list[Attempt]]) -> dict[str, str]:
-    """The tasks whose last attempt left a session that reached the store and a workspace to resume it in."""
+def _resumable(args: argparse.Namespace, cut_short: dict[str, list[TaskRun]]) -> dict[str, str]:
+    """The tasks whose last run left a session that reached the store and a workspace to resume it in."""
     store = open_store()
     resume = {}
-    for task_id, attempts in cut_short.items():
-        session = attempts[-1].session
+    for task_id, runs in cut_short.items():
+        session = runs[-1].session
         if session and (args.out / "workspaces" / task_id).is_dir() and _prompted(store, session):
             resume[task_id] = session
     return resume
