@@ -470,3 +470,20 @@ def test_a_call_under_way_at_the_wall_budget_ends_as_a_single_run_would(tmp_path
     assert result.subtype == "error_max_wall_time" and result.attempts["count"] == 1
     assert (ws / "out.txt").read_text() == "7\n"  # its work is kept, as a single run leaves it
     assert "the changes of attempt 1 are kept" in result.attempts["reason"]
+
+
+def test_a_further_attempt_starts_only_with_the_time_the_quickest_finished_one_took(tmp_path):
+    from drivetrain.small.attempts import MIN_START_S, Attempts
+
+    attempts = Attempts(main=None, prompt="", make_agent=None, k=3)  # only its bookkeeping is read here
+    assert attempts._room() == MIN_START_S  # nothing ran yet
+    slow = _attempt(1, subtype="error_max_wall_time")
+    slow.took_s = 50.0
+    attempts.attempts = [slow]
+    assert attempts._room() == 50.0  # it was cut short after 50 s: another needs at least that
+    quick = _attempt(2)
+    quick.took_s = 22.0
+    attempts.attempts = [slow, quick]
+    assert attempts._room() == 22.0
+    quick.took_s = 3.0
+    assert attempts._room() == MIN_START_S

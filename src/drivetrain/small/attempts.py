@@ -62,7 +62,7 @@ from drivetrain.tools.base import ToolContext
 DEFAULT_ATTEMPTS = 3
 TEMPERATURES = (0.2, 0.5, 0.7, 0.8, 0.9)  # attempt i's, cycling: the first as a single run's, the rest more varied
 RERUN_TIMEOUT_S = 20.0
-MIN_START_S = 10.0  # an attempt starts only with at least this much of the wall budget left
+MIN_START_S = 10.0  # an attempt starts only with at least this much of the wall budget left (and see _room)
 MAX_RERUNS = 6  # commands run again on each copy
 _CODE_SPAN = re.compile(r"`([^`\n]{2,200})`")
 _VALUE = re.compile(r"-?\d+(?:[.,]\d+)*|`[^`\n]{1,80}`")
@@ -173,6 +173,7 @@ class Attempt:
     values: frozenset[str] = frozenset()  # the answer's numbers and code spans
     hard_fail: str = ""  # the check it fails, if any
     stopped: bool = False  # stopped because another attempt won early
+    took_s: float = 0.0  # from its start to its end
 
     @property
     def finished(self) -> bool:
@@ -195,6 +196,7 @@ class Attempt:
             "temperature": self.spec.temperature,
             "subtype": self.result.subtype if self.result else "error_during_execution",
             "num_turns": self.turns,
+            "took_s": round(self.took_s, 1),
             "usage": (self.run.usage if self.run is not None else Usage()).to_wire(),
             "changed": sorted(self.changed),
             "checks": {cmd: code for cmd, (code, _) in self.reruns.items()},
@@ -521,8 +523,8 @@ class Attempts:
             running = 0
             while True:
                 while running < width and len(self.attempts) < self.k and not self._decided():
-                    if self.attempts and deadline is not None and deadline - time.monotonic() < MIN_START_S:
-                        break  # no time left for another attempt to get anywhere
+                    if self.attempts and deadline is not None and deadline - time.monotonic() < self._room():
+                        break  # too little time left for another attempt to finish
                     attempt = await self._new_attempt(len(self.attempts) + 1, root, base)
                     token = otel_context.attach(trace.set_span_in_context(span)) if span is not None else None
                     try:  # the attempt's run span goes under the attempts' span: the task copies the context
@@ -568,6 +570,7 @@ class Attempts:
                 await asyncio.to_thread(shutil.rmtree, root, True)
 
     async def _attempt(self, a: Attempt, queue: asyncio.Queue[AttemptEvent | None], named: list[str]) -> None:
+        started = time.monotonic()
         try:
             a.run = a.agent.start(self.prompt, session_id=a.spec.session_id)
             if a.run.log is not None:
@@ -586,7 +589,17 @@ class Attempts:
         except Exception as e:  # one attempt's crash is evidence against it, not the end of the others
             a.error = f"{type(e).__name__}: {e}"
         finally:
+            a.took_s = time.monotonic() - started
             queue.put_nowait(None)
+
+    def _room(self) -> float:
+        """The budget a further attempt needs: what the quickest finished one took (none finished: what the longest
+        took, all of it being too little), and never less than MIN_START_S. One that would be cut short by the
+        budget cannot win: starting it would only cost the user the wait."""
+        ended = [a for a in self.attempts if a.took_s]
+        finished = [a.took_s for a in ended if a.finished]
+        need = min(finished) if finished else max((a.took_s for a in ended), default=0.0)
+        return max(MIN_START_S, need)
 
     def _span(self) -> trace.Span | None:
         """The span the attempts' runs go under (their siblings' parent), when the run is traced."""
