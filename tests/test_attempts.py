@@ -435,9 +435,9 @@ def test_an_answer_that_copies_the_harness_words_cannot_win(tmp_path):
     assert got["chosen"] == 2 and attempts.result.result != said
 
 
-def test_a_call_under_way_at_the_wall_budget_ends_as_a_single_run_would(tmp_path):
-    """The budget ends an attempt at its next step, as it ends a single run: the model call under way is not cut
-    short, its work is kept, and no further attempt starts once the budget is spent."""
+def test_the_wall_budget_ends_an_attempt_as_it_ends_a_single_run_and_its_work_is_kept(tmp_path):
+    """The budget ends an attempt as it ends a single run, during a model call too; its work so far is kept, and no
+    further attempt starts once the budget is spent."""
     import asyncio
 
     from drivetrain import Agent
@@ -448,7 +448,7 @@ def test_a_call_under_way_at_the_wall_budget_ends_as_a_single_run_would(tmp_path
 
     ws = tmp_path / "ws"
     ws.mkdir()
-    slow = [respond([tool_call("Write", {"file_path": "out.txt", "content": "7\n"})], delay=1.5), reply("7")]
+    slow = [respond([tool_call("Write", {"file_path": "out.txt", "content": "7\n"})]), reply("7", delay=5)]
     with ScriptedServer(scripts(slow, writes(8), writes(8)), route=by_temperature) as server:
         model = AnthropicModel.from_env(
             "claude-sonnet-4-6", {"ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_API_KEY": "k"}, backoff=0.01
@@ -456,16 +456,16 @@ def test_a_call_under_way_at_the_wall_budget_ends_as_a_single_run_would(tmp_path
 
         def make(spec):
             model_for = Sampled(model, spec.seed, spec.temperature)
-            return Agent(model=model_for, tools=builtin_tools(), cwd=spec.cwd, budget=Budget(wall_time_s=1.0))
+            return Agent(model=model_for, tools=builtin_tools(), cwd=spec.cwd, budget=Budget(wall_time_s=1.5))
 
         main = Agent(model=model, tools=builtin_tools(), cwd=ws).start("Write the total to out.txt.")
-        attempts = Attempts(main, "Write the total to out.txt.", make, 3, wall_s=1.0, together=False)
+        attempts = Attempts(main, "Write the total to out.txt.", make, 3, wall_s=1.5, together=False)
 
         async def go():
             return [e async for e in attempts]
 
         asyncio.run(go())
-        assert len(server.take_remaining()) == 5  # the slow attempt's answer, and the two that never started
+        assert len(server.take_remaining()) == 4  # the two that never started
     result = attempts.result
     assert result.subtype == "error_max_wall_time" and result.attempts["count"] == 1
     assert (ws / "out.txt").read_text() == "7\n"  # its work is kept, as a single run leaves it

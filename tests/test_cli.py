@@ -425,3 +425,21 @@ def test_a_resumed_session_gets_max_turns_counted_from_its_prompt(tmp_path):
         sent = len(server.requests)
     result = json.loads(proc.stdout)
     assert sent == 3 and result["subtype"] == "error_max_turns" and proc.returncode == 1, proc.stderr
+
+
+def test_the_wall_budget_holds_during_a_model_request_too(tmp_path):
+    """A local model's long reply is minutes on a CPU: the budget does not wait for it to end."""
+    import time
+
+    steps = [
+        respond([tool_call("Glob", {"pattern": "*.py"})]),
+        respond([tool_call("Glob", {"pattern": "*"})], delay=20),
+    ]
+    with ScriptedServer(steps) as server:
+        started = time.monotonic()
+        proc = cli(server.url, "-p", "go", "--max-wall-time", "1.5", "--output-format", "json", cwd=tmp_path)
+        took = time.monotonic() - started
+        server.take_remaining()
+    result = json.loads(proc.stdout)
+    assert proc.returncode == 1 and result["subtype"] == "error_max_wall_time" and result["num_turns"] == 1, result
+    assert took < 15, took  # not the 20 s the second answer was held back

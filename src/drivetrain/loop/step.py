@@ -184,11 +184,21 @@ async def call_model(s: CallModel, w: Draft) -> RunTools | Recover | CallModel |
         tool_choice=choice,
         keep_prefix=p.prefixcache,
     )
+    wall, started = a.budget.wall_time_s, w.deps.elapsed()
     try:
-        response = await w.deps.model.respond(request)
+        if wall is None or s.final:
+            response = await w.deps.model.respond(request)
+        else:  # the wall budget holds during a request too: a local model's long reply is minutes on a CPU
+            response = await asyncio.wait_for(w.deps.model.respond(request), max(wall - started, 0.001))
     except HarnessError as e:  # a fault of the upstream that outlasted the retries has a subtype of its own
         upstream = isinstance(e, ModelError) and e.fault is not None
         return Done("error_upstream" if upstream else "error_during_execution", None, str(e))
+    except TimeoutError:
+        assert wall is not None
+        over: budget.Measure = ("wall_time_s", w.deps.elapsed(), wall)
+        w.emit(LimitReached(*over))
+        last = w.trajectory[-1] if w.trajectory else None
+        return Done(budget.SUBTYPES["wall_time_s"], last, note=budget.describe(*over))
     w.num_turns += 1
     w.usage = w.usage + response.usage
     w.trajectory.append(response.stop_reason)
