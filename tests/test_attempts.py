@@ -487,3 +487,8 @@ def test_a_further_attempt_starts_only_with_the_time_the_quickest_finished_one_t
     assert attempts._room() == 22.0
     quick.took_s = 3.0
     assert attempts._room() == MIN_START_S
+
+
+def test_a_list_of_numbers_is_not_read_as_one_number():
+    assert answer_values("1,2,3") == frozenset({"1", "2", "3"})
+    assert answer_values("12,345.5 and 7") == frozenset({"12345.5", "7"})

@@ -65,7 +65,7 @@ RERUN_TIMEOUT_S = 20.0
 MIN_START_S = 10.0  # an attempt starts only with at least this much of the wall budget left (and see _room)
 MAX_RERUNS = 6  # commands run again on each copy
 _CODE_SPAN = re.compile(r"`([^`\n]{2,200})`")
-_VALUE = re.compile(r"-?\d+(?:[.,]\d+)*|`[^`\n]{1,80}`")
+_VALUE = re.compile(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?(?![\d,])|-?\d+(?:\.\d+)?|`[^`\n]{1,80}`")
 SKIP = frozenset({".git"})  # never compared nor applied: a repository's own state is not a change to the work
 
 
