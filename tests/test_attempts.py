@@ -492,3 +492,62 @@ def test_a_further_attempt_starts_only_with_the_time_the_quickest_finished_one_t
 def test_a_list_of_numbers_is_not_read_as_one_number():
     assert answer_values("1,2,3") == frozenset({"1", "2", "3"})
     assert answer_values("12,345.5 and 7") == frozenset({"12345.5", "7"})
+
+
+def test_the_work_checks_an_end_state_fails_count_against_it_in_selection(tmp_path):
+    """The same check objects that send a run back (small/checks.py) are read of each attempt's end: alone in their
+    groups, the attempt that wrote a placeholder loses to the one that computed the value, though it took fewer
+    turns."""
+    import asyncio
+
+    from drivetrain import Agent
+    from drivetrain.control.hooks import Hooks
+    from drivetrain.models.anthropic import AnthropicModel
+    from drivetrain.small.attempts import Attempts, Sampled
+    from drivetrain.small.checks import WorkChecks
+    from drivetrain.tools import builtin_tools
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "numbers.txt").write_text("5 6 7\n")
+    placeholder = [
+        respond([tool_call("Write", {"file_path": "out.txt", "content": "<total>\n"})]),
+        reply("Done: out.txt."),
+    ]
+    computed = [
+        respond([tool_call("Bash", {"command": "python3 -c 'print(5+6+7)'"})]),
+        respond([tool_call("Write", {"file_path": "out.txt", "content": "18\n"})]),
+        reply("The total is 18, in out.txt."),
+    ]
+    crashed = [respond([tool_call("Bash", {"command": "true"})])] * 4  # more turns than its cap: cannot win
+    with ScriptedServer(scripts(placeholder, computed, crashed), route=by_temperature) as server:
+        model = AnthropicModel.from_env(
+            "claude-sonnet-4-6", {"ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_API_KEY": "k"}, backoff=0.01
+        )
+
+        def make(spec):
+            hooks = Hooks()
+            checks = WorkChecks(spec.cwd, work_limit=0, answer_limit=0).install(hooks)  # read, never sent back
+            return Agent(
+                model=Sampled(model, spec.seed, spec.temperature),
+                tools=builtin_tools(),
+                cwd=spec.cwd,
+                hooks=hooks,
+                nodes=[checks],
+                max_turns=3,
+            )
+
+        prompt = "Add up the numbers in numbers.txt and write the total to out.txt."
+        main = Agent(model=model, tools=builtin_tools(), cwd=ws).start(prompt)
+        attempts = Attempts(main, prompt, make, 3, wall_s=None, early_stop=False)
+
+        async def go():
+            return [e async for e in attempts]
+
+        asyncio.run(go())
+        server.take_remaining()
+    got = attempts.result.attempts
+    each = {e["attempt"]: e for e in got["each"]}
+    assert each[1]["failed_checks"] == ["placeholders"], each[1]
+    assert got["chosen"] == 2, [(e["attempt"], e["subtype"], e["failed_checks"], e["num_turns"]) for e in got["each"]]
+    assert (ws / "out.txt").read_text() == "18\n"

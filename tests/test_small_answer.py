@@ -184,3 +184,11 @@ async def test_a_file_name_capitalised_at_the_start_of_the_answer_is_the_file_th
     assert await checks.failures("Recipients.txt 已去掉重复的行。") == []
     [unseen] = await checks.failures("Contacts.txt has been updated to remove duplicate lines.")
     assert unseen.startswith("Your answer reports Contacts.txt, but no command printed it")
+
+
+def test_what_counts_as_evidence_in_an_answer_is_read_from_its_shape_not_an_english_word_list():
+    from drivetrain.sessions.report import evidence
+
+    got = evidence("See e.g. a.py:3 and/or src/app.py, i.e. /etc/hosts, vs notes.md; src/a/b, x.y and 1234")
+    assert got == ["a.py:3", "src/app.py", "/etc/hosts", "notes.md", "src/a/b", "1234"]
+    assert evidence("例如 z.q 或 配置/文件") == []  # the same shapes in any language

@@ -484,7 +484,7 @@ async def test_an_unquoted_runner_takes_paths_and_options_not_the_prose_after_it
             "the tests. Or run pytest tests/test_alerts.py::test_even -q for one."
         }
     )
-    assert checks._named() == ["pytest", "pytest tests/test_alerts.py::test_even -q"]
+    assert (await checks.facts("")).named_commands == ["pytest", "pytest tests/test_alerts.py::test_even -q"]
     assert await checks.failures("") == [
         "The task is about tests, but you have not run them. Run them (`pytest`) and make sure they pass."
     ]
@@ -696,10 +696,16 @@ async def test_placeholders_in_written_files_are_sent_back(tmp_path):
     (tmp_path / "orders.py").write_text("def f(rows):\n    # Your implementation here\n    pass\n")
     (tmp_path / "old.py").write_text("def g():\n    pass  # your code here\n\n\nX = 1\n")
     assert await checks.failures("done") == [
-        "orders.py contains the stub 'Your implementation here' instead of real "
-        "code. Write the code, or remove what you added if the task does not need "
-        "it."
-    ]  # (old.py's stub was there before the run)
+        "In orders.py, f has no body (a stub) instead of real code. Write the code, or remove what you added if the "
+        "task does not need it."
+    ]  # read from the code, in any language (old.py's stub was there before the run)
+    (tmp_path / "orders.py").write_text("def f(rows):\n    # 在这里实现\n    raise NotImplementedError\n")
+    assert "f has no body" in (await checks.failures("done"))[0]
+    (tmp_path / "orders.py").write_text("def f(rows):\n    # Your implementation here\n    return len(rows)\n")
+    assert not any("no body" in f for f in await checks.failures("done"))  # a comment's words are not a stub
+    await checks.on_prompt({"prompt": "把总数写入 总数.txt"})
+    (tmp_path / "总数.txt").write_text("总数：<总数>\n")
+    assert "placeholder '<总数>'" in (await checks.failures("好了"))[0]
 
 
 # ---------------------------------------------------------------- profile selection
@@ -948,7 +954,8 @@ async def test_a_cited_path_line_must_exist_and_mention_what_was_asked(tmp_path)
     (tmp_path / "accounts.py").write_text("import os\n\n\ndef fetch_account(n):\n    return n\n")
     checks = WorkChecks(tmp_path)
     await checks.on_prompt({"prompt": "Which file and line define the function fetch_account? Answer as path:line."})
-    assert "cites none" in (await checks.failures("It is defined in accounts."))[0]
+    # the task's words ("as path:line") ask nothing of the checks: an answer citing no place is not sent back for it
+    assert not any("path:line" in f for f in await checks.failures("It is defined in accounts."))
     assert (
         "that line is 'import os', which does not mention fetch_account" in (await checks.failures("accounts.py:1"))[0]
     )
@@ -998,14 +1005,13 @@ async def test_a_test_run_chained_after_an_edit_is_run_again_without_the_edit(tm
     assert await checks.failures("done: test_x.py passes") == []  # the append is not run a second time
 
 
-async def test_a_list_of_path_line_must_hold_only_path_line(tmp_path):
+async def test_a_missing_list_of_places_is_written_by_the_models_own_search(tmp_path):
+    """Read from the run, not the task's words: the model's own grep -n, or the places its answer cites."""
     (tmp_path / "a.py").write_text("x = 1  # TODO: y\n")
     checks = WorkChecks(tmp_path)
     await checks.on_prompt({"prompt": "List every TODO in todo.txt, one per line, as file:line."})
-    (tmp_path / "todo.txt").write_text("a.py:1:x = 1  # TODO: y\n")
     [failure] = await checks.failures("done")
-    assert "Each line of todo.txt should be just path:line" in failure and "'a.py:1:x = 1  # TODO: y'" in failure
-    assert failure.endswith("```bash\ngrep -rn PATTERN . | cut -d: -f1,2 > todo.txt\n```")  # no search seen yet
+    assert failure.endswith("Create it with the right content.")  # no search seen yet, no place cited: no hint
     await checks.on_tool(
         {
             "tool_name": "Bash",
@@ -1015,9 +1021,6 @@ async def test_a_list_of_path_line_must_hold_only_path_line(tmp_path):
     )
     [failure] = await checks.failures("done")
     # the model's own search, not reading the list as it is written
-    assert failure.endswith("```bash\ngrep --exclude=todo.txt -n TODO *.py | cut -d: -f1,2 > todo.txt\n```")
-    (tmp_path / "todo.txt").unlink()
-    [failure] = await checks.failures("done")  # missing, and the answer cites nothing: the search writes it
     assert failure.endswith(
         "Your search found them; this writes them as path:line:\n```bash\ngrep --exclude=todo.txt "
         "-n TODO *.py | cut -d: -f1,2 > todo.txt\n```"

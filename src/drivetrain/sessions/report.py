@@ -220,7 +220,17 @@ _PATH = re.compile(
     r"(?<![\w/.-])[\w-][\w.-]*\.[A-Za-z][A-Za-z0-9]{0,7}\b"
 )
 _NUMBER = re.compile(r"(?<![\w.])\d[\d,]*(?:\.\d+)?(?![\w])")
-_NOT_EVIDENCE = {"e.g", "i.e", "etc", "and/or", "vs"}
+
+
+def _path_like(token: str) -> bool:
+    """A path by its shape, in any language: a file name has a stem or an extension of two characters or more
+    (``a.py``, ``notes.md``; not ``e.g``), a path with no extension starts at a root or has three parts or more
+    (``/etc/hosts``, ``src/app/models``; not ``and/or``)."""
+    name = token.rstrip("/").rsplit("/", 1)[-1]
+    stem, dot, ext = name.rpartition(".")
+    if dot and stem and len(stem) + len(ext) > 2:
+        return True
+    return token.startswith(("/", "./", "../", "~/")) or token.count("/") >= 2
 
 
 def evidence(answer: str) -> list[str]:
@@ -231,7 +241,7 @@ def evidence(answer: str) -> list[str]:
     for pattern in (_FILE_LINE, _PATH):
         for m in pattern.finditer(rest):
             token = m.group(0).rstrip(".,/")
-            if token.lower() not in _NOT_EVIDENCE and not token.replace(".", "").isdigit():
+            if _path_like(token) and not token.replace(".", "").isdigit():
                 found.append(token)
         rest = pattern.sub(" ", rest)
     for m in _NUMBER.finditer(rest):

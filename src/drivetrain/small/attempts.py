@@ -56,7 +56,8 @@ from drivetrain.models.base import Model, ModelRequest, ModelResponse
 from drivetrain.pricing import cost_usd
 from drivetrain.sessions.audit import attached
 from drivetrain.small.answer import echoes
-from drivetrain.small.readings import _TEST_RUNNER
+from drivetrain.small.checks import CHECKS, WorkChecks
+from drivetrain.small.readings import TEST_RUNNER
 from drivetrain.tools.base import ToolContext
 
 DEFAULT_ATTEMPTS = 3
@@ -172,6 +173,7 @@ class Attempt:
     reruns: dict[str, tuple[int, str]] = field(default_factory=dict)  # command -> (exit code, output hash)
     values: frozenset[str] = frozenset()  # the answer's numbers and code spans
     hard_fail: str = ""  # the check it fails, if any
+    failed_checks: tuple[str, ...] = ()  # the work checks (small/checks.py) its end state fails
     stopped: bool = False  # stopped because another attempt won early
     took_s: float = 0.0  # from its start to its end
 
@@ -182,7 +184,8 @@ class Attempt:
 
     @property
     def passed(self) -> int:
-        return sum(1 for code, _ in self.reruns.values() if code == 0)
+        """Checks passed: the commands run again on its copy, less the work checks its end state fails."""
+        return sum(1 for code, _ in self.reruns.values() if code == 0) - len(self.failed_checks)
 
     @property
     def turns(self) -> int:
@@ -201,6 +204,7 @@ class Attempt:
             "changed": sorted(self.changed),
             "checks": {cmd: code for cmd, (code, _) in self.reruns.items()},
             "hard_fail": self.hard_fail,
+            "failed_checks": list(self.failed_checks),
             "stopped": self.stopped,
             "error": self.error,
             "result": self.result.result[:500] if self.result else "",
@@ -245,7 +249,7 @@ def tests_ran(result: RunResult | None) -> list[str]:
     for msg in result.history:
         for use in msg.tool_uses:
             command = use.input.get("command")
-            if use.name == "Bash" and isinstance(command, str) and _TEST_RUNNER.search(command) and command not in out:
+            if use.name == "Bash" and isinstance(command, str) and TEST_RUNNER.search(command) and command not in out:
                 out.append(command)
     return out
 
@@ -288,6 +292,13 @@ async def rerun(agent: Agent, command: str, cwd: Path, session_id: str) -> tuple
         audit.outcome(call_id, "Bash", started, time.time(), result.is_error, exit_code=code)
     text = result.text.replace(os.path.realpath(cwd), ".").replace(str(cwd), ".")
     return code, hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+async def _not_run(command: str) -> tuple[int | None, str]:
+    return None, ""
+
+
+READ_ONLY = tuple(c for c in CHECKS if not c.runs_commands and not c.last)
 
 
 def choose(attempts: Sequence[Attempt], base: dict[str, tuple[int, str]]) -> Choice:
@@ -653,6 +664,10 @@ class Attempts:
                     a.reruns[cmd] = got
         for a in self.attempts:
             a.changed = await asyncio.to_thread(changes, base, self._base_tree, a.spec.cwd)
+            checks = next((n for n in a.agent.nodes if isinstance(n, WorkChecks)), None)
+            if a.finished and a.result is not None and checks is not None:  # the checks that only read: no reruns
+                verdict = await checks.verdict(a.result.result, run=_not_run, checks=READ_ONLY)
+                a.failed_checks = tuple(verdict.failed)
         passes_somewhere = {
             cmd
             for cmd in commands

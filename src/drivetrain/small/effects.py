@@ -65,7 +65,7 @@ def _transformed(lines: list[str], printed: list[str]) -> bool:
 
 def left_behind(named: Sequence[str], before: dict[str, bytes], now: dict[str, bytes]) -> list[str]:
     """A function or class the run defined in a new .py file the task names that a file it existed in before still
-    defines. (A new file the task does not name is a stray: ``WorkChecks._strays``.)"""
+    defines. (A new file the task does not name is a stray: ``checks_work.strays``.)"""
     return [
         f"{', '.join(names)} is now defined both in {path} (new) and in {old}. Code lives in one place: remove it "
         f"from {old} and import it there (`from {module} import {', '.join(names)}`), then run what uses it again."

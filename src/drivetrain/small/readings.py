@@ -16,8 +16,9 @@ from pathlib import Path
 from drivetrain.small.changes import looks_like_edit
 from drivetrain.small.prompts import FILE_NAME
 
+# Test runners by their program names, which read the same in a task of any language
 _RUNNERS = r"\b(pytest|unittest|npm (run )?test|make (check|test)|go test|cargo test|tox)\b"
-_TEST_RUNNER = re.compile(_RUNNERS)
+TEST_RUNNER = re.compile(_RUNNERS)
 _INTERPRETERS = ("python", "python3", "bash", "sh", "node")
 _INDENT_ERROR = re.compile(r'File "([^"\n]+)", line (\d+)\n(?:.*\n){0,3}?(?:IndentationError|TabError): ')
 _BAD_NUMBER = re.compile(
@@ -170,7 +171,7 @@ def _bare_test_file(command: str, files: dict[str, bytes]) -> str:
     """The file a bare interpreter runs, when it only defines pytest-style test functions (so nothing calls them;
     "" otherwise)."""
     m = re.search(r"\bpython3?\s+([A-Za-z0-9_./-]+\.py)\b", command)
-    if not m or _TEST_RUNNER.search(command):
+    if not m or TEST_RUNNER.search(command):
         return ""
     name = os.path.normpath(m.group(1))
     text = files.get(name, b"").decode("utf-8", "replace")
