@@ -494,10 +494,8 @@ def test_a_list_of_numbers_is_not_read_as_one_number():
     assert answer_values("12,345.5 and 7") == frozenset({"12345.5", "7"})
 
 
-def test_the_work_checks_an_end_state_fails_count_against_it_in_selection(tmp_path):
-    """The same check objects that send a run back (small/checks.py) are read of each attempt's end: alone in their
-    groups, the attempt that wrote a placeholder loses to the one that computed the value, though it took fewer
-    turns."""
+def checked_attempts(server, ws, prompt, **kw):
+    """``Attempts`` whose agents carry the small profile's work checks as a node that reads but never sends back."""
     import asyncio
 
     from drivetrain import Agent
@@ -507,6 +505,31 @@ def test_the_work_checks_an_end_state_fails_count_against_it_in_selection(tmp_pa
     from drivetrain.small.checks import WorkChecks
     from drivetrain.tools import builtin_tools
 
+    model = AnthropicModel.from_env(
+        "claude-sonnet-4-6", {"ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_API_KEY": "k"}, backoff=0.01
+    )
+
+    def make(spec):
+        hooks = Hooks()
+        checks = WorkChecks(spec.cwd, work_limit=0, answer_limit=0).install(hooks)
+        sampled = Sampled(model, spec.seed, spec.temperature)
+        return Agent(model=sampled, tools=builtin_tools(), cwd=spec.cwd, hooks=hooks, nodes=[checks], max_turns=3)
+
+    main = Agent(model=model, tools=builtin_tools(), cwd=ws).start(prompt)
+    attempts = Attempts(main, prompt, make, 3, wall_s=None, **kw)
+
+    async def go():
+        return [e async for e in attempts]
+
+    asyncio.run(go())
+    server.take_remaining()
+    return attempts.result.attempts
+
+
+def test_the_work_checks_an_end_state_fails_count_against_it_in_selection(tmp_path):
+    """The same check objects that send a run back (small/checks.py) are read of each attempt's end: alone in their
+    groups, the attempt that wrote a placeholder loses to the one that computed the value, though it took fewer
+    turns."""
     ws = tmp_path / "ws"
     ws.mkdir()
     (ws / "numbers.txt").write_text("5 6 7\n")
@@ -521,33 +544,49 @@ def test_the_work_checks_an_end_state_fails_count_against_it_in_selection(tmp_pa
     ]
     crashed = [respond([tool_call("Bash", {"command": "true"})])] * 4  # more turns than its cap: cannot win
     with ScriptedServer(scripts(placeholder, computed, crashed), route=by_temperature) as server:
-        model = AnthropicModel.from_env(
-            "claude-sonnet-4-6", {"ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_API_KEY": "k"}, backoff=0.01
-        )
-
-        def make(spec):
-            hooks = Hooks()
-            checks = WorkChecks(spec.cwd, work_limit=0, answer_limit=0).install(hooks)  # read, never sent back
-            return Agent(
-                model=Sampled(model, spec.seed, spec.temperature),
-                tools=builtin_tools(),
-                cwd=spec.cwd,
-                hooks=hooks,
-                nodes=[checks],
-                max_turns=3,
-            )
-
-        prompt = "Add up the numbers in numbers.txt and write the total to out.txt."
-        main = Agent(model=model, tools=builtin_tools(), cwd=ws).start(prompt)
-        attempts = Attempts(main, prompt, make, 3, wall_s=None, early_stop=False)
-
-        async def go():
-            return [e async for e in attempts]
-
-        asyncio.run(go())
-        server.take_remaining()
-    got = attempts.result.attempts
+        got = checked_attempts(server, ws, "Add up the numbers in numbers.txt and write the total to out.txt.")
     each = {e["attempt"]: e for e in got["each"]}
     assert each[1]["failed_checks"] == ["placeholders"], each[1]
     assert got["chosen"] == 2, [(e["attempt"], e["subtype"], e["failed_checks"], e["num_turns"]) for e in got["each"]]
     assert (ws / "out.txt").read_text() == "18\n"
+
+
+def test_a_quoted_line_printed_exactly_is_strong_evidence_and_no_further_attempt_starts(tmp_path):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "hello.py").write_text("print('Hello World')\n")
+    fixed = [
+        respond([tool_call("Write", {"file_path": "hello.py", "content": "print('Hello, World!')\n"})]),
+        respond([tool_call("Bash", {"command": "python3 hello.py"})]),
+        reply("It prints Hello, World! now."),
+    ]
+    prompt = 'Make `python3 hello.py` print exactly "Hello, World!"'
+    with ScriptedServer(scripts(fixed, fixed, fixed), route=by_temperature) as server:
+        got = checked_attempts(server, ws, prompt, together=False)
+    assert got["count"] == 1 and got["chosen"] == 1, got
+    assert got["each"][0]["evidence"] == "`python3 hello.py` prints 'Hello, World!' exactly"
+    assert "prints 'Hello, World!' exactly" in got["reason"]
+
+
+def test_an_output_file_holding_what_its_own_command_prints_is_strong_evidence_a_typed_value_is_not(tmp_path):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "a.py").write_text("x = 1\ny = 2\n")
+    (ws / "b.py").write_text("z = 3\n")
+    by_command = [
+        respond([tool_call("Bash", {"command": "cat a.py b.py | wc -l > total.txt"})]),
+        reply("The total is 3, in total.txt."),
+    ]
+    typed = [
+        respond([tool_call("Write", {"file_path": "total.txt", "content": "3\n"})]),
+        reply("The total is 3, in total.txt."),
+    ]
+    prompt = "Count the lines of a.py and b.py together and write the total to total.txt."
+    with ScriptedServer(scripts(by_command, typed, typed), route=by_temperature) as server:
+        got = checked_attempts(server, ws, prompt, together=False)
+    assert got["count"] == 1 and got["each"][0]["evidence"] == "total.txt holds what `cat a.py b.py | wc -l` prints"
+    (ws / "total.txt").unlink()
+    with ScriptedServer(scripts(typed, by_command, typed), route=by_temperature) as server:
+        got = checked_attempts(server, ws, prompt, together=False)
+    assert got["count"] == 2 and got["each"][0]["evidence"] == "", got  # typed: the second attempt starts, and stops
+    assert got["each"][1]["evidence"].startswith("total.txt holds what")

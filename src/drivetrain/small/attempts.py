@@ -18,8 +18,9 @@ Then the evidence picks (``choose``), never the words of the task or of an answe
   values in the answer (its numbers and code spans); the largest group wins, ties broken by the commands passed,
   then by fewer turns.
 
-An attempt that passes a strong check (a command that fails on the base passes on its copy) wins at once: the
-attempts still running are stopped. The winner's changes are applied to the real workspace once, each file only
+An attempt that passes a strong check (a command that fails on the base passes on its copy; or, read by
+``small/evidence.py``, a quoted line now printed exactly, an asked-for file holding what its own command prints) wins
+at once: the attempts still running are stopped. The winner's changes are applied to the real workspace once, each file only
 where the user has not changed it meanwhile (else the winner's version is written beside it and the result says
 so), after the rewind checkpoint has recorded it. The run's session takes the winner's history, so ``--resume``
 continues the winner's conversation.
@@ -39,6 +40,7 @@ import tempfile
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 
 from opentelemetry import context as otel_context
@@ -57,6 +59,7 @@ from drivetrain.pricing import cost_usd
 from drivetrain.sessions.audit import attached
 from drivetrain.small.answer import echoes
 from drivetrain.small.checks import CHECKS, WorkChecks
+from drivetrain.small.evidence import strong_evidence
 from drivetrain.small.readings import TEST_RUNNER
 from drivetrain.tools.base import ToolContext
 
@@ -174,6 +177,7 @@ class Attempt:
     values: frozenset[str] = frozenset()  # the answer's numbers and code spans
     hard_fail: str = ""  # the check it fails, if any
     failed_checks: tuple[str, ...] = ()  # the work checks (small/checks.py) its end state fails
+    evidence: str = ""  # strong evidence its work is done (small/evidence.py), if any
     stopped: bool = False  # stopped because another attempt won early
     took_s: float = 0.0  # from its start to its end
 
@@ -205,6 +209,7 @@ class Attempt:
             "checks": {cmd: code for cmd, (code, _) in self.reruns.items()},
             "hard_fail": self.hard_fail,
             "failed_checks": list(self.failed_checks),
+            "evidence": self.evidence,
             "stopped": self.stopped,
             "error": self.error,
             "result": self.result.result[:500] if self.result else "",
@@ -266,14 +271,20 @@ def answer_values(answer: str) -> frozenset[str]:
 
 
 async def rerun(agent: Agent, command: str, cwd: Path, session_id: str) -> tuple[int, str] | None:
+    """``command`` run again in ``cwd`` (``run_again``): (exit code, hash of its output), None when not run."""
+    got = await run_again(agent, command, cwd, session_id)
+    return None if got[0] is None else (got[0], hashlib.sha256(got[1].encode()).hexdigest()[:16])
+
+
+async def run_again(agent: Agent, command: str, cwd: Path, session_id: str) -> tuple[int | None, str]:
     """``command`` run again in ``cwd`` as the attempt's own Bash call would be: the policy decides (not allowed:
     None, not run), the Bash tool runs it (sandboxed when the run is), and the audit log records it. Returns
-    (exit code, hash of the output with the copy's path written as ``.``)."""
+    (exit code, the output with the copy's path written as ``.``); a timeout is exit code -1."""
     bash = next((t for t in agent.tools if t.name == "Bash"), None)
     if bash is None:
-        return None
+        return None, ""
     if agent.policy is not None and agent.policy.decide("Bash", {"command": command}, cwd).behavior != "allow":
-        return None
+        return None, ""
     call_id = f"check_{secrets.token_hex(6)}"
     audit = attached(agent.observers)
     if audit is not None:
@@ -285,13 +296,12 @@ async def rerun(agent: Agent, command: str, cwd: Path, session_id: str) -> tuple
             bash.call({"command": command, "timeout": int(RERUN_TIMEOUT_S * 1000)}, ctx), RERUN_TIMEOUT_S + 5
         )
     except TimeoutError:
-        return (-1, "timeout")
+        return -1, "timeout"
     exit_code = result.meta.get("exit_code")
     code = exit_code if isinstance(exit_code, int) else int(result.is_error)
     if audit is not None:
         audit.outcome(call_id, "Bash", started, time.time(), result.is_error, exit_code=code)
-    text = result.text.replace(os.path.realpath(cwd), ".").replace(str(cwd), ".")
-    return code, hashlib.sha256(text.encode()).hexdigest()[:16]
+    return code, result.text.replace(os.path.realpath(cwd), ".").replace(str(cwd), ".")
 
 
 async def _not_run(command: str) -> tuple[int | None, str]:
@@ -342,6 +352,8 @@ def choose(attempts: Sequence[Attempt], base: dict[str, tuple[int, str]]) -> Cho
     reasons = [f"{len(best)} of {len(attempts)} agree" if len(best) > 1 else f"attempt {winner.spec.index} alone"]
     passing = [cmd for cmd, (code, _) in winner.reruns.items() if code == 0]
     fixed = [cmd for cmd in passing if base.get(cmd, (0, ""))[0] != 0]
+    if winner.evidence:
+        reasons.append(winner.evidence)
     if fixed:
         reasons.append(", ".join(f"`{c}` passes (it failed before)" for c in fixed[:2]))
     elif passing:
@@ -363,12 +375,12 @@ def _why_not(a: Attempt) -> str:
 
 def strong(a: Attempt, base: dict[str, tuple[int, str]]) -> str:
     """A strong check the attempt passes: a command that fails on the base passes on its copy ("" when none)."""
-    if not a.finished:
+    if not a.finished or a.hard_fail:
         return ""
     for cmd, (code, _) in a.reruns.items():
         if code == 0 and cmd in base and base[cmd][0] != 0:
-            return cmd
-    return ""
+            return f"`{cmd}` passes (it failed before)"
+    return a.evidence
 
 
 # ---------------------------------------------------------------- applying the winner
@@ -482,6 +494,7 @@ class Attempts:
         self.base_checks: dict[str, tuple[int, str]] = {}
         self._result: RunResult | None = None
         self._base_tree: Tree = {}
+        self._base = Path()  # the pristine copy, once made
         self.cancelled_by = "cancel"
 
     # what a front end reads of a run
@@ -521,7 +534,7 @@ class Attempts:
         try:
             checkpoint = await self.main.checkpoint()
             before = scan(cwd)
-            base = root / "base"
+            base = self._base = root / "base"
             await asyncio.to_thread(copy_tree, cwd, base)
             self._base_tree = scan(base)
             named = named_commands(self.prompt, base)[:MAX_RERUNS]
@@ -595,6 +608,13 @@ class Attempts:
             for cmd in [*named, *tests_ran(a.result)][:MAX_RERUNS]:
                 if cmd not in a.reruns and (got := await rerun(a.agent, cmd, a.spec.cwd, a.spec.session_id)):
                     a.reruns[cmd] = got
+            checks = next((n for n in a.agent.nodes if isinstance(n, WorkChecks)), None)
+            if a.finished and checks is not None and self.early_stop:
+                facts = await checks.facts(
+                    a.result.result, run=partial(run_again, a.agent, cwd=a.spec.cwd, session_id=a.spec.session_id)
+                )
+                on_base = partial(run_again, self.main.agent, cwd=self._base, session_id=self.session_id)
+                a.evidence = await strong_evidence(facts, on_base)
         except asyncio.CancelledError:
             a.error = a.error or "stopped"
         except Exception as e:  # one attempt's crash is evidence against it, not the end of the others

@@ -375,26 +375,40 @@ async def named_commands(f: RunFacts) -> list[str]:
     return out
 
 
-async def exact_output(f: RunFacts) -> list[str]:
-    """The task quotes a line a command must print (in quotation marks of any language, or set on a line of its own
-    after a colon): the command is run again — the one the task names, else the script the model last ran, else the
-    script the task names — and an output line like the quoted one but not exactly it goes back with both."""
+def quoted_lines(f: RunFacts) -> list[str]:
+    """The literals the task quotes (in quotation marks of any language, or set on a line of their own after a
+    colon) that are neither a command nor a file name: a line some command must print."""
     quoted = [q for m in _QUOTED.finditer(f.prompt) for q in m.groups() if q and q.strip()] + _set_apart(f.prompt)
-    quoted = [q for q in dict.fromkeys(quoted) if not _looks_runnable(q, f.cwd) and not FILE_NAME.fullmatch(q)]
-    # The script the task names is run unasked only for a literal that reads as a line of output: a name or a number
-    # in quotes (`load`, `8080`) is what a rename or a setting names, not what a script must print.
-    output_like = any(not _TOKEN.fullmatch(q) for q in quoted)
+    return [q for q in dict.fromkeys(quoted) if not _looks_runnable(q, f.cwd) and not FILE_NAME.fullmatch(q)]
+
+
+def output_like(quoted: list[str]) -> list[str]:
+    """Those that read as a line of output: a name or a number in quotes (`load`, `8080`) is what a rename or a
+    setting names, not what a script must print."""
+    return [q for q in quoted if not _TOKEN.fullmatch(q)]
+
+
+def printing_commands(f: RunFacts, quoted: list[str]) -> list[str]:
+    """The commands that should print a quoted line: the ones the task names that the model ran, else the script
+    the model last ran, else the Python scripts the task names that print (for a literal that reads as output)."""
     commands = (
         [c for c in f.named_commands if not TEST_CMD.search(c) and f.ran(c)]
-        or [c.command for c in f.calls[-1:] if _SCRIPT_RUN.fullmatch(c.command.strip())]
+        or [c.command.strip() for c in f.calls[-1:] if _SCRIPT_RUN.fullmatch(c.command.strip())]
         or [
             f"python3 {n}"
             for n in f.named_files
-            if n.endswith(".py") and b"print(" in f.before.get(n, b"") and output_like
+            if n.endswith(".py") and b"print(" in f.before.get(n, b"") and output_like(quoted)
         ]
     )
+    return list(dict.fromkeys(commands))[:2]  # a script the task names twice: once
+
+
+async def exact_output(f: RunFacts) -> list[str]:
+    """The task quotes a line a command must print: the command is run again, and an output line like the quoted one
+    but not exactly it goes back with both (an extra ``!``, a missing space)."""
+    quoted = quoted_lines(f)
     out = []
-    for command in list(dict.fromkeys(commands))[:2] if quoted else ():  # a script the task names twice: once
+    for command in printing_commands(f, quoted) if quoted else ():
         code, output = await f.run(command.strip())
         if code is None:
             continue
