@@ -426,3 +426,39 @@ def test_exit_leaves_and_the_terminal_is_restored(tui):
     assert re.search(r"(?<!-)icanon", settings) and re.search(r"(?<!-)echo ", settings), settings
     assert colours(pane.screen(escapes=True)) == set()  # NO_COLOR: bold, dim and reverse, no colour
     server.assert_complete()
+
+
+def test_a_first_task_runs_as_attempts_shown_side_by_side_and_the_next_prompt_continues_the_winner(tmp_path):
+    """The interactive screen shows each attempt under its heading, then the attempts side by side and why the
+    winner won; the next prompt goes on in the winner's conversation."""
+    from test_attempts import scripts, writes
+
+    (tmp_path / "numbers.txt").write_text("5 6 7\n")
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(tmp_path),
+        "DRIVETRAIN_HOME": str(tmp_path / ".drivetrain"),
+        "TERM": "xterm-256color",
+        "LANG": "C.UTF-8",
+        "NO_COLOR": "1",
+        "ANTHROPIC_API_KEY": "sk-test",
+        **{k: os.environ[k] for k in ("PYTHONPATH", "DRIVETRAIN_CACHE_DIR") if k in os.environ},
+    }
+    winner_next = [reply("It holds 18.", expect=lambda b: "The total is 18; written to out.txt." in body_text(b))]
+    per = scripts(writes(17), [*writes(18), *winner_next], writes(18))
+    # each attempt samples at its own temperature; the next prompt, at none, goes on in the winner's (0.5)
+    with ScriptedServer(per, route=lambda b: str(b.get("temperature", 0.5))) as server:
+        argv = [DRIVETRAIN, "--attempts", "3", "--permission-mode", "acceptEdits"]
+        pane = Pane(argv, tmp_path, {**env, "ANTHROPIC_BASE_URL": server.url})
+        try:
+            pane.expect_prompt()
+            pane.type("Add up the numbers and write the total to out.txt.")
+            pane.expect("attempt 3 of 3")
+            pane.expect("attempts: 3, chosen: 2 (2 of 3 agree")
+            pane.expect_prompt()
+            pane.type("What does out.txt hold?")
+            pane.expect("It holds 18.")
+            pane.expect_prompt()
+        finally:
+            pane.close()
+    assert (tmp_path / "out.txt").read_text() == "18\n"

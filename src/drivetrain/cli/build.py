@@ -25,7 +25,7 @@ from drivetrain.mcp.group import McpServers
 from drivetrain.models.base import Model
 from drivetrain.models.local import LocalModel
 from drivetrain.models.resolve import detect_provider, resolve_model
-from drivetrain.pricing import prices_from_settings, set_prices
+from drivetrain.pricing import Wrapper, prices_from_settings, set_prices
 from drivetrain.prompts import default_system_prompt
 from drivetrain.sessions.audit import AuditLog, attached
 from drivetrain.sessions.open import open_store
@@ -151,6 +151,7 @@ def attempts(
     *,
     store: SessionStore,
     servers: McpServers | None,
+    approver_factory: ApproverFactory | None = None,
 ) -> Attempts:
     """The task as ``k`` attempts: each attempt's agent assembled as this one was, for its copy of the workspace,
     with its own seed and temperature, within the run's one wall budget."""
@@ -166,6 +167,7 @@ def attempts(
             store=store,
             servers=servers,
             model=Sampled(base_model, spec.seed, spec.temperature),
+            approver_factory=approver_factory,
         )
         attempt.checkpoints = None  # the run's own checkpoint covers the workspace; a copy needs none
         if agent.budget.wall_time_s is not None:
@@ -176,7 +178,10 @@ def attempts(
     # A local model on a CPU is compute-bound: k sequences decoded together cost nearly k times one
     # (benchmarks/bench_attempts.py), so its attempts go one after another, each starting only if no attempt has
     # settled the task yet; a server takes them at once.
-    together = not isinstance(base_model, LocalModel)
+    innermost: object = base_model
+    while isinstance(innermost, Wrapper):  # the interactive screen's Streamed, say
+        innermost = innermost.inner
+    together = not isinstance(innermost, LocalModel)
     main = agent.start(prompt, session_id=session_id)
     return Attempts(main, prompt, make, k, seed=args.seed, wall_s=agent.budget.wall_time_s, together=together)
 

@@ -30,13 +30,15 @@ from drivetrain.cli.terminal import RunKeys, choose, kept_terminal, prompt_sessi
 from drivetrain.control.approval import PendingCall
 from drivetrain.control.permissions import PermissionMode, Policy
 from drivetrain.loop.compaction import estimate_tokens
-from drivetrain.loop.events import ModelResponded
+from drivetrain.loop.events import Finished, ModelResponded
 from drivetrain.mcp.config import ServerSpec
 from drivetrain.mcp.group import McpServers
 from drivetrain.models.base import Model, ModelRequest, ModelResponse
 from drivetrain.models.resolve import detect_provider
 from drivetrain.pricing import Wrapper, cost_usd, format_usd, window_of
 from drivetrain.sessions.open import open_store
+from drivetrain.sessions.report import attempts_text
+from drivetrain.small.attempts import AttemptEvent, Attempts
 from drivetrain.small.prompts import named_files
 
 if TYPE_CHECKING:
@@ -259,6 +261,21 @@ class Session:
         return f"{prompt}\n\nThe files mentioned:\n{shown}" if shown else prompt
 
     async def turn(self, prompt: str) -> None:
+        if self.run is None and (k := build.attempts_wanted(self.args, self.agent)) > 1:
+            # A new session's first task runs as k attempts (small/attempts.py); the next prompts continue the
+            # winner's conversation as one run.
+            attempts = build.attempts(
+                self.args,
+                self.agent,
+                prompt,
+                self.session_id,
+                k,
+                store=self.store,
+                servers=self.servers,
+                approver_factory=lambda cwd, policy: TerminalApprover(self.ui, cwd, policy),
+            )
+            await self.interruptible(self._drive_attempts(attempts))
+            return
         if self.run is None:
             self.run = self.agent.start(prompt, session_id=self.session_id)
         else:
@@ -300,6 +317,31 @@ class Session:
                 u = event.response.usage
                 self.context_used = u.input_tokens + u.cache_creation_input_tokens + u.cache_read_input_tokens
             self.screen.event(event)
+
+    async def _drive_attempts(self, attempts: Attempts) -> None:
+        """Each attempt's events under its own heading, then the attempts side by side and why the winner won."""
+        shown = 0
+        async for event in attempts:
+            if not isinstance(event, AttemptEvent):
+                if isinstance(event, Finished):
+                    self.screen.end()
+                    for line in attempts_text([{"kind": "attempts", **(event.result.attempts or {})}], {}):
+                        self.screen.say(line)
+                    if not event.result.is_error:
+                        self.screen.say(event.result.result)
+                    self.screen.event(event)
+                    self.run = self.agent.load(self.session_id)  # the winner's history: the next prompt goes on
+                continue
+            if event.attempt != shown:
+                shown = event.attempt
+                self.screen.end()
+                self.screen.say(f"attempt {shown} of {attempts.k}", "bold")
+            if isinstance(event.event, Finished):
+                ended = event.event.result
+                self.screen.end()
+                self.screen.note(f"(attempt {shown} ended: {ended.subtype} after {ended.num_turns} turns)")
+            else:
+                self.screen.event(event.event)
 
 
 def _k(tokens: int) -> str:
