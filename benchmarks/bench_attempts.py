@@ -62,7 +62,7 @@ async def timed(model: LocalModel, seeds: list[int], turns: int, tokens: int, to
 def copy_costs(files: int) -> None:
     import tempfile
 
-    from drivetrain.small.attempts import changes, copy_tree, scan
+    from drivetrain.small.copies import changes, copy_tree, scan
 
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "src"

@@ -10,18 +10,9 @@ from pathlib import Path
 
 from drivetrain.loop.result import RunResult
 from drivetrain.messages import Usage
-from drivetrain.small.attempts import (
-    TEMPERATURES,
-    Attempt,
-    AttemptSpec,
-    answer_values,
-    apply_changes,
-    changes,
-    choose,
-    copy_tree,
-    named_commands,
-    scan,
-)
+from drivetrain.small.attempts import TEMPERATURES
+from drivetrain.small.copies import apply_changes, changes, copy_tree, scan
+from drivetrain.small.selection import Attempt, AttemptSpec, answer_values, choose, named_commands
 from drivetrain.testing import ScriptedServer, reply, respond, tool_call
 from test_cli import DRIVETRAIN, cli
 

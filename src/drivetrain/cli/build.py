@@ -31,8 +31,9 @@ from drivetrain.sessions.audit import AuditLog, attached
 from drivetrain.sessions.open import open_store
 from drivetrain.sessions.rewind import Checkpoints
 from drivetrain.sessions.store import SessionStore
-from drivetrain.small.attempts import DEFAULT_ATTEMPTS, Attempts, AttemptSpec, Sampled
+from drivetrain.small.attempts import DEFAULT_ATTEMPTS, Attempts, Sampled
 from drivetrain.small.profile import DEFAULT_WALL_S, select_profile
+from drivetrain.small.selection import AttemptSpec
 from drivetrain.subagents.definitions import load_types
 from drivetrain.subagents.task import TaskTool
 from drivetrain.telemetry.run import Telemetry

@@ -2,7 +2,7 @@
 has it, no further attempt starts (``small/attempts.py``).
 
 Besides a command that fails on the pristine copy and passes on the attempt's (read from the reruns, in
-``attempts.strong``), two kinds, both from the run and the workspace, in any language:
+``selection.strong``), two kinds, both from the run and the workspace, in any language:
 
 - a line the task quotes is printed, exactly, by the command that should print it, run again on the attempt's copy,
   and was not printed so on the pristine copy;
