@@ -7,6 +7,8 @@ side in one process, on the same weights:
   one         a single conversation (the plain llama.cpp path: what --attempts 1 does)
   sequential  k conversations, one after another, on that path
   batched     k conversations at once, on the batch engine (one context, a sequence each, one batch per step)
+  processes   k conversations at once, each in a process of its own with its own copy of the model and
+              cores // k threads (timed from when all have loaded; the load is printed apart)
 
 The target (issue 44): batched k=3 ≤ 1.6 × one.
 
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import sys
 import time
@@ -57,6 +60,35 @@ async def timed(model: LocalModel, seeds: list[int], turns: int, tokens: int, to
     else:
         counts = [await conversation(model, s, turns, tokens) for s in seeds]
     return time.perf_counter() - start, sum(counts)
+
+
+def _process(seed: int, turns: int, tokens: int, threads: int, ready, go, out) -> None:
+    """One conversation in a process of its own (``processes``): load, say so, wait for the others, run."""
+    started = time.perf_counter()
+    model = LocalModel(n_threads=threads)
+    model.load()
+    ready.put(time.perf_counter() - started)
+    go.wait()
+    out.put(asyncio.run(conversation(model, seed, turns, tokens)))
+
+
+def in_processes(seeds: list[int], turns: int, tokens: int, threads: int) -> tuple[float, int, float]:
+    """(wall from when all have loaded to the last one's end, tokens out, the slowest load)."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    ready, out, go = ctx.Queue(), ctx.Queue(), ctx.Event()
+    procs = [ctx.Process(target=_process, args=(s, turns, tokens, threads, ready, go, out)) for s in seeds]
+    for proc in procs:
+        proc.start()
+    load = max(ready.get() for _ in procs)
+    started = time.perf_counter()
+    go.set()
+    made = sum(out.get() for _ in procs)
+    wall = time.perf_counter() - started
+    for proc in procs:
+        proc.join()
+    return wall, made, load
 
 
 def copy_costs(files: int) -> None:
@@ -104,7 +136,9 @@ def main() -> int:
     batched = LocalModel(n_threads=args.threads, parallel=args.k)
     single.load()
     batched._llm = single._llm  # the same weights: only the contexts differ
-    rows: dict[str, list[tuple[float, int]]] = {"one": [], "sequential": [], "batched": []}
+    rows: dict[str, list[tuple[float, int]]] = {"one": [], "sequential": [], "batched": [], "processes": []}
+    cores = os.cpu_count() or 1
+    loads: list[float] = []
     for r in range(args.repeat):  # interleaved, so load falls on all alike; fresh seeds each round
         seeds = [1000 * r + i for i in range(args.k)]
         single._loaded.reset()  # no KV left from the round before
@@ -113,6 +147,9 @@ def main() -> int:
         rows["sequential"].append(asyncio.run(timed(single, seeds, args.turns, args.tokens, False)))
         batched._engine = None  # a fresh context
         rows["batched"].append(asyncio.run(timed(batched, seeds, args.turns, args.tokens, True)))
+        wall, made, load = in_processes(seeds, args.turns, args.tokens, max(1, cores // args.k))
+        rows["processes"].append((wall, made))
+        loads.append(load)
     one = statistics.median(t for t, _ in rows["one"])
     print(f"k={args.k} turns={args.turns} tokens/reply≤{args.tokens} threads={single.n_threads} repeat={args.repeat}")
     print(f"{'config':<12}{'wall s (median)':>16}{'tokens out':>12}{'× one':>8}")
@@ -120,6 +157,7 @@ def main() -> int:
         wall = statistics.median(t for t, _ in got)
         out = statistics.median(n for _, n in got)
         print(f"{name:<12}{wall:>16.1f}{out:>12.0f}{wall / one:>8.2f}")
+    print(f"processes: {args.k} × the weights in memory, each loaded in {statistics.median(loads):.1f} s (median)")
     return 0
 
 
