@@ -24,8 +24,9 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from drivetrain.jsontypes import JsonObject
 from drivetrain.loop.draft import Deps
-from drivetrain.loop.events import Behavior, Event, PermissionDecided, ToolFinished
+from drivetrain.loop.events import Behavior, Compacted, Event, PermissionDecided, ToolFinished
 from drivetrain.loop.result import RunResult
+from drivetrain.loop.state import Compact, State, SubmitPrompt
 from drivetrain.models.base import Model, ModelRequest, ModelResponse
 from drivetrain.pricing import cost_usd, window_of
 from drivetrain.telemetry import names as n
@@ -100,6 +101,7 @@ class RunTelemetry:
         # a signal nobody set up is not worked for (the API's no-op would take it, after the work of making it)
         self.metering, self.logging = _configured(meter_provider), _configured(logger_provider)
         self.span: Span | None = None  # the open invoke_agent span
+        self.compaction: Span | None = None  # the open compact span
         self.context: Context | None = None  # the context with that span current
         self.calls: dict[str, _Call] = {}
         self.working = 0.0  # seconds the open invocation's steps took
@@ -129,8 +131,10 @@ class RunTelemetry:
         self.sessions.add(1, self.common)
 
     @contextlib.contextmanager
-    def step(self, prompt: str | None) -> Iterator[None]:
-        """One step of the run, inside its invocation's span (opened here at an invocation's first step)."""
+    def step(self, state: State) -> Iterator[None]:
+        """One step of the run, inside its invocation's span (opened here at an invocation's first step); a
+        compaction inside a span of its own, so its summary request nests under it."""
+        prompt = state.prompt if isinstance(state, SubmitPrompt) else None
         if self.span is None:
             attrs: n.Attributes = {
                 "gen_ai.operation.name": "invoke_agent",
@@ -152,12 +156,25 @@ class RunTelemetry:
                     if self.content.prompts:
                         attrs["prompt"] = n.content_text(prompt)
                     self.event(n.USER_PROMPT, attrs)
-                yield
+                with self._compacting(state) if isinstance(state, Compact) else contextlib.nullcontext():
+                    yield
         except BaseException as e:
             self.working += time.monotonic() - started
             self.end("failed", error=e)
             raise
         self.working += time.monotonic() - started  # added up, and counted once, when the invocation ends
+
+    @contextlib.contextmanager
+    def _compacting(self, state: Compact) -> Iterator[None]:
+        attrs: n.Attributes = {"drivetrain.compaction.trigger": state.trigger, "session.id": self.session_id}
+        with self.tracer.start_as_current_span(
+            "compact", context=self.context, attributes=attrs, record_exception=False, set_status_on_exception=False
+        ) as span:
+            self.compaction = span
+            try:
+                yield
+            finally:
+                self.compaction = None
 
     def end(self, ending: Ending, result: RunResult | None = None, error: BaseException | None = None) -> None:
         """The invocation's span ends: the run finished, paused for approval, or failed."""
@@ -188,6 +205,13 @@ class RunTelemetry:
 
     def observe(self, event: Event) -> None:
         match event:
+            case Compacted(tokens_before=before, tokens_after=after, failed=failed) if self.compaction is not None:
+                self.compaction.set_attributes(
+                    {"drivetrain.compaction.tokens_before": before, "drivetrain.compaction.tokens_after": after}
+                )
+                if failed:
+                    self.compaction.set_attribute("error.type", "compaction_failed")
+                    self.compaction.set_status(Status(StatusCode.ERROR, failed[:500]))
             case PermissionDecided(call=c, behavior=behavior, by=by):
                 self.calls[c.id] = _Call(behavior, by)
                 if behavior != "defer":
