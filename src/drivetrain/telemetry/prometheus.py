@@ -4,8 +4,6 @@ metrics served for a Prometheus to scrape, at ``http://OTEL_EXPORTER_PROMETHEUS_
 
 from __future__ import annotations
 
-from wsgiref.simple_server import WSGIServer
-
 from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from prometheus_client import CollectorRegistry, start_http_server
 
@@ -28,12 +26,6 @@ class ServedMetricReader(PrometheusMetricReader):
                 f"OTEL_METRICS_EXPORTER=prometheus: cannot serve the metrics on {host}:{port} ({e.strerror or e}): "
                 "set OTEL_EXPORTER_PROMETHEUS_PORT (and _HOST)"
             ) from None
-
-    @property
-    def port(self) -> int:
-        """The port it serves on (the one asked for, or the one the system chose for 0)."""
-        server: WSGIServer = self.server
-        return server.server_port
 
     def shutdown(self, timeout_millis: float = 30_000, **kwargs: object) -> None:
         self.server.shutdown()
