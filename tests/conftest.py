@@ -10,6 +10,7 @@ import pytest
 
 from drivetrain.models.weights import cache_dir
 from pg import postgres_dsn  # noqa: F401  (a throwaway PostgreSQL server, for the session store tests)
+from phoenix_server import phoenix  # noqa: F401  (a throwaway Arize Phoenix, for the telemetry tests)
 
 
 @pytest.fixture(autouse=True)

@@ -16,7 +16,9 @@ from drivetrain.plans.scheduler import apply_plan
 from drivetrain.subagents.definitions import GENERAL_PURPOSE
 from drivetrain.subagents.task import TaskTool
 from drivetrain.telemetry.run import Telemetry
-from drivetrain.testing import ScriptedServer, reply, respond, tool_call
+from drivetrain.testing import ScriptedServer, http_error, reply, respond, tool_call
+
+from test_compaction import TASK, agent_for, summary_step  # isort: skip
 
 MODEL = "claude-sonnet-4-6"
 
@@ -195,3 +197,26 @@ def test_the_small_profiles_attempts_are_sibling_runs_under_one_span_that_names_
     assert all(parent_of(r, spans) is top for r in runs)
     assert top.attributes["drivetrain.attempt.chosen"] == 2 and top.attributes["drivetrain.attempt.count"] == 3
     assert "2 of 3 agree" in top.attributes["drivetrain.attempt.reason"]
+
+
+async def test_a_compaction_is_a_span_with_its_summary_request_under_it_and_a_failed_one_an_error():
+    provider, exporter = traced()
+    bad = http_error(400, "invalid_request_error", "prompt is too long")
+    steps = [respond([tool_call("dump", {"name": n})]) for n in "ab"]
+    steps += [bad, respond([tool_call("dump", {"name": "c"})]), summary_step(), reply("c has the most")]
+    with ScriptedServer(steps) as server:
+        agent, _ = agent_for(server, context_window=2000, telemetry=Telemetry(tracer_provider=provider))
+        result = await agent.run(TASK)
+    assert result.subtype == "success"
+    spans = exporter.get_finished_spans()
+    [run] = [s for s in spans if s.name.startswith("invoke_agent")]
+    failed, done = sorted((s for s in spans if s.name == "compact"), key=lambda s: s.start_time or 0)
+    assert failed.parent is not None and failed.parent.span_id == run.context.span_id
+    assert failed.status.status_code.name == "ERROR" and failed.attributes["error.type"] == "compaction_failed"
+    assert "prompt is too long" in (failed.status.description or "")
+    attrs = done.attributes
+    assert attrs["drivetrain.compaction.trigger"] == "auto" and done.status.status_code.name == "UNSET"
+    assert attrs["drivetrain.compaction.tokens_after"] < attrs["drivetrain.compaction.tokens_before"]
+    under = {c.name for c in spans if c.parent is not None and c.parent.span_id == done.context.span_id}
+    assert under == {"chat claude-sonnet-4-6"}  # the summary request
+    assert sum(s.name.startswith("chat") for s in spans) == 6

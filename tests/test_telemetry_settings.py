@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from drivetrain.errors import ConfigError
-from drivetrain.telemetry.settings import TelemetryContent, TelemetrySettings, telemetry_env
+from drivetrain.telemetry.settings import CommonAttributes, TelemetryContent, TelemetrySettings, telemetry_env
 
 ON = {"CLAUDE_CODE_ENABLE_TELEMETRY": "1"}
 
@@ -72,7 +72,8 @@ def test_headers_resource_intervals_and_content_switches():
 @pytest.mark.parametrize(
     ("name", "value", "said"),
     [
-        ("OTEL_TRACES_EXPORTER", "zipkin", "otlp or console"),
+        ("OTEL_TRACES_EXPORTER", "zipkin", "otlp, console \\(or none\\)"),
+        ("OTEL_LOGS_EXPORTER", "prometheus", "otlp, console \\(or none\\)"),
         ("OTEL_EXPORTER_OTLP_PROTOCOL", "http", "grpc, http/protobuf, http/json"),
         ("OTEL_EXPORTER_OTLP_HEADERS", "no-equals-sign", "not key=value"),
         ("OTEL_METRIC_EXPORT_INTERVAL", "soon", "whole number"),
@@ -127,3 +128,27 @@ def test_tls_files_per_signal_over_the_general_ones():
         "/etc/client.pem",
     )
     assert (s.logs.certificate, s.logs.client_certificate) == ("/etc/logs-ca.pem", "")
+
+
+def test_the_common_attributes_switches_as_claude_codes_session_id_on_and_version_off_by_default():
+    assert TelemetrySettings.from_env(ON).common == CommonAttributes(session_id=True, version=False)
+    assert TelemetrySettings.from_env({}).common == CommonAttributes()  # read when off too, as content is
+    s = TelemetrySettings.from_env(
+        {**ON, "OTEL_METRICS_INCLUDE_SESSION_ID": "false", "OTEL_METRICS_INCLUDE_VERSION": "true"}
+    )
+    assert s.common == CommonAttributes(session_id=False, version=True)
+    # as Claude Code reads them: set, a switch is on only for a truthy value
+    assert not CommonAttributes.from_env({"OTEL_METRICS_INCLUDE_SESSION_ID": "no"}).session_id
+    assert CommonAttributes.from_env({"OTEL_METRICS_INCLUDE_SESSION_ID": "1"}).session_id
+
+
+def test_prometheus_is_a_metrics_exporter_served_where_the_opentelemetry_variables_say():
+    s = TelemetrySettings.from_env({**ON, "OTEL_METRICS_EXPORTER": "otlp,prometheus"})
+    assert s.metrics.exporters == ("otlp", "prometheus") and s.exporting
+    assert (s.prometheus_host, s.prometheus_port) == ("localhost", 9464)  # OpenTelemetry's defaults
+    s = TelemetrySettings.from_env(
+        {**ON, "OTEL_EXPORTER_PROMETHEUS_HOST": "0.0.0.0", "OTEL_EXPORTER_PROMETHEUS_PORT": "9999"}
+    )
+    assert (s.prometheus_host, s.prometheus_port) == ("0.0.0.0", 9999)
+    with pytest.raises(ConfigError, match="otlp, console, prometheus"):
+        TelemetrySettings.from_env({**ON, "OTEL_METRICS_EXPORTER": "statsd"})

@@ -62,7 +62,7 @@ from drivetrain.sessions.open import open_store
 from drivetrain.sessions.rewind import Checkpoints
 from drivetrain.sessions.store import SessionInfo, SessionNotFound, SessionRecords, SessionStore
 from drivetrain.telemetry.run import Telemetry
-from drivetrain.telemetry.settings import TelemetryContent
+from drivetrain.telemetry.settings import CommonAttributes, TelemetryContent
 from drivetrain.tools import builtin_tools
 from drivetrain.tools.base import Tool, ToolContext, ToolError, ToolResult, tool
 
@@ -103,6 +103,7 @@ __all__ = [
     "Budget",
     "CallModel",
     "Checkpoints",
+    "CommonAttributes",
     "Compact",
     "Compacted",
     "ConfigError",

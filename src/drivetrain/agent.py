@@ -184,7 +184,7 @@ class Run:
             return [event]
         if t is None or isinstance(state, AwaitApproval):  # a pause is announced outside any invocation's span
             return await self._step()
-        with t.step(state.prompt if isinstance(state, SubmitPrompt) else None):
+        with t.step(state):
             events = await self._step()
         if self.paused:
             t.end("paused")

@@ -188,13 +188,14 @@ def attempts(
 
 
 def _telemetry(cwd: Path, files: list[tuple[Path, JsonObject]]) -> Telemetry | None:
-    """What content the runs' telemetry may send (``OTEL_LOG_*``, a settings file's ``"env"`` too); the providers
-    are the global ones ``cli.telemetry.start_telemetry`` installed. None when telemetry is off."""
+    """What content the runs' telemetry may send (``OTEL_LOG_*``) and the attributes on every metric point and event
+    (``OTEL_METRICS_INCLUDE_*``), a settings file's ``"env"`` too; the providers are the global ones
+    ``cli.telemetry.start_telemetry`` installed. None when telemetry is off."""
     try:
         settings = TelemetrySettings.from_env(telemetry_env(os.environ, files))
     except HarnessError:  # start_telemetry said why, and left it off
         return None
-    return Telemetry(content=settings.content) if settings.enabled else None
+    return Telemetry(content=settings.content, common=settings.common) if settings.enabled else None
 
 
 def audit_log(agent: Agent) -> AuditLog | None:

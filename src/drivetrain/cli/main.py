@@ -58,7 +58,8 @@ SUBCOMMANDS = {  # name -> "module:function" in drivetrain.cli, run with the res
     "mcp": "mcp:main",  # the MCP servers drivetrain uses (list, get, add, remove), and `mcp serve`: its tools as one
     "batch": "batch:main",  # many tasks, each a session in a scratch workspace, here or on Ray; and their report
 }
-TRACED = ("plan", "apply", "run", "batch")  # the subcommands that run agents in this process: telemetry as -p has it
+# the subcommands that run agents in this process (telemetry as -p has it), and serve (a span per request)
+TRACED = ("plan", "apply", "run", "batch", "serve")
 OutputFormat = Literal["text", "json", "stream-json"]
 OUTPUT_FORMATS: tuple[OutputFormat, ...] = get_args(OutputFormat)
 

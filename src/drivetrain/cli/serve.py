@@ -153,9 +153,12 @@ def api_key(path: str | None) -> str | None:
 
 
 def _state(model: Model, options: JsonObject, key: str | None) -> ServeState:
+    from drivetrain.cli.telemetry import active_telemetry
     from drivetrain.serve.server import stderr_log
     from drivetrain.serve.state import ServeState, Settings
 
+    installed = active_telemetry()  # the main command started it (``TRACED``); not in a --workers process
+    tracer = installed.tracer_provider.get_tracer("drivetrain") if installed and installed.tracer_provider else None
     return ServeState(
         model,
         Settings(
@@ -166,6 +169,7 @@ def _state(model: Model, options: JsonObject, key: str | None) -> ServeState:
             max_queue=options["max_queue"],
             log=None if options["quiet"] else stderr_log,
         ),
+        tracer=tracer,
     )
 
 

@@ -9,6 +9,8 @@ import ipaddress
 import time
 import traceback
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractContextManager, nullcontext
+from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
 from starlette.requests import Request
@@ -21,6 +23,9 @@ from drivetrain.serve.calls import ClientGone
 from drivetrain.serve.errors import Dialect, HTTPError, dialect_of, error_bytes, unauthorized
 from drivetrain.serve.observe import Usage, access_line
 from drivetrain.serve.state import ServeState
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span
 
 Handler = Callable[[Request, ServeState], Awaitable[Answer]]
 ROUTES: dict[tuple[str, str], Handler] = {
@@ -83,21 +88,38 @@ async def _guarded(state: ServeState, scope: Scope, receive: Receive, send: Send
             status = message["status"]
         await send(message)
 
+    method = scope["method"]
+    route = path if (method, path) in ROUTES or path in INFO_PATHS else "other"
     state.metrics.in_flight += 1
-    try:
-        refusal = _refusal(state, scope["method"], path, headers)
-        if refusal is not None:
-            await _send_error(sending, dialect, refusal)
-        else:
-            await _dispatch(state, scope, receive, sending, path, dialect)
-    finally:
-        state.metrics.in_flight -= 1
-        seconds = time.perf_counter() - started
-        route = path if (scope["method"], path) in ROUTES or path in INFO_PATHS else "other"
-        state.metrics.record(scope["method"], route, status, seconds, usage)
-        if state.settings.log is not None and path != "/metrics":
-            client = scope.get("client") or ("-", 0)
-            state.log(access_line(client[0], scope["method"], path, status, seconds, usage))
+    with _span(state, method, route, path, headers) as span:
+        try:
+            refusal = _refusal(state, method, path, headers)
+            if refusal is not None:
+                await _send_error(sending, dialect, refusal)
+            else:
+                await _dispatch(state, scope, receive, sending, path, dialect)
+        finally:
+            state.metrics.in_flight -= 1
+            seconds = time.perf_counter() - started
+            state.metrics.record(method, route, status, seconds, usage)
+            if state.settings.log is not None and path != "/metrics":
+                client = scope.get("client") or ("-", 0)
+                state.log(access_line(client[0], method, path, status, seconds, usage))
+            if span is not None:
+                from drivetrain.serve.tracing import answered
+
+                answered(span, status, usage)
+
+
+def _span(
+    state: ServeState, method: str, route: str, path: str, headers: dict[str, str]
+) -> AbstractContextManager[Span | None]:
+    """The request's span when the server traces (telemetry on); the OpenTelemetry propagators are loaded then."""
+    if state.tracer is None:
+        return nullcontext()
+    from drivetrain.serve.tracing import request_span
+
+    return request_span(state.tracer, method, route, path, headers, state.model.name)
 
 
 def _refusal(state: ServeState, method: str, path: str, headers: dict[str, str]) -> HTTPError | None:

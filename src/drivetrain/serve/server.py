@@ -18,6 +18,7 @@ from types import FrameType
 from typing import TypedDict, Unpack
 
 import uvicorn
+from opentelemetry.trace import Tracer
 from starlette.types import ASGIApp
 
 from drivetrain.models.base import Model
@@ -101,11 +102,12 @@ class ModelServer:
         *,
         log: Callable[[str], None] | None = None,
         grace: float = 30.0,
+        tracer: Tracer | None = None,
         **settings: Unpack[ServerOptions],
     ):
         self.model = model
         self.host, self.port, self.grace = host, port, grace
-        self.state = ServeState(model, Settings(host=host, log=log, **settings))
+        self.state = ServeState(model, Settings(host=host, log=log, **settings), tracer=tracer)
         self.loop: asyncio.AbstractEventLoop | None = None
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None

@@ -6,6 +6,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from opentelemetry.trace import Tracer
+
 from drivetrain.models.base import Model
 from drivetrain.serve.calls import Admission
 from drivetrain.serve.observe import Metrics
@@ -33,6 +35,7 @@ class ServeState:
     metrics: Metrics = field(default_factory=Metrics)
     draining: bool = False  # shutting down: in-flight requests finish, new ones get 503
     created: int = field(default_factory=lambda: int(time.time()))
+    tracer: Tracer | None = None  # a span per request (serve/tracing.py): telemetry on; None costs nothing
 
     def __post_init__(self) -> None:
         self.upstream = Upstream.for_model(self.model)

@@ -6,7 +6,6 @@ so a collector that is down or slow costs a run nothing but the spans and record
 
 from __future__ import annotations
 
-import importlib.metadata
 import logging
 import sys
 import threading
@@ -38,6 +37,7 @@ from opentelemetry.sdk.metrics.export import (
     ConsoleMetricExporter,
     MetricExporter,
     MetricExportResult,
+    MetricReader,
     MetricsData,
     PeriodicExportingMetricReader,
 )
@@ -45,7 +45,9 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter, SpanExportResult
 
-from drivetrain.telemetry.settings import Destination, Signal, TelemetrySettings
+from drivetrain.errors import ConfigError
+from drivetrain.telemetry.names import version
+from drivetrain.telemetry.settings import INSTALL_HINT, Destination, Signal, TelemetrySettings
 
 Reason = Literal["export_failed", "queue_full"]
 
@@ -60,13 +62,6 @@ class HttpTls(TypedDict, total=False):
     client_key_file: str | None
     client_certificate_file: str | None
     session: requests.Session
-
-
-def version() -> str:
-    try:
-        return importlib.metadata.version("drivetrain")
-    except importlib.metadata.PackageNotFoundError:
-        return "0"
 
 
 @dataclass
@@ -252,8 +247,11 @@ def _meter_provider(settings: TelemetrySettings, resource: Resource, dropped: Dr
     if not d.exporters:
         return None
     temporality = _temporality(settings)
-    readers = []
+    readers: list[MetricReader] = []
     for name in d.exporters:
+        if name == "prometheus":  # read when scraped, not pushed
+            readers.append(_prometheus_reader(settings))
+            continue
         exporter = (
             ConsoleMetricExporter(out=sys.stderr, preferred_temporality=temporality)
             if name == "console"
@@ -265,6 +263,16 @@ def _meter_provider(settings: TelemetrySettings, resource: Resource, dropped: Dr
             )
         )
     return MeterProvider(resource=resource, metric_readers=readers, shutdown_on_exit=False)
+
+
+def _prometheus_reader(settings: TelemetrySettings) -> MetricReader:
+    try:
+        from drivetrain.telemetry.prometheus import prometheus_reader
+    except ImportError as e:  # an SDK installed without it: the otel extra has it
+        raise ConfigError(
+            f"OTEL_METRICS_EXPORTER=prometheus needs the OpenTelemetry Prometheus exporter ({e.name}): {INSTALL_HINT}"
+        ) from None
+    return prometheus_reader(settings)
 
 
 def _otlp_metrics(d: Destination, temporality: dict[type, AggregationTemporality]) -> MetricExporter:

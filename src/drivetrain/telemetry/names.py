@@ -3,6 +3,7 @@ events (so a Claude Code dashboard works on drivetrain), and the attributes buil
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 from collections.abc import Mapping
 
@@ -34,6 +35,15 @@ API_REQUEST = "claude_code.api_request"
 API_ERROR = "claude_code.api_error"
 TOOL_RESULT = "claude_code.tool_result"
 TOOL_DECISION = "claude_code.tool_decision"
+
+
+def version() -> str:
+    """drivetrain's version (``service.version``, and ``app.version`` when OTEL_METRICS_INCLUDE_VERSION asks)."""
+    try:
+        return importlib.metadata.version("drivetrain")
+    except importlib.metadata.PackageNotFoundError:
+        return "0"
+
 
 EDIT_TOOLS = ("Edit", "Write", "MultiEdit", "NotebookEdit")
 TOKEN_TYPES = ("input", "output", "cacheRead", "cacheCreation")

@@ -24,12 +24,13 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from drivetrain.jsontypes import JsonObject
 from drivetrain.loop.draft import Deps
-from drivetrain.loop.events import Behavior, Event, PermissionDecided, ToolFinished
+from drivetrain.loop.events import Behavior, Compacted, Event, PermissionDecided, ToolFinished
 from drivetrain.loop.result import RunResult
+from drivetrain.loop.state import Compact, State, SubmitPrompt
 from drivetrain.models.base import Model, ModelRequest, ModelResponse
 from drivetrain.pricing import cost_usd, window_of
 from drivetrain.telemetry import names as n
-from drivetrain.telemetry.settings import TelemetryContent
+from drivetrain.telemetry.settings import CommonAttributes, TelemetryContent
 from drivetrain.tools.base import Tool, ToolContext, ToolResult
 
 INSTRUMENTATION = "drivetrain"
@@ -40,13 +41,15 @@ Ending = Literal["finished", "paused", "failed"]
 class Telemetry:
     """How an agent's runs are observed. Each provider left None is the global one (``opentelemetry.trace``'s …),
     so a user's own spans and drivetrain's nest. ``content``: what content may leave (None: ``OTEL_LOG_*`` as each
-    run starts). ``attributes`` go on every ``invoke_agent`` span (e.g. ``drivetrain.attempt``: one agent copy per
+    run starts); ``common``: what every metric point and event carries (None: ``OTEL_METRICS_INCLUDE_*``, likewise).
+    ``attributes`` go on every ``invoke_agent`` span (e.g. ``drivetrain.attempt``: one agent copy per
     attempt of a task)."""
 
     tracer_provider: trace.TracerProvider | None = None
     meter_provider: metrics.MeterProvider | None = None
     logger_provider: _logs.LoggerProvider | None = None
     content: TelemetryContent | None = None
+    common: CommonAttributes | None = None
     attributes: Mapping[str, n.AttributeValue] = field(default_factory=dict)
 
 
@@ -76,8 +79,14 @@ class RunTelemetry:
         session_id: str,
         model: str,
         content: TelemetryContent,
+        common: CommonAttributes,
     ):
         self.telemetry, self.session_id, self.model, self.content = telemetry, session_id, model, content
+        self.common: n.Attributes = {}
+        if common.session_id:
+            self.common["session.id"] = session_id
+        if common.version:
+            self.common["app.version"] = n.version()
         self.tracer = tracer_provider.get_tracer(INSTRUMENTATION)
         meter = meter_provider.get_meter(INSTRUMENTATION)
         self.sessions = meter.create_counter(n.SESSIONS, "count", "Sessions started")
@@ -92,6 +101,7 @@ class RunTelemetry:
         # a signal nobody set up is not worked for (the API's no-op would take it, after the work of making it)
         self.metering, self.logging = _configured(meter_provider), _configured(logger_provider)
         self.span: Span | None = None  # the open invoke_agent span
+        self.compaction: Span | None = None  # the open compact span
         self.context: Context | None = None  # the context with that span current
         self.calls: dict[str, _Call] = {}
         self.working = 0.0  # seconds the open invocation's steps took
@@ -106,7 +116,8 @@ class RunTelemetry:
         if not any(_configured(p) for p in (tp, mp, lp)):
             return None
         content = t.content if t.content is not None else TelemetryContent.from_env(os.environ)
-        return cls(t, tp, mp, lp, session_id, model, content)
+        common = t.common if t.common is not None else CommonAttributes.from_env(os.environ)
+        return cls(t, tp, mp, lp, session_id, model, content, common)
 
     # -- what the run's handle calls
 
@@ -117,11 +128,13 @@ class RunTelemetry:
         deps.tools = {name: TracedTool(tool, self) for name, tool in deps.tools.items()}
 
     def session_started(self) -> None:
-        self.sessions.add(1, self._common())
+        self.sessions.add(1, self.common)
 
     @contextlib.contextmanager
-    def step(self, prompt: str | None) -> Iterator[None]:
-        """One step of the run, inside its invocation's span (opened here at an invocation's first step)."""
+    def step(self, state: State) -> Iterator[None]:
+        """One step of the run, inside its invocation's span (opened here at an invocation's first step); a
+        compaction inside a span of its own, so its summary request nests under it."""
+        prompt = state.prompt if isinstance(state, SubmitPrompt) else None
         if self.span is None:
             attrs: n.Attributes = {
                 "gen_ai.operation.name": "invoke_agent",
@@ -143,18 +156,31 @@ class RunTelemetry:
                     if self.content.prompts:
                         attrs["prompt"] = n.content_text(prompt)
                     self.event(n.USER_PROMPT, attrs)
-                yield
+                with self._compacting(state) if isinstance(state, Compact) else contextlib.nullcontext():
+                    yield
         except BaseException as e:
             self.working += time.monotonic() - started
             self.end("failed", error=e)
             raise
         self.working += time.monotonic() - started  # added up, and counted once, when the invocation ends
 
+    @contextlib.contextmanager
+    def _compacting(self, state: Compact) -> Iterator[None]:
+        attrs: n.Attributes = {"drivetrain.compaction.trigger": state.trigger, "session.id": self.session_id}
+        with self.tracer.start_as_current_span(
+            "compact", context=self.context, attributes=attrs, record_exception=False, set_status_on_exception=False
+        ) as span:
+            self.compaction = span
+            try:
+                yield
+            finally:
+                self.compaction = None
+
     def end(self, ending: Ending, result: RunResult | None = None, error: BaseException | None = None) -> None:
         """The invocation's span ends: the run finished, paused for approval, or failed."""
         span, self.span, self.context = self.span, None, None
         if self.working:
-            self.active_time.add(self.working, {**self._common(), "type": "cli"})
+            self.active_time.add(self.working, {**self.common, "type": "cli"})
             self.working = 0.0
         if span is None:
             return
@@ -179,6 +205,13 @@ class RunTelemetry:
 
     def observe(self, event: Event) -> None:
         match event:
+            case Compacted(tokens_before=before, tokens_after=after, failed=failed) if self.compaction is not None:
+                self.compaction.set_attributes(
+                    {"drivetrain.compaction.tokens_before": before, "drivetrain.compaction.tokens_after": after}
+                )
+                if failed:
+                    self.compaction.set_attribute("error.type", "compaction_failed")
+                    self.compaction.set_status(Status(StatusCode.ERROR, failed[:500]))
             case PermissionDecided(call=c, behavior=behavior, by=by):
                 self.calls[c.id] = _Call(behavior, by)
                 if behavior != "defer":
@@ -186,7 +219,7 @@ class RunTelemetry:
                     self.event(n.TOOL_DECISION, {"tool_name": c.name, "decision": decision, "source": by})
                     if c.name in n.EDIT_TOOLS:
                         self.edit_decisions.add(
-                            1, {**self._common(), "tool_name": c.name, "decision": decision, "source": by}
+                            1, {**self.common, "tool_name": c.name, "decision": decision, "source": by}
                         )
             case ToolFinished(call=c, result=result, duration_ms=ms):
                 call = self.calls.pop(c.id, None)
@@ -194,8 +227,8 @@ class RunTelemetry:
                     self._not_run(c.id, c.name, c.input, call, result.text)
                 elif self.metering and not result.is_error and c.name in n.EDIT_TOOLS:
                     added, removed = n.line_changes(c.name, c.input)
-                    self.lines.add(added, {**self._common(), "type": "added"})
-                    self.lines.add(removed, {**self._common(), "type": "removed"})
+                    self.lines.add(added, {**self.common, "type": "added"})
+                    self.lines.add(removed, {**self.common, "type": "removed"})
                 elif self.metering and not result.is_error and c.name == "Bash":
                     self._shell_work(c.input.get("command"))
                 if not self.logging:
@@ -219,9 +252,9 @@ class RunTelemetry:
             return
         commits, prs = n.commits_and_pull_requests(command)
         if commits:
-            self.commits.add(commits, self._common())
+            self.commits.add(commits, self.common)
         if prs:
-            self.pull_requests.add(prs, self._common())
+            self.pull_requests.add(prs, self.common)
 
     def _not_run(self, call_id: str, name: str, tool_input: JsonObject, call: _Call | None, text: str) -> None:
         """A call that never ran (denied, refused as a repeat, left by the harness): a span of no length."""
@@ -251,9 +284,6 @@ class RunTelemetry:
 
     # -- metrics and events
 
-    def _common(self) -> n.Attributes:
-        return {"session.id": self.session_id}
-
     def event(self, name: str, attributes: n.Attributes) -> None:
         """One of Claude Code's events: a log record named ``name``, with its common attributes."""
         if not self.logging:
@@ -261,7 +291,7 @@ class RunTelemetry:
         attrs: n.Attributes = {
             "event.name": name,
             "event.timestamp": datetime.now(UTC).isoformat(timespec="milliseconds"),
-            **self._common(),
+            **self.common,
             **attributes,
         }
         self.events.emit(event_name=name, body=name, attributes=attrs)
@@ -269,7 +299,7 @@ class RunTelemetry:
     def responded(self, model: str, response: ModelResponse, duration_ms: float) -> float | None:
         cost = cost_usd(model, response.usage)
         if self.metering:
-            common = {**self._common(), "model": model}
+            common = {**self.common, "model": model}
             for kind, count in n.tokens_by_type(response.usage).items():
                 if count:
                     self.tokens.add(count, {**common, "type": kind})

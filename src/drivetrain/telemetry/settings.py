@@ -20,7 +20,7 @@ Signal = Literal["traces", "metrics", "logs"]
 SIGNALS: tuple[Signal, ...] = get_args(Signal)
 Protocol = Literal["grpc", "http/protobuf", "http/json"]
 PROTOCOLS: tuple[Protocol, ...] = get_args(Protocol)
-Exporter = Literal["otlp", "console"]
+Exporter = Literal["otlp", "console", "prometheus"]  # prometheus: metrics only
 Temporality = Literal["delta", "cumulative"]
 
 ENABLE = ("DRIVETRAIN_ENABLE_TELEMETRY", "CLAUDE_CODE_ENABLE_TELEMETRY")
@@ -60,6 +60,22 @@ class TelemetryContent:
 
 
 @dataclass(frozen=True)
+class CommonAttributes:
+    """Which attributes every metric point and event carries besides its own, as Claude Code's switches for the
+    metrics' cardinality say (``user.account_uuid``, its third, has no counterpart: drivetrain has no account)."""
+
+    session_id: bool = True  # OTEL_METRICS_INCLUDE_SESSION_ID: session.id
+    version: bool = False  # OTEL_METRICS_INCLUDE_VERSION: app.version
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> CommonAttributes:
+        def switch(name: str, default: bool) -> bool:
+            return default if env.get(name) is None else truthy(env.get(name))
+
+        return cls(switch("OTEL_METRICS_INCLUDE_SESSION_ID", True), switch("OTEL_METRICS_INCLUDE_VERSION", False))
+
+
+@dataclass(frozen=True)
 class Destination:
     """Where one signal goes: its exporters, and for otlp the protocol, endpoint, headers and timeout."""
 
@@ -82,11 +98,15 @@ class TelemetrySettings:
     metrics: Destination = Destination()
     logs: Destination = Destination()
     content: TelemetryContent = TelemetryContent()
+    common: CommonAttributes = CommonAttributes()
     service_name: str = "drivetrain"
     resource: dict[str, str] = field(default_factory=dict)  # OTEL_RESOURCE_ATTRIBUTES
     max_queue_size: int = 2048  # OTEL_BSP_MAX_QUEUE_SIZE / OTEL_BLRP_MAX_QUEUE_SIZE: past it, spans are dropped
     temporality: Temporality = "delta"  # OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE, Claude Code's default
     shutdown_timeout_ms: int = 2_000  # how long the end of a session may wait for the last batches
+    # where the prometheus metrics exporter serves /metrics (OpenTelemetry's variables and defaults)
+    prometheus_host: str = "localhost"
+    prometheus_port: int = 9464
 
     @property
     def exporting(self) -> bool:
@@ -99,7 +119,7 @@ class TelemetrySettings:
     def from_env(cls, env: Mapping[str, str]) -> TelemetrySettings:
         """The settings the variables in ``env`` give. Raises ``ConfigError`` for a value that cannot be used."""
         if not any(truthy(env.get(name)) for name in ENABLE):
-            return cls(content=TelemetryContent.from_env(env))
+            return cls(content=TelemetryContent.from_env(env), common=CommonAttributes.from_env(env))
         resource = parse_pairs(env.get("OTEL_RESOURCE_ATTRIBUTES", ""), "OTEL_RESOURCE_ATTRIBUTES")
         temporality = env.get("OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE", "delta").strip().lower()
         if temporality not in ("delta", "cumulative"):
@@ -112,6 +132,7 @@ class TelemetrySettings:
             metrics=_destination(env, "metrics"),
             logs=_destination(env, "logs"),
             content=TelemetryContent.from_env(env),
+            common=CommonAttributes.from_env(env),
             service_name=env.get("OTEL_SERVICE_NAME") or resource.get("service.name") or "drivetrain",
             resource=resource,
             max_queue_size=_int(env, "OTEL_BSP_MAX_QUEUE_SIZE", 2048),
@@ -119,6 +140,8 @@ class TelemetrySettings:
             shutdown_timeout_ms=_int(
                 env, "DRIVETRAIN_OTEL_SHUTDOWN_TIMEOUT_MS", _int(env, "CLAUDE_CODE_OTEL_SHUTDOWN_TIMEOUT_MS", 2_000)
             ),
+            prometheus_host=env.get("OTEL_EXPORTER_PROMETHEUS_HOST", "").strip() or "localhost",
+            prometheus_port=_int(env, "OTEL_EXPORTER_PROMETHEUS_PORT", 9464),
         )
 
 
@@ -133,8 +156,11 @@ def _destination(env: Mapping[str, str], signal: Signal) -> Destination:
             exporters.append("otlp")
         elif name == "console":
             exporters.append("console")
+        elif name == "prometheus" and signal == "metrics":
+            exporters.append("prometheus")
         else:
-            raise ConfigError(f"{var}={name!r}: drivetrain exports with otlp or console (or none)")
+            also = ", prometheus" if signal == "metrics" else ""
+            raise ConfigError(f"{var}={name!r}: drivetrain exports with otlp, console{also} (or none)")
     upper = signal.upper()
     protocol = (
         env.get(f"OTEL_EXPORTER_OTLP_{upper}_PROTOCOL") or env.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "grpc"
