@@ -11,7 +11,7 @@ import asyncio
 import json
 import traceback
 from abc import ABC, abstractmethod
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Callable, Mapping
 from typing import TYPE_CHECKING, TypeAlias
 
 from starlette.requests import Request
@@ -55,11 +55,19 @@ class StreamWriter(ABC):
     def error(self, e: HTTPError) -> bytes: ...
 
 
+def headers_of(request: Request) -> Mapping[str, str]:
+    """The request's headers, names in lower case: the dict the app's guard made of them once (starlette's
+    ``request.headers`` decodes and searches the raw list on every look-up)."""
+    headers: dict[str, str] | None = request.scope.get("drivetrain.headers")
+    return headers if headers is not None else request.headers
+
+
 async def read_json(request: Request, max_body: int) -> JsonValue:
-    if "json" not in (request.headers.get("content-type") or "").lower():
+    headers = headers_of(request)
+    if "json" not in (headers.get("content-type") or "").lower():
         # also keeps web pages out: a browser cannot send application/json cross-site without asking first
         raise HTTPError(415, "Content-Type must be application/json")
-    declared = request.headers.get("content-length")
+    declared = headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > max_body:
         raise _too_large(max_body)
     parts: list[bytes] = []
@@ -168,11 +176,11 @@ async def forwarded(
     if not state.admission.try_acquire():
         await unless_disconnected(request.receive, state.admission.acquire())
     if writer is None:
-        work = asyncio.ensure_future(post_and_read(upstream, body, request.headers, usage, path_suffix))
+        work = asyncio.ensure_future(post_and_read(upstream, body, headers_of(request), usage, path_suffix))
         state.admission.release_when_done(work)
         status, ctype, raw = await unless_disconnected(request.receive, work)
         return Response(raw, status, media_type=ctype)
-    sending = asyncio.ensure_future(upstream.post(body, request.headers, path_suffix))
+    sending = asyncio.ensure_future(upstream.post(body, headers_of(request), path_suffix))
     # the slot is held until the stream ends, however it ends
     ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
     state.admission.release_when_done(ended)

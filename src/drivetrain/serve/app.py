@@ -77,7 +77,7 @@ async def _lifespan(state: ServeState, receive: Receive, send: Send) -> None:
 async def _guarded(state: ServeState, scope: Scope, receive: Receive, send: Send) -> None:
     started = time.perf_counter()
     path = scope["path"].rstrip("/") or "/"
-    headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+    headers = scope["drivetrain.headers"] = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
     dialect = dialect_of(path, headers)
     usage = scope["drivetrain.usage"] = Usage()
     status = 499  # logged when the client leaves before any answer

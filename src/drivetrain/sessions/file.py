@@ -189,9 +189,11 @@ class FileStore:
         stat = os.fstat(fd)
         size = stat.st_size
         seen = self._tail.get(session_id)
-        seq = seen[2] if seen and seen[:2] == (stat.st_ino, size) else _last_seq(fd, size)
-        # a torn line (a crash mid-write) is closed, so our first record starts on a line of its own
-        prefix = b"\n" if size and os.pread(fd, 1, size - 1) != b"\n" else b""
+        ours = seen is not None and seen[:2] == (stat.st_ino, size)  # the file ends where our last append did
+        seq = seen[2] if seen is not None and ours else _last_seq(fd, size)
+        # a torn line (a crash mid-write) is closed, so our first record starts on a line of its own; our own
+        # appends end in a newline, so the byte is read only when another writer was last
+        prefix = b"\n" if size and not ours and os.pread(fd, 1, size - 1) != b"\n" else b""
         written: list[Record] = []
         lines = [prefix]
         for kind, fields in given:
