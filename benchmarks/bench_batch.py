@@ -10,6 +10,7 @@ a process of its own on loopback. Prints figures; asserts nothing.
    running a single run; the difference divided by the extra runs.
 
     python benchmarks/bench_batch.py [--runs 1000] [--concurrency 64] [--memory-runs 200] [--skip-memory]
+        [--journal both|resumable|held]
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from drivetrain.batch.execute import Scratch
 from drivetrain.batch.results import read_results
 from drivetrain.batch.sweep import Sweep, local, pending
 from drivetrain.batch.tasks import Task
+from drivetrain.batch.workspace import remove
 from drivetrain.cli.batch import FlagAgents, build_parser
 from drivetrain.testing import ScriptedServer, reply, respond, tool_call
 
@@ -71,8 +73,12 @@ def server_process(runs: int, out: Path, turns: int, delay: float = 0.0) -> Iter
         proc.join(10)
 
 
-def sweep(url: str, out: Path, runs: int, concurrency: int, first: int = 0) -> tuple[float, float]:
-    """Run the sweep here; returns its wall and CPU time in seconds."""
+def sweep(
+    url: str, out: Path, runs: int, concurrency: int, first: int = 0, resumable: bool = False
+) -> tuple[float, float]:
+    """Run the sweep here (``resumable``: as ``drivetrain batch`` by default, each record written as it comes and
+    each workspace removed once its result line is written; else ``--no-resumable``); returns its wall and CPU time
+    in seconds."""
     os.environ.update(ANTHROPIC_BASE_URL=url, ANTHROPIC_API_KEY="k", DRIVETRAIN_HOME=str(out / "home"))
     args = build_parser().parse_args(
         [
@@ -84,12 +90,15 @@ def sweep(url: str, out: Path, runs: int, concurrency: int, first: int = 0) -> t
             "--permission-mode",
             "acceptEdits",
             "--no-checkpoints",
+            "--resumable" if resumable else "--no-resumable",
         ]
     )
     agents = FlagAgents(args)
     agents.model(None, "claude-sonnet-4-6")  # the SDK's import and client, made before the clock starts
     tasks = [Task(id=f"r{i}", prompt=_prompt(i)) for i in range(first, first + runs)]
-    s = Sweep(out, local(agents, Scratch(out / "workspaces")), concurrency=concurrency)
+    where = out / "workspaces"
+    cleanup = (lambda task_id: remove(where / task_id)) if resumable else None
+    s = Sweep(out, local(agents, Scratch(where, resumable=resumable)), concurrency=concurrency, cleanup=cleanup)
     todo, tally = pending(tasks, out)
     started, cpu = time.perf_counter(), time.process_time()
     LOOP.run_until_complete(s.run(todo, tally))  # one loop: a client of an earlier sweep closes in its own
@@ -98,15 +107,15 @@ def sweep(url: str, out: Path, runs: int, concurrency: int, first: int = 0) -> t
     return wall, cpu
 
 
-def throughput(runs: int, concurrency: int, turns: int) -> None:
+def throughput(runs: int, concurrency: int, turns: int, resumable: bool) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "out"
         with server_process(runs, out, turns) as (url, got):
-            wall, cpu = sweep(url, out, runs, concurrency)
+            wall, cpu = sweep(url, out, runs, concurrency, resumable=resumable)
         results = read_results(out)
     passed = sum(r.status == "pass" for r in results)
     print(
-        f"{runs} runs × {turns} turns, {concurrency} at a time: "
+        f"{runs} runs × {turns} turns, {concurrency} at a time, {'resumable' if resumable else '--no-resumable'}: "
         f"{wall:.2f} s → {runs / wall:.1f} runs/s, {runs * turns / wall:.1f} turns/s "
         f"({passed} passed, {got['requests']} requests); CPU {cpu:.2f} s, {cpu * 1000 / (runs * turns):.2f} ms a "
         f"turn → {runs * turns / cpu:.0f} turns per CPU-second; the server's CPU {got['server_cpu']:.2f} s, "
@@ -163,8 +172,16 @@ def main() -> None:
     p.add_argument("--turns", type=int, default=3)
     p.add_argument("--memory-runs", type=int, default=200)
     p.add_argument("--skip-memory", action="store_true")
+    p.add_argument(
+        "--journal",
+        choices=("both", "resumable", "held"),
+        default="both",
+        help="the sweep as by default (resumable: each record written as it comes), with --no-resumable (held "
+        "until the task ends), or both one after the other",
+    )
     a = p.parse_args()
-    throughput(a.runs, a.concurrency, a.turns)
+    for resumable in {"both": (True, False), "resumable": (True,), "held": (False,)}[a.journal]:
+        throughput(a.runs, a.concurrency, a.turns, resumable)
     if not a.skip_memory:
         n = a.memory_runs
         for traced, what in ((True, "Python heap (tracemalloc)"), (False, "RSS")):

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from drivetrain.agent import Agent
-from drivetrain.batch.execute import Held, Scratch
-from drivetrain.batch.results import ResultsFile, TaskRun, interrupted, read_results
+from drivetrain.batch.execute import Held, Scratch, Written
+from drivetrain.batch.results import RUNS, ResultsFile, TaskRun, interrupted, read_results
 from drivetrain.batch.summary import counts
 from drivetrain.batch.sweep import Executor, Sweep, Tally, calls_of, local, pending, set_aside
 from drivetrain.batch.tasks import Task, TaskFileError, load_tasks
@@ -62,10 +62,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--resumable",
-        action="store_true",
-        help="write each task's session before each tool call and keep the workspace of a task the sweep is stopped "
-        "in, so that the next sweep (--resumable too) resumes such a task where it stopped, its model told which "
-        "calls were cut short, instead of starting it over",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="(the default for local sweeps) write each record of a task's session as it comes and keep the "
+        "workspace of a task the sweep is stopped in, so that the next sweep resumes such a task where it stopped "
+        "(no tool whose result was saved runs again) instead of starting it over; --no-resumable holds each task's "
+        "records until it ends (less CPU a turn; a task cut short starts over)",
     )
     p.add_argument(
         "--exit-zero",
@@ -152,8 +154,8 @@ class FlagAgents:
         args = argparse.Namespace(**{**vars(self.args), **{k: v for k, v in own.items() if v is not None}})
         if self._store is None:
             self._store = open_store()
-        # --resumable: each record written as it comes (a killed task's session is there to resume), else held
-        store: SessionStore = self._store if args.resumable else Held(self._store)
+        # resumable: each record written as it comes (a killed task's session is there to resume), else held
+        store: SessionStore = Written(self._store) if args.resumable else Held(self._store)
         return build.build_agent(
             args, cwd, session_id, store=store, model=self.model(args.provider, args.model), env=task.env
         )
@@ -177,6 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.resumable and args.ray is not None:
         print("drivetrain batch: --resumable works with local sweeps only, not with --ray.", file=sys.stderr)
         return 2
+    if args.resumable is None:
+        args.resumable = args.ray is None
     todo, tally = pending(tasks, args.out, args.rerun_failed)
     todo, resume = _interrupted_earlier(args, todo, tally)
     if not todo:
@@ -258,7 +262,7 @@ def _interrupted_earlier(args: argparse.Namespace, todo: list[Task], tally: Tall
     acted = [i for i in ids if any(a.acted for a in cut_short[i]) and i not in resume]
     if resume:
         said += (
-            f"; {len(resume)} resume their sessions in their workspaces (--resumable), each call that was running "
+            f"; {len(resume)} resume their sessions in their workspaces, each call that was running "
             "answered as interrupted, for the model to decide"
         )
     if quiet := len(ids) - len(acted) - len(resume):
@@ -340,7 +344,8 @@ def _executor(args: argparse.Namespace, agents: FlagAgents, tasks: list[Task], r
     if args.ray is not None:
         from drivetrain.batch.cluster import ray_executor
 
-        return ray_executor(args.ray or None, agents, Scratch(args.out.resolve() / "workspaces", args.keep_workspaces))
+        out = args.out.resolve()
+        return ray_executor(args.ray or None, agents, Scratch(out / "workspaces", args.keep_workspaces), out / RUNS)
     for task in tasks:  # a missing key or an unknown provider is said once, before anything runs
         agents.model(task.provider or args.provider, task.model or args.model)
     return local(agents, Scratch(args.out / "workspaces", args.keep_workspaces, args.resumable), resume)
