@@ -10,7 +10,7 @@ a process of its own on loopback. Prints figures; asserts nothing.
    running a single run; the difference divided by the extra runs.
 
     python benchmarks/bench_batch.py [--runs 1000] [--concurrency 64] [--memory-runs 200] [--skip-memory]
-        [--journal both|resumable|held]
+        [--journal both|resumable|held] [--workers 1 2]
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import argparse
 import asyncio
 import multiprocessing
 import os
+import resource
 import tempfile
 import threading
 import time
@@ -33,6 +34,7 @@ from drivetrain.batch.sweep import Sweep, local, pending
 from drivetrain.batch.tasks import Task
 from drivetrain.batch.workspace import remove
 from drivetrain.cli.batch import FlagAgents, build_parser
+from drivetrain.cli.batch_workers import Workers
 from drivetrain.testing import ScriptedServer, reply, respond, tool_call
 
 LOOP = asyncio.new_event_loop()
@@ -123,6 +125,40 @@ def throughput(runs: int, concurrency: int, turns: int, resumable: bool) -> None
     )
 
 
+def across_workers(runs: int, concurrency: int, turns: int, workers: int, quiet: bool = False) -> None:
+    """The same sweep as ``drivetrain batch --workers N`` runs it (``cli/batch_workers.py``): N worker processes
+    sharing the results file and the journal, this process following the results; CPU of all of them."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "out"
+        with server_process(runs, out, turns) as (url, _):
+            os.environ.update(ANTHROPIC_BASE_URL=url, ANTHROPIC_API_KEY="k", DRIVETRAIN_HOME=str(out / "home"))
+            args = build_parser().parse_args(
+                [
+                    *("tasks.jsonl", "--out", str(out), "--model", "claude-sonnet-4-6"),
+                    *("--permission-mode", "acceptEdits", "--no-checkpoints", "--resumable"),
+                    *("--workers", str(workers), "--concurrency", str(concurrency)),
+                ]
+            )
+            todo = [Task(id=f"r{i}", prompt=_prompt(i)) for i in range(runs)]
+            done = [0]
+            children = resource.getrusage(resource.RUSAGE_CHILDREN)
+            started, cpu = time.perf_counter(), time.process_time()
+            Workers(FlagAgents, args, lambda cut: {}, lambda r: done.__setitem__(0, done[0] + 1)).run(todo, {})
+            wall = time.perf_counter() - started
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu = (
+                time.process_time() - cpu + (after.ru_utime + after.ru_stime) - (children.ru_utime + children.ru_stime)
+            )
+        passed = sum(r.status == "pass" for r in read_results(out))
+    if quiet:
+        return
+    print(
+        f"{runs} runs × {turns} turns, {concurrency} at a time, {workers} worker process(es): {wall:.2f} s → "
+        f"{runs * turns / wall:.1f} turns/s ({passed} passed); CPU of the sweep's processes {cpu:.2f} s, "
+        f"{cpu * 1000 / (runs * turns):.2f} ms a turn; load average {os.getloadavg()[0]:.1f}"
+    )
+
+
 def _rss_kib() -> int:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
@@ -179,7 +215,21 @@ def main() -> None:
         help="the sweep as by default (resumable: each record written as it comes), with --no-resumable (held "
         "until the task ends), or both one after the other",
     )
+    p.add_argument(
+        "--workers",
+        type=int,
+        nargs="*",
+        default=None,
+        metavar="N",
+        help="instead: the sweep as `drivetrain batch --workers N` runs it, for each N given (e.g. --workers 1 2)",
+    )
     a = p.parse_args()
+    if a.workers:
+        # not measured: the first sweep of a process pays for the worker processes' first imports from a cold disk
+        across_workers(min(a.runs, 50), a.concurrency, a.turns, max(a.workers), quiet=True)
+        for n in a.workers:
+            across_workers(a.runs, a.concurrency, a.turns, n)
+        return
     for resumable in {"both": (True, False), "resumable": (True,), "held": (False,)}[a.journal]:
         throughput(a.runs, a.concurrency, a.turns, resumable)
     if not a.skip_memory:

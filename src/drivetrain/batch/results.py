@@ -174,8 +174,8 @@ class LinesFile:
 class ResultsFile(LinesFile):
     """``DIR/results.jsonl``."""
 
-    def __init__(self, out: Path):
-        super().__init__(out / RESULTS)
+    def __init__(self, out: Path, repair: bool = True):
+        super().__init__(out / RESULTS, repair)
 
     def append(self, r: TaskResult) -> None:
         self.write(r.to_json())

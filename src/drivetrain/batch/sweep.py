@@ -163,6 +163,7 @@ class Sweep:
     on_result: Callable[[TaskResult, Tally], None] = lambda r, t: None
     journal_calls: bool = True  # write each tool call's start to DIR/runs.jsonl (a local sweep's observers can)
     cleanup: Callable[[str], None] | None = None  # given a task id once its result line is written (its workspace)
+    repair: bool = True  # cut off a line a kill left unfinished in the files (not when other processes write them)
     _earlier: dict[str, int] = field(default_factory=dict)  # runs of each task that earlier sweeps left unended
     _billed_earlier: dict[str, list[TaskRun]] = field(default_factory=dict)  # those since its last result line
     _billed_now: dict[str, TaskRun] = field(default_factory=dict)  # a running task's usage so far, as journaled
@@ -174,7 +175,7 @@ class Sweep:
         cut_short = interrupted(self.out)
         self._earlier = {task_id: len(cut) for task_id, cut in cut_short.items()}
         self._billed_earlier = since_last_end(task_runs(self.out))
-        results, starts = ResultsFile(self.out), LinesFile(self.out / RUNS)
+        results, starts = ResultsFile(self.out, self.repair), LinesFile(self.out / RUNS, self.repair)
         self._starts = starts
         if self.journal_calls:
             tally.on_call = lambda task_id, call: starts.write({"id": task_id, "call": call.name, "call_id": call.id})

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from collections import Counter
 from pathlib import Path
@@ -12,7 +13,7 @@ from typing import Protocol, runtime_checkable
 
 from drivetrain.agent import Agent
 from drivetrain.batch.execute import Held, Scratch, Written
-from drivetrain.batch.results import RUNS, ResultsFile, TaskRun, interrupted, read_results
+from drivetrain.batch.results import RUNS, ResultsFile, TaskResult, TaskRun, interrupted, read_results
 from drivetrain.batch.summary import counts
 from drivetrain.batch.sweep import Executor, Sweep, Tally, calls_of, local, pending, set_aside
 from drivetrain.batch.tasks import Task, TaskFileError, load_tasks
@@ -39,6 +40,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("tasks", type=Path, metavar="TASKS.jsonl")
     p.add_argument("--out", type=Path, required=True, metavar="DIR", help="where results.jsonl goes")
     p.add_argument("--concurrency", type=int, default=4, help="tasks running at once (default 4)")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=os.cpu_count() or 1,
+        metavar="N",
+        help="worker processes of a local sweep, sharing --concurrency (default: the number of cores, "
+        f"{os.cpu_count() or 1} here)",
+    )
     p.add_argument(
         "--ray",
         nargs="?",
@@ -168,8 +177,8 @@ def main(argv: list[str] | None = None) -> int:
 
         return report_main(argv[1:])
     args = build_parser().parse_args(argv)
-    if args.concurrency < 1:
-        print("drivetrain batch: --concurrency must be at least 1.", file=sys.stderr)
+    if args.concurrency < 1 or args.workers < 1:
+        print("drivetrain batch: --concurrency and --workers must be at least 1.", file=sys.stderr)
         return 2
     try:
         tasks = load_tasks(args.tasks)
@@ -193,6 +202,8 @@ def main(argv: list[str] | None = None) -> int:
         return _outcome(args, tasks)
     if not args.keep_workspaces:
         args.no_checkpoints = True  # a workspace thrown away after its run has nothing to rewind
+    if args.ray is None and min(args.workers, args.concurrency, len(todo)) > 1:
+        return _in_workers(args, tasks, todo, resume, tally)
     agents = FlagAgents(args)
     try:
         execute = _executor(args, agents, todo, resume)
@@ -247,6 +258,53 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 1
     return code
+
+
+def _in_workers(
+    args: argparse.Namespace, tasks: list[Task], todo: list[Task], resume: dict[str, str], tally: Tally
+) -> int:
+    """The sweep over ``--workers`` processes (``cli/batch_workers.py``), followed from here."""
+    from drivetrain.cli.batch_workers import Workers
+
+    for task in todo:  # a missing key or an unknown provider is said once, before anything runs
+        try:
+            resolve_model(task.provider or args.provider, task.model or args.model, batch=True)
+        except HarnessError as e:
+            print(f"drivetrain batch: {e}", file=sys.stderr)
+            return 1
+    progress = Progress(sys.stderr)
+
+    def finished(r: TaskResult) -> None:
+        tally.count(r)
+        progress.finished(r, tally)
+
+    workers = Workers(FlagAgents, args, lambda cut: _resumable(args, cut) if args.resumable else {}, finished)
+    try:
+        with progress.showing(tally, len(todo)):
+            workers.run(todo, resume)
+    except KeyboardInterrupt:
+        print(
+            f"drivetrain batch: interrupted; {tally.done} of {tally.total} tasks have a result. Run the same "
+            "command again to go on.",
+            file=sys.stderr,
+        )
+        return 130
+    progress.summary(tally, args.out)
+    for said in workers.died:
+        print(f"drivetrain batch: {said}.", file=sys.stderr)
+    if workers.retries:
+        said = ", ".join(f"{kind} {n}" for kind, n in workers.retries.most_common())
+        print(f"drivetrain batch: {workers.retries.total()} requests retried after a fault ({said})", file=sys.stderr)
+    code = _outcome(args, tasks)
+    if workers.unstarted:
+        print(
+            f"drivetrain batch: the sweep's budget (${args.sweep_budget_usd:g}, shared equally by the workers) is "
+            f"spent: {workers.unstarted} tasks were not started. Raise --max-budget-usd and run the same command "
+            "again to run them.",
+            file=sys.stderr,
+        )
+        return 1
+    return 1 if any("given up" in said for said in workers.died) else code
 
 
 def _interrupted_earlier(args: argparse.Namespace, todo: list[Task], tally: Tally) -> tuple[list[Task], dict[str, str]]:
