@@ -121,3 +121,23 @@ def test_a_sweep_killed_ends_its_workers_and_the_rerun_runs_no_tool_twice(tmp_pa
     assert again.returncode == 0, again.stderr
     assert collections.Counter(counter.read_text().split()) == collections.Counter(IDS)  # every tool once
     assert sorted(r["id"] for r in lines(out)) == IDS
+
+
+def test_the_sweep_budget_is_shared_by_the_workers(tmp_path):
+    tasks, out = write_tasks(tmp_path / "tasks.jsonl", IDS[:6]), tmp_path / "out"
+    counter, pids = tmp_path / "counter", tmp_path / "pids"
+    with ScriptedServer({prompt(i): steps(i, counter, pids) for i in IDS[:6]}) as server:
+        proc = subprocess.run(
+            batch_args(
+                tasks, out, "--workers", "2", "--concurrency", "2", "--max-budget-usd", "0.000001",
+                "--permission-mode", "bypassPermissions",
+            ),
+            env=env_for(server.url, tmp_path),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        server.take_remaining()
+    assert proc.returncode == 1 and "4 tasks were not started" in proc.stderr, proc.stderr
+    assert sorted(r["id"] for r in lines(out)) == ["w0", "w1"]  # each worker's first: then its half was spent

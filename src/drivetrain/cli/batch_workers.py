@@ -52,6 +52,7 @@ def _work(
     part: list[Task],
     resume: dict[str, str],
     concurrency: int,
+    budget: float | None,
     q: Queue[Report],
     parent: int,
 ) -> None:
@@ -63,7 +64,7 @@ def _work(
         args.out,
         local(agents, Scratch(args.out / "workspaces", args.keep_workspaces, args.resumable), resume),
         concurrency=concurrency,
-        max_budget_usd=None if args.sweep_budget_usd is None else args.sweep_budget_usd / args.workers,
+        max_budget_usd=budget,
         cleanup=(lambda task_id: remove(args.out / "workspaces" / task_id))
         if args.resumable and not args.keep_workspaces
         else None,
@@ -100,6 +101,7 @@ class Workers:
         self._ctx = multiprocessing.get_context("spawn")  # no fork of a process with threads and an event loop
         self._q: Queue[Report] = self._ctx.Queue()
         self._offset = 0
+        self._n = 1  # workers at once
         self._seen: set[str] = set()
 
     def run(self, todo: list[Task], resume: dict[str, str]) -> None:
@@ -108,6 +110,7 @@ class Workers:
             f.close()
         self._offset = (out / RESULTS).stat().st_size
         n = min(self.args.workers, len(todo), self.args.concurrency)
+        self._n = n
         running: dict[int, tuple[BaseProcess, list[Task], int]] = {}
         for k, part in enumerate(shares(todo, n)):
             running[k] = (self._start(part, resume, self._concurrency(k, n)), part, 0)
@@ -148,8 +151,9 @@ class Workers:
 
     def _start(self, part: list[Task], resume: dict[str, str], concurrency: int) -> BaseProcess:
         mine = {t.id: resume[t.id] for t in part if t.id in resume}
+        budget = None if self.args.sweep_budget_usd is None else self.args.sweep_budget_usd / self._n
         proc = self._ctx.Process(
-            target=_work, args=(self.make, self.args, part, mine, concurrency, self._q, os.getpid())
+            target=_work, args=(self.make, self.args, part, mine, concurrency, budget, self._q, os.getpid())
         )
         proc.start()
         return proc
