@@ -10,6 +10,7 @@ a process of its own on loopback. Prints figures; asserts nothing.
    running a single run; the difference divided by the extra runs.
 
     python benchmarks/bench_batch.py [--runs 1000] [--concurrency 64] [--memory-runs 200] [--skip-memory]
+        [--journal both|resumable|held] [--workers 1 2]
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import argparse
 import asyncio
 import multiprocessing
 import os
+import resource
 import tempfile
 import threading
 import time
@@ -30,7 +32,9 @@ from drivetrain.batch.execute import Scratch
 from drivetrain.batch.results import read_results
 from drivetrain.batch.sweep import Sweep, local, pending
 from drivetrain.batch.tasks import Task
+from drivetrain.batch.workspace import remove
 from drivetrain.cli.batch import FlagAgents, build_parser
+from drivetrain.cli.batch_workers import Workers
 from drivetrain.testing import ScriptedServer, reply, respond, tool_call
 
 LOOP = asyncio.new_event_loop()
@@ -71,8 +75,12 @@ def server_process(runs: int, out: Path, turns: int, delay: float = 0.0) -> Iter
         proc.join(10)
 
 
-def sweep(url: str, out: Path, runs: int, concurrency: int, first: int = 0) -> tuple[float, float]:
-    """Run the sweep here; returns its wall and CPU time in seconds."""
+def sweep(
+    url: str, out: Path, runs: int, concurrency: int, first: int = 0, resumable: bool = False
+) -> tuple[float, float]:
+    """Run the sweep here (``resumable``: as ``drivetrain batch`` by default, each record written as it comes and
+    each workspace removed once its result line is written; else ``--no-resumable``); returns its wall and CPU time
+    in seconds."""
     os.environ.update(ANTHROPIC_BASE_URL=url, ANTHROPIC_API_KEY="k", DRIVETRAIN_HOME=str(out / "home"))
     args = build_parser().parse_args(
         [
@@ -84,12 +92,15 @@ def sweep(url: str, out: Path, runs: int, concurrency: int, first: int = 0) -> t
             "--permission-mode",
             "acceptEdits",
             "--no-checkpoints",
+            "--resumable" if resumable else "--no-resumable",
         ]
     )
     agents = FlagAgents(args)
     agents.model(None, "claude-sonnet-4-6")  # the SDK's import and client, made before the clock starts
     tasks = [Task(id=f"r{i}", prompt=_prompt(i)) for i in range(first, first + runs)]
-    s = Sweep(out, local(agents, Scratch(out / "workspaces")), concurrency=concurrency)
+    where = out / "workspaces"
+    cleanup = (lambda task_id: remove(where / task_id)) if resumable else None
+    s = Sweep(out, local(agents, Scratch(where, resumable=resumable)), concurrency=concurrency, cleanup=cleanup)
     todo, tally = pending(tasks, out)
     started, cpu = time.perf_counter(), time.process_time()
     LOOP.run_until_complete(s.run(todo, tally))  # one loop: a client of an earlier sweep closes in its own
@@ -98,19 +109,53 @@ def sweep(url: str, out: Path, runs: int, concurrency: int, first: int = 0) -> t
     return wall, cpu
 
 
-def throughput(runs: int, concurrency: int, turns: int) -> None:
+def throughput(runs: int, concurrency: int, turns: int, resumable: bool) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "out"
         with server_process(runs, out, turns) as (url, got):
-            wall, cpu = sweep(url, out, runs, concurrency)
+            wall, cpu = sweep(url, out, runs, concurrency, resumable=resumable)
         results = read_results(out)
     passed = sum(r.status == "pass" for r in results)
     print(
-        f"{runs} runs × {turns} turns, {concurrency} at a time: "
+        f"{runs} runs × {turns} turns, {concurrency} at a time, {'resumable' if resumable else '--no-resumable'}: "
         f"{wall:.2f} s → {runs / wall:.1f} runs/s, {runs * turns / wall:.1f} turns/s "
         f"({passed} passed, {got['requests']} requests); CPU {cpu:.2f} s, {cpu * 1000 / (runs * turns):.2f} ms a "
         f"turn → {runs * turns / cpu:.0f} turns per CPU-second; the server's CPU {got['server_cpu']:.2f} s, "
         f"{got['server_cpu'] * 1000 / got['requests']:.2f} ms a request; load average {os.getloadavg()[0]:.1f}"
+    )
+
+
+def across_workers(runs: int, concurrency: int, turns: int, workers: int, quiet: bool = False) -> None:
+    """The same sweep as ``drivetrain batch --workers N`` runs it (``cli/batch_workers.py``): N worker processes
+    sharing the results file and the journal, this process following the results; CPU of all of them."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "out"
+        with server_process(runs, out, turns) as (url, _):
+            os.environ.update(ANTHROPIC_BASE_URL=url, ANTHROPIC_API_KEY="k", DRIVETRAIN_HOME=str(out / "home"))
+            args = build_parser().parse_args(
+                [
+                    *("tasks.jsonl", "--out", str(out), "--model", "claude-sonnet-4-6"),
+                    *("--permission-mode", "acceptEdits", "--no-checkpoints", "--resumable"),
+                    *("--workers", str(workers), "--concurrency", str(concurrency)),
+                ]
+            )
+            todo = [Task(id=f"r{i}", prompt=_prompt(i)) for i in range(runs)]
+            done = [0]
+            children = resource.getrusage(resource.RUSAGE_CHILDREN)
+            started, cpu = time.perf_counter(), time.process_time()
+            Workers(FlagAgents, args, lambda cut: {}, lambda r: done.__setitem__(0, done[0] + 1)).run(todo, {})
+            wall = time.perf_counter() - started
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu = (
+                time.process_time() - cpu + (after.ru_utime + after.ru_stime) - (children.ru_utime + children.ru_stime)
+            )
+        passed = sum(r.status == "pass" for r in read_results(out))
+    if quiet:
+        return
+    print(
+        f"{runs} runs × {turns} turns, {concurrency} at a time, {workers} worker process(es): {wall:.2f} s → "
+        f"{runs * turns / wall:.1f} turns/s ({passed} passed); CPU of the sweep's processes {cpu:.2f} s, "
+        f"{cpu * 1000 / (runs * turns):.2f} ms a turn; load average {os.getloadavg()[0]:.1f}"
     )
 
 
@@ -163,8 +208,30 @@ def main() -> None:
     p.add_argument("--turns", type=int, default=3)
     p.add_argument("--memory-runs", type=int, default=200)
     p.add_argument("--skip-memory", action="store_true")
+    p.add_argument(
+        "--journal",
+        choices=("both", "resumable", "held"),
+        default="both",
+        help="the sweep as by default (resumable: each record written as it comes), with --no-resumable (held "
+        "until the task ends), or both one after the other",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        nargs="*",
+        default=None,
+        metavar="N",
+        help="instead: the sweep as `drivetrain batch --workers N` runs it, for each N given (e.g. --workers 1 2)",
+    )
     a = p.parse_args()
-    throughput(a.runs, a.concurrency, a.turns)
+    if a.workers:
+        # not measured: the first sweep of a process pays for the worker processes' first imports from a cold disk
+        across_workers(min(a.runs, 50), a.concurrency, a.turns, max(a.workers), quiet=True)
+        for n in a.workers:
+            across_workers(a.runs, a.concurrency, a.turns, n)
+        return
+    for resumable in {"both": (True, False), "resumable": (True,), "held": (False,)}[a.journal]:
+        throughput(a.runs, a.concurrency, a.turns, resumable)
     if not a.skip_memory:
         n = a.memory_runs
         for traced, what in ((True, "Python heap (tracemalloc)"), (False, "RSS")):

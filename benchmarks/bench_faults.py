@@ -33,9 +33,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import drivetrain
-from drivetrain.batch.results import interrupted, read_results
+from drivetrain.batch.results import interrupted, read_results, task_runs
 from drivetrain.jsontypes import JsonValue
-from drivetrain.testing import SERVED, FaultSchedule, ScriptedServer, first_prompt, reply, respond, tool_call
+from drivetrain.testing import FAULT_KINDS, FaultSchedule, ScriptedServer, first_prompt, reply, respond, tool_call
 
 TOKENS = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
 
@@ -61,7 +61,7 @@ def _turn(body: JsonValue) -> str:
 
 
 def _serve(tasks: int, counter: str, rate: float, seed: int, every: bool, hang_s: float, conn) -> None:
-    at = {2 + k: kind for k, kind in enumerate(SERVED)} if every else {}  # each kind once, early: before the kill
+    at = {2 + k: kind for k, kind in enumerate(FAULT_KINDS)} if every else {}  # each kind once, early: before the kill
     schedule = FaultSchedule(rate=rate, seed=seed, at=at, seconds=hang_s)
     scripts = {}
     for i in range(tasks):
@@ -100,7 +100,7 @@ def sweep_command(tasks_file: Path, out: Path, concurrency: int, resumable: bool
     return [
         *(sys.executable, "-m", "drivetrain", "batch", str(tasks_file), "--out", str(out)),
         *("--concurrency", str(concurrency), "--permission-mode", "bypassPermissions"),
-        *("--model", "claude-sonnet-4-6", "--exit-zero", *(["--resumable"] if resumable else [])),
+        *("--model", "claude-sonnet-4-6", "--exit-zero", *([] if resumable else ["--no-resumable"])),
     ]
 
 
@@ -132,7 +132,7 @@ def run(
     every_kind: bool = True,
     timeout_ms: int = 1000,
     root: Path | None = None,
-    resumable: bool = False,
+    resumable: bool = True,
 ) -> dict:
     """The whole measurement; returns the figures (``main`` prints them; a test checks them at a small scale)."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -156,6 +156,7 @@ def run(
             first_wall = time.monotonic() - started
         finished_first = {r.id: r for r in read_results(out)}
         cut_short = set(interrupted(out))
+        read_first = {r.id: r.usage for r in task_runs(out) if not r.ended}  # what the killed runs journaled
 
         # the same command again, against a fresh server (same tasks, other faults), to the end
         with server_process(tasks, counter, rate, seed + 1, False, hang_s) as (url, second):
@@ -172,15 +173,22 @@ def run(
     resumed = re.search(r"; (\d+) resume their sessions", done.stderr)
     retried = re.search(r"(\d+) requests retried after a fault \(([^)]*)\)", done.stderr)
     ids = [f"t{i}" for i in range(tasks)]
-    mismatches = []
-    cut_off = []  # resumed tasks whose session lacks an answer the upstream sent as the kill struck
+    # The upstream's count of both parts, less the answers it wrote to the killed process that it never read
+    # (billed, and unknowable to the client: its journal holds each answer it read before anything else is done
+    # with it); then every task's result must say exactly that.
+    mismatches, unread, unread_tokens = [], [], 0
     for task_id, r in results.items():
         conv = prompt(int(task_id[1:]))
-        billed = (first if task_id in finished_first else second)["billed"].get(conv, [0] * 4)
-        if resumable and task_id in cut_short:  # one session over both parts
-            billed = [a + b for a, b in zip(first["billed"].get(conv, [0] * 4), second["billed"].get(conv, [0] * 4))]
+        billed_first = first["billed"].get(conv, [0] * 4)
+        if task_id in cut_short:
+            journaled = read_first.get(task_id, [0] * 4)
+            if journaled != billed_first and all(j <= b for j, b in zip(journaled, billed_first)):
+                unread.append(task_id)
+                unread_tokens += sum(billed_first) - sum(journaled)
+                billed_first = journaled
+        billed = [a + b for a, b in zip(billed_first, second["billed"].get(conv, [0] * 4))]
         if [getattr(r, name) for name in TOKENS] != billed:
-            (cut_off if resumable and task_id in cut_short else mismatches).append(task_id)
+            mismatches.append(task_id)
     return {
         "tasks": tasks,
         "passed": sum(r.status == "pass" for r in results.values()),
@@ -194,10 +202,11 @@ def run(
         "interrupted_with_tools_listed": int(acted.group(1)) if acted else 0,
         "usage_mismatches": mismatches,
         "resumed": int(resumed.group(1)) if resumed else 0,
-        "usage_cut_off_by_the_kill": cut_off,
-        "billed_to_interrupted_runs": 0
-        if resumable
-        else sum(sum(v) for k, v in first["billed"].items() if k.split()[1].rstrip(":") in cut_short),
+        "unread_at_the_kill": unread,
+        "unread_tokens": unread_tokens,
+        "billed_to_interrupted_runs": sum(
+            sum(v) for k, v in first["billed"].items() if k.split()[1].rstrip(":") in cut_short
+        ),
         "lost": len([i for i in ids if i not in results]),
         "finished_run_again": sorted(i for i in finished_first if second["asked"].get(prompt(int(i[1:])))),
         "finished_before_kill": len(finished_first),
@@ -214,11 +223,16 @@ def main() -> None:
     p.add_argument("--concurrency", type=int, default=64)
     p.add_argument("--kill-at", type=float, default=0.33)
     p.add_argument("--timeout-ms", type=int, default=1000, help="API_TIMEOUT_MS: a hang lasts twice as long")
-    p.add_argument("--resumable", action="store_true", help="both sweeps --resumable: cut-short tasks resume")
+    p.add_argument(
+        "--no-resumable",
+        dest="resumable",
+        action="store_false",
+        help="both sweeps --no-resumable: cut-short tasks start over",
+    )
     a = p.parse_args()
     f = run(a.tasks, a.rate, a.seed, a.concurrency, a.kill_at, timeout_ms=a.timeout_ms, resumable=a.resumable)
     faults = sum(f["injected"].values())
-    mode = ", --resumable" if a.resumable else ""
+    mode = "" if a.resumable else ", --no-resumable"
     print(f"{f['tasks']} tasks, {a.concurrency} at a time, {a.rate:.0%} of requests faulted (seed {a.seed}){mode}:")
     print(f"  tasks passed: {f['passed']} of {f['tasks']} ({', '.join(f'{k} {n}' for k, n in f['statuses'].items())})")
     print(f"  faults injected: {faults} ({', '.join(f'{k} {n}' for k, n in f['injected'].items())})")
@@ -229,17 +243,13 @@ def main() -> None:
         f"{f['interrupted_listed']} listed by the resumed sweep, {f['interrupted_with_tools_listed']} as having "
         f"started tools; their tools run again by the rerun: {len(f['tools_twice_by_rerun'])}"
     )
-    if a.resumable:
-        print(
-            f"  resumed: {f['resumed']}; usage mismatches against the upstream's count: "
-            f"{len(f['usage_mismatches'])} (must be 0), and {len(f['usage_cut_off_by_the_kill'])} resumed tasks "
-            "whose session lacks an answer the upstream sent as the kill struck"
-        )
-    else:
-        print(
-            f"  usage mismatches against the upstream's count: {len(f['usage_mismatches'])} (must be 0); billed to "
-            f"the interrupted runs, in no result: {f['billed_to_interrupted_runs']:,} tokens"
-        )
+    print(
+        f"  resumed: {f['resumed']}; usage mismatches against the upstream's count (both parts): "
+        f"{len(f['usage_mismatches'])} (must be 0); billed to the interrupted runs before the kill: "
+        f"{f['billed_to_interrupted_runs']:,} tokens, counted in their tasks' results but for "
+        f"{f['unread_tokens']:,} tokens the upstream wrote to the killed process for "
+        f"{len(f['unread_at_the_kill'])} tasks, which it never read"
+    )
     print(f"  lost results after SIGKILL and resume: {f['lost']} (must be 0); finished tasks run again: "
           f"{len(f['finished_run_again'])} (must be 0)")  # fmt: skip
     print(f"  wall time: {f['wall_s'][0]} s to the kill, {f['wall_s'][1]} s to resume and finish; load average "

@@ -203,7 +203,7 @@ def test_a_sweep_killed_midway_goes_on_without_rerunning_finished_tasks(tmp_path
     first = ScriptedServer(scripts).start()
     try:
         proc = subprocess.Popen(
-            batch_args(tasks, out, "--concurrency", "2"),
+            batch_args(tasks, out, "--concurrency", "2", "--workers", "1"),
             env=env_for(first.url, tmp_path),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -219,7 +219,7 @@ def test_a_sweep_killed_midway_goes_on_without_rerunning_finished_tasks(tmp_path
     store = FileStore(tmp_path / ".drivetrain")  # a task with a result line has its whole session in the store
     assert all(store.read(r["session_id"])[-1]["kind"] == "result" for r in lines(out))
     with ScriptedServer({prompt(i): script(i, out) for i in ids}) as second:
-        again = batch(second.url, tmp_path, tasks, out, "--concurrency", "2")
+        again = batch(second.url, tmp_path, tasks, out, "--concurrency", "2", "--workers", "1")
         requests = {i: sum(q.conversation == prompt(i) for q in second.requests) for i in ids}
         unused = second.take_remaining()  # the finished tasks' scripts: meant to stay unused
     assert again.returncode == 0, again.stderr

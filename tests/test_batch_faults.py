@@ -54,8 +54,17 @@ def counting(task_id: str, out: Path, counter: Path, hold: threading.Event | Non
     return [respond([call], **(held if at == 0 else {})), reply(f"{task_id} done", **(held if at == 1 else {}))]
 
 
-def killed_while_k1_waits(tmp_path: Path, at: int = 1, *more: str) -> tuple[Path, Path, Path]:
-    """A sweep of k0 and k1 killed while k1 waits for its request ``at`` (1: its tool has run); k0 finished."""
+TOKENS = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+
+
+def billed(server: ScriptedServer) -> int:
+    """What the upstream billed, by its own count: the tokens of the answers it sent whole."""
+    return sum(int(q.usage.get(k) or 0) for q in server.requests if q.answered and q.usage for k in TOKENS)
+
+
+def killed_while_k1_waits(tmp_path: Path, at: int = 1, *more: str) -> tuple[Path, Path, Path, int]:
+    """A sweep of k0 and k1 killed while k1 waits for its request ``at`` (1: its tool has run); k0 finished.
+    The last: what the upstream billed k1 before the kill."""
     ids = ["k0", "k1"]
     tasks, out = write_tasks(tmp_path / "tasks.jsonl", ids, check="true"), tmp_path / "out"
     counter = tmp_path / "counter"
@@ -74,17 +83,20 @@ def killed_while_k1_waits(tmp_path: Path, at: int = 1, *more: str) -> tuple[Path
         assert seen.wait(60), "k1 never asked for its answer"
         proc.send_signal(signal.SIGKILL)
         proc.wait(30)
+        upstream = billed(server)  # before the held answer goes out to nobody
     finally:
         hold.set()
         server.close()
     assert [r["id"] for r in lines(out)] == ["k0"] and counter.read_text() == "k0\n" + "k1\n" * at
-    return tasks, out, counter
+    k0 = next(r for r in lines(out) if r["id"] == "k0")
+    return tasks, out, counter, upstream - sum(k0[k] for k in TOKENS)
 
 
 def test_a_rerun_names_the_tasks_a_kill_interrupted_and_says_what_running_them_again_means(tmp_path):
-    tasks, out, counter = killed_while_k1_waits(tmp_path)
+    """--no-resumable: a task's records are held until it ends, so one cut short starts over."""
+    tasks, out, counter, before = killed_while_k1_waits(tmp_path, 1, "--no-resumable")
     with ScriptedServer({prompt("k1"): counting("k1", out, counter)}) as server:
-        again = batch(server.url, tmp_path, tasks, out, "--permission-mode", "bypassPermissions")
+        again = batch(server.url, tmp_path, tasks, out, "--permission-mode", "bypassPermissions", "--no-resumable")
         assert again.returncode == 0 and server.requests, again.stderr + (out / "results.jsonl").read_text()
     assert "1 tasks were running when an earlier sweep was killed or stopped; 1 had started tools: k1 (Bash)" in (
         again.stderr
@@ -93,14 +105,15 @@ def test_a_rerun_names_the_tasks_a_kill_interrupted_and_says_what_running_them_a
     assert counter.read_text() == "k0\nk1\nk1\n"  # what the message warned of: the tool ran twice
     k1 = {r["id"]: r for r in lines(out)}["k1"]
     assert k1["status"] == "pass" and k1["interrupted"] == 1
+    assert before > 0 and sum(k1[k] for k in TOKENS) == before + billed(server)  # the killed run's bill counts
     report = subprocess.run([*batch_args(tasks, out)[:2], "report", str(out), "--json"], capture_output=True, text=True)
     assert json.loads(report.stdout)["interrupted"] == {"k1": {"runs": 1, "tools": ["Bash"]}}
 
 
 def test_no_rerun_interrupted_leaves_them_alone_as_errors(tmp_path):
-    tasks, out, counter = killed_while_k1_waits(tmp_path)
+    tasks, out, counter, _ = killed_while_k1_waits(tmp_path, 1, "--no-resumable")
     with ScriptedServer([]) as server:  # no request at all
-        again = batch(server.url, tmp_path, tasks, out, "--no-rerun-interrupted")
+        again = batch(server.url, tmp_path, tasks, out, "--no-rerun-interrupted", "--no-resumable")
     assert again.returncode == 1, again.stderr
     assert counter.read_text() == "k0\nk1\n"  # no tool ran twice
     k1 = {r["id"]: r for r in lines(out)}["k1"]
@@ -109,10 +122,17 @@ def test_no_rerun_interrupted_leaves_them_alone_as_errors(tmp_path):
 
 
 def test_a_task_cut_short_before_any_tool_runs_again_even_with_no_rerun_interrupted(tmp_path):
-    tasks, out, counter = killed_while_k1_waits(tmp_path, at=0)
+    tasks, out, counter, _ = killed_while_k1_waits(tmp_path, 0, "--no-resumable")
     with ScriptedServer({prompt("k1"): counting("k1", out, counter)}) as server:
         again = batch(
-            server.url, tmp_path, tasks, out, "--no-rerun-interrupted", "--permission-mode", "bypassPermissions"
+            server.url,
+            tmp_path,
+            tasks,
+            out,
+            "--no-rerun-interrupted",
+            "--permission-mode",
+            "bypassPermissions",
+            "--no-resumable",
         )
         assert again.returncode == 0 and server.requests, again.stderr + (out / "results.jsonl").read_text()
     assert "were running when an earlier sweep was killed or stopped; 1 had not started a tool and start over" in (
@@ -122,10 +142,11 @@ def test_a_task_cut_short_before_any_tool_runs_again_even_with_no_rerun_interrup
     assert {r["id"]: r["status"] for r in lines(out)} == {"k0": "pass", "k1": "pass"}
 
 
-def test_a_resumable_sweep_resumes_a_cut_short_task_in_its_workspace_without_running_its_tool_again(tmp_path):
-    """With --resumable each record reaches the store as it comes: k1's tool result was saved before its next
-    request went out, so the next sweep sends that request again, in k1's workspace, on k1's session."""
-    tasks, out, counter = killed_while_k1_waits(tmp_path, 1, "--resumable")
+def test_a_sweep_resumes_a_cut_short_task_in_its_workspace_without_running_its_tool_again(tmp_path):
+    """By default (resumable) each record reaches the store as it comes: k1's tool result was saved before its next
+    request went out, so the next sweep sends that request again, in k1's workspace, on k1's session, and k1's
+    result counts what the upstream billed both runs."""
+    tasks, out, counter, before = killed_while_k1_waits(tmp_path, 1)
     [cut] = interrupted(out)["k1"]
 
     def resent(body):
@@ -133,9 +154,10 @@ def test_a_resumable_sweep_resumes_a_cut_short_task_in_its_workspace_without_run
         assert not result.get("is_error") and "k1" not in result.get("content", "x")  # echo's output went to the file
 
     with ScriptedServer({prompt("k1"): [reply("k1 done", expect=resent)]}) as server:
-        again = batch(server.url, tmp_path, tasks, out, "--resumable", "--permission-mode", "bypassPermissions")
+        again = batch(server.url, tmp_path, tasks, out, "--permission-mode", "bypassPermissions")
         assert again.returncode == 0 and server.requests, again.stderr + (out / "results.jsonl").read_text()
-    assert "1 resume their sessions in their workspaces (--resumable)" in again.stderr
+    assert "1 resume their sessions in their workspaces" in again.stderr
     assert counter.read_text() == "k0\nk1\n"  # k1's tool ran once
     k1 = {r["id"]: r for r in lines(out)}["k1"]
     assert k1["status"] == "pass" and k1["session_id"] == cut.session and k1["interrupted"] == 1
+    assert before > 0 and sum(k1[k] for k in TOKENS) == before + billed(server)

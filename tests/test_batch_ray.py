@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from drivetrain.batch.results import task_runs
 from drivetrain.testing import ScriptedServer
 from test_batch import FAILING, IDS, batch, lines, prompt, script, write_tasks
 
@@ -38,6 +39,12 @@ def test_the_same_sweep_on_ray_gives_the_same_statuses(cluster, tmp_path):
     assert {i: r["status"] for i, r in results.items()} == {i: "fail" if i in FAILING else "pass" for i in IDS}
     assert all(r["turns"] == 2 and r["session_id"] for r in results.values())
     assert {q.conversation for q in server.requests} == {prompt(i) for i in IDS}
+    # the workers journaled each run as a local sweep does: its session, its calls, each response's billed usage
+    runs = {r.id: r for r in task_runs(out)}
+    assert all(r.ended and r.journaled and r.session == results[r.id]["session_id"] for r in runs.values())
+    tokens = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+    assert all(runs[i].usage == [results[i][k] for k in tokens] for i in IDS)
+    assert all(runs[i].calls for i in IDS)
 
 
 def test_a_task_whose_worker_dies_is_retried_once_then_recorded_as_an_error(cluster, tmp_path):

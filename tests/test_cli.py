@@ -5,10 +5,13 @@ import os
 import shutil
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
 
+from drivetrain.sessions.log import SessionLog
+from drivetrain.sessions.open import open_store
 from drivetrain.testing import ScriptedServer, http_error, reply, respond, text, tool_call
 
 DRIVETRAIN = str(Path(sys.executable).parent / "drivetrain")
@@ -387,6 +390,22 @@ def test_resume_continue_fork_and_compact_through_the_cli(tmp_path):
     with ScriptedServer([]) as server:
         proc = cli(server.url, "-p", "--resume", "no-such-session", "x", cwd=tmp_path)
     assert proc.returncode == 1 and "no-such-session" in proc.stderr
+
+
+def test_resuming_a_session_with_only_its_first_record_sends_no_empty_request(tmp_path):
+    sid = str(uuid.uuid4())  # a run killed right after its session record, before its prompt was saved
+    SessionLog(open_store(), sid, "claude-sonnet-4-6").begin(cwd=str(tmp_path), model="claude-sonnet-4-6")
+    with ScriptedServer([]) as server:
+        proc = cli(server.url, "-p", "--resume", sid, cwd=tmp_path)
+        assert server.requests == []
+    assert proc.returncode == 1 and "cut short before its prompt was saved: give a prompt" in proc.stderr
+
+    def asks_hi(body):
+        assert [m["content"][0]["text"] for m in body["messages"]] == ["hi"]
+
+    with ScriptedServer([reply("hello", expect=asks_hi)]) as s:
+        proc = cli(s.url, "-p", "--resume", sid, "hi", "--output-format", "json", cwd=tmp_path)
+    assert proc.returncode == 0 and json.loads(proc.stdout)["result"] == "hello", proc.stderr
 
 
 def test_interventions_show_in_the_turn_log_and_in_stream_json(tmp_path):

@@ -23,13 +23,14 @@ from drivetrain.sessions.log import load
 from drivetrain.testing import (
     FAULT_KINDS,
     SERVED,
+    FaultSchedule,
     ScriptedServer,
     fault,
     reply,
     respond,
     tool_call,
 )
-from drivetrain.testing.faults import STREAM_ONLY
+from drivetrain.testing.faults import REFUSED_S, STREAM_ONLY
 from drivetrain.tools.bash import Bash
 
 QUICK = 0.3  # seconds: the timeouts of these tests (a hang or stall lasts longer)
@@ -99,6 +100,16 @@ async def test_a_refused_connection_is_retried(closing):
         server.close()
     server.assert_complete()
     assert r.message.text == "up again" and dict(model.retries) == {"refused": 1}
+
+
+async def test_a_served_refusal_is_a_restart_the_client_retries_through(closing):
+    """``refused`` in a schedule: the request's connection is reset and the server stops listening for a moment, so
+    the retry's connection is refused; the next retry, once it listens again, gets the answer."""
+    with ScriptedServer([reply("up again")], faults=FaultSchedule(at={1: "refused"})) as server:
+        model = model_for(server.url, backoff=REFUSED_S / 2)
+        r = await model.respond(request())
+    assert r.message.text == "up again" and [q.fault for q in server.requests] == ["refused", None]
+    assert model.retries["refused"] >= 1 and set(model.retries) <= {"reset", "refused"}, model.retries
 
 
 @pytest.mark.parametrize("header, value", [("retry-after", "0.4"), ("retry-after-ms", "400")])

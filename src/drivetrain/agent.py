@@ -103,6 +103,9 @@ class Agent:
             value = with_prompt(value, prompt)
         elif isinstance(value.state, Done):
             raise ValueError(f"session {session_id} has finished ({value.state.subtype}): give a prompt to continue it")
+        elif isinstance(value.state, CallModel) and not value.history:
+            # only its first record was saved (cut short before its prompt): there is nothing to ask the model
+            raise ValueError(f"session {session_id} was cut short before its prompt was saved: give a prompt")
         if fork:
             value = value.evolve(session_id=fork_id or str(uuid.uuid4()))
         run = Run(self, value, self._log(value.session_id))

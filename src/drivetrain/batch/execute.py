@@ -97,6 +97,17 @@ class Held:
         self.store.reindex()
 
 
+class Written(Held):
+    """A resumable sweep's task store: each record appended as it comes (a task a kill cuts short has its session
+    up to the last step, to resume), without ``fsync`` (a kill loses nothing the operating system has; like
+    ``results.jsonl``, a lost machine may)."""
+
+    def append(
+        self, session_id: str, records: Sequence[Mapping[str, JsonValue]], *, sync: bool = False
+    ) -> list[Record]:
+        return self.store.append(session_id, records)
+
+
 @dataclass(frozen=True)
 class Scratch:
     root: Path  # each task's workspace is root/<id>

@@ -102,10 +102,13 @@ class TaskRun:
 
     id: str
     start: str
-    journaled: bool  # its tool calls were written down as they started (a local sweep's; not Ray's)
+    journaled: bool  # its tool calls were written down as they started (a local sweep's; a Ray worker's that could)
     calls: list[str] = field(default_factory=list)  # the tools it started, in order
     ended: bool = False
     session: str | None = None  # its run's session (a local sweep's)
+    # what the upstream billed it, summed over its model responses as they came: input, output, cache write, read
+    usage: list[int] = field(default_factory=lambda: [0, 0, 0, 0])
+    cost_usd: float = 0.0
 
     @property
     def acted(self) -> bool:
@@ -126,6 +129,13 @@ def task_runs(out: Path) -> list[TaskRun]:
             running[task_id].calls.append(str(line["call"]))
         elif "session" in line and task_id in running:
             running[task_id].session = str(line["session"])
+            running[task_id].journaled |= line.get("journaled") is True  # a Ray worker that wrote its calls down
+        elif "usage" in line and task_id in running and isinstance(billed := line["usage"], list):
+            run = running[task_id]
+            for k, n in enumerate(billed[:4]):
+                run.usage[k] += int(n) if isinstance(n, int | float) else 0
+            cost = line.get("cost")
+            run.cost_usd += float(cost) if isinstance(cost, int | float) else 0.0
         elif "end" in line and task_id in running:
             running.pop(task_id).ended = True
     return every
@@ -144,11 +154,13 @@ class LinesFile:
     """Appends JSON lines, each in one write: a kill leaves whole lines, and at most one cut short at the end
     (cut off when the file is opened again, so that the next line starts on a line of its own)."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, repair: bool = True):
+        """``repair``: cut off a line a kill left unfinished (the sweep's own opening; a Ray worker appending to
+        the file of a running sweep does not)."""
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
-        data = self.path.read_bytes()
+        data = self.path.read_bytes() if repair else b""
         if data and not data.endswith(b"\n"):
             os.ftruncate(self._fd, data.rfind(b"\n") + 1)
 
@@ -162,8 +174,8 @@ class LinesFile:
 class ResultsFile(LinesFile):
     """``DIR/results.jsonl``."""
 
-    def __init__(self, out: Path):
-        super().__init__(out / RESULTS)
+    def __init__(self, out: Path, repair: bool = True):
+        super().__init__(out / RESULTS, repair)
 
     def append(self, r: TaskResult) -> None:
         self.write(r.to_json())

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from collections import Counter
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from drivetrain.agent import Agent
-from drivetrain.batch.execute import Held, Scratch
-from drivetrain.batch.results import ResultsFile, TaskRun, interrupted, read_results
+from drivetrain.batch.execute import Held, Scratch, Written
+from drivetrain.batch.results import RUNS, ResultsFile, TaskResult, TaskRun, interrupted, read_results
 from drivetrain.batch.summary import counts
 from drivetrain.batch.sweep import Executor, Sweep, Tally, calls_of, local, pending, set_aside
 from drivetrain.batch.tasks import Task, TaskFileError, load_tasks
@@ -40,6 +41,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, required=True, metavar="DIR", help="where results.jsonl goes")
     p.add_argument("--concurrency", type=int, default=4, help="tasks running at once (default 4)")
     p.add_argument(
+        "--workers",
+        type=int,
+        default=os.cpu_count() or 1,
+        metavar="N",
+        help="worker processes of a local sweep, sharing --concurrency (default: the number of cores, "
+        f"{os.cpu_count() or 1} here)",
+    )
+    p.add_argument(
         "--ray",
         nargs="?",
         const="",
@@ -62,10 +71,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--resumable",
-        action="store_true",
-        help="write each task's session before each tool call and keep the workspace of a task the sweep is stopped "
-        "in, so that the next sweep (--resumable too) resumes such a task where it stopped, its model told which "
-        "calls were cut short, instead of starting it over",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="(the default for local sweeps) write each record of a task's session as it comes and keep the "
+        "workspace of a task the sweep is stopped in, so that the next sweep resumes such a task where it stopped "
+        "(no tool whose result was saved runs again) instead of starting it over; --no-resumable holds each task's "
+        "records until it ends (less CPU a turn; a task cut short starts over)",
     )
     p.add_argument(
         "--exit-zero",
@@ -152,8 +163,8 @@ class FlagAgents:
         args = argparse.Namespace(**{**vars(self.args), **{k: v for k, v in own.items() if v is not None}})
         if self._store is None:
             self._store = open_store()
-        # --resumable: each record written as it comes (a killed task's session is there to resume), else held
-        store: SessionStore = self._store if args.resumable else Held(self._store)
+        # resumable: each record written as it comes (a killed task's session is there to resume), else held
+        store: SessionStore = Written(self._store) if args.resumable else Held(self._store)
         return build.build_agent(
             args, cwd, session_id, store=store, model=self.model(args.provider, args.model), env=task.env
         )
@@ -166,8 +177,8 @@ def main(argv: list[str] | None = None) -> int:
 
         return report_main(argv[1:])
     args = build_parser().parse_args(argv)
-    if args.concurrency < 1:
-        print("drivetrain batch: --concurrency must be at least 1.", file=sys.stderr)
+    if args.concurrency < 1 or args.workers < 1:
+        print("drivetrain batch: --concurrency and --workers must be at least 1.", file=sys.stderr)
         return 2
     try:
         tasks = load_tasks(args.tasks)
@@ -177,6 +188,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.resumable and args.ray is not None:
         print("drivetrain batch: --resumable works with local sweeps only, not with --ray.", file=sys.stderr)
         return 2
+    if args.resumable is None:
+        args.resumable = args.ray is None
     todo, tally = pending(tasks, args.out, args.rerun_failed)
     todo, resume = _interrupted_earlier(args, todo, tally)
     if not todo:
@@ -189,6 +202,8 @@ def main(argv: list[str] | None = None) -> int:
         return _outcome(args, tasks)
     if not args.keep_workspaces:
         args.no_checkpoints = True  # a workspace thrown away after its run has nothing to rewind
+    if args.ray is None and min(args.workers, args.concurrency, len(todo)) > 1:
+        return _in_workers(args, tasks, todo, resume, tally)
     agents = FlagAgents(args)
     try:
         execute = _executor(args, agents, todo, resume)
@@ -245,6 +260,53 @@ def main(argv: list[str] | None = None) -> int:
     return code
 
 
+def _in_workers(
+    args: argparse.Namespace, tasks: list[Task], todo: list[Task], resume: dict[str, str], tally: Tally
+) -> int:
+    """The sweep over ``--workers`` processes (``cli/batch_workers.py``), followed from here."""
+    from drivetrain.cli.batch_workers import Workers
+
+    for task in todo:  # a missing key or an unknown provider is said once, before anything runs
+        try:
+            resolve_model(task.provider or args.provider, task.model or args.model, batch=True)
+        except HarnessError as e:
+            print(f"drivetrain batch: {e}", file=sys.stderr)
+            return 1
+    progress = Progress(sys.stderr)
+
+    def finished(r: TaskResult) -> None:
+        tally.count(r)
+        progress.finished(r, tally)
+
+    workers = Workers(FlagAgents, args, lambda cut: _resumable(args, cut) if args.resumable else {}, finished)
+    try:
+        with progress.showing(tally, len(todo)):
+            workers.run(todo, resume)
+    except KeyboardInterrupt:
+        print(
+            f"drivetrain batch: interrupted; {tally.done} of {tally.total} tasks have a result. Run the same "
+            "command again to go on.",
+            file=sys.stderr,
+        )
+        return 130
+    progress.summary(tally, args.out)
+    for said in workers.died:
+        print(f"drivetrain batch: {said}.", file=sys.stderr)
+    if workers.retries:
+        said = ", ".join(f"{kind} {n}" for kind, n in workers.retries.most_common())
+        print(f"drivetrain batch: {workers.retries.total()} requests retried after a fault ({said})", file=sys.stderr)
+    code = _outcome(args, tasks)
+    if workers.unstarted:
+        print(
+            f"drivetrain batch: the sweep's budget (${args.sweep_budget_usd:g}, shared equally by the workers) is "
+            f"spent: {workers.unstarted} tasks were not started. Raise --max-budget-usd and run the same command "
+            "again to run them.",
+            file=sys.stderr,
+        )
+        return 1
+    return 1 if any("given up" in said for said in workers.died) else code
+
+
 def _interrupted_earlier(args: argparse.Namespace, todo: list[Task], tally: Tally) -> tuple[list[Task], dict[str, str]]:
     """Say which tasks an earlier sweep cut short (killed, stopped), which tools they had started, and what
     running them again means. With --resumable, those with a saved session and workspace resume (the returned
@@ -258,7 +320,7 @@ def _interrupted_earlier(args: argparse.Namespace, todo: list[Task], tally: Tall
     acted = [i for i in ids if any(a.acted for a in cut_short[i]) and i not in resume]
     if resume:
         said += (
-            f"; {len(resume)} resume their sessions in their workspaces (--resumable), each call that was running "
+            f"; {len(resume)} resume their sessions in their workspaces, each call that was running "
             "answered as interrupted, for the model to decide"
         )
     if quiet := len(ids) - len(acted) - len(resume):
@@ -340,7 +402,8 @@ def _executor(args: argparse.Namespace, agents: FlagAgents, tasks: list[Task], r
     if args.ray is not None:
         from drivetrain.batch.cluster import ray_executor
 
-        return ray_executor(args.ray or None, agents, Scratch(args.out.resolve() / "workspaces", args.keep_workspaces))
+        out = args.out.resolve()
+        return ray_executor(args.ray or None, agents, Scratch(out / "workspaces", args.keep_workspaces), out / RUNS)
     for task in tasks:  # a missing key or an unknown provider is said once, before anything runs
         agents.model(task.provider or args.provider, task.model or args.model)
     return local(agents, Scratch(args.out / "workspaces", args.keep_workspaces, args.resumable), resume)

@@ -99,6 +99,18 @@ def keep_environment_private() -> bool:
         return False
 
 
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent: int) -> None:
+    """End this process (SIGKILL) when its parent process ``parent`` ends, however it ends (Linux; a worker process
+    started from the parent's main thread, whose exit is the process's). Already gone: exit now."""
+    if sys.platform == "linux":
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:
+        os._exit(1)
+
+
 def child_env(passthrough: Iterable[str] = (), environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """``environ`` (default ``os.environ``) without what ``withheld`` names, except the ``passthrough`` names."""
     env = os.environ if environ is None else environ

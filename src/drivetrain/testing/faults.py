@@ -6,7 +6,9 @@ retried request gets the step the faulted one would have had, as a real upstream
 
 Kinds that only a stream can show are answered, for a request that asked for a whole answer, with the nearest
 whole-answer fault: ``overloaded_in_stream`` as a 529, ``no_message_stop`` as a ``cut`` body, ``stall`` as a
-``hang``. ``refused`` cannot be served (the connection was accepted): a test points the client at a closed port.
+``hang``. ``refused`` is served as a server restarting: the request's connection is reset and the server stops
+listening for ``REFUSED_S``, so that the retry's new connection is refused (a test can also point the client at a
+closed port).
 """
 
 from __future__ import annotations
@@ -39,7 +41,9 @@ FaultKind = Literal[
     "hang",
 ]
 FAULT_KINDS: tuple[FaultKind, ...] = get_args(FaultKind)
-SERVED: tuple[FaultKind, ...] = tuple(k for k in FAULT_KINDS if k != "refused")  # what a server can inject
+# what a server answers a request with; ``refused`` (a restart) also refuses the next connections for a moment
+SERVED: tuple[FaultKind, ...] = tuple(k for k in FAULT_KINDS if k != "refused")
+REFUSED_S = 1.0  # a served ``refused``: how long the server does not listen (the client's first retry is refused)
 # the error type each status comes with, in the Messages API's words
 ERROR_TYPES = {
     408: "timeout_error",
@@ -99,7 +103,7 @@ class FaultSchedule:
 
     rate: float = 0.0
     seed: int = 0
-    kinds: Sequence[FaultKind] = SERVED
+    kinds: Sequence[FaultKind] = FAULT_KINDS
     at: Mapping[int, FaultKind] = field(default_factory=dict)
     seconds: float = 30.0
     injected: list[tuple[int, FaultKind]] = field(default_factory=list)  # (request number, kind), as served
@@ -108,8 +112,8 @@ class FaultSchedule:
 
     def __post_init__(self) -> None:
         self._rng = random.Random(self.seed)
-        if bad := [k for k in [*self.kinds, *self.at.values()] if k not in SERVED]:
-            raise ValueError(f"a server cannot inject {bad}; it can: {', '.join(SERVED)}")
+        if bad := [k for k in [*self.kinds, *self.at.values()] if k not in FAULT_KINDS]:
+            raise ValueError(f"no such fault {bad}; one of {', '.join(FAULT_KINDS)}")
 
     def pick(self, n: int) -> Fault | None:
         """The fault for request ``n``, if any (called once a request, in the order requests arrive)."""

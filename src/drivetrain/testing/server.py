@@ -25,7 +25,7 @@ from drivetrain.models.anthropic_wire import same_content, sse_events, validate
 from drivetrain.testing.httpd import QuickHTTPServer
 
 from .cache import MIN_CACHE_TOKENS, PromptCache, count_tokens
-from .faults import ERROR_TYPES, Fault, FaultSchedule
+from .faults import ERROR_TYPES, REFUSED_S, Fault, FaultSchedule
 from .script import RawResponse, Respond, Step, assign_ids
 
 MESSAGES_PATH = "/v1/messages"
@@ -106,6 +106,7 @@ class ScriptedServer:
         self._closing = threading.Event()
         self._conns: set[socket.socket] = set()
         self._httpd: _HTTPServer | None = None
+        self._restarting = threading.Lock()
         self._thread: threading.Thread | None = None
         self._port: int | None = port or None
         self._bind_port = port
@@ -129,11 +130,40 @@ class ScriptedServer:
         self._thread.start()
         return self
 
+    def _restart(self, seconds: float) -> None:
+        """Stop listening now, and for ``seconds`` (connections are refused), then listen on the same port again
+        (in a thread of its own); the connections already open are served on. Called from a request's thread."""
+        self._restarting.acquire()
+        httpd, thread = self._httpd, self._thread
+        if httpd is None or self._closing.is_set():
+            self._restarting.release()
+            return
+        httpd.shutdown()
+        httpd.socket.close()
+        if thread is not None:
+            thread.join(timeout=5)
+        threading.Thread(target=self._listen_again, args=(seconds,), daemon=True).start()
+
+    def _listen_again(self, seconds: float) -> None:
+        try:
+            if self._closing.wait(seconds):
+                return
+            self._httpd = _HTTPServer(("127.0.0.1", self._port or 0), _Handler)
+            self._httpd.owner = self
+            self._thread = threading.Thread(
+                target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="ScriptedServer", daemon=True
+            )
+            self._thread.start()
+        finally:
+            self._restarting.release()
+
     def close(self) -> None:
         """Stop serving; open connections (a stalled stream too) are cut."""
         if self._httpd is None:
             return
         self._closing.set()
+        with self._restarting:  # a restart under way ends first
+            pass
         self._httpd.shutdown()
         with self._lock:
             conns = list(self._conns)
@@ -347,6 +377,10 @@ class ScriptedServer:
         elif f.kind == "reset":  # RST, not FIN: a linger of 0, then close
             h.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             h.connection.close()
+        elif f.kind == "refused":  # a restart: new connections refused for a moment, this one reset
+            self._restart(REFUSED_S)
+            h.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            h.connection.close()
         elif f.kind == "hang" or (f.kind == "stall" and not streamed):
             self._closing.wait(f.seconds)
         elif f.kind == "not_json":
@@ -360,7 +394,13 @@ class ScriptedServer:
                 _send(h, 200, payload[: len(payload) // 2], "application/json", {}, n)
         else:
             self._send_stream_fault(h, f, n, req)
-        if f.kind in ("reset", "cut", "hang", "stall"):  # the others leave the connection fit for the next request
+        if f.kind in (
+            "reset",
+            "refused",
+            "cut",
+            "hang",
+            "stall",
+        ):  # the others leave the connection fit for the next request
             h.close_connection = True
 
     def _send_stream_fault(self, h: _Handler, f: Fault, n: int, req: Request) -> None:
