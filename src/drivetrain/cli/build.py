@@ -24,6 +24,7 @@ from drivetrain.mcp.config import ServerSpec, configured, remember_approval, sco
 from drivetrain.mcp.group import McpServers
 from drivetrain.models.base import Model
 from drivetrain.models.local import LocalModel
+from drivetrain.models.resident import ResidentModel
 from drivetrain.models.resolve import detect_provider, resolve_model
 from drivetrain.pricing import prices_from_settings, set_prices
 from drivetrain.prompts import default_system_prompt
@@ -176,7 +177,7 @@ def attempts(
     # A local model on a CPU is compute-bound: k sequences decoded together cost nearly k times one
     # (benchmarks/bench_attempts.py), so its attempts go one after another, each starting only if no attempt has
     # settled the task yet; a server takes them at once.
-    together = not isinstance(base_model, LocalModel)
+    together = not isinstance(base_model, LocalModel | ResidentModel)
     main = agent.start(prompt, session_id=session_id)
     return Attempts(main, prompt, make, k, seed=args.seed, wall_s=agent.budget.wall_time_s, together=together)
 
