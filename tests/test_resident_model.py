@@ -1,6 +1,7 @@
 """The resident local model process on the real 0.5B: shared by two processes, restarted when killed, closed to
 other users, gone after its idle time. One process (and one load of the weights) serves the module's tests."""
 
+import asyncio
 import importlib.util
 import json
 import os
@@ -186,3 +187,28 @@ def test_the_daemon_is_the_default_and_no_daemon_keeps_the_model_in_process(monk
 
     assert apply_settings(["-p", "hi", "--no-daemon"], Path.cwd()) == ["-p", "hi"]
     assert os.environ["DRIVETRAIN_LOCAL_DAEMON"] == "0"
+
+
+def test_a_cancelled_command_stops_its_generation_in_the_model_process(daemon):
+    """A command that stops waiting (Ctrl-C, a wall budget) closes its connection; the process stops generating."""
+    from drivetrain.messages import Message
+    from drivetrain.models.base import ModelRequest
+
+    async def cancel_soon() -> None:
+        model = ResidentModel("0.5b", env=daemon)
+        request = ModelRequest([Message.user("Count from 1 to 500, one number a line.")], max_tokens=2000)
+        task = asyncio.ensure_future(model.respond(request))
+        while ping(daemon).get("in_flight") != 1:
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.5)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    served = ping(daemon)["served"]
+    asyncio.run(cancel_soon())
+    deadline = time.monotonic() + 30  # the reply stops at its next token (seconds apart on a loaded machine)
+    while ping(daemon)["in_flight"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    status = ping(daemon)
+    assert status["in_flight"] == 0 and status["served"] == served  # stopped, not finished
