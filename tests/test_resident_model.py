@@ -212,3 +212,16 @@ def test_a_cancelled_command_stops_its_generation_in_the_model_process(daemon):
         time.sleep(0.05)
     status = ping(daemon)
     assert status["in_flight"] == 0 and status["served"] == served  # stopped, not finished
+
+
+def test_the_settings_files_turn_the_model_process_off_and_set_its_idle_time(tmp_path, monkeypatch):
+    from drivetrain.cli.model import apply_settings
+
+    (tmp_path / ".drivetrain").mkdir()
+    settings = {"localModelDaemon": False, "localModelIdleSeconds": 60}
+    (tmp_path / ".drivetrain" / "settings.json").write_text(json.dumps(settings))
+    monkeypatch.delenv("DRIVETRAIN_LOCAL_DAEMON")
+    monkeypatch.setenv("DRIVETRAIN_DAEMON_IDLE", "")  # so that the value set below is undone after the test
+    monkeypatch.delenv("DRIVETRAIN_DAEMON_IDLE")
+    assert apply_settings(["-p", "hi"], tmp_path) == ["-p", "hi"]
+    assert os.environ["DRIVETRAIN_LOCAL_DAEMON"] == "0" and os.environ["DRIVETRAIN_DAEMON_IDLE"] == "60"

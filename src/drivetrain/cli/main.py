@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
 
         print(mermaid())
         return 0
-    argv = apply_settings(argv, Path.cwd())  # --no-daemon, and the resident model's settings
+    argv = apply_settings(argv)  # --no-daemon, and the resident model's settings
     if argv[:1] == ["compact"]:  # replace a saved session's history by a summary, now
         return asyncio.run(_compact(argv[1:]))
     if argv and argv[0] in SUBCOMMANDS:

@@ -14,14 +14,14 @@ from drivetrain.errors import HarnessError
 from drivetrain.models.resident import ENV_DAEMON, ENV_IDLE, ping, stop
 
 
-def apply_settings(argv: list[str], cwd: Path) -> list[str]:
+def apply_settings(argv: list[str], cwd: Path | None = None) -> list[str]:
     """``--no-daemon`` (any command) and the settings files' ``localModelDaemon`` / ``localModelIdleSeconds``, put
     in the environment the model factory and a newly started model process read; ``argv`` without the flag."""
     if "--no-daemon" in argv:
         argv = [a for a in argv if a != "--no-daemon"]
         os.environ[ENV_DAEMON] = "0"
     try:
-        files = load_settings(cwd).raw
+        files = load_settings(cwd or Path.cwd()).raw
     except (HarnessError, OSError):
         return argv  # the command itself reports a broken settings file
     for _, raw in files:  # local, project, user: the first that says wins, and the environment over all
