@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -113,6 +114,7 @@ def main() -> None:
     daemon_pid = int(ping(env)["pid"])
     daemon_peak = peak_rss_mb(daemon_pid)
     stop(env)
+    shutil.rmtree(folder, ignore_errors=True)
 
     def fmt(xs: list[float]) -> str:
         runs = ", ".join(f"{x:.2f} s/{OUT_TOKENS.get(x, 0)} tok" for x in xs)

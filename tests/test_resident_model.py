@@ -5,6 +5,7 @@ import asyncio
 import importlib.util
 import json
 import os
+import shutil
 import signal
 import stat
 import subprocess
@@ -68,6 +69,7 @@ def daemon():
     ensure_running(env)
     yield env
     stop(env)
+    shutil.rmtree(parent, ignore_errors=True)
 
 
 def _ask(env: dict[str, str], prompt: str) -> subprocess.Popen[str]:
@@ -176,6 +178,7 @@ def test_idle_exit_and_model_status_stop(tmp_path):
     )
     assert f"stopped the model process {pid}" in stopped.stdout
     assert _wait_gone(pid) and ping(env) == {}
+    shutil.rmtree(parent, ignore_errors=True)
 
 
 def test_the_daemon_is_the_default_and_no_daemon_keeps_the_model_in_process(monkeypatch):
