@@ -23,6 +23,8 @@ def _own_home(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("DRIVETRAIN_CACHE_DIR", str(cache_dir().parent))
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("DRIVETRAIN_HOME", str(home / ".drivetrain"))
+    # the local model in the test's own process, as before: tests/test_resident_model.py tests the resident one
+    monkeypatch.setenv("DRIVETRAIN_LOCAL_DAEMON", "0")
     return home
 
 

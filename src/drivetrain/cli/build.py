@@ -24,6 +24,7 @@ from drivetrain.mcp.config import ServerSpec, configured, remember_approval, sco
 from drivetrain.mcp.group import McpServers
 from drivetrain.models.base import Model
 from drivetrain.models.local import LocalModel
+from drivetrain.models.resident import ResidentModel
 from drivetrain.models.resolve import detect_provider, resolve_model
 from drivetrain.pricing import Wrapper, prices_from_settings, set_prices
 from drivetrain.prompts import default_system_prompt
@@ -182,7 +183,7 @@ def attempts(
     innermost: object = base_model
     while isinstance(innermost, Wrapper):  # the interactive screen's Streamed, say
         innermost = innermost.inner
-    together = not isinstance(innermost, LocalModel)
+    together = not isinstance(innermost, LocalModel | ResidentModel)
     main = agent.start(prompt, session_id=session_id)
     return Attempts(main, prompt, make, k, seed=args.seed, wall_s=agent.budget.wall_time_s, together=together)
 

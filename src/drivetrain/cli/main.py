@@ -21,6 +21,7 @@ from typing import Literal, get_args
 from drivetrain.agent import Run
 from drivetrain.cli import build
 from drivetrain.cli.describe import describe
+from drivetrain.cli.model import apply_settings
 from drivetrain.cli.telemetry import active_telemetry, start_telemetry, stop_telemetry
 from drivetrain.control.permissions import PermissionMode, Policy
 from drivetrain.errors import HarnessError
@@ -57,6 +58,7 @@ SUBCOMMANDS = {  # name -> "module:function" in drivetrain.cli, run with the res
     "apply": "plan:apply_main",  # … and carry one out
     "run": "plan:run_main",  # the old name of `apply`, for one release
     "mcp": "mcp:main",  # the MCP servers drivetrain uses (list, get, add, remove), and `mcp serve`: its tools as one
+    "model": "model:main",  # the resident local model process: status, stop
     "batch": "batch:main",  # many tasks, each a session in a scratch workspace, here or on Ray; and their report
 }
 # the subcommands that run agents in this process (telemetry as -p has it), and serve (a span per request)
@@ -112,6 +114,11 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--model", default=None)
     p.add_argument(
+        "--no-daemon",
+        action="store_true",
+        help="load the local model in this process, not in the shared resident one (any subcommand takes it)",
+    )
+    p.add_argument(
         "--provider",
         choices=PROVIDERS,
         default=None,
@@ -140,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
 
         print(mermaid())
         return 0
+    argv = apply_settings(argv)  # --no-daemon, and the resident model's settings
     if argv[:1] == ["compact"]:  # replace a saved session's history by a summary, now
         return asyncio.run(_compact(argv[1:]))
     if argv and argv[0] in SUBCOMMANDS:

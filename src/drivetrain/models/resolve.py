@@ -42,9 +42,12 @@ def resolve_model(
     if provider == "local":
         try:
             from drivetrain.models.local import LocalModel
+            from drivetrain.models.resident import ResidentModel, daemon_enabled
         except ImportError as e:
             raise ConfigError(
                 f"The local model is not available ({e}). Install it with: pip install 'drivetrain[local]'"
             ) from e
+        if daemon_enabled(env):  # the user's resident model process (docs/local-model.md)
+            return ResidentModel(model, env=env)
         return LocalModel.from_env(model, env)
     raise ConfigError(f"Unknown provider {provider!r}; choose one of {', '.join(PROVIDERS)}.")
