@@ -145,12 +145,19 @@ def run(
         # the first part, killed once a third of the tasks have a result
         with server_process(tasks, counter, rate, seed, every_kind, hang_s) as (url, first):
             started = time.monotonic()
-            proc = subprocess.Popen(
-                cmd, env=sweep_env(url, root, timeout_ms), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL, start_new_session=True,
-            )  # fmt: skip
+            errors = root / "first.stderr"
+            with errors.open("w") as stderr:
+                proc = subprocess.Popen(
+                    cmd, env=sweep_env(url, root, timeout_ms), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                    stderr=stderr, start_new_session=True,
+                )  # fmt: skip
             while result_count(out) < kill_at * tasks and proc.poll() is None:
                 time.sleep(0.05)
+            if proc.poll() is not None:
+                raise RuntimeError(
+                    f"the sweep ended (exit {proc.returncode}, {result_count(out)} results) before it could be killed "
+                    f"at {kill_at:.0%} of {tasks} tasks:\n{errors.read_text()[-3000:]}"
+                )
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
             first_wall = time.monotonic() - started
