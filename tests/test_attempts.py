@@ -581,3 +581,33 @@ def test_an_output_file_holding_what_its_own_command_prints_is_strong_evidence_a
         got = checked_attempts(server, ws, prompt, together=False)
     assert got["count"] == 2 and got["each"][0]["evidence"] == "", got  # typed: the second attempt starts, and stops
     assert got["each"][1]["evidence"].startswith("total.txt holds what")
+
+
+def test_through_the_cli_the_small_profiles_own_checks_read_each_attempt_and_strong_evidence_settles_it(
+    tmp_path, _own_home
+):
+    """The small profile adds its checks when a run starts (not to the agent): selection and early stop read them
+    there. An attempt whose asked-for file holds what its own command prints settles the task; a typed value does
+    not."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "a.py").write_text("x = 1\ny = 2\n")
+    computed = [reply("Count and write it.\n```bash\nwc -l < a.py > total.txt\n```"), reply("DONE: 2, in total.txt.")]
+    typed = [reply("Write it.\n```bash\necho 2 > total.txt\n```"), *[reply("DONE: 2, in total.txt.")] * 4]
+    with ScriptedServer(scripts(typed, computed, typed), route=by_temperature) as server:
+        proc = cli(
+            server.url,
+            "-p",
+            "Count the lines of a.py and write the total to total.txt.",
+            *("--profile", "small", "--attempts", "3", "--permission-mode", "bypassPermissions"),
+            *("--output-format", "json"),
+            cwd=ws,
+        )
+        server.take_remaining()
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout)["attempts"]
+    each = {e["attempt"]: e for e in got["each"]}
+    assert each[2]["evidence"] == "total.txt holds what `wc -l < a.py` prints", each
+    assert each[1]["evidence"] == "" and got["chosen"] == 2, got  # `echo 2` typed it
+    assert "total.txt holds what `wc -l < a.py` prints" in got["reason"]
+    assert (ws / "total.txt").read_text().strip() == "2"

@@ -261,7 +261,7 @@ class Attempts:
             for cmd in [*named, *tests_ran(a.result)][:MAX_RERUNS]:
                 if cmd not in a.reruns and (got := await rerun(a.agent, cmd, a.spec.cwd, a.spec.session_id)):
                     a.reruns[cmd] = got
-            checks = work_checks(a.agent)
+            checks = work_checks(a)
             if a.finished and checks is not None and self.early_stop:
                 facts = await checks.facts(
                     a.result.result, run=partial(run_again, a.agent, cwd=a.spec.cwd, session_id=a.spec.session_id)

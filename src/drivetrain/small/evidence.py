@@ -7,7 +7,7 @@ Besides a command that fails on the pristine copy and passes on the attempt's (r
 - a line the task quotes is printed, exactly, by the command that should print it, run again on the attempt's copy,
   and was not printed so on the pristine copy;
 - a file the task asks for holds what its own command prints: the attempt wrote it with ``command > file``, and
-  ``command`` run again on its copy prints just that.
+  ``command`` run again on its copy prints just that (a command that holds the value itself, ``echo 51``, typed it).
 """
 
 from __future__ import annotations
@@ -41,11 +41,10 @@ async def _own_output(f: RunFacts) -> str:
         content = f.now.get(name, b"").decode("utf-8", "replace").strip()
         if not content:
             continue
-        redirect = re.compile(rf"^(?P<cmd>[^<>&;\n]+?)\s*>\s*(?:\./)?{re.escape(name)}\s*$")
+        redirect = re.compile(rf"^(?P<cmd>[^>&;\n]+?)\s*>\s*(?:\./)?{re.escape(name)}\s*$")
         writes = [m for c in f.calls if c.command and not c.failed and (m := redirect.match(c.command.strip()))]
-        if not writes:
-            continue
-        command = writes[-1].group("cmd")
+        if not writes or content in (command := writes[-1].group("cmd")):
+            continue  # `echo 51 > total.txt` typed the value: its command only repeats it
         code, output = await f.run(command)
         if code == 0 and output.strip() == content:
             return f"{name} holds what `{command}` prints"

@@ -191,15 +191,17 @@ async def _not_run(command: str) -> tuple[int | None, str]:
 READ_ONLY = tuple(c for c in CHECKS if not c.runs_commands and not c.last)
 
 
-def work_checks(agent: Agent) -> WorkChecks | None:
-    """The small profile's checks node of an attempt's agent, if it has one."""
-    return next((n for n in agent.nodes if isinstance(n, WorkChecks)), None)
+def work_checks(a: Attempt) -> WorkChecks | None:
+    """The small profile's checks node of an attempt's run (the profile adds it when the run starts: ``Deps.of``),
+    if it has one."""
+    nodes = a.run.deps.nodes if a.run is not None else tuple(a.agent.nodes)
+    return next((n for n in nodes if isinstance(n, WorkChecks)), None)
 
 
 async def failed_checks(a: Attempt) -> tuple[str, ...]:
     """The work checks that only read (no command run again: the reruns are read apart) that a finished attempt's
     end state fails: the same ``Check`` objects that send a run back."""
-    checks = work_checks(a.agent)
+    checks = work_checks(a)
     if not a.finished or a.result is None or checks is None:
         return ()
     return tuple((await checks.verdict(a.result.result, run=_not_run, checks=READ_ONLY)).failed)
