@@ -223,9 +223,13 @@ def test_a_sweep_killed_midway_goes_on_without_rerunning_finished_tasks(tmp_path
         requests = {i: sum(q.conversation == prompt(i) for q in second.requests) for i in ids}
         unused = second.take_remaining()  # the finished tasks' scripts: meant to stay unused
     assert again.returncode == 0, again.stderr
-    assert {i for i, n in requests.items() if n} == set(ids) - finished  # none of the finished asked again
-    assert all(requests[i] == 2 for i in set(ids) - finished)
-    assert len(unused) == 2 * len(finished)
+    asked = {i for i, n in requests.items() if n}
+    # None of the finished asked again. k5 (its first request never answered), k6 and k7 (never started) ask for
+    # both steps; a task killed after its last answer but before its result line resumes from its session
+    # (resumable by default) and may need no request at all.
+    assert {"k5", "k6", "k7"} <= asked <= set(ids) - finished, (asked, finished)
+    assert all(requests[i] == 2 for i in ("k5", "k6", "k7"))
+    assert len(unused) == 2 * len(ids) - sum(requests.values()) >= 2 * len(finished)
     assert sorted(r["id"] for r in lines(out)) == ids  # one line per task in all
 
 
