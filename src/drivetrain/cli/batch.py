@@ -227,12 +227,7 @@ def main(argv: list[str] | None = None) -> int:
         with progress.showing(tally, len(todo)):
             unstarted = asyncio.run(_run(sweep, agents, todo, tally))
     except KeyboardInterrupt:
-        print(
-            f"drivetrain batch: interrupted; {tally.done} of {tally.total} tasks have a result. Run the same "
-            "command again to go on.",
-            file=sys.stderr,
-        )
-        return 130
+        return _interrupted(tally)
     except HarnessError as e:
         print(
             f"drivetrain batch: {e}\n{tally.done} of {tally.total} tasks have a result. Run the same command "
@@ -283,12 +278,7 @@ def _in_workers(
         with progress.showing(tally, len(todo)):
             workers.run(todo, resume)
     except KeyboardInterrupt:
-        print(
-            f"drivetrain batch: interrupted; {tally.done} of {tally.total} tasks have a result. Run the same "
-            "command again to go on.",
-            file=sys.stderr,
-        )
-        return 130
+        return _interrupted(tally)
     progress.summary(tally, args.out)
     for said in workers.died:
         print(f"drivetrain batch: {said}.", file=sys.stderr)
@@ -407,3 +397,12 @@ def _executor(args: argparse.Namespace, agents: FlagAgents, tasks: list[Task], r
     for task in tasks:  # a missing key or an unknown provider is said once, before anything runs
         agents.model(task.provider or args.provider, task.model or args.model)
     return local(agents, Scratch(args.out / "workspaces", args.keep_workspaces, args.resumable), resume)
+
+
+def _interrupted(tally: Tally) -> int:
+    print(
+        f"drivetrain batch: interrupted; {tally.done} of {tally.total} tasks have a result. Run the same "
+        "command again to go on.",
+        file=sys.stderr,
+    )
+    return 130

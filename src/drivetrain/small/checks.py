@@ -89,7 +89,7 @@ CHECKS: tuple[Check, ...] = (
 
 
 @dataclass(frozen=True)
-class Verdict:
+class Findings:
     """What the checks concluded of one look at a run: the failures by check, in ``CHECKS``' order."""
 
     failed: dict[str, list[str]]
@@ -98,12 +98,8 @@ class Verdict:
     def of(self, kind: SendBackKind) -> list[str]:
         return [text for name, texts in self.failed.items() if self.kinds[name] == kind for text in texts]
 
-    @property
-    def passed(self) -> int:
-        return len(self.kinds) - len(self.failed)
 
-
-async def conclude(facts: RunFacts, checks: tuple[Check, ...] = CHECKS) -> Verdict:
+async def conclude(facts: RunFacts, checks: tuple[Check, ...] = CHECKS) -> Findings:
     """Every check on the same facts, in order; a ``last`` check only when all others hold."""
     failed: dict[str, list[str]] = {}
     kinds: dict[str, SendBackKind] = {}
@@ -113,7 +109,7 @@ async def conclude(facts: RunFacts, checks: tuple[Check, ...] = CHECKS) -> Verdi
         kinds[check.name] = check.kind
         if found := await check.conclude(facts):
             failed[check.name] = found
-    return Verdict(failed, kinds)
+    return Findings(failed, kinds)
 
 
 class Seen(Protocol):
@@ -265,21 +261,21 @@ class WorkChecks:
             said=[self._said, *self._sent_back],
         )
 
-    async def verdict(
+    async def findings(
         self,
         answer: str,
         denied: frozenset[str] = frozenset(),
         run: Runner | None = None,
         checks: tuple[Check, ...] | None = None,
-    ) -> Verdict:
+    ) -> Findings:
         """The checks (``checks``, else the node's own) on one look at the run (``agreement`` only when the answer
         must agree)."""
         facts = await self.facts(answer, denied, run)
         chosen = self.checks if checks is None else checks
-        verdict = await conclude(facts, chosen if self.agree else tuple(c for c in chosen if not c.last))
+        found = await conclude(facts, chosen if self.agree else tuple(c for c in chosen if not c.last))
         self.calls += facts.made  # a call the harness made for the run: the run has seen it
         self.unread = []  # said once per file
-        return verdict
+        return found
 
     async def failures(self, answer: str, denied: frozenset[str] = frozenset(), run: Runner | None = None) -> list[str]:
         work, answer_only = await self.sorted_failures(answer, denied, run)
@@ -289,8 +285,8 @@ class WorkChecks:
         self, answer: str, denied: frozenset[str] = frozenset(), run: Runner | None = None
     ) -> tuple[list[str], list[str]]:
         """(what needs more work, what needs only a better answer), from one look at the workspace."""
-        verdict = await self.verdict(answer, denied, run)
-        return verdict.of("work"), verdict.of("answer")
+        found = await self.findings(answer, denied, run)
+        return found.of("work"), found.of("answer")
 
     async def _run_here(self, command: str) -> tuple[int | None, str]:
         """Outside a run (a check called by itself), a command runs as a plain child process of the workspace."""

@@ -204,7 +204,7 @@ async def failed_checks(a: Attempt) -> tuple[str, ...]:
     checks = work_checks(a)
     if not a.finished or a.result is None or checks is None:
         return ()
-    return tuple((await checks.verdict(a.result.result, run=_not_run, checks=READ_ONLY)).failed)
+    return tuple((await checks.findings(a.result.result, run=_not_run, checks=READ_ONLY)).failed)
 
 
 def choose(attempts: Sequence[Attempt], base: dict[str, tuple[int, str]]) -> Choice:
