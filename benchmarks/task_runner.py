@@ -24,6 +24,7 @@ class Config:
     ablate: tuple[str, ...] = ()
     args: tuple[str, ...] = ()
     src: str = ""  # another checkout to run the code of (cli_runner.cli_command: its src/ first on sys.path)
+    keep: bool = False  # keep each attempt's copy (--keep-attempts) and check each attempt as the run is checked
 
     @property
     def env(self) -> dict[str, str]:
@@ -42,6 +43,7 @@ def parse_config(text: str) -> Config:
     args: list[str] = []
     src = ""
     naive = False
+    keep = False
     for item in spec.split("+"):
         key, _, value = item.partition(":")
         if key == "ablate" and value:
@@ -54,15 +56,17 @@ def parse_config(text: str) -> Config:
             if not (Path(value) / "src" / "drivetrain").is_dir():
                 raise ValueError(f"config {text!r}: {value} has no src/drivetrain")
             src = value
+        elif item == "keep":
+            keep = True
         elif item in ("naive", "drivetrain"):
             naive = item == "naive"
         else:
             raise ValueError(
-                f"config {text!r}: unknown item {item!r} (ablate:a,b  profile:P  arg:--flag  src:DIR  naive)"
+                f"config {text!r}: unknown item {item!r} (ablate:a,b  profile:P  arg:--flag  src:DIR  keep  naive)"
             )
-    if naive and (ablate or args or src):
+    if naive and (ablate or args or src or keep):
         raise ValueError(f"config {text!r}: the naive loop takes no ablations or drivetrain arguments")
-    return Config(name, spec, naive, tuple(ablate), tuple(args), src)
+    return Config(name, spec, naive, tuple(ablate), tuple(args), src, keep)
 
 
 class Runner:
@@ -98,7 +102,7 @@ class Runner:
             / "work"
             / hashlib.sha1(f"{task_name}/{run}/{seed}/{wording}/{config.name}".encode()).hexdigest()[:10]
         )
-        for old in (run_dir, ws):
+        for old in (run_dir, ws, self._kept(ws)):
             if old.exists():
                 shutil.rmtree(old)  # a run cut short earlier: start it afresh
         inst = task.make(seed, ws, wording)
@@ -131,6 +135,7 @@ class Runner:
         solved, reason = task.check(ws, answer, expect)
         if not solved and subtype not in ("success", ""):
             reason = f"{subtype}: {reason}"
+        each = self._check_attempts(task, run_dir, self._kept(ws), expect) if config.keep else None
         return {
             "task": task_name,
             "config": config.name,
@@ -156,7 +161,32 @@ class Runner:
             "code": code_state(*([Path(config.src)] if config.src else []))[1],
             "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
             "workspace": str(ws),
+            **({"attempts": each} if each is not None else {}),
         }
+
+    @staticmethod
+    def _check_attempts(task, run_dir: Path, kept: Path, expect) -> dict:
+        """Each attempt's end state checked as the run's is (its kept copy, its own answer): whether the chosen
+        one was the first, and whether any attempt solved it (what a perfect choice would have got)."""
+        try:
+            got = json.loads((run_dir / "stdout.json").read_text()).get("attempts") or {}
+        except (OSError, ValueError):
+            return {}
+        each = []
+        for e in got.get("each", []):
+            copy = kept / f"a{e['attempt']}"
+            solved, reason = task.check(copy, e.get("result") or "", expect) if copy.is_dir() else (False, "no copy")
+            each.append(
+                {
+                    "attempt": e["attempt"],
+                    "solved": solved,
+                    "reason": reason[:200],
+                    "subtype": e.get("subtype"),
+                    "took_s": e.get("took_s"),
+                    "turns": e.get("num_turns"),
+                }
+            )
+        return {"chosen": got.get("chosen"), "reason": got.get("reason", "")[:300], "each": each}
 
     def extra_args(self, inst, config: Config) -> list[str]:
         """The CLI arguments of a run besides the prompt, provider and turn cap: the wall budget, the task's deny
@@ -164,6 +194,11 @@ class Runner:
         deny = ["--disallowedTools", *inst.deny] if inst.deny else []
         wall = ["--max-wall-time", f"{self.max_wall_s:g}"] if self.max_wall_s else []
         return [*wall, *deny, *inst.cli_args, *config.args]
+
+    @staticmethod
+    def _kept(ws: Path) -> Path:
+        """Where the attempts' copies go: beside the workspace, as neutral a path as it (their pwd)."""
+        return ws.with_name(ws.name + "-k")
 
     def _run_cli(self, inst, ws: Path, run_dir: Path, config: Config):
         from cli_runner import run_cli
@@ -175,7 +210,10 @@ class Runner:
             model=self.model,
             max_turns=self.max_turns,
             timeout_s=self.timeout_s,
-            extra_args=self.extra_args(inst, config),
+            extra_args=[
+                *self.extra_args(inst, config),
+                *(["--keep-attempts", str(self._kept(ws))] if config.keep else []),
+            ],
             src=config.src,
             extra_env={**self.env, **config.env},
             provider_args=self.provider_args,

@@ -611,3 +611,20 @@ def test_through_the_cli_the_small_profiles_own_checks_read_each_attempt_and_str
     assert each[1]["evidence"] == "" and got["chosen"] == 2, got  # `echo 2` typed it
     assert "total.txt holds what `wc -l < a.py` prints" in got["reason"]
     assert (ws / "total.txt").read_text().strip() == "2"
+
+
+def test_keep_attempts_leaves_each_attempts_copy_for_inspection_and_a_used_folder_is_refused(tmp_path):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "numbers.txt").write_text("5 6 7\n")
+    kept = tmp_path / "kept"
+    with ScriptedServer(scripts(writes(17), writes(18), writes(18)), route=by_temperature) as server:
+        proc = run_attempts(server, ws, "--keep-attempts", str(kept))
+    assert proc.returncode == 0, proc.stderr
+    assert [(kept / f"a{i}" / "out.txt").read_text() for i in (1, 2, 3)] == ["17\n", "18\n", "18\n"]
+    assert not (kept / "base" / "out.txt").exists() and (kept / "base" / "numbers.txt").exists()
+    with ScriptedServer([]) as server:
+        again = run_attempts(server, ws, "--keep-attempts", str(kept))
+    said = json.loads(again.stdout)["result"]
+    assert again.returncode != 0 and "--keep-attempts" in said and "not empty" in said, said
+    assert (ws / "out.txt").read_text() == "18\n"  # the refused run changed nothing

@@ -183,3 +183,40 @@ def test_a_dry_run_prints_the_first_command(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "--max-wall-time 45" in out and "--max-turns" not in out.split("first drivetrain run")[1]
     assert "turn cap: the CLI default" in out and "seed 500001" in out
+
+
+def test_a_kept_config_checks_each_attempt_in_its_own_copy_as_the_run_is_checked(tmp_path):
+    """``keep``: the CLI keeps each attempt's copy (``--keep-attempts``, beside the workspace, under a path as
+    neutral as it), and each attempt is checked there with its own answer: the chosen one against the first."""
+    from drivetrain.small.attempts import TEMPERATURES
+    from tasks import TASKS
+
+    out = TASKS["todos"].make(3, tmp_path / "probe", "en-1").expect["out"]
+    solves = [
+        respond([tool_call("Bash", {"command": f"grep -n TODO *.py | cut -d: -f1,2 > {out}"})]),
+        reply(f"Listed them in {out}."),
+    ]
+    skips = [reply("There is nothing to do.")]
+    routes = {str(TEMPERATURES[0]): solves, str(TEMPERATURES[1]): skips, str(TEMPERATURES[2]): list(skips)}
+    with ScriptedServer(routes, route=lambda body: str(body.get("temperature"))) as server:
+        runner = bench_tasks.Runner(
+            "small",
+            tmp_path / "save",
+            None,
+            60,
+            provider_args=("--provider", "anthropic"),
+            env={"ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_API_KEY": "sk-test", "ANTHROPIC_MODEL": "m"},
+        )
+        config = bench_tasks.parse_config(
+            "k3=keep+profile:full+arg:--attempts=3+arg:--permission-mode=bypassPermissions"
+        )
+        result = runner.run("todos", 1, 3, config)
+    each = {e["attempt"]: e for e in result["attempts"]["each"]}
+    assert each[1]["solved"] and each[1]["reason"].endswith("TODOs"), each
+    assert not each[2]["solved"] and not each[3]["solved"] and each[2]["reason"].endswith("was not written")
+    assert result["attempts"]["chosen"] in (1, 2, 3) and result["attempts"]["reason"]
+    kept = Path(result["workspace"] + "-k")
+    assert sorted(p.name for p in kept.iterdir()) == ["a1", "a2", "a3", "base"]
+    assert "todos" not in str(kept.relative_to(tmp_path / "save"))  # the attempts' pwd names no task
+    with pytest.raises(ValueError, match="keep"):
+        bench_tasks.parse_config("n=naive+keep")

@@ -185,7 +185,14 @@ def attempts(
         innermost = innermost.inner
     together = not isinstance(innermost, LocalModel | ResidentModel)
     main = agent.start(prompt, session_id=session_id)
-    return Attempts(main, prompt, make, k, seed=args.seed, wall_s=agent.budget.wall_time_s, together=together)
+    scratch = None
+    if args.keep_attempts is not None:
+        scratch = args.keep_attempts.resolve()
+        if scratch.exists() and any(scratch.iterdir()):
+            raise ConfigError(f"--keep-attempts {args.keep_attempts}: the folder is not empty")
+    return Attempts(
+        main, prompt, make, k, seed=args.seed, wall_s=agent.budget.wall_time_s, together=together, scratch=scratch
+    )
 
 
 def _telemetry(cwd: Path, files: list[tuple[Path, JsonObject]]) -> Telemetry | None:
@@ -298,6 +305,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="K",
         help="under the small profile, run the task as K fresh attempts, each in a copy of the workspace, and keep "
         'the one the evidence backs (default: the settings\' "attempts", else 3; 1: a single run)',
+    )
+    p.add_argument(
+        "--keep-attempts",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="keep each attempt's copy of the workspace in DIR/aN (and the pristine copy in DIR/base) for "
+        "inspection, instead of removing them when the run ends",
     )
     p.add_argument(
         "--seed", type=int, default=None, help="the sampling seed (the local model: the same seed, the same run)"
