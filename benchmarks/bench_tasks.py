@@ -290,8 +290,9 @@ def print_plan(runner: Runner, todo: list) -> None:
     if first:
         t, s, w, c = first
         with tempfile.TemporaryDirectory() as tmp:
-            inst = TASKS[t].make(s, Path(tmp), w)
-        argv = [*cli_command(c.src), *cli_args(inst.prompt, runner.max_turns, extra_args=runner.extra_args(inst, c))]
+            inst = TASKS[t].make(s, Path(tmp) / "ws", w)
+            extra = runner.extra_args(inst, c, Path(tmp) / "ws")
+        argv = [*cli_command(c.src), *cli_args(inst.prompt, runner.max_turns, extra_args=extra)]
         print(
             "\nthe first drivetrain run starts (in its workspace, the PATH without the virtualenv):\n  "
             + " ".join(shlex.quote(a) for a in argv)

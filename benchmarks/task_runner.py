@@ -188,12 +188,13 @@ class Runner:
             )
         return {"chosen": got.get("chosen"), "reason": got.get("reason", "")[:300], "each": each}
 
-    def extra_args(self, inst, config: Config) -> list[str]:
+    def extra_args(self, inst, config: Config, ws: Path) -> list[str]:
         """The CLI arguments of a run besides the prompt, provider and turn cap: the wall budget, the task's deny
         rules and arguments, the config's."""
         deny = ["--disallowedTools", *inst.deny] if inst.deny else []
         wall = ["--max-wall-time", f"{self.max_wall_s:g}"] if self.max_wall_s else []
-        return [*wall, *deny, *inst.cli_args, *config.args]
+        keep = ["--keep-attempts", str(self._kept(ws))] if config.keep else []
+        return [*wall, *deny, *inst.cli_args, *config.args, *keep]
 
     @staticmethod
     def _kept(ws: Path) -> Path:
@@ -210,10 +211,7 @@ class Runner:
             model=self.model,
             max_turns=self.max_turns,
             timeout_s=self.timeout_s,
-            extra_args=[
-                *self.extra_args(inst, config),
-                *(["--keep-attempts", str(self._kept(ws))] if config.keep else []),
-            ],
+            extra_args=self.extra_args(inst, config, ws),
             src=config.src,
             extra_env={**self.env, **config.env},
             provider_args=self.provider_args,
