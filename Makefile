@@ -25,11 +25,11 @@ phoenix: .venv-phoenix/bin/phoenix
 	touch $@
 
 # Install the test dependencies (Phoenix's virtualenv too), then lint, type-check and run the whole test suite
-# (what .ci/run calls).
+# (what .ci/run calls); pytest lists the 25 slowest test steps.
 test: phoenix
 	$(PY) -m venv $(VENV)
 	$(PIP) -e '.[test]'
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
-	$(VENV)/bin/python -m pytest -q
+	$(VENV)/bin/python -m pytest -q --durations=25

@@ -5,6 +5,7 @@ With DRIVETRAIN_NO_SKIP=1 (set by .ci/run), a skipped test fails: CI installs ev
 (ripgrep, bubblewrap, the local model), so a skip there means something is missing, not optional."""
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -26,6 +27,22 @@ def _own_home(tmp_path_factory, monkeypatch):
     # the local model in the test's own process, as before: tests/test_resident_model.py tests the resident one
     monkeypatch.setenv("DRIVETRAIN_LOCAL_DAEMON", "0")
     return home
+
+
+def _file_seconds() -> dict[str, float]:
+    """tests/durations.txt: the seconds each file took in a whole run (tests/durations.py writes it)."""
+    text = (Path(__file__).parent / "durations.txt").read_text()
+    rows = (line.split(maxsplit=1) for line in text.splitlines() if line and not line.startswith("#"))
+    return {path: float(seconds) for seconds, path in rows}
+
+
+def pytest_collection_modifyitems(config, items):
+    """The longest files first, each file's tests in their order: pytest-xdist hands files out in this order
+    (--no-loadscope-reorder), so the last ones to start are short and no worker waits long for the other at the
+    end. A file not in the list yet goes first: it may be long."""
+    seconds = _file_seconds()
+    order = {item.nodeid.split("::")[0]: -seconds.get(item.nodeid.split("::")[0], float("inf")) for item in items}
+    items.sort(key=lambda item: order[item.nodeid.split("::")[0]])
 
 
 @pytest.hookimpl(hookwrapper=True)
