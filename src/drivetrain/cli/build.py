@@ -131,8 +131,8 @@ def build_agent(
 
 
 def attempts_wanted(args: argparse.Namespace, agent: Agent) -> int:
-    """How many attempts a task runs as: ``--attempts``, else the settings' ``attempts``, else 3 under a profile
-    with the ``attempts`` aid (the small one); 1 under the others unless asked for."""
+    """How many attempts a task runs as: ``--attempts``, else, under a profile with the ``attempts`` aid (the small
+    one), the settings' ``attempts``, else ``DEFAULT_ATTEMPTS``; 1 under the others unless asked for."""
     if not agent.profile.attempts and args.attempts is None:
         return 1
     k: int | None = args.attempts
@@ -303,8 +303,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=int,
         default=None,
         metavar="K",
-        help="under the small profile, run the task as K fresh attempts, each in a copy of the workspace, and keep "
-        'the one the evidence backs (default: the settings\' "attempts", else 3; 1: a single run)',
+        help="run the task as K fresh attempts, each in a copy of the workspace, and keep "
+        'the one the evidence backs (default: the settings\' "attempts", else 1: a single run)',
     )
     p.add_argument(
         "--keep-attempts",
