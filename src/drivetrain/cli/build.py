@@ -184,12 +184,12 @@ def attempts(
     while isinstance(innermost, Wrapper):  # the interactive screen's Streamed, say
         innermost = innermost.inner
     together = not isinstance(innermost, LocalModel | ResidentModel)
-    main = agent.start(prompt, session_id=session_id)
     scratch = None
-    if args.keep_attempts is not None:
+    if args.keep_attempts is not None:  # refused before the run starts: nothing is logged or changed
         scratch = args.keep_attempts.resolve()
         if scratch.exists() and any(scratch.iterdir()):
             raise ConfigError(f"--keep-attempts {args.keep_attempts}: the folder is not empty")
+    main = agent.start(prompt, session_id=session_id)
     return Attempts(
         main, prompt, make, k, seed=args.seed, wall_s=agent.budget.wall_time_s, together=together, scratch=scratch
     )
