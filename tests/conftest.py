@@ -41,8 +41,7 @@ def pytest_collection_modifyitems(config, items):
     (--no-loadscope-reorder), so the last ones to start are short and no worker waits long for the other at the
     end. A file not in the list yet goes first: it may be long."""
     seconds = _file_seconds()
-    order = {item.nodeid.split("::")[0]: -seconds.get(item.nodeid.split("::")[0], float("inf")) for item in items}
-    items.sort(key=lambda item: order[item.nodeid.split("::")[0]])
+    items.sort(key=lambda item: -seconds.get(item.nodeid.split("::")[0], float("inf")))
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -145,6 +145,14 @@ def test_the_path_leaves_out_the_virtualenv(monkeypatch, tmp_path):
     assert Path(cli_runner.cli_command()[0]).is_absolute()  # drivetrain itself is still found
 
 
+def scripted_runner(tmp_path, server, max_wall_s=None):
+    """The benchmark's runner, its CLI runs asking the scripted server (results under tmp_path/save)."""
+    env = {"ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_API_KEY": "sk-test", "ANTHROPIC_MODEL": "claude-sonnet-4-6"}
+    return bench_tasks.Runner(
+        "small", tmp_path / "save", None, 60, provider_args=("--provider", "anthropic"), env=env, max_wall_s=max_wall_s
+    )
+
+
 def test_the_cli_runs_with_its_own_turn_cap_a_wall_budget_and_no_virtualenv_on_its_path(tmp_path, monkeypatch):
     venv_bin = str(Path(sys.executable).parent)
     monkeypatch.setenv("PATH", venv_bin + os.pathsep + os.environ.get("PATH", ""))
@@ -156,19 +164,7 @@ def test_the_cli_runs_with_its_own_turn_cap_a_wall_budget_and_no_virtualenv_on_i
 
     steps = [respond([tool_call("Bash", {"command": "echo $PATH"})]), reply("done", expect=path_seen)]
     with ScriptedServer(steps) as server:
-        runner = bench_tasks.Runner(
-            "small",
-            tmp_path / "save",
-            None,
-            60,
-            provider_args=("--provider", "anthropic"),
-            env={
-                "ANTHROPIC_BASE_URL": server.url,
-                "ANTHROPIC_API_KEY": "sk-test",
-                "ANTHROPIC_MODEL": "claude-sonnet-4-6",
-            },
-            max_wall_s=60,
-        )
+        runner = scripted_runner(tmp_path, server, max_wall_s=60)
         result = runner.run("todos", 1, 3, bench_tasks.parse_config("drivetrain"))
     argv = json.loads((tmp_path / "save" / "todos" / "run1-seed3-en-1" / "drivetrain" / "argv.json").read_text())
     assert "--max-turns" not in argv
@@ -199,14 +195,7 @@ def test_a_kept_config_checks_each_attempt_in_its_own_copy_as_the_run_is_checked
     skips = [reply("There is nothing to do.")]
     routes = {str(TEMPERATURES[0]): solves, str(TEMPERATURES[1]): skips, str(TEMPERATURES[2]): list(skips)}
     with ScriptedServer(routes, route=lambda body: str(body.get("temperature"))) as server:
-        runner = bench_tasks.Runner(
-            "small",
-            tmp_path / "save",
-            None,
-            60,
-            provider_args=("--provider", "anthropic"),
-            env={"ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_API_KEY": "sk-test", "ANTHROPIC_MODEL": "m"},
-        )
+        runner = scripted_runner(tmp_path, server)
         config = bench_tasks.parse_config(
             "k3=keep+profile:full+arg:--attempts=3+arg:--permission-mode=bypassPermissions"
         )
