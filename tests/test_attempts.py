@@ -628,3 +628,7 @@ def test_keep_attempts_leaves_each_attempts_copy_for_inspection_and_a_used_folde
     said = json.loads(again.stdout)["result"]
     assert again.returncode != 0 and "--keep-attempts" in said and "not empty" in said, said
     assert (ws / "out.txt").read_text() == "18\n"  # the refused run changed nothing
+    (tmp_path / "afile").write_text("x")
+    with ScriptedServer([]) as server:
+        on_file = run_attempts(server, ws, "--keep-attempts", str(tmp_path / "afile"))
+    assert on_file.returncode != 0 and "a file, not a folder" in json.loads(on_file.stdout)["result"]

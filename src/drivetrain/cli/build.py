@@ -187,6 +187,8 @@ def attempts(
     scratch = None
     if args.keep_attempts is not None:  # refused before the run starts: nothing is logged or changed
         scratch = args.keep_attempts.resolve()
+        if scratch.exists() and not scratch.is_dir():
+            raise ConfigError(f"--keep-attempts {args.keep_attempts}: a file, not a folder")
         if scratch.exists() and any(scratch.iterdir()):
             raise ConfigError(f"--keep-attempts {args.keep_attempts}: the folder is not empty")
     main = agent.start(prompt, session_id=session_id)
