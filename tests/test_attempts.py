@@ -3,11 +3,11 @@ routed to a script of its own by the temperature it samples at (attempt 1: 0.2, 
 
 import json
 import re
-import subprocess
 import threading
 import time
 from pathlib import Path
 
+import cli_process
 from drivetrain.loop.result import RunResult
 from drivetrain.messages import Usage
 from drivetrain.small.attempts import TEMPERATURES
@@ -85,7 +85,7 @@ def test_the_largest_group_wins_and_its_change_reaches_the_workspace(tmp_path, _
     assert result["usage"]["output_tokens"] == sum(e["usage"]["output_tokens"] for e in attempts["each"])
     assert all(e["usage"]["output_tokens"] > 0 for e in attempts["each"])
     # `sessions show` puts the attempts side by side, marks the winner, says why, and shows each one's turns
-    shown = subprocess.run(
+    shown = cli_process.run(
         [DRIVETRAIN, "sessions", "show", result["session_id"][:13]], capture_output=True, text=True, check=False
     )
     assert shown.returncode == 0, shown.stderr

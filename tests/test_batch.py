@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+import cli_process
 from drivetrain.batch.execute import Held
 from drivetrain.batch.results import read_results
 from drivetrain.sessions.file import FileStore
@@ -77,7 +78,7 @@ def batch_args(tasks: Path, out: Path, *more: str) -> list[str]:
 def batch(
     server_url: str, home: Path, tasks: Path, out: Path, *more: str, env: dict | None = None
 ) -> subprocess.CompletedProcess:
-    return subprocess.run(
+    return cli_process.run(
         batch_args(tasks, out, *more),
         env={**env_for(server_url, home), **(env or {})},
         capture_output=True,
@@ -160,7 +161,7 @@ def test_held_records_reach_the_store_when_the_task_ends_or_anything_reads_it(tm
 @IN_ORDER
 def test_the_report_agrees_with_the_result_lines(sweep):
     _root, out, _, _ = sweep
-    proc = subprocess.run(
+    proc = cli_process.run(
         [DRIVETRAIN, "batch", "report", str(out), "--json"], capture_output=True, text=True, timeout=60
     )
     assert proc.returncode == 0, proc.stderr
@@ -176,7 +177,7 @@ def test_the_report_agrees_with_the_result_lines(sweep):
     )
     slowest = max(latest.values(), key=lambda r: r.wall_s)
     assert report["slowest"][0]["id"] == slowest.id
-    text = subprocess.run([DRIVETRAIN, "batch", "report", str(out)], capture_output=True, text=True, timeout=60)
+    text = cli_process.run([DRIVETRAIN, "batch", "report", str(out)], capture_output=True, text=True, timeout=60)
     assert f"{report['passed']}/24 passed" in text.stdout and "check_failed: 2" in text.stdout
 
 
@@ -202,7 +203,7 @@ def test_a_sweep_killed_midway_goes_on_without_rerunning_finished_tasks(tmp_path
     scripts[prompt("k5")] = script("k5", out, expect=lambda body: arrived.set(), hold=hold)
     first = ScriptedServer(scripts).start()
     try:
-        proc = subprocess.Popen(
+        proc = cli_process.Popen(
             batch_args(tasks, out, "--concurrency", "2", "--workers", "1"),
             env=env_for(first.url, tmp_path),
             stdout=subprocess.DEVNULL,
@@ -251,7 +252,7 @@ def test_the_html_report_is_self_contained_and_chromium_draws_its_charts(sweep, 
 
     _root, out, _, _ = sweep
     page_path = tmp_path / "report.html"
-    proc = subprocess.run(
+    proc = cli_process.run(
         [DRIVETRAIN, "batch", "report", str(out), "--html", str(page_path)], capture_output=True, text=True, timeout=60
     )
     assert proc.returncode == 0, proc.stderr

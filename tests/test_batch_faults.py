@@ -10,6 +10,7 @@ import subprocess
 import threading
 from pathlib import Path
 
+import cli_process
 from drivetrain.batch.results import interrupted
 from drivetrain.testing import ScriptedServer, fault, reply, respond, tool_call
 from test_batch import batch, batch_args, env_for, lines, prompt, script, write_tasks
@@ -73,7 +74,7 @@ def killed_while_k1_waits(tmp_path: Path, at: int = 1, *more: str) -> tuple[Path
     scripts = {prompt("k0"): counting("k0", out, counter), prompt("k1"): k1}
     server = ScriptedServer(scripts).start()
     try:
-        proc = subprocess.Popen(
+        proc = cli_process.Popen(
             batch_args(tasks, out, "--concurrency", "1", "--permission-mode", "bypassPermissions", *more),
             env=env_for(server.url, tmp_path),
             stdout=subprocess.DEVNULL,
@@ -106,7 +107,9 @@ def test_a_rerun_names_the_tasks_a_kill_interrupted_and_says_what_running_them_a
     k1 = {r["id"]: r for r in lines(out)}["k1"]
     assert k1["status"] == "pass" and k1["interrupted"] == 1
     assert before > 0 and sum(k1[k] for k in TOKENS) == before + billed(server)  # the killed run's bill counts
-    report = subprocess.run([*batch_args(tasks, out)[:2], "report", str(out), "--json"], capture_output=True, text=True)
+    report = cli_process.run(
+        [*batch_args(tasks, out)[:2], "report", str(out), "--json"], capture_output=True, text=True
+    )
     assert json.loads(report.stdout)["interrupted"] == {"k1": {"runs": 1, "tools": ["Bash"]}}
 
 

@@ -10,6 +10,7 @@ import subprocess
 import threading
 import time
 
+import cli_process
 from drivetrain.testing import ScriptedServer, first_prompt, reply, respond, tool_call
 from test_batch import batch_args, env_for, lines, prompt, write_tasks
 
@@ -32,7 +33,7 @@ def test_a_worker_killed_mid_sweep_loses_nothing_and_reruns_nothing(tmp_path):
     # the second worker's share: w1, w3, w5, w7; w5's answer goes to the killed worker, the resumed run asks again
     scripts[prompt("w5")] = [*steps("w5", counter, pids, hold, seen), reply("w5 done")]
     with ScriptedServer(scripts) as server:
-        proc = subprocess.Popen(
+        proc = cli_process.Popen(
             batch_args(tasks, out, "--workers", "2", "--concurrency", "2", "--permission-mode", "bypassPermissions"),
             env=env_for(server.url, tmp_path),
             stdout=subprocess.DEVNULL,
@@ -86,7 +87,7 @@ def test_a_sweep_killed_ends_its_workers_and_the_rerun_runs_no_tool_twice(tmp_pa
     scripts = {prompt(i): steps(i, counter, pids) for i in IDS}
     scripts[prompt("w2")] = steps("w2", counter, pids, hold, seen)
     with ScriptedServer(scripts) as server:
-        proc = subprocess.Popen(
+        proc = cli_process.Popen(
             batch_args(tasks, out, "--workers", "2", "--concurrency", "2", "--permission-mode", "bypassPermissions"),
             env=env_for(server.url, tmp_path),
             stdout=subprocess.DEVNULL,
@@ -109,7 +110,7 @@ def test_a_sweep_killed_ends_its_workers_and_the_rerun_runs_no_tool_twice(tmp_pa
     for i in set(IDS) - done:
         rest[f"{prompt(i)}|call"], rest[f"{prompt(i)}|answer"] = ([s] for s in steps(i, counter, pids))
     with ScriptedServer(rest, route=turn) as server:
-        again = subprocess.run(
+        again = cli_process.run(
             batch_args(tasks, out, "--workers", "2", "--concurrency", "2", "--permission-mode", "bypassPermissions"),
             env=env_for(server.url, tmp_path),
             capture_output=True,
@@ -119,7 +120,12 @@ def test_a_sweep_killed_ends_its_workers_and_the_rerun_runs_no_tool_twice(tmp_pa
         )
         server.take_remaining()  # tasks cut short before their call was answered start over with both steps
     assert again.returncode == 0, again.stderr
-    assert collections.Counter(counter.read_text().split()) == collections.Counter(IDS)  # every tool once
+    ran = collections.Counter(counter.read_text().split())
+    assert set(ran.values()) == {1}, ran  # no tool twice
+    # a tool the kill caught while it ran is not run again (whether it did its work is unknown): at most the one
+    # the other worker had in flight, which the rerun then resumes past its call
+    cut = set(IDS) - set(ran)
+    assert cut <= set(IDS) - done - {"w2"} and len(cut) <= 1, cut
     assert sorted(r["id"] for r in lines(out)) == IDS
 
 
@@ -127,7 +133,7 @@ def test_the_sweep_budget_is_shared_by_the_workers(tmp_path):
     tasks, out = write_tasks(tmp_path / "tasks.jsonl", IDS[:6]), tmp_path / "out"
     counter, pids = tmp_path / "counter", tmp_path / "pids"
     with ScriptedServer({prompt(i): steps(i, counter, pids) for i in IDS[:6]}) as server:
-        proc = subprocess.run(
+        proc = cli_process.run(
             batch_args(
                 tasks, out, "--workers", "2", "--concurrency", "2", "--max-budget-usd", "0.000001",
                 "--permission-mode", "bypassPermissions",

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+import cli_process
 from drivetrain.sessions.log import SessionLog
 from drivetrain.sessions.open import open_store
 from drivetrain.testing import ScriptedServer, http_error, reply, respond, text, tool_call
@@ -23,7 +24,7 @@ def cli(server_url, *args, cwd, env_extra=None, stdin=None):
         {"ANTHROPIC_BASE_URL": server_url, "ANTHROPIC_API_KEY": "sk-test", "ANTHROPIC_MODEL": "claude-sonnet-4-6"}
     )
     env.update(env_extra or {})
-    return subprocess.run(
+    return cli_process.run(
         [DRIVETRAIN, *args],
         cwd=cwd,
         env=env,

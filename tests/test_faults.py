@@ -31,6 +31,7 @@ from pathlib import Path
 
 import pytest
 
+import cli_process
 from drivetrain.messages import lint
 from drivetrain.sessions.file import FileStore
 from drivetrain.sessions.log import load
@@ -280,7 +281,7 @@ BASE = [
 def start(server: ScriptedServer, ws: Path, *args: str) -> subprocess.Popen:
     out, err = (open(ws.parent / name, "w") for name in ("stdout.txt", "stderr.txt"))
     with out, err:
-        return subprocess.Popen(
+        return cli_process.Popen(
             [*BASE, *args],
             cwd=ws,
             env=cli_env(server),
@@ -293,7 +294,7 @@ def start(server: ScriptedServer, ws: Path, *args: str) -> subprocess.Popen:
 
 def run(steps: list, ws: Path, *args: str) -> tuple[subprocess.CompletedProcess, ScriptedServer]:
     with ScriptedServer(steps) as server:
-        proc = subprocess.run(
+        proc = cli_process.run(
             [*BASE, *args],
             cwd=ws,
             env=cli_env(server),
@@ -382,7 +383,7 @@ def test_a_repair_resumed_in_place_is_in_the_log(tmp_path):
     store = FileStore(home)
     sid = crashed_during_tools(store, tmp_path)
     with ScriptedServer([reply("resumed")]) as server:
-        proc = subprocess.run(
+        proc = cli_process.run(
             [*BASE, "--resume", sid],
             cwd=tmp_path,
             env=cli_env(server),
@@ -405,7 +406,7 @@ def test_a_fork_of_a_crashed_session_leaves_it_untouched(tmp_path):
     sid = crashed_during_tools(store, tmp_path)
     before = store.read(sid)
     with ScriptedServer([reply("forked")]) as server:
-        proc = subprocess.run(
+        proc = cli_process.run(
             [*BASE, "--resume", sid, "--fork-session"],
             cwd=tmp_path,
             env=cli_env(server),

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+import cli_process
 from drivetrain import Agent, tool
 from drivetrain.models.anthropic import AnthropicModel
 from drivetrain.sessions.file import FileStore
@@ -82,7 +83,7 @@ async def test_turns_come_from_the_session_records():
 
 
 def write_report(sid: str, out: Path) -> str:
-    proc = subprocess.run(
+    proc = cli_process.run(
         [DRIVETRAIN, "report", sid, "--html", str(out)],
         capture_output=True,
         text=True,
@@ -106,7 +107,7 @@ async def test_report_is_one_self_contained_page(tmp_path):
 
 
 def test_report_of_an_unknown_session_says_so(tmp_path):
-    proc = subprocess.run(
+    proc = cli_process.run(
         [DRIVETRAIN, "report", "no-such-session", "--html", str(tmp_path / "x.html")],
         capture_output=True,
         text=True,

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+import cli_process
 from drivetrain.sessions.file import FileStore
 from drivetrain.testing import ScriptedServer, reply, respond, tool_call
 from test_cli import DRIVETRAIN, cli
@@ -246,7 +247,7 @@ def test_a_killed_run_takes_its_stdio_servers_with_it(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "OPENAI_"))}
     with ScriptedServer([reply("never read", expect=lambda b: asked.set(), hold=held)]) as server:
         env.update({"ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_API_KEY": "k", "ANTHROPIC_MODEL": "claude-sonnet-4-6"})
-        run = subprocess.Popen(
+        run = cli_process.Popen(
             [DRIVETRAIN, "-p", "hi", "--mcp-config", calc_config(args=["--mark", str(marker)])],
             cwd=tmp_path,
             env=env,

@@ -9,13 +9,14 @@ import sys
 import pytest
 from mcp import Client, StdioServerParameters
 
+import cli_process
 from drivetrain.sessions.file import FileStore
 from test_cli import DRIVETRAIN
 from test_mcp_client import CALC
 
 
 def mcp_cli(*args, cwd):
-    return subprocess.run(
+    return cli_process.run(
         [DRIVETRAIN, "mcp", *args], cwd=cwd, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL
     )
 

@@ -6,6 +6,7 @@ import sys
 
 import pytest
 
+import cli_process
 from drivetrain import Agent, tool
 from drivetrain.loop.graph import edges
 from drivetrain.loop.nodes import PlanFirst, Proceed, Verify
@@ -175,7 +176,7 @@ async def test_sessions_show_graph_counts_each_edge_the_run_took(tmp_path):
         agent = agent_for(server, tmp_path, nodes=[Verify("test -f b", limit=1)], store=FileStore(home))
         result = await agent.run("make a and b")
     env = {**os.environ, "DRIVETRAIN_HOME": str(home)}
-    out = subprocess.run(
+    out = cli_process.run(
         [sys.executable, "-m", "drivetrain", "sessions", "show", result.session_id[:8], "--graph"],
         env=env,
         capture_output=True,

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+import cli_process
 import drivetrain
 from drivetrain import Agent, tool
 from drivetrain.loop.budget import Budget
@@ -377,7 +378,7 @@ def cli_env(server):
 
 
 def drivetrain(*args, server, cwd, **kw):
-    return subprocess.run(
+    return cli_process.run(
         [sys.executable, "-m", "drivetrain", *args],
         cwd=cwd,
         env=cli_env(server),
@@ -492,7 +493,7 @@ def test_cli_a_killed_plan_resumes_at_the_first_unfinished_node(tmp_path):
         )
     )
     with ScriptedServer([reply("the answer is 42"), reply("never sent", delay=60)]) as server:
-        proc = subprocess.Popen(
+        proc = cli_process.Popen(
             [sys.executable, "-m", "drivetrain", "apply", "plan.json", "-p"],
             cwd=tmp_path,
             env=cli_env(server),

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+import cli_process
 from drivetrain.models.local import LocalModel
 from drivetrain.models.resident import ResidentModel, ensure_running, ping, stop
 from drivetrain.models.resolve import resolve_model
@@ -161,12 +162,12 @@ def test_the_socket_is_private_and_another_user_is_refused(daemon):
 def test_idle_exit_and_model_status_stop(tmp_path):
     parent = Path(tempfile.mkdtemp(prefix="dt-idle-"))
     env = _env(parent / "run", idle="1.5")
-    status = subprocess.run(
+    status = cli_process.run(
         [sys.executable, "-m", "drivetrain", "model", "status"], env=env, capture_output=True, text=True
     )
     assert status.returncode == 1 and "no model process" in status.stdout
     pid = ensure_running(env)
-    shown = subprocess.run(
+    shown = cli_process.run(
         [sys.executable, "-m", "drivetrain", "model", "status", "--json"], env=env, capture_output=True, text=True
     )
     assert json.loads(shown.stdout)["pid"] == pid
@@ -176,7 +177,7 @@ def test_idle_exit_and_model_status_stop(tmp_path):
 
     env["DRIVETRAIN_DAEMON_IDLE"] = "300"
     pid = ensure_running(env)
-    stopped = subprocess.run(
+    stopped = cli_process.run(
         [sys.executable, "-m", "drivetrain", "model", "stop"], env=env, capture_output=True, text=True
     )
     assert f"stopped the model process {pid}" in stopped.stdout

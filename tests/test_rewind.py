@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+import cli_process
 from drivetrain.errors import HarnessError
 from drivetrain.sessions.rewind import Checkpoints, RestoreReport, RewindError
 
@@ -314,7 +315,7 @@ def test_cli_end_to_end(ws, tmp_path, monkeypatch):
     (ws / "new.txt").write_text("new\n")
 
     def rewind(*args):
-        return subprocess.run(
+        return cli_process.run(
             [sys.executable, "-m", "drivetrain", "rewind", *args],
             cwd=tmp_path,
             env=env,

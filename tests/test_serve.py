@@ -17,6 +17,7 @@ import anthropic
 import openai
 import pytest
 
+import cli_process
 from drivetrain.cli.serve import main as serve_main
 from drivetrain.messages import Message, ToolResultBlock
 from drivetrain.models.anthropic import AnthropicModel
@@ -631,7 +632,7 @@ def test_drivetrain_cli_through_drivetrain_serve(tmp_path):
         reply("Wrote 42 to out.txt.", expect=lambda b: b["messages"][-1]["content"][0]["tool_use_id"] == "toolu_w"),
     ]
     with ScriptedServer(steps) as upstream:
-        serve = subprocess.Popen(
+        serve = cli_process.Popen(
             [DRIVETRAIN, "serve", "--provider", "anthropic", "--port", str(port)],
             env=clean_env(
                 ANTHROPIC_BASE_URL=upstream.url, ANTHROPIC_API_KEY="sk-upstream", ANTHROPIC_MODEL="claude-up"
@@ -644,7 +645,7 @@ def test_drivetrain_cli_through_drivetrain_serve(tmp_path):
         try:
             url = f"http://127.0.0.1:{port}"
             assert wait_healthy(url, serve) == {"status": "ok", "model": "claude-up"}
-            proc = subprocess.run(
+            proc = cli_process.run(
                 [DRIVETRAIN, "-p", "Write 42 to out.txt", "--permission-mode", "acceptEdits"],
                 cwd=tmp_path,
                 env=clean_env(ANTHROPIC_BASE_URL=url, ANTHROPIC_API_KEY="unused"),

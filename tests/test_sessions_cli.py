@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+import cli_process
 import drivetrain
 from drivetrain import Agent, tool
 from drivetrain.models.anthropic import AnthropicModel
@@ -46,7 +47,7 @@ def python_env(**extra):
 
 
 def sessions(*args, cwd):
-    return subprocess.run(
+    return cli_process.run(
         [sys.executable, "-m", "drivetrain", "sessions", *args],
         cwd=cwd,
         env=python_env(),
@@ -199,7 +200,7 @@ def test_a_session_made_by_the_real_cli(tmp_path):
         env = python_env(
             ANTHROPIC_BASE_URL=server.url, ANTHROPIC_API_KEY="sk-test", ANTHROPIC_MODEL="claude-sonnet-4-6"
         )
-        ran = subprocess.run(
+        ran = cli_process.run(
             [sys.executable, "-m", "drivetrain", "-p", "How many lines has a.py?"],
             cwd=tmp_path,
             env=env,

@@ -1,9 +1,9 @@
 """The Task tool: child loops against the scripted model server through the real Anthropic SDK, and through the CLI."""
 
 import json
-import subprocess
 import threading
 
+import cli_process
 from drivetrain import Agent
 from drivetrain.models.anthropic import AnthropicModel
 from drivetrain.sessions.file import FileStore
@@ -110,7 +110,7 @@ def test_cli_task_with_an_agent_file_and_sessions_show_nests_the_child(tmp_path)
         proc = cli(server.url, "-p", "what do the notes say?", "--output-format", "json", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     session = json.loads(proc.stdout)["session_id"]
-    shown = subprocess.run(
+    shown = cli_process.run(
         [DRIVETRAIN, "sessions", "show", session[:8]], cwd=tmp_path, capture_output=True, text=True, timeout=60
     )
     assert shown.returncode == 0, shown.stderr

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import cli_process
 import drivetrain
 from drivetrain.testing import ScriptedServer, reply, respond, tool_call
 from drivetrain.testing.otlp import OtlpReceiver
@@ -36,7 +37,7 @@ def cli_env(cwd, server_url: str, env_extra: dict[str, str] | None = None) -> di
 def cli(cwd, server_url: str, *args: str, env_extra: dict[str, str] | None = None, code: str | None = None):
     env = cli_env(cwd, server_url, env_extra)
     command = [sys.executable, "-c", code] if code else [sys.executable, "-m", "drivetrain"]
-    return subprocess.run(
+    return cli_process.run(
         [*command, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL
     )
 

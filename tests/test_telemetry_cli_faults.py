@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 
+import cli_process
 from drivetrain.testing import ScriptedServer, reply, respond, tool_call
 from drivetrain.testing.otlp import OtlpReceiver
 
@@ -59,7 +60,7 @@ def test_an_interrupted_run_still_sends_its_spans(tmp_path):
                 "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url,
             },
         )
-        proc = subprocess.Popen(
+        proc = cli_process.Popen(
             [sys.executable, "-m", "drivetrain", "-p", "sleep", "--allowedTools", "Bash"],
             cwd=tmp_path,
             env=env,

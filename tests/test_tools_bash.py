@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+import cli_process
 from drivetrain.testing import ScriptedServer, reply, respond, tool_call
 from drivetrain.tools import Bash, ToolContext
 
@@ -232,7 +233,7 @@ def test_cli_killed_with_sigkill_takes_its_commands_with_it(tmp_path):
     )
     ws = tmp_path / "ws"
     ws.mkdir()
-    proc = subprocess.Popen(
+    proc = cli_process.Popen(
         [DRIVETRAIN, "-p", "sleep", "--permission-mode", "bypassPermissions"],
         cwd=ws,
         env=env,

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+import cli_process
 import drivetrain
 from drivetrain import Agent
 from drivetrain.errors import ModelError
@@ -356,7 +357,6 @@ def test_serve_answers_a_persisting_fault_with_a_502_in_the_clients_shape(kind, 
 def test_the_cli_says_error_upstream_names_the_fault_and_resumes_without_running_the_tool_again(tmp_path):
     import json
     import os
-    import subprocess
     import sys
 
     counter = tmp_path / "counter"
@@ -378,7 +378,7 @@ def test_the_cli_says_error_upstream_names_the_fault_and_resumes_without_running
     def run(steps, *args):
         with ScriptedServer(steps) as server:
             env.update(ANTHROPIC_BASE_URL=server.url, ANTHROPIC_API_KEY="k", DRIVETRAIN_MAX_RETRIES="1")
-            proc = subprocess.run([*cli, *args], cwd=ws, env=env, capture_output=True, text=True, timeout=120)
+            proc = cli_process.run([*cli, *args], cwd=ws, env=env, capture_output=True, text=True, timeout=120)
         return proc, json.loads(proc.stdout.splitlines()[-1])
 
     steps = [respond([counting_call(counter, "toolu_1")]), fault("broken_json"), fault("no_message_stop")]
