@@ -13,15 +13,18 @@ from drivetrain.models.weights import cache_dir
 from pg import postgres_dsn  # noqa: F401  (a throwaway PostgreSQL server, for the session store tests)
 from phoenix_server import phoenix  # noqa: F401  (a throwaway Arize Phoenix, for the telemetry tests)
 
+# The assembled local models (and the disk cache of their system turns' KV state) stay where they are: a gigabyte
+# is not rebuilt per test. Set once, before any fixture: a module-scoped model is made before _own_home runs.
+os.environ.setdefault("DRIVETRAIN_CACHE_DIR", str(cache_dir().parent))
+
 
 @pytest.fixture(autouse=True)
 def _own_home(tmp_path_factory, monkeypatch):
     """HOME and DRIVETRAIN_HOME point into a fresh folder; subprocesses (the CLI, the pty) inherit them.
 
-    The assembled local models stay where they are (DRIVETRAIN_CACHE_DIR): a gigabyte is not rebuilt per test.
+    DRIVETRAIN_CACHE_DIR stays as set above.
     """
     home = tmp_path_factory.mktemp("home")
-    monkeypatch.setenv("DRIVETRAIN_CACHE_DIR", str(cache_dir().parent))
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("DRIVETRAIN_HOME", str(home / ".drivetrain"))
     # the local model in the test's own process, as before: tests/test_resident_model.py tests the resident one

@@ -87,6 +87,9 @@ def model():
     # One thread: the suite runs on pytest-xdist workers, about one core each. llama.cpp's threads wait for each
     # other spinning, so two threads on a core another worker is using are ~3x slower than one, in CPU and in time.
     m = LocalModel("small", n_ctx=4096, n_threads=1, seed=1234)
+    # the system turn's KV state from the disk cache (models/local.py), evaluated once per machine: it is ~20 s of
+    # one core, and test_local_codeact.py tests the cache itself
+    m.prefix_cache = True
     try:
         m.load()
     except ConfigError as exc:
