@@ -24,12 +24,14 @@ phoenix: .venv-phoenix/bin/phoenix
 	.venv-phoenix/bin/pip install --disable-pip-version-check -q -r tests/phoenix-requirements.txt
 	touch $@
 
-# Install the test dependencies (Phoenix's virtualenv too), then lint, type-check and run the whole test suite
+# Install the test dependencies (Phoenix's virtualenv too), then lint, and type-check while the whole test suite runs
 # (what .ci/run calls); pytest lists the 25 slowest test steps.
 test: phoenix
 	$(PY) -m venv $(VENV)
 	$(PIP) -e '.[test]'
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy
-	$(VENV)/bin/python -m pytest -q --durations=25
+	@# mypy beside the tests (they leave part of the cores idle); both must pass
+	$(VENV)/bin/mypy > $(VENV)/mypy.log 2>&1 & types=$$!; \
+	$(VENV)/bin/python -m pytest -q --durations=25; tests=$$?; \
+	wait $$types; typed=$$?; cat $(VENV)/mypy.log; exit $$((tests || typed))

@@ -10,7 +10,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 HEADER = (
-    "# Seconds each test file took (setup, call and teardown of its tests) in a whole run on 2 quiet cores; conftest.py\n"
+    "# Seconds each test file took (setup, call and teardown of its tests) in a whole run (4 workers, 2 cores); conftest.py\n"
     "# starts the longest first. Made from a run's junit XML: see tests/durations.py.\n"
 )
 
