@@ -463,3 +463,10 @@ def test_the_wall_budget_holds_during_a_model_request_too(tmp_path):
     result = json.loads(proc.stdout)
     assert proc.returncode == 1 and result["subtype"] == "error_max_wall_time" and result["num_turns"] == 1, result
     assert took < 15, took  # not the 20 s the second answer was held back
+
+
+def test_an_ascii_terminal_gets_the_help_and_errors_with_what_it_cannot_show_replaced(tmp_path):
+    env = {**os.environ, "PYTHONIOENCODING": "ascii"}  # a new interpreter: cli_process would not fork this
+    shown = subprocess.run([DRIVETRAIN, "--help"], cwd=tmp_path, env=env, capture_output=True, timeout=60)
+    assert shown.returncode == 0 and b"Traceback" not in shown.stderr, shown.stderr[-500:]
+    assert b"--max-turns" in shown.stdout and shown.stdout.isascii() and b"?" in shown.stdout  # the "…" in it

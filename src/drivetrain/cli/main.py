@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import gc
 import importlib
+import io
 import json
 import os
 import select
@@ -134,8 +135,17 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--append-system-prompt", default=None, help="add to the system prompt")
 
 
+def _printable_everywhere() -> None:
+    """Text the terminal's encoding cannot show (an ASCII locale, PYTHONIOENCODING=ascii) is printed as '?', not
+    raised: the help and the answers hold characters such as "…" and Chinese."""
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper) and stream.errors == "strict":
+            stream.reconfigure(errors="replace")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    _printable_everywhere()
     if argv[:1] == ["graph"]:  # the loop's states and edges, as Mermaid, from the code
         if argv[1:] == ["--layers"]:  # the package's layers are a development check now, beside the tests
             print(
