@@ -80,7 +80,7 @@ def _serve(path: str) -> None:
     listener.listen(64)
     selector = selectors.DefaultSelector()
     selector.register(listener, selectors.EVENT_READ, None)
-    open_fds = {listener.fileno()}
+    open_fds = {listener.fileno(), selector.fileno()}  # none of them is the child's
     parent = os.getppid()
     drivetrain = sys.modules["drivetrain"].__file__
     assert drivetrain is not None
