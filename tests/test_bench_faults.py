@@ -11,9 +11,15 @@ sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))
 from bench_faults import run
 from drivetrain.testing import FAULT_KINDS
 
+# the sweep's request and stream-idle timeouts: a reply slower than this from load alone reads as a fault and is
+# asked again, which the script does not hold (400 ms was too short with four test workers on two cores)
+TIMEOUT_MS = 1000
+
 
 def test_a_held_sweep_killed_and_resumed_keeps_every_promise_but_reruns(tmp_path):
-    f = run(tasks=24, rate=0.1, seed=3, concurrency=6, kill_at=0.33, timeout_ms=400, root=tmp_path, resumable=False)
+    f = run(
+        tasks=24, rate=0.1, seed=3, concurrency=6, kill_at=0.33, timeout_ms=TIMEOUT_MS, root=tmp_path, resumable=False
+    )
     assert set(f["injected"]) == set(FAULT_KINDS), f["injected"]  # every kind of the table, at least once
     assert f["passed"] == 24, f["statuses"]
     assert f["tools_twice_by_retry"] == []
@@ -26,7 +32,7 @@ def test_a_held_sweep_killed_and_resumed_keeps_every_promise_but_reruns(tmp_path
 
 
 def test_a_default_sweep_killed_and_resumed_runs_no_tool_twice_and_bills_exactly(tmp_path):
-    f = run(tasks=24, rate=0.1, seed=5, concurrency=6, kill_at=0.33, timeout_ms=400, root=tmp_path)
+    f = run(tasks=24, rate=0.1, seed=5, concurrency=6, kill_at=0.33, timeout_ms=TIMEOUT_MS, root=tmp_path)
     assert set(f["injected"]) == set(FAULT_KINDS), f["injected"]
     assert f["passed"] == 24, f["statuses"]
     assert f["tools_twice_by_retry"] == [] and f["tools_twice_by_rerun"] == []
