@@ -47,6 +47,7 @@ def engine_model():
 def test_a_seeded_run_makes_the_same_calls_and_answer_in_a_new_process(tmp_path):
     ws = tmp_path / "ws"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "OPENAI_"))}
+    env["DRIVETRAIN_LOCAL_THREADS"] = "1"  # the suite's workers share the cores: two spinning threads ran ~2x slower
     runs = []
     for _ in range(2):
         shutil.rmtree(ws, ignore_errors=True)

@@ -194,3 +194,14 @@ def test_the_real_small_model_assembles_and_verifies(tmp_path):
     assert path.stat().st_size == QWEN_CODER_0_5B.size
     assert path.read_bytes()[:4] == b"GGUF"
     assert weights._marker_matches(QWEN_CODER_0_5B, path)
+
+
+def test_the_threads_setting_is_read_and_a_bad_one_is_refused_with_its_name():
+    from drivetrain.models.local import LocalModel  # its construction loads nothing
+
+    assert LocalModel("small", env={"DRIVETRAIN_LOCAL_THREADS": "1"}).n_threads == 1
+    assert LocalModel("small", n_threads=3, env={"DRIVETRAIN_LOCAL_THREADS": "1"}).n_threads == 3  # given wins
+    assert LocalModel("small", env={}).n_threads == len(os.sched_getaffinity(0))
+    for bad in ("0", "two", "-1"):
+        with pytest.raises(ConfigError, match="DRIVETRAIN_LOCAL_THREADS"):
+            LocalModel("small", env={"DRIVETRAIN_LOCAL_THREADS": bad})

@@ -198,7 +198,8 @@ class LocalModel:
     ) -> None:
         """``model``: "default" (1.5B), "small" (0.5B) or a .gguf path; None reads $DRIVETRAIN_LOCAL_MODEL.
 
-        ``env`` (default ``os.environ``) supplies $DRIVETRAIN_LOCAL_MODEL and the cache directory variables.
+        ``env`` (default ``os.environ``) supplies $DRIVETRAIN_LOCAL_MODEL, $DRIVETRAIN_LOCAL_THREADS (``n_threads``
+        when it is not given; else one a core) and the cache directory variables.
         ``constrained`` makes the model answer with text or valid tool calls only (a llama.cpp grammar).
         A low temperature by default: small models pick tools and arguments far more reliably at 0.2
         than at Qwen's chat default of 0.7. ``seed`` fixes the sampling seed of every call.
@@ -214,7 +215,7 @@ class LocalModel:
         self.name = f"local/{spec.key if spec else Path(choice).stem}"
         self.n_ctx = n_ctx
         self.context_window = n_ctx  # what compaction keeps the history within: the real window, not an assumed one
-        self.n_threads = n_threads or _cpu_count()
+        self.n_threads = n_threads or _threads_setting(self._env) or _cpu_count()
         self.sampling: Sampling = {
             "temp": temperature,
             "top_p": top_p,
@@ -586,6 +587,20 @@ def _is_end_of_generation(llm: LlamaLike, token: int) -> bool:
 
 def _fingerprint(content: tuple[Block, ...]) -> str:
     return json.dumps([b.to_wire() for b in content], sort_keys=True, ensure_ascii=False)
+
+
+ENV_THREADS = "DRIVETRAIN_LOCAL_THREADS"
+
+
+def _threads_setting(env: Mapping[str, str]) -> int | None:
+    """$DRIVETRAIN_LOCAL_THREADS: llama.cpp's threads, when the cores are shared (its threads wait for each other
+    spinning, so two threads on a core something else is using run slower than one)."""
+    text = env.get(ENV_THREADS, "").strip()
+    if not text:
+        return None
+    if not text.isdigit() or int(text) < 1:
+        raise ConfigError(f"{ENV_THREADS}={text!r}: give a whole number of threads, 1 or more (unset: one a core)")
+    return int(text)
 
 
 def _cpu_count() -> int:
