@@ -41,7 +41,7 @@ def _file_seconds() -> dict[str, float]:
 
 def pytest_xdist_auto_num_workers(config):
     """-n auto: two workers a core. Many tests wait on a process, a server or a timeout, and two workers on two cores
-    kept them busy 1.4 cores of 2; four ran the suite in 4:17 against 5:32 (docs/performance.md)."""
+    kept them busy 1.4 cores of 2; four ran the suite in 4:43 against 5:32 (docs/performance.md)."""
     return 2 * (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 
 
