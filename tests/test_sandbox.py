@@ -21,10 +21,13 @@ from drivetrain.tools import Bash, ToolContext
 def _sandbox_problem() -> str:
     if shutil.which("bwrap") is None:
         return "bubblewrap (bwrap) is not installed: apt-get install bubblewrap"
-    try:
-        Sandbox(Path(tempfile.gettempdir())).check()
-    except SandboxUnavailable as e:
-        return str(e)
+    # a folder of its own: each test worker probes at once, and a probe in the shared /tmp saw another's stand-in
+    # .git there, then bwrap could not find it once that probe had removed it
+    with tempfile.TemporaryDirectory() as folder:
+        try:
+            Sandbox(Path(folder)).check()
+        except SandboxUnavailable as e:
+            return str(e)
     return ""
 
 
