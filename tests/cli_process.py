@@ -21,6 +21,7 @@ import io
 import json
 import os
 import selectors
+import shutil
 import signal
 import socket
 import subprocess
@@ -28,6 +29,7 @@ import sys
 import tempfile
 import threading
 import traceback
+from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -182,7 +184,7 @@ class _Zygote:
     def __init__(self) -> None:
         self.dir = tempfile.mkdtemp(prefix="cli-zygote-")
         self.path = os.path.join(self.dir, "sock")
-        self.env = dict(os.environ)
+        self.startup = _startup(os.environ)
         self.proc = subprocess.Popen(
             [sys.executable, __file__, self.path], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True
         )
@@ -193,20 +195,18 @@ class _Zygote:
         self.path_entries = {str(Path(p).resolve()) for p in json.loads(ready) if p}
         atexit.register(self.close)
 
-    def serves(self, env: dict[str, str]) -> bool:
-        def startup(e: dict[str, str]) -> dict[str, str]:
-            return {k: e[k] for k in _STARTUP if k in e}
-
+    def serves(self, env: Mapping[str, str]) -> bool:
         paths = [str(Path(p).resolve()) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-        return (
-            self.proc.poll() is None
-            and startup(env) == startup(self.env)
-            and all(p in self.path_entries for p in paths)
-        )
+        return self.proc.poll() is None and _startup(env) == self.startup and all(p in self.path_entries for p in paths)
 
     def close(self) -> None:
         self.proc.kill()
         self.proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _startup(env: Mapping[str, str]) -> dict[str, str]:
+    return {k: env[k] for k in _STARTUP if k in env}
 
 
 _zygote: _Zygote | None = None
