@@ -198,10 +198,11 @@ class Run:
         extra: list[JsonObject] = []
         if isinstance(before.state, SubmitPrompt) and (checkpoints := self.agent.checkpoints) is not None:
             extra.append(await self._checkpoint(before, checkpoints))
+        answered: list[RunState] = []  # the value with every open call answered as interrupted, if tools ran
         try:
-            self.value, events = await step(before, self.deps, self._observe)
-        except asyncio.CancelledError as e:
-            self.value = getattr(e, "run_state", before)  # every open call answered as interrupted
+            self.value, events = await step(before, self.deps, self._observe, answered.append)
+        except asyncio.CancelledError:
+            self.value = answered[-1] if answered else before
             if self.log is not None:
                 self.log.save(
                     before,

@@ -66,12 +66,15 @@ LIMIT_ASK = (
 
 
 async def step(
-    value: RunState, deps: Deps, emit: Callable[[Event], None] | None = None
+    value: RunState,
+    deps: Deps,
+    emit: Callable[[Event], None] | None = None,
+    interrupted: Callable[[RunState], None] | None = None,
 ) -> tuple[RunState, list[Event]]:
     """Do the current state's work; return the next value and what happened. ``value`` is not changed.
 
-    Cancelled while tools run (Ctrl-C), every open call is answered as interrupted and the
-    ``CancelledError`` carries that valid value as ``run_state`` before it propagates.
+    Cancelled while tools run (Ctrl-C), every open call is answered as interrupted and that valid value is
+    handed to ``interrupted`` before the ``CancelledError`` propagates.
     """
     w = Draft(value, deps, emit)
     match value.state:
@@ -82,9 +85,9 @@ async def step(
         case RunTools() as s:
             try:
                 nxt = await run_tools(s, w)
-            except asyncio.CancelledError as e:
-                # the value rides on the stdlib's exception, which declares no such attribute (Run.step reads it)
-                e.run_state = w.freeze(CallModel())  # type: ignore[attr-defined]
+            except asyncio.CancelledError:
+                if interrupted is not None:
+                    interrupted(w.freeze(CallModel()))
                 raise
         case Recover() as s:
             nxt = recover(s, w)
