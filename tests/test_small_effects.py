@@ -1,7 +1,6 @@
 """Work the run's own calls show was left half done (small/effects.py), and a literal set apart after a colon
 compared like a quoted one — read from the workspace and the calls, in any language."""
 
-import subprocess
 from dataclasses import dataclass
 
 from drivetrain.small.checks import WorkChecks
@@ -18,18 +17,12 @@ class Call:
 FILE = {"req.txt": b"b\na\nb\nc\nc\n"}
 
 
-def test_a_deduplicated_version_printed_but_not_written(tmp_path):
+def test_a_deduplicated_version_printed_but_not_written():
     [failure] = shown_not_written(["req.txt"], FILE, FILE, [Call("sort -u req.txt", "a\nb\nc\n")])
     assert failure.startswith(
         "`sort -u req.txt` printed a changed version of req.txt (3 of its 5 lines), but req.txt itself did not change."
     )
-    [awk] = shown_not_written(["req.txt"], FILE, FILE, [Call("awk '!s[$0]++' req.txt", "b\na\nc\n")])  # in order
-    block = awk.split("```bash\n")[1].split("\n```")[0]  # what writes the printed version: run, it does
-    (tmp_path / "req.txt").write_bytes(FILE["req.txt"])
-    assert subprocess.run(["bash", "-c", block], cwd=tmp_path).returncode == 0
-    assert (tmp_path / "req.txt").read_text() == "b\na\nc\n" and awk.endswith("Then show req.txt.")
-    [piped] = shown_not_written(["req.txt"], FILE, FILE, [Call("sort -u req.txt > /dev/stderr", "a\nb\nc\n")])
-    assert "```" not in piped and "temporary file" in piped  # a command that redirects is not wrapped again
+    assert shown_not_written(["req.txt"], FILE, FILE, [Call("awk '!s[$0]++' req.txt", "b\na\nc\n")])  # in order
     # what a question reads leaves no such trace: a search, the file itself, a count
     for call in (
         Call("grep b req.txt", "b\nb\n"),

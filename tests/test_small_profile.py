@@ -1448,33 +1448,11 @@ async def test_a_change_the_run_meant_that_changed_nothing_goes_back(tmp_path):
         }
     )
     assert await checks.failures("The file already holds exactly this block: nothing changed.") == [
-        "Your change to payments.py wrote what it already held (its new text is its old text), so this run changed "
-        "no file. Make the change now: show payments.py (cat -n payments.py), then replace the lines to change with "
-        "the lines as they must be."
+        "Your change to payments.py wrote what it already held, and this run changed no file. If the task asks for a "
+        "change, write the lines of payments.py as they must be (not as they are now)."
     ]
     (tmp_path / "payments.py").write_text("def page_count(total, per_page):\n    return -(-total // per_page)\n")
     assert not any("already held" in f for f in await checks.failures("Fixed page_count in payments.py."))
-
-
-async def test_a_file_a_command_emptied_goes_back_with_what_puts_its_lines_back(tmp_path):
-    """Asked to drop repeated lines, the 1.5B ran `sed -i '/^.*$/d' hosts.txt`, which deleted every line, and said it
-    was done. Running the block sent back restores the file as it was; a file the run removed is not called empty."""
-    (tmp_path / "hosts.txt").write_text("alpha\nbeta\nalpha\n")
-    (tmp_path / "old.log").write_text("x\n")
-    checks = WorkChecks(tmp_path)
-    await checks.on_prompt({"prompt": "hosts.txt 里重复的行删掉，保留第一次出现的顺序。"})
-    (tmp_path / "hosts.txt").write_text("")
-    (tmp_path / "old.log").unlink()
-    command = "sed -i '/^.*$/d' hosts.txt"
-    await checks.on_tool(
-        {"tool_name": "Bash", "tool_input": {"command": command}, "tool_response": {"content": "", "is_error": False}}
-    )
-    [sent] = [f for f in await checks.failures("Done.") if "empty" in f]
-    assert sent.startswith(f"`{command}` left hosts.txt empty: it held 3 lines before.") and "old.log" not in sent
-    block = sent.split("```bash\n")[1].split("\n```")[0]
-    assert subprocess.run(["bash", "-c", block], cwd=tmp_path).returncode == 0
-    assert (tmp_path / "hosts.txt").read_text() == "alpha\nbeta\nalpha\n"
-    assert not any("empty" in f for f in await checks.failures("Done."))
 
 
 async def test_a_path_written_to_a_file_names_a_file_that_exists(tmp_path):

@@ -68,7 +68,6 @@ CHECKS: tuple[Check, ...] = (
     Check("missing_paths", "work", work.missing_paths),
     Check("uncomputed", "work", work.uncomputed),
     Check("unread", "work", work.unread),
-    Check("emptied", "work", work.emptied),
     Check("broken", "work", work.broken),
     Check("renamed", "work", work.renamed),
     Check("misnamed", "work", work.misnamed),

@@ -32,7 +32,6 @@ from drivetrain.small.readings import (
 CODE_FILES = (".py", ".js", ".ts", ".sh", ".rb", ".go", ".rs", ".c", ".h", ".cpp", ".java", ".html", ".css", ".sql")
 # A value left as a template's slot: <total>, <总数>, {count}, ${result} (its letters in any script)
 _PLACEHOLDER = re.compile(r"<(?!/)[^\W\d][\w -]{0,24}>|\$?\{[^\W\d]\w{0,24}\}")
-EMPTIED_LINES, EMPTIED_CHARS = 60, 3000  # an emptied file's lines are sent back up to this size
 _HTML_TAGS = frozenset(
     ("html", "head", "body", "div", "span", "p", "a", "b", "i", "ul", "li", "ol", "br", "hr", "table", "tr", "td")
     + ("th", "title", "script", "style", "pre", "code", "h1", "h2", "h3", "em", "strong")
@@ -230,28 +229,6 @@ async def unread(f: RunFacts) -> list[str]:
     ]
 
 
-async def emptied(f: RunFacts) -> list[str]:
-    """A file that held lines before the run holds none now (not removed: emptied): a command meant to change some
-    lines removed them all (``sed -i '/^.*$/d'``). What puts its lines back goes with it, when they are few enough."""
-    out = []
-    for path, old in f.before.items():
-        if not old.strip() or path not in f.now or f.now[path].strip():
-            continue
-        lines = old.decode("utf-8", "replace").splitlines()
-        by = next((c.command.strip() for c in reversed(f.calls) if c.command and PurePath(path).name in c.command), "")
-        how = f"`{by.splitlines()[0]}` left {path} empty" if by else f"{path} is empty now"
-        restore = "\n".join(lines)
-        if len(lines) > EMPTIED_LINES or len(restore) > EMPTIED_CHARS or "EOF" in restore:
-            out.append(f"{how}: it held {len(lines)} lines before. Write them back, with only the change asked for.")
-            continue
-        put_back = _fence(f"cat > {path} <<'EOF'\n{restore}\nEOF")
-        out.append(
-            f"{how}: it held {len(lines)} lines before. This puts them back:\n{put_back}\n"
-            "Run it, then make only the change the task asks for, with a command that keeps every other line."
-        )
-    return out
-
-
 async def broken(f: RunFacts) -> list[str]:
     """A .py, .json or .toml file the run changed no longer parses (and did before): the error says where."""
     out = []
@@ -328,9 +305,8 @@ async def unchanged(f: RunFacts) -> list[str]:
     if f.changed:
         return []
     return [
-        f"Your change to {p} wrote what it already held (its new text is its old text), so this run changed no "
-        f"file. Make the change now: show {p} (cat -n {p}), then replace the lines to change with the lines as "
-        "they must be."
+        f"Your change to {p} wrote what it already held, and this run changed no file. If the task asks "
+        f"for a change, write the lines of {p} as they must be (not as they are now)."
         for p in dict.fromkeys(c.unchanged for c in f.calls if c.unchanged)
     ]
 

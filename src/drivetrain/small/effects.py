@@ -44,16 +44,10 @@ def shown_not_written(
             printed = [ln for ln in call.output.splitlines() if ln.strip()]
             if call.failed or name not in call.command or not _transformed(lines, printed):
                 continue
-            command = call.command.strip()
-            writes = (
-                f"This writes what it printed into {name}:\n"
-                f"```bash\n{command} > {name}.new && mv {name}.new {name}\n```"
-                if "\n" not in command and ">" not in command
-                else f"Write the result into {name} (to a temporary file, then move that over {name})."
-            )
             out.append(
-                f"`{command}` printed a changed version of {name} ({len(printed)} of its {len(lines)} lines), but "
-                f"{name} itself did not change. {writes} Then show {name}."
+                f"`{call.command.strip()}` printed a changed version of {name} ({len(printed)} of its "
+                f"{len(lines)} lines), but {name} itself did not change. If the task asks for {name} to change, "
+                f"write the result into it (to a temporary file, then move that over {name}) and show it."
             )
             break
     return out
