@@ -4,11 +4,12 @@ Each task is a kind of task (``benchmarks/tasks.py`` lists them): a generator fi
 from a seed, one of the kind's wordings (``benchmarks/wordings.py``) words the user's prompt, and a
 checker (a program) decides afterwards, from the workspace and the final answer, whether the task was
 solved, and says why. Every (task, run) pair gets one seed and one wording, so every config sees the same
-workspace and the same prompt; runs go task by task with the configs interleaved, so machine load falls
-on all of them alike. Run r of a task takes the next wording of those selected (``--split``, ``--lang``,
-``--wording``), so ``--runs N`` goes round them; each result line records its wording, language and split.
-Report numbers from ``--split heldout`` and ``--split fresh`` (docs/benchmarks.md says why, and when a wording
-moves to tune).
+workspace and the same prompt, in the same path, with the same file times and the pair's ``--seed``, each run
+loading the model itself (no resident model process: docs/benchmarks.md says why); runs go task by task with the
+configs interleaved, so machine load falls on all of them alike. Run r of a task takes the next wording of those
+selected (``--split``, ``--lang``, ``--wording``), so ``--runs N`` goes round them; each result line records its
+wording, language and split. Report numbers from ``--split heldout`` and ``--split fresh`` (docs/benchmarks.md says
+why, and when a wording moves to tune).
 
 Every batch takes seeds no measurement used before: ``--seed-base N`` (run r uses workspace seed N*1000 + r, the
 same for every config), recorded in ``benchmarks/results/seeds-used.jsonl`` before the first run; a base already
@@ -291,7 +292,7 @@ def print_plan(runner: Runner, todo: list) -> None:
         t, s, w, c = first
         with tempfile.TemporaryDirectory() as tmp:
             inst = TASKS[t].make(s, Path(tmp) / "ws", w)
-            extra = runner.extra_args(inst, c, Path(tmp) / "ws")
+            extra = runner.extra_args(inst, c, Path(tmp) / "ws", s)
         argv = [*cli_command(c.src), *cli_args(inst.prompt, runner.max_turns, extra_args=extra)]
         print(
             "\nthe first drivetrain run starts (in its workspace, the PATH without the virtualenv):\n  "

@@ -79,6 +79,11 @@ def cli_env(model: str, home: Path, extra: Mapping[str, str] | None = None) -> d
     }
     env["DRIVETRAIN_LOCAL_MODEL"] = model
     env["DRIVETRAIN_HOME"] = str(home)  # audit logs go with the run; no user settings leak in
+    # Each run loads the model itself. A resident model process (models/resident.py) would be one for the whole
+    # batch: started from whichever checkout ran first, so a `src:` config's model code would not be the one run, and
+    # holding the last run's KV state, so a pair's second run would evaluate its prompt in other batches than the
+    # first (other floating-point sums, another sample) and faster.
+    env["DRIVETRAIN_LOCAL_DAEMON"] = "0"
     env.update(extra or {})
     return env
 

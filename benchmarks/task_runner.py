@@ -13,6 +13,7 @@ from pathlib import Path
 
 from tasks import TASKS, split_of
 
+FIXED_TIME = 1_700_000_000  # every workspace file's times: `ls -l` shows the same in every run of a pair
 NAIVE_MAX_TURNS = 100  # the naive loop has no turn cap of its own: the wall budget ends it
 
 
@@ -96,18 +97,19 @@ class Runner:
         wording = task.wording(wording).id
         run_dir = self.save / task_name / f"run{run}-seed{seed}-{wording}" / config.name
         # The workspace path is in drivetrain's system prompt and in every pwd: it must not name the task or
-        # the config ("linecount-nowc/drivetrain/ws" would be a hint), so it is a neutral hash, linked from the logs.
-        ws = (
-            self.save
-            / "work"
-            / hashlib.sha1(f"{task_name}/{run}/{seed}/{wording}/{config.name}".encode()).hexdigest()[:10]
-        )
-        for old in (run_dir, ws, self._kept(ws)):
+        # the config ("linecount-nowc/drivetrain/ws" would be a hint), so it is a neutral hash. It is the same path
+        # for every config of a pair, and its files' times are fixed, so a seeded model sees the same tokens in each
+        # until the configs' code differs; afterwards the workspace is kept under a hash of its own, linked from the
+        # logs.
+        pair = f"{task_name}/{run}/{seed}/{wording}"
+        ws = self.save / "work" / hashlib.sha1(pair.encode()).hexdigest()[:10] / "ws"  # its `..` holds it alone
+        kept = self.save / "work" / hashlib.sha1(f"{pair}/{config.name}".encode()).hexdigest()[:10]
+        for old in (run_dir, ws, self._kept(ws), kept, self._kept(kept)):
             if old.exists():
                 shutil.rmtree(old)  # a run cut short earlier: start it afresh
         inst = task.make(seed, ws, wording)
+        same_times(ws)
         run_dir.mkdir(parents=True)
-        (run_dir / "ws").symlink_to(ws)
         expect = json.loads(json.dumps(inst.expect))
         (run_dir / "instance.json").write_text(
             json.dumps(
@@ -128,7 +130,7 @@ class Runner:
             if config.naive:
                 answer, subtype, turns, wall, cpu, trajectory = self._run_naive(inst, ws, run_dir, seed)
             else:
-                answer, subtype, turns, wall, cpu, trajectory = self._run_cli(inst, ws, run_dir, config)
+                answer, subtype, turns, wall, cpu, trajectory = self._run_cli(inst, ws, run_dir, config, seed)
         except Exception as e:  # one broken run must not end a long batch; it is recorded, and says why
             answer, turns, cpu, trajectory = "", None, 0.0, ""
             subtype, wall = f"bench error ({type(e).__name__}: {str(e)[:160]})", time.perf_counter() - started
@@ -136,6 +138,11 @@ class Runner:
         if not solved and subtype not in ("success", ""):
             reason = f"{subtype}: {reason}"
         each = self._check_attempts(task, run_dir, self._kept(ws), expect) if config.keep else None
+        ws.rename(kept)
+        if self._kept(ws).exists():
+            self._kept(ws).rename(self._kept(kept))
+        ws.parent.rmdir()
+        (run_dir / "ws").symlink_to(kept)
         return {
             "task": task_name,
             "config": config.name,
@@ -160,7 +167,7 @@ class Runner:
             "max_wall_s": self.max_wall_s,
             "code": code_state(*([Path(config.src)] if config.src else []))[1],
             "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
-            "workspace": str(ws),
+            "workspace": str(kept),
             **({"attempts": each} if each is not None else {}),
         }
 
@@ -188,20 +195,22 @@ class Runner:
             )
         return {"chosen": got.get("chosen"), "reason": got.get("reason", "")[:300], "each": each}
 
-    def extra_args(self, inst, config: Config, ws: Path) -> list[str]:
+    def extra_args(self, inst, config: Config, ws: Path, seed: int) -> list[str]:
         """The CLI arguments of a run besides the prompt, provider and turn cap: the wall budget, the task's deny
         rules and arguments, the config's."""
         deny = ["--disallowedTools", *inst.deny] if inst.deny else []
         wall = ["--max-wall-time", f"{self.max_wall_s:g}"] if self.max_wall_s else []
         keep = ["--keep-attempts", str(self._kept(ws))] if config.keep else []
-        return [*wall, *deny, *inst.cli_args, *config.args, *keep]
+        # the pair's seed, so both configs of a pair sample alike (unless the config sets its own)
+        seed = [] if any(a.split("=")[0] == "--seed" for a in config.args) else ["--seed", str(seed)]
+        return [*wall, *deny, *inst.cli_args, *config.args, *keep, *seed]
 
     @staticmethod
     def _kept(ws: Path) -> Path:
         """Where the attempts' copies go: beside the workspace, as neutral a path as it (their pwd)."""
         return ws.with_name(ws.name + "-k")
 
-    def _run_cli(self, inst, ws: Path, run_dir: Path, config: Config):
+    def _run_cli(self, inst, ws: Path, run_dir: Path, config: Config, seed: int):
         from cli_runner import run_cli
 
         r = run_cli(
@@ -211,7 +220,7 @@ class Runner:
             model=self.model,
             max_turns=self.max_turns,
             timeout_s=self.timeout_s,
-            extra_args=self.extra_args(inst, config, ws),
+            extra_args=self.extra_args(inst, config, ws, seed),
             src=config.src,
             extra_env={**self.env, **config.env},
             provider_args=self.provider_args,
@@ -245,3 +254,9 @@ class Runner:
         )
         (run_dir / "transcript.json").write_text(json.dumps(r.messages, indent=1, ensure_ascii=False))
         return r.answer, r.subtype, r.turns, r.wall_s, r.cpu_s, r.trajectory
+
+
+def same_times(ws: Path) -> None:
+    """Every file and folder of the workspace, and its parent (``ls -la`` shows ``..``), at one fixed time."""
+    for path in (*ws.rglob("*"), ws, ws.parent):
+        os.utime(path, (FIXED_TIME, FIXED_TIME), follow_symlinks=False)

@@ -14,6 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import bench_tasks
 import cli_runner
 import seed_ledger as ledger
+import task_runner
 from report import mcnemar_p, mcnemar_table, print_tables
 
 # ---------------------------------------------------------------- McNemar's exact test
@@ -142,6 +143,7 @@ def test_the_path_leaves_out_the_virtualenv(monkeypatch, tmp_path):
     env = cli_runner.cli_env("small", tmp_path)
     assert venv_bin not in env["PATH"].split(os.pathsep) and "VIRTUAL_ENV" not in env
     assert env["PIP_NO_INDEX"] == "1" and env["PIP_CONFIG_FILE"] == os.devnull and "PIP_FIND_LINKS" not in env
+    assert env["DRIVETRAIN_LOCAL_DAEMON"] == "0"  # each run its own model: this checkout's code, no earlier KV state
     assert Path(cli_runner.cli_command()[0]).is_absolute()  # drivetrain itself is still found
 
 
@@ -172,6 +174,36 @@ def test_the_cli_runs_with_its_own_turn_cap_a_wall_budget_and_no_virtualenv_on_i
     assert result["max_turns"] is None and result["max_wall_s"] == 60
     shown = seen["path"].strip().split(os.pathsep)
     assert "/usr/bin" in shown and venv_bin not in shown, seen["path"]
+
+
+def test_both_configs_of_a_pair_run_seeded_in_the_same_path_and_keep_their_own_workspace(tmp_path):
+    """Paired by sampling, not only by task: a seeded model sees the same tokens in both configs of a pair until
+    their code differs, so the pair's seed is passed, the workspace path (in the system prompt, in every pwd) is the
+    same, and `ls -l` shows the same times; each config's workspace is then kept under a path of its own."""
+    seen: dict[str, list[str]] = {"a": [], "b": []}
+
+    def steps(name):
+        def look(body):
+            seen[name].append(body["messages"][-1]["content"][0]["content"])
+
+        return [respond([tool_call("Bash", {"command": "pwd; ls -la --time-style=+%s"})]), reply("done", expect=look)]
+
+    results = {}
+    for name, extra in (("a", ""), ("b", "+arg:--seed=5")):
+        with ScriptedServer(steps(name)) as server:
+            results[name] = scripted_runner(tmp_path, server).run(
+                "todos", 1, 3, bench_tasks.parse_config(name + "=" + "profile:full" + extra)
+            )
+    argv = {
+        n: json.loads((tmp_path / "save" / "todos" / "run1-seed3-en-1" / n / "argv.json").read_text()) for n in "ab"
+    }
+    assert argv["a"][argv["a"].index("--seed") + 1] == "3" and argv["b"].count("--seed") == 0  # b sets its own
+    assert seen["a"] == seen["b"] and str(task_runner.FIXED_TIME) in seen["a"][0], seen
+    assert results["a"]["workspace"] != results["b"]["workspace"]
+    for n in "ab":
+        kept = Path(results[n]["workspace"])
+        assert kept.is_dir() and (tmp_path / "save" / "todos" / "run1-seed3-en-1" / n / "ws").resolve() == kept
+        assert "todos" not in str(kept.relative_to(tmp_path / "save"))
 
 
 def test_a_dry_run_prints_the_first_command(tmp_path, capsys):
