@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Literal
 
 from .words import Word, dynamic
 
@@ -75,7 +76,7 @@ def opt_hits(v: str, short: str, long: tuple[str, ...]) -> bool:
 class Spec:
     """A program in the read-only set: its positional args are paths ('paths') or not ('text')."""
 
-    kind: str = "paths"
+    kind: Literal["paths", "text"] = "paths"
     bad_short: str = ""  # letters that write files or run code
     bad_long: tuple[str, ...] = ()
     inert: bool = False  # no dangerous flags at all: a run-time-only argument is harmless
