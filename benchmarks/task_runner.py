@@ -141,7 +141,7 @@ class Runner:
         ws.rename(kept)
         if self._kept(ws).exists():
             self._kept(ws).rename(self._kept(kept))
-        ws.parent.rmdir()
+        shutil.rmtree(ws.parent)  # what else a run left beside its workspace: the pair's next run must not see it
         (run_dir / "ws").symlink_to(kept)
         return {
             "task": task_name,
@@ -197,13 +197,13 @@ class Runner:
 
     def extra_args(self, inst, config: Config, ws: Path, seed: int) -> list[str]:
         """The CLI arguments of a run besides the prompt, provider and turn cap: the wall budget, the task's deny
-        rules and arguments, the config's."""
+        rules and arguments, the config's, and the pair's seed (so both configs of a pair sample alike), unless the
+        config sets its own."""
         deny = ["--disallowedTools", *inst.deny] if inst.deny else []
         wall = ["--max-wall-time", f"{self.max_wall_s:g}"] if self.max_wall_s else []
         keep = ["--keep-attempts", str(self._kept(ws))] if config.keep else []
-        # the pair's seed, so both configs of a pair sample alike (unless the config sets its own)
-        seed = [] if any(a.split("=")[0] == "--seed" for a in config.args) else ["--seed", str(seed)]
-        return [*wall, *deny, *inst.cli_args, *config.args, *keep, *seed]
+        seeded = [] if any(a.split("=")[0] == "--seed" for a in config.args) else ["--seed", str(seed)]
+        return [*wall, *deny, *inst.cli_args, *config.args, *keep, *seeded]
 
     @staticmethod
     def _kept(ws: Path) -> Path:
