@@ -542,6 +542,28 @@ def test_the_work_checks_an_end_state_fails_count_against_it_in_selection(tmp_pa
     assert (ws / "out.txt").read_text() == "18\n"
 
 
+def test_one_after_another_a_further_attempt_starts_only_where_the_checks_still_objected(tmp_path):
+    """Attempt 1 leaves a placeholder and the checks still object when its stop is let through: attempt 2 starts,
+    computes the value and wins; nothing is known against attempt 2, so attempt 3 never starts."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "numbers.txt").write_text("5 6 7\n")
+    placeholder = [
+        respond([tool_call("Write", {"file_path": "out.txt", "content": "<total>\n"})]),
+        reply("Done: out.txt."),
+    ]
+    computed = [
+        respond([tool_call("Bash", {"command": "python3 -c 'print(5+6+7)' > out.txt"})]),
+        reply("The total is 18, in out.txt."),
+    ]
+    prompt = "Add up the numbers in numbers.txt and write the total to out.txt."
+    with ScriptedServer(scripts(placeholder, computed, computed), route=by_temperature) as server:
+        got = checked_attempts(server, ws, prompt, together=False)
+    assert got["count"] == 2 and got["chosen"] == 2, got
+    assert got["each"][0]["objections"] == ["placeholders"] and got["each"][1]["objections"] == [], got
+    assert (ws / "out.txt").read_text() == "18\n"
+
+
 def test_a_quoted_line_printed_exactly_is_strong_evidence_and_no_further_attempt_starts(tmp_path):
     ws = tmp_path / "ws"
     ws.mkdir()
@@ -579,7 +601,9 @@ def test_an_output_file_holding_what_its_own_command_prints_is_strong_evidence_a
     (ws / "total.txt").unlink()
     with ScriptedServer(scripts(typed, by_command, typed), route=by_temperature) as server:
         got = checked_attempts(server, ws, prompt, together=False)
-    assert got["count"] == 2 and got["each"][0]["evidence"] == "", got  # typed: the second attempt starts, and stops
+    # typed: no strong evidence, and the checks object to a value typed rather than computed: the second starts
+    assert got["count"] == 2 and got["each"][0]["evidence"] == "", got
+    assert got["each"][0]["objections"] == ["uncomputed"], got
     assert got["each"][1]["evidence"].startswith("total.txt holds what")
 
 

@@ -18,6 +18,11 @@ Then the evidence picks (``choose``), never the words of the task or of an answe
   values in the answer (its numbers and code spans); the largest group wins, ties broken by the commands passed,
   then by fewer turns.
 
+Run one after another (a local model: ``together=False``), a further attempt starts only where every earlier one is
+known to have failed: it ended without an answer, failed a hard check, or the work checks still objected when its
+run was let stop (``WorkChecks.standing``). An attempt that finished with nothing against it settles the task; a
+further one would only cost the wait and risk a worse pick.
+
 An attempt that passes a strong check (a command that fails on the base passes on its copy; or, read by
 ``small/evidence.py``, a quoted line now printed exactly, an asked-for file holding what its own command prints) wins
 at once: the attempts still running are stopped. The winner's changes are applied to the real workspace once, each
@@ -202,6 +207,8 @@ class Attempts:
             running = 0
             while True:
                 while running < width and len(self.attempts) < self.k and not self._decided():
+                    if self.attempts and not self.together and not all(a.known_failed for a in self.attempts):
+                        break  # one after another: a further attempt only where the last is known to have failed
                     if self.attempts and deadline is not None and deadline - time.monotonic() < self._room():
                         break  # too little time left for another attempt to finish
                     attempt = await self._new_attempt(len(self.attempts) + 1, root, base)
@@ -264,6 +271,7 @@ class Attempts:
                 if cmd not in a.reruns and (got := await rerun(a.agent, cmd, a.spec.cwd, a.spec.session_id)):
                     a.reruns[cmd] = got
             checks = work_checks(a)
+            a.objections = checks.standing if checks is not None else ()
             if a.finished and checks is not None and self.early_stop:
                 facts = await checks.facts(
                     a.result.result, run=partial(run_again, a.agent, cwd=a.spec.cwd, session_id=a.spec.session_id)
@@ -376,7 +384,7 @@ class Attempts:
             value = self.main.value
         if winner is None and kept is not None:
             choice = replace(choice, reason=f"{choice.reason}; the changes of attempt {kept.spec.index} are kept")
-        if len(self.attempts) < self.k and self._decided() is None:
+        if len(self.attempts) < self.k and self._decided() is None and all(a.known_failed for a in self.attempts):
             choice = replace(
                 choice, reason=f"{choice.reason}; {self.k - len(self.attempts)} more had too little time left to start"
             )

@@ -145,13 +145,14 @@ class WorkChecks:
     _writers: dict[str, str] = field(default_factory=dict)  # file -> the input of the call that last changed it
     _said: str = ""  # what the harness said of the last call (an Edit's or Write's report, its note): not an answer
     _sent_back: list[str] = field(default_factory=list)  # what the checks sent back this prompt: not an answer either
+    standing: tuple[str, ...] = ()  # the work checks failing at the last look (let through: the limits were reached)
 
     name: str = "WorkChecks"  # a node of the loop (nodes.py), entered when the model wants to stop …
     at: NodePoint = "end_turn"
 
     @property
-    def limit(self) -> int:  # … at most this many times a run
-        return self.work_limit + self.answer_limit
+    def limit(self) -> int:  # … entered at most this many times a run: each send-back, and the last look
+        return self.work_limit + self.answer_limit + 1
 
     def install(self, hooks: Hooks) -> WorkChecks:
         """Watch the prompt and every tool call (hooks); the checks themselves run as a node: add it to
@@ -165,7 +166,7 @@ class WorkChecks:
     async def on_prompt(self, payload: JsonObject) -> None:
         """A new prompt is a new task: what the checks saw of the last one is left behind."""
         self.prompt, self._sent, self.calls, self.unread = payload.get("prompt", ""), {}, [], []
-        self._writers, self._said, self._sent_back = {}, "", []
+        self._writers, self._said, self._sent_back, self.standing = {}, "", [], ()
         self.before = await asyncio.to_thread(snapshot, self.cwd, self._known)
         self._last = dict(self.before)
 
@@ -219,9 +220,11 @@ class WorkChecks:
         an answer that only lacks what the work holds (the value it wrote, say) at most ``answer_limit`` times more:
         that costs one turn without tools, and an answer that contradicts the work is worse than no answer."""
         # a denied call never reaches PostToolUse: what the policy denied is read from the history
-        work, answer = await self.sorted_failures(
+        found = await self.findings(
             ctx.answer, frozenset(denied_programs(ctx.history)), ctx.run if isinstance(ctx, DraftContext) else None
         )
+        work, answer = found.of("work"), found.of("answer")
+        self.standing = tuple(name for name in found.failed if found.kinds[name] == "work")
         kind: SendBackKind | None = (
             "work"
             if work and self._sent.get("work", 0) < self.work_limit

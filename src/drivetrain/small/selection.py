@@ -57,6 +57,7 @@ class Attempt:
     values: frozenset[str] = frozenset()  # the answer's numbers and code spans
     hard_fail: str = ""  # the check it fails, if any
     failed_checks: tuple[str, ...] = ()  # the work checks (small/checks.py) its end state fails
+    objections: tuple[str, ...] = ()  # the work checks still failing when its run's stop was let through
     evidence: str = ""  # strong evidence its work is done (small/evidence.py), if any
     stopped: bool = False  # stopped because another attempt won early
     took_s: float = 0.0  # from its start to its end
@@ -69,7 +70,14 @@ class Attempt:
     @property
     def passed(self) -> int:
         """Checks passed: the commands run again on its copy, less the work checks its end state fails."""
-        return sum(1 for code, _ in self.reruns.values() if code == 0) - len(self.failed_checks)
+        return sum(1 for code, _ in self.reruns.values() if code == 0) - len({*self.failed_checks, *self.objections})
+
+    @property
+    def known_failed(self) -> bool:
+        """It ended, and what it left is known to be wrong: no answer, a hard check failed, or the work checks
+        still objected when its run was let stop."""
+        ended = self.result is not None or bool(self.error)
+        return ended and (not self.finished or bool(self.hard_fail or self.objections))
 
     @property
     def turns(self) -> int:
@@ -89,6 +97,7 @@ class Attempt:
             "checks": {cmd: code for cmd, (code, _) in self.reruns.items()},
             "hard_fail": self.hard_fail,
             "failed_checks": list(self.failed_checks),
+            "objections": list(self.objections),
             "evidence": self.evidence,
             "stopped": self.stopped,
             "error": self.error,
