@@ -4,6 +4,7 @@ runs drivetrain's CLI or the naive loop in it, and checks the result."""
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import shutil
@@ -26,6 +27,12 @@ class Config:
     args: tuple[str, ...] = ()
     src: str = ""  # another checkout to run the code of (cli_runner.cli_command: its src/ first on sys.path)
     keep: bool = False  # keep each attempt's copy (--keep-attempts) and check each attempt as the run is checked
+
+    @property
+    def attempts(self) -> bool:
+        """Whether its runs are several attempts, each in a copy of the workspace (``--attempts N``, N > 1)."""
+        args = [a for arg in self.args for a in arg.split("=", 1)]
+        return any(a == "--attempts" and n.isdigit() and int(n) > 1 for a, n in itertools.pairwise(args))
 
     @property
     def env(self) -> dict[str, str]:
@@ -100,11 +107,13 @@ class Runner:
         # the config ("linecount-nowc/drivetrain/ws" would be a hint), so it is a neutral hash. It is the same path
         # for every config of a pair, and its files' times are fixed, so a seeded model sees the same tokens in each
         # until the configs' code differs; afterwards the workspace is kept under a hash of its own, linked from the
-        # logs.
+        # logs. A config of attempts works in a copy of its workspace (``--keep-attempts`` puts them at ``ws-k/aN``),
+        # so the others' workspace is at its first attempt's path: the first attempt is paired with the single run.
         pair = f"{task_name}/{run}/{seed}/{wording}"
-        ws = self.save / "work" / hashlib.sha1(pair.encode()).hexdigest()[:10] / "ws"  # its `..` holds it alone
+        root = self.save / "work" / hashlib.sha1(pair.encode()).hexdigest()[:10]
+        ws = root / "ws" if config.keep or config.attempts else self._kept(root / "ws") / "a1"
         kept = self.save / "work" / hashlib.sha1(f"{pair}/{config.name}".encode()).hexdigest()[:10]
-        for old in (run_dir, ws, self._kept(ws), kept, self._kept(kept)):
+        for old in (run_dir, root, kept, self._kept(kept)):
             if old.exists():
                 shutil.rmtree(old)  # a run cut short earlier: start it afresh
         inst = task.make(seed, ws, wording)
@@ -137,11 +146,12 @@ class Runner:
         solved, reason = task.check(ws, answer, expect)
         if not solved and subtype not in ("success", ""):
             reason = f"{subtype}: {reason}"
-        each = self._check_attempts(task, run_dir, self._kept(ws), expect) if config.keep else None
+        attempts = config.keep or config.attempts
+        each = self._check_attempts(task, run_dir, self._kept(ws), expect) if attempts else None
         ws.rename(kept)
-        if self._kept(ws).exists():
+        if attempts and self._kept(ws).exists():
             self._kept(ws).rename(self._kept(kept))
-        shutil.rmtree(ws.parent)  # what else a run left beside its workspace: the pair's next run must not see it
+        shutil.rmtree(root)  # what else a run left beside its workspace: the pair's next run must not see it
         (run_dir / "ws").symlink_to(kept)
         return {
             "task": task_name,
@@ -201,7 +211,7 @@ class Runner:
         config sets its own."""
         deny = ["--disallowedTools", *inst.deny] if inst.deny else []
         wall = ["--max-wall-time", f"{self.max_wall_s:g}"] if self.max_wall_s else []
-        keep = ["--keep-attempts", str(self._kept(ws))] if config.keep else []
+        keep = ["--keep-attempts", str(self._kept(ws))] if config.keep or config.attempts else []
         seeded = [] if any(a.split("=")[0] == "--seed" for a in config.args) else ["--seed", str(seed)]
         return [*wall, *deny, *inst.cli_args, *config.args, *keep, *seeded]
 

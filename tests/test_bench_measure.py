@@ -206,6 +206,32 @@ def test_both_configs_of_a_pair_run_seeded_in_the_same_path_and_keep_their_own_w
         assert "todos" not in str(kept.relative_to(tmp_path / "save"))
 
 
+def test_a_single_runs_workspace_is_at_the_path_of_the_first_attempt_of_a_config_of_attempts(tmp_path):
+    """A config of attempts works in copies (``ws-k/aN``): the other configs of its pair work at its first attempt's
+    path, so the first attempt is paired by sampling with the single run (the same pwd, files and times)."""
+    from drivetrain.small.attempts import TEMPERATURES
+
+    seen: dict[str, list[str]] = {"one": [], "k2": []}
+
+    def steps(name):
+        def look(body):
+            seen[name].append(body["messages"][-1]["content"][0]["content"])
+
+        return [respond([tool_call("Bash", {"command": "pwd; ls -l --time-style=+%s"})]), reply("7", expect=look)]
+
+    with ScriptedServer(steps("one")) as server:
+        scripted_runner(tmp_path, server).run("todos", 1, 3, bench_tasks.parse_config("one=profile:full"))
+    routes = {str(TEMPERATURES[0]): steps("k2"), str(TEMPERATURES[1]): [reply("8")]}
+    with ScriptedServer(routes, route=lambda body: str(body.get("temperature"))) as server:
+        config = bench_tasks.parse_config("k2=profile:full+arg:--attempts=2")
+        assert config.attempts and not bench_tasks.parse_config("k1=arg:--attempts=1").attempts
+        result = scripted_runner(tmp_path, server).run("todos", 1, 3, config)
+        server.take_remaining()
+    assert seen["one"] == seen["k2"] and seen["one"][0].split()[0].endswith("/ws-k/a1"), seen
+    assert sorted(p.name for p in Path(result["workspace"] + "-k").iterdir()) == ["a1", "a2", "base"]
+    assert [e["attempt"] for e in result["attempts"]["each"]] == [1, 2]
+
+
 def test_a_dry_run_prints_the_first_command(tmp_path, capsys):
     assert batch(tmp_path, "--max-wall-time", "45", "--seed-base", "500") == 0
     out = capsys.readouterr().out
