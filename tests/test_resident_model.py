@@ -117,6 +117,36 @@ def test_a_killed_model_process_is_restarted_on_next_use(daemon):
     assert out["pid"] != old
 
 
+def test_a_model_process_running_other_code_is_replaced_and_each_checkout_has_its_own(tmp_path, monkeypatch):
+    """A process started by other code (this installation edited or upgraded since) is stopped and a new one
+    started; another checkout's commands use a folder (and so a process) of their own."""
+    from drivetrain.models import resident
+
+    env = _env(Path(tempfile.mkdtemp(prefix="dt-code-")) / "run")
+    old = ensure_running(env)
+    assert ping(env)["code"] == resident.code_identity() and ensure_running(env) == old  # the same code: found
+    monkeypatch.setattr(resident, "code_identity", lambda: "other code")
+    new = ensure_running(env)
+    assert new != old and _wait_gone(old) and ping(env)["pid"] == new
+    stop(env)
+    shutil.rmtree(Path(env["DRIVETRAIN_DAEMON_DIR"]).parent, ignore_errors=True)
+
+    other = tmp_path / "other" / "src"  # another checkout of the same code
+    shutil.copytree(SRC, other, ignore=shutil.ignore_patterns("__pycache__"))
+    show = "import os; from drivetrain.models.resident import runtime_dir as r; print(r({'XDG_RUNTIME_DIR': '/x'}))"
+    where = {
+        src: subprocess.run(
+            [sys.executable, "-c", show],
+            env={**os.environ, "PYTHONPATH": str(src)},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        for src in (SRC, str(other))
+    }
+    assert all(w.startswith("/x/drivetrain/") for w in where.values()) and len(set(where.values())) == 2, where
+
+
 def test_the_socket_is_private_and_another_user_is_refused(daemon):
     if os.getuid() != 0:
         pytest.skip("running a client as another user needs root")

@@ -14,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import functools
+import hashlib
 import json
 import os
 import socket
@@ -44,14 +46,30 @@ def daemon_enabled(env: Mapping[str, str]) -> bool:
     return env.get(ENV_DAEMON, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
+PACKAGE = Path(__file__).resolve().parent.parent  # this installation of drivetrain
+
+
+@functools.cache
+def code_identity() -> str:
+    """What a model process of this installation runs: the installation's folder and the contents of the code that
+    serves the model (``models/``, ``messages.py``). A process started by another checkout or an older version of
+    this one answers with another identity."""
+    digest = hashlib.sha256(str(PACKAGE).encode())
+    for path in sorted([*(PACKAGE / "models").glob("*.py"), PACKAGE / "messages.py"]):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
 def runtime_dir(env: Mapping[str, str]) -> Path:
-    """The folder of the socket, the pid file and the log: $DRIVETRAIN_DAEMON_DIR, else a ``drivetrain`` folder in
-    $XDG_RUNTIME_DIR (a per-user tmpfs), else ``~/.cache/drivetrain/run``."""
+    """The folder of the socket, the pid file and the log: $DRIVETRAIN_DAEMON_DIR, else a folder of this
+    installation (named by a hash of its path: two checkouts run a process each) in ``drivetrain`` in
+    $XDG_RUNTIME_DIR (a per-user tmpfs), else in ``~/.cache/drivetrain/run``."""
     if env.get(ENV_DIR):
         return Path(env[ENV_DIR]).absolute()
+    mine = hashlib.sha256(str(PACKAGE).encode()).hexdigest()[:12]
     if env.get("XDG_RUNTIME_DIR"):
-        return Path(env["XDG_RUNTIME_DIR"]) / "drivetrain"
-    return Path(env.get("HOME") or Path.home()) / ".cache" / "drivetrain" / "run"
+        return Path(env["XDG_RUNTIME_DIR"]) / "drivetrain" / mine
+    return Path(env.get("HOME") or Path.home()) / ".cache" / "drivetrain" / "run" / mine
 
 
 def private_dir(path: Path) -> Path:
@@ -210,13 +228,17 @@ def _start_lock(folder: Path) -> Iterator[None]:
 
 
 def ensure_running(env: Mapping[str, str]) -> int:
-    """The pid of the user's model process, started if none answers (a stale socket of a dead one removed)."""
-    if status := ping(env):
+    """The pid of the user's model process, started if none answers (a stale socket of a dead one removed) or if
+    the one that answers runs other code (``code_identity``: this installation, edited or upgraded since it
+    started) — that one is stopped first."""
+    if (status := ping(env)) and status.get("code") == code_identity():
         return int(status["pid"])
     folder = private_dir(runtime_dir(env))
     with _start_lock(folder):
         if status := ping(env):  # another command started it while this one waited for the lock
-            return int(status["pid"])
+            if status.get("code") == code_identity():
+                return int(status["pid"])
+            stop(env)
         with contextlib.suppress(FileNotFoundError):
             (folder / "model.sock").unlink()  # a dead process's socket
         return _spawn(env, folder)

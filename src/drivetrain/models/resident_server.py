@@ -28,6 +28,7 @@ from drivetrain.models.resident import (
     DEFAULT_IDLE_S,
     ENV_IDLE,
     LINE_LIMIT,
+    code_identity,
     decode_request,
     encode_response,
     private_dir,
@@ -54,6 +55,7 @@ class ResidentServer:
         self.folder, self.idle_s, self.parallel = folder, idle_s, parallel
         self.path = folder / "model.sock"
         self.models: dict[str, LocalModel] = {}
+        self.code = code_identity()  # the code it runs, read once at start (a client with other code replaces it)
         self.started = time.time()
         self.last = time.monotonic()
         self.in_flight = 0
@@ -70,6 +72,7 @@ class ResidentServer:
         return {
             "pid": os.getpid(),
             "uid": os.getuid(),
+            "code": self.code,
             "socket": str(self.path),
             "started": self.started,
             "idle_s": round(time.monotonic() - self.last, 1),
