@@ -89,7 +89,14 @@ def cli_env(model: str, home: Path, extra: Mapping[str, str] | None = None) -> d
 
 
 def trajectory_from_log(log: str) -> str:
-    """'Glob → Read+Read+Read → Write! → end_turn' from the --verbose turn log ('!' marks an is_error result)."""
+    """'Glob → Read+Read+Read → Write! → end_turn' from the --verbose turn log ('!' marks an is_error result); a
+    run of attempts (its lines marked ``[attempt N]``) gives each attempt's: 'a1: Bash → end_turn | a2: …'."""
+    attempts: dict[str, list[str]] = {}
+    for line in log.splitlines():
+        if m := re.match(r"\[attempt (\d+)\] (.*)", line):
+            attempts.setdefault(m.group(1), []).append(m.group(2))
+    if attempts:
+        return " | ".join(f"a{n}: {trajectory_from_log(chr(10).join(lines))}" for n, lines in attempts.items())
     turns: list[list[str]] = []
     stops: list[str] = []
     pending: list[int] = []  # indexes into the current turn's calls, waiting for their results

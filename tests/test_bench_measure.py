@@ -230,6 +230,7 @@ def test_a_single_runs_workspace_is_at_the_path_of_the_first_attempt_of_a_config
     assert seen["one"] == seen["k2"] and seen["one"][0].split()[0].endswith("/ws-k/a1"), seen
     assert sorted(p.name for p in Path(result["workspace"] + "-k").iterdir()) == ["a1", "a2", "base"]
     assert [e["attempt"] for e in result["attempts"]["each"]] == [1, 2]
+    assert result["trajectory"] == "a1: Bash → end_turn | a2: end_turn", result["trajectory"]
 
 
 def test_a_dry_run_prints_the_first_command(tmp_path, capsys):
