@@ -10,6 +10,7 @@ from pathlib import Path
 import cli_process
 from drivetrain.loop.result import RunResult
 from drivetrain.messages import Usage
+from drivetrain.sessions.report import attempts_text
 from drivetrain.small.attempts import TEMPERATURES
 from drivetrain.small.copies import apply_changes, changes, copy_tree, scan
 from drivetrain.small.selection import Attempt, AttemptSpec, answer_values, choose, named_commands
@@ -562,6 +563,8 @@ def test_one_after_another_a_further_attempt_starts_only_where_the_checks_still_
     assert got["count"] == 2 and got["chosen"] == 2, got
     assert got["each"][0]["objections"] == ["placeholders"] and got["each"][1]["objections"] == [], got
     assert (ws / "out.txt").read_text() == "18\n"
+    shown = attempts_text([{"kind": "attempts", **got}], {})
+    assert "the checks still objected: placeholders" in shown[2] and "objected" not in shown[3], shown
 
 
 def test_a_quoted_line_printed_exactly_is_strong_evidence_and_no_further_attempt_starts(tmp_path):

@@ -371,6 +371,8 @@ def attempts_text(records: Sequence[Record], nested: Mapping[str, str]) -> list[
             ended = "stopped" if e.get("stopped") else str(e.get("subtype"))
             checks = ", ".join(f"`{c}` → {code}" for c, code in dict(e.get("checks") or {}).items())
             why = f"; cannot win: {e['hard_fail']}" if e.get("hard_fail") else ""
+            if objections := [str(o) for o in e.get("objections") or []]:
+                why += f"; the checks still objected: {', '.join(objections)}"
             lines.append(
                 f"{mark} {e.get('attempt'):>2}  {e.get('seed'):>10}  {e.get('temperature'):>4}  {ended:<22}"
                 f"{e.get('num_turns'):>5}  {', '.join(e.get('changed') or []) or '-'}"

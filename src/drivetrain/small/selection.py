@@ -69,7 +69,8 @@ class Attempt:
 
     @property
     def passed(self) -> int:
-        """Checks passed: the commands run again on its copy, less the work checks its end state fails."""
+        """Checks passed: the commands run again on its copy, less the work checks its end state fails or that
+        still objected when its run was let stop."""
         return sum(1 for code, _ in self.reruns.values() if code == 0) - len({*self.failed_checks, *self.objections})
 
     @property
