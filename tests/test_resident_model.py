@@ -117,6 +117,29 @@ def test_a_killed_model_process_is_restarted_on_next_use(daemon):
     assert out["pid"] != old
 
 
+def test_a_seeded_conversation_starts_as_in_a_new_process_though_another_left_its_kv_state(daemon):
+    """The resident process keeps the last request's KV state, and reusing it changes the floating-point sums and so
+    the sample: a seeded conversation's first request evaluates its prompt as a new process would (the same reply,
+    the same count evaluated, the second time too); its later requests reuse its own state."""
+    from drivetrain.messages import Message
+    from drivetrain.models.base import ModelRequest
+
+    model = ResidentModel("0.5b", env=daemon)
+    first = [Message.user("Name one prime number.")]
+
+    def ask(messages, seed):
+        reply = asyncio.run(model.respond(ModelRequest(messages, max_tokens=8, seed=seed)))
+        return reply, model.last_stats
+
+    asyncio.run(model.respond(ModelRequest(first, max_tokens=8)))  # unseeded: leaves its KV state
+    (one, a), (two, b) = ask(first, 7), ask(first, 7)
+    assert a.prompt_eval_tokens == b.prompt_eval_tokens == a.prompt_tokens, (a, b)  # nothing reused
+    assert one.content == two.content
+    later = [*first, one.message, Message.user("Another.")]
+    _, c = ask(later, 7)
+    assert c.prompt_eval_tokens < c.prompt_tokens  # a later request reuses its conversation's own state
+
+
 def test_a_model_process_running_other_code_is_replaced_and_each_checkout_has_its_own(tmp_path, monkeypatch):
     """A process started by other code (this installation edited or upgraded since) is stopped and a new one
     started; another checkout's commands use a folder (and so a process) of their own."""

@@ -300,6 +300,11 @@ class LocalModel:
             self._load_locked()
             prompt = self._prompt(request)
             self._loaded.evaluated = 0  # counts the prefix too, when it is evaluated (not loaded) below
+            if request.seed is not None and not any(m.role == "assistant" for m in request.messages):
+                # A seeded conversation starts as in a new process: no KV state another request left (a run before
+                # it in the resident process) is reused, for a reuse changes the floating-point sums and so the
+                # sample. Its later requests reuse its own, as in a new process.
+                self._loaded.reset()
             if self.prefix_cache or request.keep_prefix:
                 self._restore_prefix(self._system_tokens(request))
             budget = self._budget(request, prompt)
