@@ -96,7 +96,8 @@ def trajectory_from_log(log: str) -> str:
         if m := re.match(r"\[attempt (\d+)\] (.*)", line):
             attempts.setdefault(m.group(1), []).append(m.group(2))
     if attempts:
-        return " | ".join(f"a{n}: {trajectory_from_log(chr(10).join(lines))}" for n, lines in attempts.items())
+        ordered = sorted(attempts.items(), key=lambda item: int(item[0]))  # together, their lines interleave
+        return " | ".join(f"a{n}: {trajectory_from_log(chr(10).join(lines))}" for n, lines in ordered)
     turns: list[list[str]] = []
     stops: list[str] = []
     pending: list[int] = []  # indexes into the current turn's calls, waiting for their results
