@@ -29,10 +29,11 @@ class Config:
     keep: bool = False  # keep each attempt's copy (--keep-attempts) and check each attempt as the run is checked
 
     @property
-    def attempts(self) -> bool:
-        """Whether its runs are several attempts, each in a copy of the workspace (``--attempts N``, N > 1)."""
+    def in_copies(self) -> bool:
+        """Whether its runs are attempts, each in a copy of the workspace kept and checked (``keep``, or
+        ``--attempts N`` with N > 1)."""
         args = [a for arg in self.args for a in arg.split("=", 1)]
-        return any(a == "--attempts" and n.isdigit() and int(n) > 1 for a, n in itertools.pairwise(args))
+        return self.keep or any(a == "--attempts" and n.isdigit() and int(n) > 1 for a, n in itertools.pairwise(args))
 
     @property
     def env(self) -> dict[str, str]:
@@ -111,7 +112,7 @@ class Runner:
         # so the others' workspace is at its first attempt's path: the first attempt is paired with the single run.
         pair = f"{task_name}/{run}/{seed}/{wording}"
         root = self.save / "work" / hashlib.sha1(pair.encode()).hexdigest()[:10]
-        ws = root / "ws" if config.keep or config.attempts else self._kept(root / "ws") / "a1"
+        ws = root / "ws" if config.in_copies else self._kept(root / "ws") / "a1"
         kept = self.save / "work" / hashlib.sha1(f"{pair}/{config.name}".encode()).hexdigest()[:10]
         for old in (run_dir, root, kept, self._kept(kept)):
             if old.exists():
@@ -146,10 +147,9 @@ class Runner:
         solved, reason = task.check(ws, answer, expect)
         if not solved and subtype not in ("success", ""):
             reason = f"{subtype}: {reason}"
-        attempts = config.keep or config.attempts
-        each = self._check_attempts(task, run_dir, self._kept(ws), expect) if attempts else None
+        each = self._check_attempts(task, run_dir, self._kept(ws), expect) if config.in_copies else None
         ws.rename(kept)
-        if attempts and self._kept(ws).exists():
+        if config.in_copies and self._kept(ws).exists():
             self._kept(ws).rename(self._kept(kept))
         shutil.rmtree(root)  # what else a run left beside its workspace: the pair's next run must not see it
         (run_dir / "ws").symlink_to(kept)
@@ -211,7 +211,7 @@ class Runner:
         config sets its own."""
         deny = ["--disallowedTools", *inst.deny] if inst.deny else []
         wall = ["--max-wall-time", f"{self.max_wall_s:g}"] if self.max_wall_s else []
-        keep = ["--keep-attempts", str(self._kept(ws))] if config.keep or config.attempts else []
+        keep = ["--keep-attempts", str(self._kept(ws))] if config.in_copies else []
         seeded = [] if any(a.split("=")[0] == "--seed" for a in config.args) else ["--seed", str(seed)]
         return [*wall, *deny, *inst.cli_args, *config.args, *keep, *seeded]
 

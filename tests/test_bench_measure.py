@@ -224,7 +224,7 @@ def test_a_single_runs_workspace_is_at_the_path_of_the_first_attempt_of_a_config
     routes = {str(TEMPERATURES[0]): steps("k2"), str(TEMPERATURES[1]): [reply("8")]}
     with ScriptedServer(routes, route=lambda body: str(body.get("temperature"))) as server:
         config = bench_tasks.parse_config("k2=profile:full+arg:--attempts=2")
-        assert config.attempts and not bench_tasks.parse_config("k1=arg:--attempts=1").attempts
+        assert config.in_copies and not bench_tasks.parse_config("k1=arg:--attempts=1").in_copies
         result = scripted_runner(tmp_path, server).run("todos", 1, 3, config)
         server.take_remaining()
     assert seen["one"] == seen["k2"] and seen["one"][0].split()[0].endswith("/ws-k/a1"), seen
