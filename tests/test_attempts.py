@@ -345,6 +345,25 @@ def library_attempts(server, ws, prompt, **kw):
 CHECK_SIX = "import pathlib\nassert pathlib.Path('out.txt').read_text().strip() == '6'\n"
 
 
+def test_what_a_named_command_leaves_when_run_on_the_workspace_as_it_was_is_not_in_any_attempts_copy(tmp_path):
+    """The task's named commands run on the pristine workspace first (what "fixed" is measured against); they run
+    in a copy of the base, so an output file or a cache they leave is not in the base the attempts start from."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "gen.py").write_text("open('made.txt', 'w').write('by the harness')\nraise SystemExit(1)\n")
+    seen = []
+    looks = [
+        respond([tool_call("Bash", {"command": "ls"})]),
+        reply("Looked.", expect=lambda body: seen.append(body["messages"][-1]["content"][0]["content"])),
+    ]
+    with ScriptedServer(scripts(looks, looks, looks), route=by_temperature) as server:
+        attempts, _ = library_attempts(server, ws, "Make `python3 gen.py` pass.", together=False)
+        server.take_remaining()
+    assert attempts.base_checks["python3 gen.py"][0] == 1  # it ran on the workspace as it was
+    assert seen and "gen.py" in seen[0] and "made.txt" not in seen[0], seen
+    assert not (ws / "made.txt").exists()
+
+
 def test_one_after_another_a_settled_task_starts_no_further_attempt(tmp_path):
     """As a local model's attempts run: attempt 1 fixes the named command, so 2 and 3 never start."""
     ws = tmp_path / "ws"

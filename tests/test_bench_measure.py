@@ -228,7 +228,14 @@ def test_a_single_runs_workspace_is_at_the_path_of_the_first_attempt_of_a_config
         result = scripted_runner(tmp_path, server).run("todos", 1, 3, config)
         server.take_remaining()
     assert seen["one"] == seen["k2"] and seen["one"][0].split()[0].endswith("/ws-k/a1"), seen
-    assert sorted(p.name for p in Path(result["workspace"] + "-k").iterdir()) == ["a1", "a2", "base"]
+    assert sorted(p.name for p in Path(result["workspace"] + "-k").iterdir()) == [
+        "a1",
+        "a1-probe",
+        "a2",
+        "a2-probe",
+        "base",
+        "probe",
+    ]
     assert [e["attempt"] for e in result["attempts"]["each"]] == [1, 2]
     assert result["trajectory"] == "a1: Bash → end_turn | a2: end_turn", result["trajectory"]
 
@@ -264,7 +271,16 @@ def test_a_kept_config_checks_each_attempt_in_its_own_copy_as_the_run_is_checked
     assert not each[2]["solved"] and not each[3]["solved"] and each[2]["reason"].endswith("was not written")
     assert result["attempts"]["chosen"] in (1, 2, 3) and result["attempts"]["reason"]
     kept = Path(result["workspace"] + "-k")
-    assert sorted(p.name for p in kept.iterdir()) == ["a1", "a2", "a3", "base"]
+    assert sorted(p.name for p in kept.iterdir()) == [
+        "a1",
+        "a1-probe",
+        "a2",
+        "a2-probe",
+        "a3",
+        "a3-probe",
+        "base",
+        "probe",
+    ]
     assert "todos" not in str(kept.relative_to(tmp_path / "save"))  # the attempts' pwd names no task
     with pytest.raises(ValueError, match="keep"):
         bench_tasks.parse_config("n=naive+keep")

@@ -155,6 +155,7 @@ class Attempts:
         self._result: RunResult | None = None
         self._base_tree: Tree = {}
         self._base = Path()  # the pristine copy, once made
+        self._probe = Path()  # a copy of it that commands run in
         self.cancelled_by = "cancel"
 
     # what a front end reads of a run
@@ -197,9 +198,13 @@ class Attempts:
             base = self._base = root / "base"
             await asyncio.to_thread(copy_tree, cwd, base)
             self._base_tree = scan(base)
+            # The commands run on the workspace as it was go to a copy of the base ("probe"): what they leave
+            # (an output file, a cache) must not be in the base the attempts are copied from.
+            probe = self._probe = root / "probe"
+            await asyncio.to_thread(copy_tree, base, probe)
             named = named_commands(self.prompt, base)[:MAX_RERUNS]
             for cmd in named:  # on a pristine copy, as the run's own call: what "fixed" is measured against
-                got = await rerun(self.main.agent, cmd, base, self.session_id)
+                got = await rerun(self.main.agent, cmd, probe, self.session_id)
                 if got is not None:
                     self.base_checks[cmd] = got
             deadline = None if self.wall_s is None else started + self.wall_s
@@ -267,16 +272,19 @@ class Attempts:
             a.values = answer_values(a.result.result) if a.result.subtype == "success" else frozenset()
             if a.result.result and any(echoes(a.result.result, said) for said in harness_words(a.result.history)):
                 a.hard_fail = "its answer copies what the harness said"
+            # the checks' commands run in a copy of its end state: what they leave is not its change
+            probe = a.probe = a.spec.cwd.with_name(a.spec.cwd.name + "-probe")
+            await asyncio.to_thread(copy_tree, a.spec.cwd, probe)
             for cmd in [*named, *tests_ran(a.result)][:MAX_RERUNS]:
-                if cmd not in a.reruns and (got := await rerun(a.agent, cmd, a.spec.cwd, a.spec.session_id)):
+                if cmd not in a.reruns and (got := await rerun(a.agent, cmd, probe, a.spec.session_id)):
                     a.reruns[cmd] = got
             checks = work_checks(a)
             a.objections = checks.standing if checks is not None else ()
             if a.finished and checks is not None and self.early_stop:
                 facts = await checks.facts(
-                    a.result.result, run=partial(run_again, a.agent, cwd=a.spec.cwd, session_id=a.spec.session_id)
+                    a.result.result, run=partial(run_again, a.agent, cwd=probe, session_id=a.spec.session_id)
                 )
-                on_base = partial(run_again, self.main.agent, cwd=self._base, session_id=self.session_id)
+                on_base = partial(run_again, self.main.agent, cwd=self._probe, session_id=self.session_id)
                 a.evidence = await strong_evidence(facts, on_base)
         except asyncio.CancelledError:
             a.error = a.error or "stopped"
@@ -343,7 +351,7 @@ class Attempts:
             if not a.finished:
                 continue
             for cmd in commands:
-                if cmd not in a.reruns and (got := await rerun(a.agent, cmd, a.spec.cwd, a.spec.session_id)):
+                if cmd not in a.reruns and a.probe and (got := await rerun(a.agent, cmd, a.probe, a.spec.session_id)):
                     a.reruns[cmd] = got
         for a in self.attempts:
             a.changed = await asyncio.to_thread(changes, base, self._base_tree, a.spec.cwd)

@@ -59,6 +59,7 @@ class Attempt:
     failed_checks: tuple[str, ...] = ()  # the work checks (small/checks.py) its end state fails
     objections: tuple[str, ...] = ()  # the work checks still failing when its run's stop was let through
     evidence: str = ""  # strong evidence its work is done (small/evidence.py), if any
+    probe: Path | None = None  # a copy of its end state that the checks' commands run in
     stopped: bool = False  # stopped because another attempt won early
     took_s: float = 0.0  # from its start to its end
 
