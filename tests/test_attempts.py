@@ -58,9 +58,7 @@ def run_attempts(server, ws, *extra, fmt="json"):
 
 
 def test_the_largest_group_wins_and_its_change_reaches_the_workspace(tmp_path, _own_home):
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    (ws / "numbers.txt").write_text("5 6 7\n")
+    ws = numbers_workspace(tmp_path)
     with ScriptedServer(scripts(writes(17), writes(18), writes(18)), route=by_temperature) as server:
         proc = run_attempts(server, ws)
     assert proc.returncode == 0, proc.stderr
@@ -537,17 +535,27 @@ def checked_attempts(server, ws, prompt, **kw):
     return attempts.result.attempts
 
 
+def numbers_workspace(tmp_path):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "numbers.txt").write_text("5 6 7\n")
+    return ws
+
+
+def writes_placeholder():
+    """An attempt that writes a placeholder to out.txt instead of the total, and says it is done."""
+    return [
+        respond([tool_call("Write", {"file_path": "out.txt", "content": "<total>\n"})]),
+        reply("Done: out.txt."),
+    ]
+
+
 def test_the_work_checks_an_end_state_fails_count_against_it_in_selection(tmp_path):
     """The same check objects that send a run back (small/checks.py) are read of each attempt's end: alone in their
     groups, the attempt that wrote a placeholder loses to the one that computed the value, though it took fewer
     turns."""
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    (ws / "numbers.txt").write_text("5 6 7\n")
-    placeholder = [
-        respond([tool_call("Write", {"file_path": "out.txt", "content": "<total>\n"})]),
-        reply("Done: out.txt."),
-    ]
+    ws = numbers_workspace(tmp_path)
+    placeholder = writes_placeholder()
     computed = [
         respond([tool_call("Bash", {"command": "python3 -c 'print(5+6+7)'"})]),
         respond([tool_call("Write", {"file_path": "out.txt", "content": "18\n"})]),
@@ -565,13 +573,8 @@ def test_the_work_checks_an_end_state_fails_count_against_it_in_selection(tmp_pa
 def test_one_after_another_a_further_attempt_starts_only_where_the_checks_still_objected(tmp_path):
     """Attempt 1 leaves a placeholder and the checks still object when its stop is let through: attempt 2 starts,
     computes the value and wins; nothing is known against attempt 2, so attempt 3 never starts."""
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    (ws / "numbers.txt").write_text("5 6 7\n")
-    placeholder = [
-        respond([tool_call("Write", {"file_path": "out.txt", "content": "<total>\n"})]),
-        reply("Done: out.txt."),
-    ]
+    ws = numbers_workspace(tmp_path)
+    placeholder = writes_placeholder()
     computed = [
         respond([tool_call("Bash", {"command": "python3 -c 'print(5+6+7)' > out.txt"})]),
         reply("The total is 18, in out.txt."),
@@ -660,9 +663,7 @@ def test_through_the_cli_the_small_profiles_own_checks_read_each_attempt_and_str
 
 
 def test_keep_attempts_leaves_each_attempts_copy_for_inspection_and_a_used_folder_is_refused(tmp_path):
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    (ws / "numbers.txt").write_text("5 6 7\n")
+    ws = numbers_workspace(tmp_path)
     kept = tmp_path / "kept"
     with ScriptedServer(scripts(writes(17), writes(18), writes(18)), route=by_temperature) as server:
         proc = run_attempts(server, ws, "--keep-attempts", str(kept))

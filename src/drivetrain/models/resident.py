@@ -47,6 +47,7 @@ def daemon_enabled(env: Mapping[str, str]) -> bool:
 
 
 PACKAGE = Path(__file__).resolve().parent.parent  # this installation of drivetrain
+INSTALLATION = hashlib.sha256(str(PACKAGE).encode()).hexdigest()[:12]  # its folder's name under the runtime folder
 
 
 @functools.cache
@@ -54,7 +55,7 @@ def code_identity() -> str:
     """What a model process of this installation runs: the installation's folder and the contents of the code that
     serves the model (``models/``, ``messages.py``). A process started by another checkout or an older version of
     this one answers with another identity."""
-    digest = hashlib.sha256(str(PACKAGE).encode())
+    digest = hashlib.sha256(INSTALLATION.encode())
     for path in sorted([*(PACKAGE / "models").glob("*.py"), PACKAGE / "messages.py"]):
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:16]
@@ -66,10 +67,9 @@ def runtime_dir(env: Mapping[str, str]) -> Path:
     $XDG_RUNTIME_DIR (a per-user tmpfs), else in ``~/.cache/drivetrain/run``."""
     if env.get(ENV_DIR):
         return Path(env[ENV_DIR]).absolute()
-    mine = hashlib.sha256(str(PACKAGE).encode()).hexdigest()[:12]
     if env.get("XDG_RUNTIME_DIR"):
-        return Path(env["XDG_RUNTIME_DIR"]) / "drivetrain" / mine
-    return Path(env.get("HOME") or Path.home()) / ".cache" / "drivetrain" / "run" / mine
+        return Path(env["XDG_RUNTIME_DIR"]) / "drivetrain" / INSTALLATION
+    return Path(env.get("HOME") or Path.home()) / ".cache" / "drivetrain" / "run" / INSTALLATION
 
 
 def private_dir(path: Path) -> Path:
