@@ -2,7 +2,9 @@
 sent back is written again with the run's facts in front of the model, in the task's language."""
 
 from drivetrain.small.answer import disagreements, echoes, facts, language, unseen
+from drivetrain.messages import Message, TextBlock
 from drivetrain.small.checks import WorkChecks
+from drivetrain.small.selection import harness_words
 
 
 async def _run(tmp_path, prompt: str, command: str, output: str, write: dict[str, str]) -> WorkChecks:
@@ -34,8 +36,8 @@ async def test_a_number_no_command_printed_goes_back_with_the_facts(tmp_path):
     assert "Your answer reports 42, but no command printed it and no file holds it." in sent.text
     assert sent.answer_only
     assert (
-        "What you did in this run, as the harness saw it (tell the user in the first person, as the one who did it, and in the language of the task):\n- no file was created or changed\n"
-        "- ran `python3 -c 'import calc'`: exit 0, printed nothing" in sent.text
+        "What I did:\n- I created or changed no file\n"
+        "- I ran `python3 -c 'import calc'`: it printed nothing" in sent.text
     )
     checks.calls[-1].output = checks.calls[-1].text = "42"
     assert await checks.failures("score(7) returns 42.") == []
@@ -59,13 +61,13 @@ def test_facts_list_files_with_what_they_hold_and_commands_with_how_they_exited(
     now = {"a.py": b"x = 2\n", "total.txt": b"18\n", "big.py": b"\n".join([b"y = 1"] * 80)}
     text = facts(before, now, [Call("wc -l *.py", False, "18 total\n"), Call("python3 a.py", True, "Traceback")])
     assert text.splitlines() == [
-        "What you did in this run, as the harness saw it (tell the user in the first person, as the one who did it, and in the language of the task):",
-        "- changed a.py, which now holds: 'x = 2'",
-        "- created big.py (80 lines)",
-        "- deleted old.txt",
-        "- created total.txt, which now holds: '18'",
-        "- ran `wc -l *.py`: exit 0, printed '18 total'",
-        "- ran `python3 a.py`: failed, printed 'Traceback'",
+        "What I did:",
+        "- I changed a.py, which now holds: 'x = 2'",
+        "- I created big.py (80 lines)",
+        "- I deleted old.txt",
+        "- I created total.txt, which now holds: '18'",
+        "- I ran `wc -l *.py`: it printed '18 total'",
+        "- I ran `python3 a.py`: it failed, printing 'Traceback'",
     ]
     assert facts({}, {}, []) == ""
 
@@ -126,10 +128,17 @@ async def test_an_answer_that_copies_the_harness_note_on_the_last_call_is_asked_
     )
     assert hook["hookSpecificOutput"]["additionalContext"] == "Created total.txt (1 line):\n   1| 18"
     sent = await checks.run(_Ctx("Created totaltxt (1 line): 18"))
-    assert sent.answer_only and "Your answer copies what the harness said of your last call" in sent.text
-    assert "- created total.txt, which now holds: '18'" in sent.text
+    assert sent.answer_only and "Your answer copies the note on your last call's result" in sent.text
+    assert sent.text.endswith("What I did:\n- I created total.txt, which now holds: '18'\n- I ran `wc -l *.py`: it printed '18 total'\n- I ran `echo 18 > total.txt`: it printed nothing")
     assert await checks.failures("The total is 18 lines; I wrote 18 to total.txt.") == []
     assert await checks.failures("I created total.txt (1 line): 18") != []
+    # the record is the agent's own, in the first person: copied or translated, it is an answer, not an echo
+    record = sent.text.split("\n\n")[-1]
+    assert await checks.failures(record) == []
+    assert await checks.failures("我做了：\n- 我创建了 total.txt，内容是 '18'\n- 我运行了 `wc -l *.py`，打印了 '18 total'") == []
+    assert await checks.failures(sent.text.split("\n\n")[0]) != []  # what it asked is no answer
+    history = [Message.user("Count the lines"), Message.assistant(TextBlock("x")), Message.user(sent.text)]
+    assert harness_words(history) == [sent.text.split("\n\n")[0]]
 
 
 async def test_an_answer_that_copies_the_edit_tools_own_report_is_asked_for_again(tmp_path):
@@ -150,7 +159,7 @@ async def test_an_answer_that_copies_the_edit_tools_own_report_is_asked_for_agai
         is None
     )  # nothing added to the result
     sent = await checks.run(_Ctx(f"Replaced 1 instance in {tmp_path}/payments.py. Lines around the change now read:"))
-    assert sent.answer_only and "Your answer copies what the harness said of your last call" in sent.text
+    assert sent.answer_only and "Your answer copies the note on your last call's result" in sent.text
     assert await checks.failures("已修正 payments.py：total 现在返回 sum(xs)，不再多加 1。") == []
 
 

@@ -575,7 +575,7 @@ async def test_a_claimed_output_is_what_the_command_printed(tmp_path):
     [call, claim] = await checks.failures("f(5) 返回 8（检查：`python3 f.py 5` 返回 8）。")
     assert claim.startswith("Your answer says `python3 f.py 5` gave 8, but it printed '(no output)'.")
     # `python3 f.py 5` never called f: the harness made the call, so the value is seen now, not the claim
-    assert call.startswith("The task writes out the call f(5), and no command of yours made it. The harness ran it")
+    assert call.startswith("The task writes out the call f(5), and no command of yours made it. Run here, it gives")
     assert call.endswith("Exit code 0; it printed:\n8\nUse what it printed.")
     [claim] = await checks.failures("f(5) 返回 8（检查：`python3 f.py 5` 返回 8）。")
     assert claim.startswith("Your answer says `python3 f.py 5` gave 8, but it printed '(no output)'.")
@@ -1132,9 +1132,8 @@ async def test_a_claim_about_a_denied_command_and_an_answer_sent_back_after_the_
     assert "Your answer says what `wc -l a.py` showed, but wc is denied here and never ran." in sent[0]
     assert "You wrote 3 to total.txt, but your answer says 2" in sent[1]
     assert (
-        "Your answer does not give the value you wrote to total.txt (2). Answer again, with the value.\n\nWhat you "
-        "did in this run, as the harness saw it (tell the user in the first person, as the one who did it, and in "
-        "the language of the task):\n- created total.txt, which now holds: '2'" in sent[2]
+        "Your answer does not give the value you wrote to total.txt (2). Answer again, with the value.\n\n"
+        "What I did:\n- I created total.txt, which now holds: '2'" in sent[2]
     )
     assert [r.tool_choice for r in agent.model.requests][3:8:2] == [
         None,

@@ -34,6 +34,7 @@ _DIGITS = re.compile(r"\d+(?:\.\d+)?")
 _PROSE = re.compile(r"(?<![\w./-])[A-Za-z]{2,}(?![\w./-])")  # a Latin-script word, not a path or a name
 _CODE = re.compile(r"`[^`]*`")
 PROSE_WORDS = 4  # an answer with this many Latin-script words is prose, not a value or a file name
+FACTS_HEAD = "What I did:"  # the record's head (``facts``)
 _NOT_WORD = re.compile(r"[\W_]+")  # what an echo may drop or change: marks, spaces (letters of any script stay)
 
 
@@ -53,14 +54,18 @@ def language(text: str) -> str:
 
 def facts(before: dict[str, bytes], now: dict[str, bytes], calls: Sequence[Call]) -> str:
     """What the run did, as the harness saw it: files created, changed or deleted (a small one with what it holds),
-    the last commands and how they exited. "" when the run neither changed a file nor ran a command."""
+    the last commands and how they exited. "" when the run neither changed a file nor ran a command.
+
+    It is written as the agent's own record, in the first person and with no instruction in it: a small model copies
+    or translates the text in front of it, and a copy of this record (in any language) is an answer in the agent's
+    voice. (An instruction here came back as the answer, translated: "你做了以下几件事，作为 harness 看到的（告诉用户…）".)"""
     rows = []
     changed = [p for p in sorted(set(before) | set(now)) if before.get(p) != now.get(p) and "__pycache__" not in p]
     for path in changed[:FACT_FILES]:
         if path not in now:
-            rows.append(f"- deleted {path}")
+            rows.append(f"- I deleted {path}")
             continue
-        verb = "created" if path not in before else "changed"
+        verb = "I created" if path not in before else "I changed"
         content = now[path].decode("utf-8", "replace").strip()
         rows.append(
             f"- {verb} {path}"
@@ -75,17 +80,15 @@ def facts(before: dict[str, bytes], now: dict[str, bytes], calls: Sequence[Call]
     for call in [c for c in calls if c.command][-FACT_CALLS:]:
         out = call.output.strip()
         head = out.splitlines()[0][:100] if out else ""
-        how = "failed" if call.failed else "exit 0"
-        printed = f", printed {head!r}" + (" …" if out.count("\n") else "") if head else ", printed nothing"
-        rows.append(f"- ran `{call.command.strip()[:120]}`: {how}{printed}")
+        # no exit code written: a number right after a quoted command is read as what it printed (checks_answer)
+        printed = f"{head!r}" + (" …" if out.count("\n") else "") if head else "nothing"
+        how = f"it failed, printing {printed}" if call.failed else f"it printed {printed}"
+        rows.append(f"- I ran `{call.command.strip()[:120]}`: {how}")
     if not rows:
         return ""
     if not changed:
-        rows.insert(0, "- no file was created or changed")
-    return (
-        "What you did in this run, as the harness saw it (tell the user in the first person, as the one who did "
-        "it, and in the language of the task):\n" + "\n".join(rows)
-    )
+        rows.insert(0, "- I created or changed no file")
+    return FACTS_HEAD + "\n" + "\n".join(rows)
 
 
 def unseen(answer: str, corpus: str, files: dict[str, bytes]) -> list[str]:
@@ -124,7 +127,7 @@ def disagreements(
     missing = unseen(answer, corpus, files)
     if any(echoes(answer, s) for s in said):
         out.append(
-            "Your answer copies what the harness said of your last call; it is not an answer. Tell the user "
+            "Your answer copies the note on your last call's result; it is not an answer. Tell the user "
             "the result the task asks for and what you did, in your own words."
         )
     elif missing:

@@ -237,9 +237,9 @@ class WorkChecks:
         self._sent[kind] = self._sent.get(kind, 0) + 1
         failures = work + answer if kind == "work" else answer
         text = "Before you finish, fix this:\n" + "\n".join(f"- {f}" for f in failures)
+        self._sent_back.append(text)  # not an answer (the record below is: it is the agent's own, answer.facts)
         if kind == "answer" and self.agree and (done := facts(self.before, self._last, self.calls)):
             text += "\n\n" + done  # the answer is written again with what the run did in front of it
-        self._sent_back.append(text)
         return SendBack(text, answer_only=kind == "answer")
 
     # -- the checks

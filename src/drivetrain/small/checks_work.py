@@ -439,7 +439,7 @@ async def unrun_calls(f: RunFacts) -> list[str]:
         f.made.append(Call(f"{command}\n{output}", command, code != 0, output))  # the run has seen it now
         printed = output.strip()[-1500:] or "(nothing)"
         out.append(
-            f"The task writes out the call {text}, and no command of yours made it. The harness ran it:\n"
+            f"The task writes out the call {text}, and no command of yours made it. Run here, it gives:\n"
             f"{_fence(command)}\nExit code {code}; it printed:\n{printed}\nUse what it printed."
         )
     return out

@@ -23,6 +23,7 @@ from drivetrain.jsontypes import JsonObject
 from drivetrain.loop.result import RunResult
 from drivetrain.messages import Message, TextBlock, Usage
 from drivetrain.sessions.audit import attached
+from drivetrain.small.answer import FACTS_HEAD
 from drivetrain.small.checks import CHECKS, WorkChecks
 from drivetrain.small.readings import TEST_RUNNER
 from drivetrain.tools.base import ToolContext
@@ -151,9 +152,11 @@ def tests_ran(result: RunResult | None) -> list[str]:
 
 
 def harness_words(history: Sequence[Message]) -> list[str]:
-    """What the harness said during a run: the text of every user turn after the task (send-backs, notes)."""
+    """What the harness said during a run: the text of every user turn after the task (send-backs, notes), but the
+    record of what the agent did that ends an answer's send-back (``answer.facts``): a copy of it is an answer."""
     users = [m for m in history if m.role == "user"]
-    return [b.text for m in users[1:] for b in m.content if isinstance(b, TextBlock) and b.text.strip()]
+    texts = [b.text for m in users[1:] for b in m.content if isinstance(b, TextBlock) and b.text.strip()]
+    return [t.split("\n\n" + FACTS_HEAD + "\n")[0] for t in texts]
 
 
 def answer_values(answer: str) -> frozenset[str]:
