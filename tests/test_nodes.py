@@ -67,7 +67,7 @@ async def test_a_send_back_for_the_answer_alone_asks_for_it_without_tools(tmp_pa
         name, at, limit = "AnswerAgain", "end_turn", 1
 
         async def run(self, ctx):
-            return SendBack("Say which file you created.", answer_only=True)
+            return SendBack("Say which file you created.", tool_choice="none")
 
     def no_tools(body):
         assert body["tool_choice"] == {"type": "none"} and last_text(body) == "Say which file you created."

@@ -34,7 +34,7 @@ async def test_a_number_no_command_printed_goes_back_with_the_facts(tmp_path):
     checks = await _run(tmp_path, "What does score return for 7 in calc.py?", "python3 -c 'import calc'", "", {})
     sent = await checks.run(_Ctx("score(7) returns 42."))
     assert "Your answer reports 42, but no command printed it and no file holds it." in sent.text
-    assert sent.answer_only
+    assert sent.tool_choice == "none"
     assert (
         "What I did:\n- I created or changed no file\n"
         "- I ran `python3 -c 'import calc'`: it printed nothing" in sent.text
@@ -128,7 +128,7 @@ async def test_an_answer_that_copies_the_harness_note_on_the_last_call_is_asked_
     )
     assert hook["hookSpecificOutput"]["additionalContext"] == "Created total.txt (1 line):\n   1| 18"
     sent = await checks.run(_Ctx("Created totaltxt (1 line): 18"))
-    assert sent.answer_only and "Your answer copies the note on your last call's result" in sent.text
+    assert sent.tool_choice == "none" and "Your answer copies the note on your last call's result" in sent.text
     assert sent.text.endswith("What I did:\n- I created total.txt, which now holds: '18'\n- I ran `wc -l *.py`: it printed '18 total'\n- I ran `echo 18 > total.txt`: it printed nothing")
     assert await checks.failures("The total is 18 lines; I wrote 18 to total.txt.") == []
     assert await checks.failures("I created total.txt (1 line): 18") != []
@@ -159,7 +159,7 @@ async def test_an_answer_that_copies_the_edit_tools_own_report_is_asked_for_agai
         is None
     )  # nothing added to the result
     sent = await checks.run(_Ctx(f"Replaced 1 instance in {tmp_path}/payments.py. Lines around the change now read:"))
-    assert sent.answer_only and "Your answer copies the note on your last call's result" in sent.text
+    assert sent.tool_choice == "none" and "Your answer copies the note on your last call's result" in sent.text
     assert await checks.failures("已修正 payments.py：total 现在返回 sum(xs)，不再多加 1。") == []
 
 

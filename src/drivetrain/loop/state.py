@@ -121,7 +121,9 @@ class SendBack:
     """A node's answer at ``end_turn``: the model may not stop yet; ``text`` says why, and it goes back to work."""
 
     text: str
-    answer_only: bool = False  # only the answer must change: it is asked for without tools
+    # the next request's tool_choice: None as usual; "none" only the answer must change (asked for without tools);
+    # "any" a call comes first (the work is not done: another answer without acting is not a reply to it)
+    tool_choice: ToolChoice | None = None
 
 
 NodeResult = Proceed | Note | SendBack

@@ -422,9 +422,7 @@ async def run_node(s: RunNode, w: Draft) -> CallModel | RunNode | Done:
     result = await node.run(DraftContext(w))
     if isinstance(result, SendBack) and isinstance(s.then, Done):
         w.append(Message.user(result.text))
-        if result.answer_only:  # the work holds: only the answer is written again, and no call can undo the work
-            return CallModel(tool_choice="none")
-        return CallModel()
+        return CallModel(tool_choice=result.tool_choice)
     if isinstance(result, (Note, SendBack)):  # a send-back before the first request is a note
         w.ask(result.text)
     return enter_node(w, node.at, s.then, after=s.name)

@@ -126,7 +126,9 @@ def equip(
     else:
         tools = [t for t in tools if t.name in SMALL_TOOLS]
     checks = (
-        WorkChecks(cwd, report_changes=profile.changes, file_blocks=profile.codeact, agree=profile.answer)
+        WorkChecks(
+            cwd, report_changes=profile.changes, file_blocks=profile.codeact, agree=profile.answer, act=profile.act
+        )
         if profile.checks or profile.changes
         else None
     )
