@@ -117,3 +117,27 @@ async def test_a_python_block_that_only_redefines_one_files_functions_is_that_fi
     (tmp_path / ".venv").mkdir()
     (tmp_path / "old" / "reports.py").rename(tmp_path / ".venv" / "reports.py")
     assert home_of(block, tmp_path)[0] == "reports.py"  # hidden folders are not the project's
+
+
+async def test_a_block_that_leaves_lines_out_and_adds_nothing_deletes_them(tmp_path):
+    """Asked to print only "Done: 6 payments", the 1.5B wrote the file back without its debug print (and without
+    its blank lines): merged as a fragment, that changed nothing, and the Edit tool said the texts were identical."""
+    report = (
+        '"""Count."""\n\nITEMS = [1, 2]\n\n\ndef count(items):\n    return len(items)\n\n\n'
+        'n = count(ITEMS)\nprint("debug:", ITEMS)\nprint("Done:", n)\n'
+    )
+    (tmp_path / "r.py").write_text(report)
+    squeezed = (
+        '"""Count."""\nITEMS = [1, 2]\ndef count(items):\n    return len(items)\nn = count(ITEMS)\nprint("Done:", n)'
+    )
+    name, result, text = await apply(tmp_path, squeezed, "r.py")
+    assert name == "Edit" and not result.is_error and text == report.replace('print("debug:", ITEMS)\n', "")
+    # a whole definition left out: the gap it leaves is no wider than the file's widest
+    (tmp_path / "m.py").write_text(
+        "import sys\n\n\ndef a():\n    return 1\n\n\ndef b():\n    return 2\n\n\nprint(a())\n"
+    )
+    _, result, text = await apply(tmp_path, "import sys\n\n\ndef a():\n    return 1\n\n\nprint(a())", "m.py")
+    assert not result.is_error and text == "import sys\n\n\ndef a():\n    return 1\n\n\nprint(a())\n"
+    # lines out of the file's order, or nothing left out: not a deletion
+    _, result, text = await apply(tmp_path, "print(a())\nimport sys", "m.py")
+    assert result.is_error and "identical" in result.content

@@ -1,8 +1,8 @@
 """The final answer agrees with the run (small/answer.py, through WorkChecks): what it reports was seen, and an answer
 sent back is written again with the run's facts in front of the model, in the task's language."""
 
-from drivetrain.small.answer import disagreements, echoes, facts, language, unseen
 from drivetrain.messages import Message, TextBlock
+from drivetrain.small.answer import disagreements, echoes, facts, language, unseen
 from drivetrain.small.checks import WorkChecks
 from drivetrain.small.selection import harness_words
 
@@ -129,13 +129,18 @@ async def test_an_answer_that_copies_the_harness_note_on_the_last_call_is_asked_
     assert hook["hookSpecificOutput"]["additionalContext"] == "Created total.txt (1 line):\n   1| 18"
     sent = await checks.run(_Ctx("Created totaltxt (1 line): 18"))
     assert sent.tool_choice == "none" and "Your answer copies the note on your last call's result" in sent.text
-    assert sent.text.endswith("What I did:\n- I created total.txt, which now holds: '18'\n- I ran `wc -l *.py`: it printed '18 total'\n- I ran `echo 18 > total.txt`: it printed nothing")
+    assert sent.text.endswith(
+        "What I did:\n- I created total.txt, which now holds: '18'\n- I ran `wc -l *.py`: it printed '18 total'\n- I ran `echo 18 > total.txt`: it printed nothing"
+    )
     assert await checks.failures("The total is 18 lines; I wrote 18 to total.txt.") == []
     assert await checks.failures("I created total.txt (1 line): 18") != []
     # the record is the agent's own, in the first person: copied or translated, it is an answer, not an echo
     record = sent.text.split("\n\n")[-1]
     assert await checks.failures(record) == []
-    assert await checks.failures("我做了：\n- 我创建了 total.txt，内容是 '18'\n- 我运行了 `wc -l *.py`，打印了 '18 total'") == []
+    assert (
+        await checks.failures("我做了：\n- 我创建了 total.txt，内容是 '18'\n- 我运行了 `wc -l *.py`，打印了 '18 total'")
+        == []
+    )
     assert await checks.failures(sent.text.split("\n\n")[0]) != []  # what it asked is no answer
     history = [Message.user("Count the lines"), Message.assistant(TextBlock("x")), Message.user(sent.text)]
     assert harness_words(history) == [sent.text.split("\n\n")[0]]

@@ -145,8 +145,8 @@ async def test_a_call_the_task_writes_out_that_the_run_never_made_is_made_by_the
     command = "python3 - <<'PY'\nfrom reports import checksum\nprint(repr(checksum('falcon')))\nPY"
     assert ran == [command]
     assert made == (
-        f"The task writes out the call checksum('falcon'), and no command of yours made it. The harness "
-        f"ran it:\n```bash\n{command}\n```\nExit code 0; it printed:\n914\nUse what it printed."
+        f"The task writes out the call checksum('falcon'), and no command of yours made it. Run here, it "
+        f"gives:\n```bash\n{command}\n```\nExit code 0; it printed:\n914\nUse what it printed."
     )
     assert await checks.sorted_failures("checksum('falcon') returns 914.", run=run) == ([], [])  # seen: not run again
     assert len(ran) == 1

@@ -6,8 +6,8 @@ A node is entered ``at`` one of two points:
   model stuck repeating refused calls has given the answer it was asked for (a node may send it back to work).
 It returns ``Proceed`` (go on as the loop would), ``Note(text)`` (add the text for the model, then go on) or
 ``SendBack(text)`` (the model goes back to work with the text: only from ``"end_turn"``; its ``tool_choice`` is
-the next request's: ``"none"`` asks for the answer alone, without tools, ``"any"`` for a call first). A node runs at most ``limit`` times a run; after that it is passed
-over. Nodes at one point run in the order given.
+the next request's: ``"none"`` asks for the answer alone, without tools, ``"any"`` for a call first). A node runs
+at most ``limit`` times a run; after that it is passed over. Nodes at one point run in the order given.
 
 In the loop a node is the state ``RunNode(name, then)``; the run's path records ``RunNode:<name>``.
 

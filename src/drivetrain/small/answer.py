@@ -58,7 +58,8 @@ def facts(before: dict[str, bytes], now: dict[str, bytes], calls: Sequence[Call]
 
     It is written as the agent's own record, in the first person and with no instruction in it: a small model copies
     or translates the text in front of it, and a copy of this record (in any language) is an answer in the agent's
-    voice. (An instruction here came back as the answer, translated: "你做了以下几件事，作为 harness 看到的（告诉用户…）".)"""
+    voice. (An instruction here came back as the answer, translated:
+    "你做了以下几件事，作为 harness 看到的（告诉用户…）".)"""
     rows = []
     changed = [p for p in sorted(set(before) | set(now)) if before.get(p) != now.get(p) and "__pycache__" not in p]
     for path in changed[:FACT_FILES]:

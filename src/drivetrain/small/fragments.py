@@ -149,8 +149,12 @@ def to_call(path: str, fragment: str, cwd: Path) -> tuple[str, JsonObject]:
         return "Write", {"file_path": path, "content": content}
     edits = merge(original, fragment)
     lines = original.splitlines()
-    if not edits:  # everything in the block is in the file already: the Edit tool says nothing changes
-        return "Edit", {"file_path": path, "old_string": fragment, "new_string": fragment}
+    if not edits:  # everything in the block is in the file already: lines left out, or nothing changes
+        return "Edit", _deletion(path, lines, fragment) or {
+            "file_path": path,
+            "old_string": fragment,
+            "new_string": fragment,
+        }
     lo, hi = edits[0][0], edits[-1][1]
     new, at = [], lo
     for start, end, body in edits:
@@ -161,10 +165,37 @@ def to_call(path: str, fragment: str, cwd: Path) -> tuple[str, JsonObject]:
         lo = max((k for k, line in enumerate(lines) if line.strip()), default=0)
         new = lines[lo:hi] + new
     old_text, new_text = "\n".join(lines[lo:hi]), "\n".join(new)
+    if old_text == new_text and (deleted := _deletion(path, lines, fragment)):
+        return "Edit", deleted
     if original.count(old_text) != 1:  # not a unique anchor: the whole file, merged
         whole = lines[:lo] + new + lines[hi:]
         return "Write", {"file_path": path, "content": "\n".join(whole) + "\n"}
     return "Edit", {"file_path": path, "old_string": old_text, "new_string": new_text}
+
+
+def _deletion(path: str, lines: list[str], fragment: str) -> JsonObject | None:
+    """The Edit that leaves out what a block leaves out, when the block adds and changes nothing: its lines are the
+    file's, in the file's order, with lines between them missing ("remove the debug print": the file rewritten
+    without it). A fragment otherwise cannot say "delete", and such a block would change nothing. None when the
+    block is not that (a line not in the file, out of order, or nothing left out)."""
+    wanted = [ln.strip() for ln in fragment.splitlines() if ln.strip()]
+    if len(wanted) < 2:
+        return None
+    matched, k = [], 0
+    for line in wanted:
+        k = next((j for j in range(k, len(lines)) if lines[j].strip() == line), -1)
+        if k < 0:
+            return None
+        matched.append(k)
+        k += 1
+    lo, hi = matched[0], matched[-1] + 1
+    keep = set(matched)
+    if all(j in keep or not lines[j].strip() for j in range(lo, hi)):
+        return None  # nothing left out
+    longest = max((len(m.group(0)) for m in re.finditer(r"\n+", "\n".join(lines))), default=1)
+    new = "\n".join(lines[j] for j in range(lo, hi) if j in keep or not lines[j].strip())
+    new = re.sub(rf"\n{{{longest + 1},}}", "\n" * longest, new)  # no wider gap than the file had
+    return {"file_path": path, "old_string": "\n".join(lines[lo:hi]), "new_string": new}
 
 
 def definitions(code: str) -> list[Definition | ast.Import | ast.ImportFrom]:
