@@ -17,6 +17,7 @@ from drivetrain.loop.nodes import Proceed
 from drivetrain.loop.step import FINAL_ASK
 from drivetrain.models.anthropic import AnthropicModel
 from drivetrain.small.checks import WorkChecks
+from drivetrain.small.checks_work import places
 from drivetrain.small.codeact import (
     CodeActionModel,
     denied_programs,
@@ -1554,3 +1555,21 @@ async def test_a_rename_of_another_function_than_the_one_the_task_names_goes_bac
             .replace("filter_cart", "summarize_message")
         )
     assert not any("does not name" in f for f in await checks.failures("Renamed filter_cart in orders.py."))
+
+
+async def test_places_written_after_a_path_are_that_paths_lines_in_the_file_the_answer_implies(tmp_path):
+    """The 1.5B answered "billing.py:9, 13, scheduler.py:4, 8" for four TODOs; the block offered to write todos.txt
+    held two places, the model wrote those, and the file lacked the other two."""
+    for name in ("billing.py", "scheduler.py"):
+        (tmp_path / name).write_text("".join(f"x{i} = {i}  # TODO: {i}\n" for i in range(1, 16)))
+    checks = WorkChecks(tmp_path, file_blocks=True)
+    await checks.on_prompt({"prompt": "List every TODO in the .py files in todos.txt, one per line, as file:line."})
+    grep = "billing.py:9:x9 = 9\nbilling.py:13:x13 = 13\nscheduler.py:4:x4 = 4\nscheduler.py:8:x8 = 8"
+    await checks.on_tool(
+        {"tool_name": "Bash", "tool_input": {"command": "grep -rn TODO ."}, "tool_response": {"content": grep}}
+    )
+    [missing] = (await checks.sorted_failures("TODOs at billing.py:9, 13, scheduler.py:4, 8 (4 in all)."))[0]
+    assert missing.endswith(
+        "this writes it:\n```text todos.txt\nbilling.py:9\nbilling.py:13\nscheduler.py:4\nscheduler.py:8\n```"
+    )
+    assert places("a.py:3, 4.5 and b.py:2, 7: c.py:1") == ["a.py:3", "b.py:2", "c.py:1"]  # not lines: 4.5, "7:"

@@ -37,6 +37,7 @@ _HTML_TAGS = frozenset(
     + ("th", "title", "script", "style", "pre", "code", "h1", "h2", "h3", "em", "strong")
 )
 CITATION = re.compile(rf"(?<![A-Za-z0-9_/.-])((?:[A-Za-z0-9_.-]+/)*[A-Za-z0-9_-]+\.{EXTENSIONS}):(\d+)(?![A-Za-z0-9_])")
+_MORE_LINES = re.compile(r"(?:\s*,\s*\d+(?![\w:.]))+")  # ", 13, 20" after a path:line (not ", 13.5" or ", 2:")
 # Literals the task quotes, in any language's quotation marks: an exact output it expects
 _QUOTED = re.compile(
     r'"([^"\n]{1,200})"|“([^”\n]{1,200})”|「([^」\n]{1,200})」|『([^』\n]{1,200})』|'
@@ -105,10 +106,21 @@ def _from_new_file(f: RunFacts, name: str) -> tuple[str, str] | None:
     return f"You wrote the code to {made[0][0]}, not {name}. This writes it:", made[0][1].rstrip("\n")
 
 
+def places(text: str) -> list[str]:
+    """The path:line places a text cites, a path's further lines written after it included ("billing.py:9, 13" is
+    billing.py:9 and billing.py:13: the 1.5B listed four places so, and a file written from only the first lost two)."""
+    out = []
+    for m in CITATION.finditer(text):
+        out.append(f"{m.group(1)}:{m.group(2)}")
+        more = _MORE_LINES.match(text, m.end())
+        out += [f"{m.group(1)}:{n}" for n in re.findall(r"\d+", more.group(0))] if more else []
+    return out
+
+
 def _from_answer(f: RunFacts, name: str) -> tuple[str, str] | None:
     """When the answer already holds what the file should (the path:line places it cites, or the one number a
     command printed): a small model that answered often does not connect the two."""
-    cited = [f"{p}:{n}" for p, n in dict.fromkeys(CITATION.findall(f.answer))]
+    cited = list(dict.fromkeys(places(f.answer)))
     # the value, not the parts it came from: "18 (app.py:9, config.py:3, util.py:6)", unless the run searched for
     # places (its own grep -n): then the places are the result
     numbers = set(NUMBER.findall(CITATION.sub(" ", f.answer)))
