@@ -149,12 +149,11 @@ def to_call(path: str, fragment: str, cwd: Path) -> tuple[str, JsonObject]:
         return "Write", {"file_path": path, "content": content}
     edits = merge(original, fragment)
     lines = original.splitlines()
-    if not edits:  # everything in the block is in the file already: lines left out, or nothing changes
-        return "Edit", _deletion(path, lines, fragment) or {
-            "file_path": path,
-            "old_string": fragment,
-            "new_string": fragment,
-        }
+    unchanged = not edits  # everything in the block is in the file already: lines left out, or nothing changes
+    if unchanged and (deleted := _deletion(path, original, fragment)):
+        return deleted
+    if unchanged:
+        return "Edit", {"file_path": path, "old_string": fragment, "new_string": fragment}
     lo, hi = edits[0][0], edits[-1][1]
     new, at = [], lo
     for start, end, body in edits:
@@ -165,19 +164,20 @@ def to_call(path: str, fragment: str, cwd: Path) -> tuple[str, JsonObject]:
         lo = max((k for k, line in enumerate(lines) if line.strip()), default=0)
         new = lines[lo:hi] + new
     old_text, new_text = "\n".join(lines[lo:hi]), "\n".join(new)
-    if old_text == new_text and (deleted := _deletion(path, lines, fragment)):
-        return "Edit", deleted
+    if old_text == new_text and (deleted := _deletion(path, original, fragment)):
+        return deleted
     if original.count(old_text) != 1:  # not a unique anchor: the whole file, merged
         whole = lines[:lo] + new + lines[hi:]
         return "Write", {"file_path": path, "content": "\n".join(whole) + "\n"}
     return "Edit", {"file_path": path, "old_string": old_text, "new_string": new_text}
 
 
-def _deletion(path: str, lines: list[str], fragment: str) -> JsonObject | None:
+def _deletion(path: str, original: str, fragment: str) -> tuple[str, JsonObject] | None:
     """The Edit that leaves out what a block leaves out, when the block adds and changes nothing: its lines are the
     file's, in the file's order, with lines between them missing ("remove the debug print": the file rewritten
     without it). A fragment otherwise cannot say "delete", and such a block would change nothing. None when the
     block is not that (a line not in the file, out of order, or nothing left out)."""
+    lines = original.splitlines()
     wanted = [ln.strip() for ln in fragment.splitlines() if ln.strip()]
     if len(wanted) < 2:
         return None
@@ -195,7 +195,11 @@ def _deletion(path: str, lines: list[str], fragment: str) -> JsonObject | None:
     longest = max((len(m.group(0)) for m in re.finditer(r"\n+", "\n".join(lines))), default=1)
     new = "\n".join(lines[j] for j in range(lo, hi) if j in keep or not lines[j].strip())
     new = re.sub(rf"\n{{{longest + 1},}}", "\n" * longest, new)  # no wider gap than the file had
-    return {"file_path": path, "old_string": "\n".join(lines[lo:hi]), "new_string": new}
+    old = "\n".join(lines[lo:hi])
+    if original.count(old) != 1:  # not a unique anchor: the whole file, less those lines
+        whole = "\n".join(lines[:lo] + new.split("\n") + lines[hi:]) + "\n"
+        return "Write", {"file_path": path, "content": whole}
+    return "Edit", {"file_path": path, "old_string": old, "new_string": new}
 
 
 def definitions(code: str) -> list[Definition | ast.Import | ast.ImportFrom]:
