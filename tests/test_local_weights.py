@@ -176,6 +176,7 @@ def test_cache_dir_precedence(tmp_path):
     assert cache_dir({"DRIVETRAIN_CACHE_DIR": str(tmp_path), "XDG_CACHE_HOME": "/x"}) == tmp_path / "models"
     assert cache_dir({"XDG_CACHE_HOME": str(tmp_path)}) == tmp_path / "drivetrain" / "models"
     assert cache_dir({}) == Path.home() / ".cache" / "drivetrain" / "models"
+    assert cache_dir({"HOME": str(tmp_path)}) == tmp_path / ".cache" / "drivetrain" / "models"  # the env's home
 
 
 def _small_model_installed() -> bool:

@@ -95,13 +95,14 @@ ChunkLocator = Callable[[str], Path]
 
 def cache_dir(env: Mapping[str, str] | None = None) -> Path:
     """Where assembled models live: $DRIVETRAIN_CACHE_DIR/models, else $XDG_CACHE_HOME or ~/.cache
-    /drivetrain/models."""
+    /drivetrain/models, all read from ``env`` (the home too: $HOME, else the process's own)."""
     env = os.environ if env is None else env
     root = env.get(ENV_CACHE)
     if root:
         return Path(root).expanduser() / "models"
     xdg = env.get("XDG_CACHE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    home = Path(env["HOME"]) if env.get("HOME") else Path.home()
+    base = Path(xdg).expanduser() if xdg else home / ".cache"
     return base / "drivetrain" / "models"
 
 
