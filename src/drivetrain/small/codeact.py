@@ -202,7 +202,7 @@ class CodeActionModel:
         rules = grammar(
             choice,
             denied_programs(request.messages),
-            echoes(request.messages) + failed_again(request.messages),
+            echoes(request.messages),
             files,
             said(request.messages) + answered(request.messages),
         )
@@ -306,20 +306,6 @@ def echoes(messages: list[Message], lines: int = 6, shortest: int = 12) -> list[
                 if len(line) >= shortest and len(out) < lines:
                     out[line] = None
     return list(out)
-
-
-def failed_again(messages: list[Message], times: int = 2) -> list[str]:
-    """One-line commands that failed ``times`` times or more in this run (a refusal to run one again counts): the
-    block must not be that line. The 1.5B ran one unbalanced grep six times over, its error and the loop guard's
-    refusals in front of it each time, until the wall budget ended the run."""
-    failures: dict[str, int] = {}
-    commands = {u.id: u.input.get("command") for m in messages if m.role == "assistant" for u in m.tool_uses}
-    for m in messages:
-        for b in m.content:
-            command = commands.get(b.tool_use_id) if isinstance(b, ToolResultBlock) and b.is_error else None
-            if isinstance(command, str) and command.strip() and "\n" not in command.strip():
-                failures[command.strip()] = failures.get(command.strip(), 0) + 1
-    return [c + "\n" for c, n in failures.items() if n >= times]
 
 
 def said(messages: list[Message], lines: int = 12) -> list[str]:
