@@ -241,30 +241,3 @@ def test_a_denied_program_is_banned_before_a_colon_or_a_dot_and_package_installs
     ):
         assert not accepts(llm, g, f"```bash\n{text}\n```"), text
     assert accepts(llm, g, "```bash\ngrep -c '' *.py\n```")
-
-
-async def test_an_answer_that_was_sent_back_is_not_given_again_word_for_word(model):
-    """Sent back, the 1.5B gave the same answer two and three times over, and each spent a send-back."""
-    from drivetrain.messages import TextBlock
-    from drivetrain.models.base import ModelResponse
-
-    class Capture:  # the request the code-block model makes of the real one: its grammar
-        name = "capture"
-        request: ModelRequest | None = None
-
-        async def respond(self, request: ModelRequest) -> ModelResponse:
-            self.request = request
-            return await model.respond(request)
-
-    inner = Capture()
-    first = "The file inventory.py already holds exactly this block: nothing changed."
-    history = [
-        Message.user("Fix inventory.py so that the test passes."),
-        Message.assistant(TextBlock(first)),
-        Message.user("Before you finish, fix this:\n- The test still fails."),
-    ]
-    request = ModelRequest(history, small_system_prompt(True, True), [BASH], max_tokens=8, tool_choice="none")
-    await CodeActionModel(inner).respond(request)
-    assert inner.request is not None and inner.request.grammar is not None
-    assert not accepts(model._llm, inner.request.grammar, "DONE: " + first)
-    assert accepts(model._llm, inner.request.grammar, "DONE: The test passes now: inventory.py returns 212.0.")

@@ -1513,7 +1513,7 @@ async def test_a_number_the_model_typed_into_a_file_is_one_the_run_computed(tmp_
 
 def test_what_the_harness_just_said_is_where_a_plan_or_answer_must_not_start():
     from drivetrain.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
-    from drivetrain.small.codeact import answered, said
+    from drivetrain.small.codeact import said
 
     task = Message.user("Fix page_count in payments.py so that the tests pass, please.")
     assert said([task]) == []  # the task itself: a plan may restate it
@@ -1530,11 +1530,6 @@ def test_what_the_harness_just_said_is_where_a_plan_or_answer_must_not_start():
     assert said([task, call, result]) == [
         "The file already holds exactly this block: nothing changed. Write the lines as they must be."
     ]  # as the model reads it; the task's line is not
-    answer = Message("assistant", (TextBlock("Fixed page_count in payments.py.\nAll tests pass."),))
-    assert answered([task, call, result, answer, Message.user("Before you finish, fix this: …")]) == [
-        "Fixed page_count in payments.py."
-    ]  # an answer sent back (its first line); a call's turn is no answer
-    assert answered([task, call, result, answer]) == []  # the last message: not sent back (yet)
 
 
 async def test_a_rename_of_another_function_than_the_one_the_task_names_goes_back(tmp_path):

@@ -200,11 +200,7 @@ class CodeActionModel:
             choice = "none"
         files = {"Edit", "Write"} <= {t["name"] for t in request.tools}
         rules = grammar(
-            choice,
-            denied_programs(request.messages),
-            echoes(request.messages),
-            files,
-            said(request.messages) + answered(request.messages),
+            choice, denied_programs(request.messages), echoes(request.messages), files, said(request.messages)
         )
         inner = replace(
             request,
@@ -318,18 +314,6 @@ def said(messages: list[Message], lines: int = 12) -> list[str]:
     task = {ln.strip() for ln in render_user(messages[0]).splitlines()}
     out = [ln.strip() for ln in text.splitlines() if len(ln.strip()) >= ECHO_CHARS and ln.strip() not in task]
     return list(dict.fromkeys(out))[:lines]
-
-
-def answered(messages: list[Message]) -> list[str]:
-    """The answers the model gave that did not end the run (a send-back followed each), as their first lines: where
-    the next answer must not start. Sent back, the 1.5B gave the same answer word for word, two and three times
-    ("The file inventory.py already holds exactly this block: nothing changed."), and each cost a send-back."""
-    out = [
-        m.text.strip().splitlines()[0].strip()
-        for m in messages[:-1]
-        if m.role == "assistant" and not m.tool_uses and m.text.strip()
-    ]
-    return list(dict.fromkeys(out))
 
 
 def grammar(
