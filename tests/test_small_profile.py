@@ -286,7 +286,7 @@ async def test_a_stuck_models_answer_is_checked_and_can_be_sent_back_to_work(tmp
         result = await agent.run("Count the lines of a.py, write the total to total.txt and report it.")
     reqs = agent.model.requests
     assert reqs[5].tool_choice == "none" and FINAL_ASK["stuck"] in texts(server.requests[5].body)[-1]
-    assert reqs[6].tool_choice == "any"  # back to work: a call comes first
+    assert reqs[6].tool_choice is None  # back to work: tools again
     assert "The task asks for total.txt, but it does not exist" in texts(server.requests[6].body)[-1]
     assert (result.subtype, result.result) == ("success", "a.py has 2 lines; I wrote 2 to total.txt.")
     assert (tmp_path / "total.txt").read_text() == "2\n"
@@ -378,8 +378,7 @@ async def test_checks_send_back_a_missing_output_file_then_a_wrong_value_at_most
     with ScriptedServer(steps) as server:
         agent = small_agent(server, tmp_path, record=True)
         result = await agent.run("Count the lines of the .py files and write the total to total.txt")
-    # sent back to work (requests 2 and 4): a call comes first
-    assert [r.tool_choice for r in agent.model.requests] == [None, None, "any", None, "any", None]
+    assert [r.tool_choice for r in agent.model.requests] == [None] * 6  # sent back to work, with tools
     checks = WorkChecks(tmp_path, file_blocks=True)  # no value said yet: the model may first compute it
     await checks.on_prompt({"prompt": "Sum the units column of a.csv and write the sum to sum.txt."})
 
@@ -1138,10 +1137,10 @@ async def test_a_claim_about_a_denied_command_and_an_answer_sent_back_after_the_
         "What I did:\n- I created total.txt, which now holds: '2'" in sent[2]
     )
     assert [r.tool_choice for r in agent.model.requests][3:8:2] == [
-        "any",
-        "any",
+        None,
+        None,
         "none",
-    ]  # back to work twice (a call first), then the answer only, no tools
+    ]  # the last: answer only, no tools
     assert (result.subtype, result.result) == ("success", "a.py has 2 lines; total.txt holds 2.")
     assert (tmp_path / "total.txt").read_text() == "2\n"  # a text block is the whole file (merged, it held "3\n2")
 

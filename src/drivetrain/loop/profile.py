@@ -31,7 +31,6 @@ AIDS = (
     "prefixcache",
     "show",
     "answer",
-    "act",
     "attempts",
 )
 
@@ -84,7 +83,6 @@ class Profile:
     prefixcache: bool = False  # the fixed prompt prefix's KV state kept on disk (local model)
     show: bool = False  # the first lines of the files the task names go with it (as an @-mention attaches them)
     answer: bool = False  # the answer agrees with the run: what it reports was seen, else written again from the facts
-    act: bool = False  # sent back to work by the checks, the model's next reply is a call, not another answer
     attempts: bool = False  # a task runs as several fresh attempts, and the evidence picks one (small/attempts.py)
 
     def without(self, *aids: str) -> Profile:

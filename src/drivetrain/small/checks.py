@@ -138,7 +138,6 @@ class WorkChecks:
     report_changes: bool = True  # add to each call's result what it changed (changes.py)
     file_blocks: bool = False  # the model writes files as code blocks naming them (hints take that form)
     agree: bool = True  # the answer must agree with the run (small/answer.py), else it is written again from the facts
-    act: bool = False  # sent back to work, the next reply must be a call (the 1.5B answered the same words again)
     shown: str = ""  # what was shown with the task (the files it names): counts as seen
     checks: tuple[Check, ...] = CHECKS
 
@@ -241,7 +240,7 @@ class WorkChecks:
         self._sent_back.append(text)  # not an answer (the record below is: it is the agent's own, answer.facts)
         if kind == "answer" and self.agree and (done := facts(self.before, self._last, self.calls)):
             text += "\n\n" + done  # the answer is written again with what the run did in front of it
-        return SendBack(text, tool_choice="none" if kind == "answer" else "any" if self.act else None)
+        return SendBack(text, tool_choice="none" if kind == "answer" else None)
 
     # -- the checks
 

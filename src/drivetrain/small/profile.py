@@ -126,9 +126,7 @@ def equip(
     else:
         tools = [t for t in tools if t.name in SMALL_TOOLS]
     checks = (
-        WorkChecks(
-            cwd, report_changes=profile.changes, file_blocks=profile.codeact, agree=profile.answer, act=profile.act
-        )
+        WorkChecks(cwd, report_changes=profile.changes, file_blocks=profile.codeact, agree=profile.answer)
         if profile.checks or profile.changes
         else None
     )
