@@ -6,8 +6,9 @@ changed nothing. So a block may name a file after its language, and its content 
 that file: each ``def``/``class`` in it replaces the definition of the same name (indentation matched
 to the file's), each other line replaces the file's most similar line, a line equal to one of the
 file's is context and changes nothing, and what resembles nothing in the file is new: inserted after
-the place of the block's line before it, or at the end of the file. A file that does not exist yet is
-created with the block as its content.
+the place of the block's line before it, or at the end of the file. A block that only leaves lines out
+(its lines the file's, in the file's order) deletes them. A file that does not exist yet is created with the
+block as its content.
 
 The result is an ordinary ``Edit`` call (the span of the file that changes, old and new) or a ``Write``
 for a new file, so permissions, hooks and the audit log see a normal edit; a block the file already holds
@@ -149,11 +150,11 @@ def to_call(path: str, fragment: str, cwd: Path) -> tuple[str, JsonObject]:
         return "Write", {"file_path": path, "content": content}
     edits = merge(original, fragment)
     lines = original.splitlines()
-    unchanged = not edits  # everything in the block is in the file already: lines left out, or nothing changes
-    if unchanged and (deleted := _deletion(path, original, fragment)):
-        return deleted
-    if unchanged:
-        return "Edit", {"file_path": path, "old_string": fragment, "new_string": fragment}
+    if not edits:  # everything in the block is in the file already: lines left out, or nothing changes
+        return _deletion(path, original, fragment) or (
+            "Edit",
+            {"file_path": path, "old_string": fragment, "new_string": fragment},
+        )
     lo, hi = edits[0][0], edits[-1][1]
     new, at = [], lo
     for start, end, body in edits:
@@ -173,7 +174,8 @@ def to_call(path: str, fragment: str, cwd: Path) -> tuple[str, JsonObject]:
 
 
 def _deletion(path: str, original: str, fragment: str) -> tuple[str, JsonObject] | None:
-    """The Edit that leaves out what a block leaves out, when the block adds and changes nothing: its lines are the
+    """The call (an Edit, or a Write when its span is not unique) that leaves out what a block leaves out, when the
+    block adds and changes nothing: its lines are the
     file's, in the file's order, with lines between them missing ("remove the debug print": the file rewritten
     without it). A fragment otherwise cannot say "delete", and such a block would change nothing. None when the
     block is not that (a line not in the file, out of order, or nothing left out)."""
