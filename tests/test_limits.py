@@ -207,3 +207,20 @@ async def test_the_limits_count_from_the_prompt_that_starts_the_invocation(tmp_p
         server.assert_complete()
     assert ran == ["x0", "x1", "y0", "y1", "z0", "z1"]
     assert_valid(third)
+
+
+async def test_a_command_ends_with_the_runs_wall_budget_not_its_own_timeout(tmp_path):
+    """A local run's `vi docs/usage.md` waited out the Bash default timeout (120 s) under a 60 s budget: the run took
+    137 s. The budget now ends the command too."""
+    from drivetrain.tools import builtin_tools
+
+    bash = [t for t in builtin_tools() if t.name == "Bash"]
+    with ScriptedServer([respond([tool_call("Bash", {"command": "sleep 30; echo late"})])]) as server:
+        agent, _ = agent_for(server, tools=bash, budget=Budget(wall_time_s=1.5), cwd=tmp_path)
+        started = asyncio.get_running_loop().time()
+        result = await agent.run("wait")
+        took = asyncio.get_running_loop().time() - started
+    assert result.subtype == "error_max_wall_time" and took < 10, (result.subtype, took)
+    [answer] = [b for m in result.history for b in m.content if getattr(b, "type", "") == "tool_result"]
+    assert answer.is_error and "wall-time budget ran out" in answer.text and "late" not in answer.text
+    assert_valid(result)

@@ -65,6 +65,7 @@ class ToolContext:
     outputs: Path | None = None
     session_id: str = ""  # the run's session ("" when it is not saved)
     tool_use_id: str = ""  # the call being served (each call gets its own copy of the context)
+    deadline: float | None = None  # time.monotonic() at which the run's wall budget ends (None: no budget)
 
     def resolve(self, file_path: str) -> Path:
         p = Path(file_path).expanduser()

@@ -11,6 +11,7 @@ import asyncio
 import codecs
 import os
 import signal
+import time
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, ClassVar
 
@@ -156,11 +157,13 @@ class Bash:
                 is_error=True,
             )
         timeout = min(timeout, MAX_TIMEOUT_MS)
+        left = (ctx.deadline - time.monotonic()) * 1000 if ctx.deadline is not None else timeout
         if not ctx.cwd.is_dir():
             return ToolResult(f"The working directory {ctx.cwd} does not exist.", is_error=True)
-        return await self._run(command, timeout, ctx)
+        # the run's wall budget, when it ends first, ends the command
+        return await self._run(command, max(min(timeout, left), 1.0), ctx, budget=left < timeout)
 
-    async def _run(self, command: str, timeout_ms: float, ctx: ToolContext) -> ToolResult:
+    async def _run(self, command: str, timeout_ms: float, ctx: ToolContext, budget: bool = False) -> ToolResult:
         argv = ["/bin/bash", "-c", command]
         if self.sandbox is None:
             code, text, timed_out = await self._execute(
@@ -180,7 +183,11 @@ class Bash:
             meta = {"exit_code": code, "sandboxed": True}
         if timed_out:
             return ToolResult(
-                f"Command timed out after {timeout_ms:g} ms and was killed."
+                (
+                    f"Command stopped after {timeout_ms:.0f} ms, when the run's wall-time budget ran out, and killed."
+                    if budget
+                    else f"Command timed out after {timeout_ms:g} ms and was killed."
+                )
                 + (f" Output so far:\n{text}" if text else ""),
                 is_error=True,
                 meta={**meta, "timed_out": True},
