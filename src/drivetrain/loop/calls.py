@@ -149,7 +149,7 @@ def _note_repeat(w: Draft, name: str, tool_input: JsonObject, content: ToolResul
 async def _call_tool(w: Draft, call: ToolUseBlock, tool_input: JsonObject) -> ToolResult:
     try:
         wall = w.deps.agent.budget.wall_time_s  # a call ends with the run's wall budget (Bash kills its command)
-        deadline = time.monotonic() + wall - w.deps.elapsed() if wall is not None else None
+        deadline = w.deps.started + wall if wall is not None else None
         context = replace(w.deps.context, tool_use_id=call.id, deadline=deadline)
         result = await w.deps.tools[call.name].call(tool_input, context)
     except (HarnessError, asyncio.CancelledError):

@@ -175,10 +175,10 @@ def to_call(path: str, fragment: str, cwd: Path) -> tuple[str, JsonObject]:
 
 def _deletion(path: str, original: str, fragment: str) -> tuple[str, JsonObject] | None:
     """The call (an Edit, or a Write when its span is not unique) that leaves out what a block leaves out, when the
-    block adds and changes nothing: its lines are the
-    file's, in the file's order, with lines between them missing ("remove the debug print": the file rewritten
-    without it). A fragment otherwise cannot say "delete", and such a block would change nothing. None when the
-    block is not that (a line not in the file, out of order, or nothing left out)."""
+    block adds and changes nothing: its lines are the file's, in the file's order, with lines between them missing
+    ("remove the debug print": the file rewritten without it). A fragment otherwise cannot say "delete", and such a
+    block would change nothing. None when the block is not that (a line not in the file, out of order, or nothing
+    left out)."""
     lines = original.splitlines()
     wanted = [ln.strip() for ln in fragment.splitlines() if ln.strip()]
     if len(wanted) < 2:
