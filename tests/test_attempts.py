@@ -525,7 +525,7 @@ def checked_attempts(server, ws, prompt, **kw):
         return Agent(model=sampled, tools=builtin_tools(), cwd=spec.cwd, hooks=hooks, nodes=[checks], max_turns=3)
 
     main = Agent(model=model, tools=builtin_tools(), cwd=ws).start(prompt)
-    attempts = Attempts(main, prompt, make, 3, wall_s=None, **kw)
+    attempts = Attempts(main, prompt, make, kw.pop("k", 3), wall_s=None, **kw)
 
     async def go():
         return [e async for e in attempts]
@@ -679,3 +679,40 @@ def test_keep_attempts_leaves_each_attempts_copy_for_inspection_and_a_used_folde
     with ScriptedServer([]) as server:
         on_file = run_attempts(server, ws, "--keep-attempts", str(tmp_path / "afile"))
     assert on_file.returncode != 0 and "a file, not a folder" in json.loads(on_file.stdout)["result"]
+
+
+def test_an_attempt_whose_first_call_misfires_is_abandoned_for_a_fresh_one(tmp_path):
+    """One after another: attempt 1's first command fails in its own code (a program that does not exist), so it
+    is left at once, with what it left discarded; attempt 2 computes the value and wins. The last attempt is never
+    abandoned: it would leave no attempt to go on."""
+    ws = numbers_workspace(tmp_path)
+    misfired = [
+        respond([tool_call("Bash", {"command": "mkdir -p tmp && nosuchprogram numbers.txt > out.txt"})]),
+        reply("The total is 99, in out.txt."),  # never asked for
+    ]
+    computed = [
+        respond([tool_call("Bash", {"command": "python3 -c 'print(5+6+7)' > out.txt"})]),
+        reply("The total is 18, in out.txt."),
+    ]
+    prompt = "Add up the numbers in numbers.txt and write the total to out.txt."
+    with ScriptedServer(scripts(misfired, computed, computed), route=by_temperature) as server:
+        got = checked_attempts(server, ws, prompt, together=False)
+        assert [r.body.get("temperature") for r in server.requests] == [0.2, 0.5, 0.5], server.requests
+    assert got["count"] == 2 and got["chosen"] == 2, got
+    assert got["each"][0]["error"].startswith("abandoned for a fresh attempt: its call 1 misfired"), got["each"][0]
+    assert (ws / "out.txt").read_text() == "18\n" and not (ws / "tmp").exists()
+
+
+def test_without_abandoning_or_at_the_last_attempt_a_misfire_is_the_models_to_recover_from(tmp_path):
+    ws = numbers_workspace(tmp_path)
+    misfired_then_fixed = [
+        respond([tool_call("Bash", {"command": "nosuchprogram numbers.txt"})]),
+        respond([tool_call("Bash", {"command": "python3 -c 'print(5+6+7)' > out.txt"})]),
+        reply("The total is 18, in out.txt."),
+    ]
+    prompt = "Add up the numbers in numbers.txt and write the total to out.txt."
+    for kw in ({"abandon": False}, {"k": 1}):
+        with ScriptedServer(scripts(misfired_then_fixed), route=by_temperature) as server:
+            got = checked_attempts(server, ws, prompt, together=False, **kw)
+        assert got["count"] == 1 and got["chosen"] == 1 and got["each"][0]["error"] == "", (kw, got)
+        (ws / "out.txt").unlink()

@@ -23,6 +23,8 @@ from drivetrain.loop.events import Behavior, LoopDetected, PermissionDecided, To
 from drivetrain.messages import ToolResultBlock, ToolResultContent, ToolUseBlock, Usage
 from drivetrain.tools.base import ToolError, ToolResult
 
+HARNESS_CALL = "drivetrain_check_"  # the id prefix of a call the harness makes itself (``harness_call``)
+
 Outcome = tuple[ToolResultBlock, float, JsonObject | None]  # a call's result, its duration in ms, the tool's metadata
 
 
@@ -75,7 +77,7 @@ async def harness_call(w: Draft, name: str, tool_input: JsonObject) -> ToolResul
     (hooks, policy, approver), run by the same tool (inside the sandbox when the run has one), recorded in the
     audit log like any call, and never shown to the model as its own. Denied, or left for a person who cannot
     answer now, it does not run, and the result says so."""
-    call = ToolUseBlock(f"drivetrain_check_{uuid.uuid4().hex[:12]}", name, tool_input)
+    call = ToolUseBlock(f"{HARNESS_CALL}{uuid.uuid4().hex[:12]}", name, tool_input)
     verdict = (await decide_all(w, (call,), {}))[call.id]
     if not isinstance(verdict, Allow):
         text = verdict.message if isinstance(verdict, Deny) else "Not run: it waits for a decision."

@@ -50,8 +50,9 @@ from opentelemetry import trace
 from drivetrain.agent import Agent, Run
 from drivetrain.errors import HarnessError
 from drivetrain.jsontypes import JsonObject
+from drivetrain.loop.calls import HARNESS_CALL
 from drivetrain.loop.draft import Deps
-from drivetrain.loop.events import Event, Finished
+from drivetrain.loop.events import Event, Finished, ToolFinished
 from drivetrain.loop.result import RunResult
 from drivetrain.loop.state import RunState
 from drivetrain.messages import Usage
@@ -60,6 +61,7 @@ from drivetrain.pricing import cost_usd
 from drivetrain.small.answer import echoes
 from drivetrain.small.copies import Applied, Tree, apply_changes, changes, copy_tree, scan
 from drivetrain.small.evidence import strong_evidence
+from drivetrain.small.misfires import misfire
 from drivetrain.small.selection import (
     Attempt,
     AttemptSpec,
@@ -82,6 +84,7 @@ DEFAULT_ATTEMPTS = 1
 TEMPERATURES = (0.2, 0.5, 0.7, 0.8, 0.9)  # attempt i's, cycling: the first as a single run's, the rest more varied
 MIN_START_S = 10.0  # an attempt starts only with at least this much of the wall budget left (and see _room)
 MAX_RERUNS = 6  # commands run again on each copy
+MISFIRE_CALLS = 2  # an attempt whose first this-many calls misfire is abandoned for a fresh one
 
 
 class Sampled:
@@ -136,6 +139,7 @@ class Attempts:
         scratch: Path | None = None,
         early_stop: bool = True,
         together: bool = True,
+        abandon: bool = True,
     ) -> None:
         if k < 1:
             raise ValueError("attempts must be at least 1")
@@ -146,6 +150,7 @@ class Attempts:
         self.seed = seed if seed is not None else secrets.randbelow(2**31)
         self.wall_s = wall_s
         self.early_stop = early_stop
+        self.abandon = abandon  # an attempt whose first calls misfire is left for a fresh one (small/misfires.py)
         self.together = together  # all at once (a model that serves requests in parallel), or one after another
         self._scratch_root = scratch
         self.attempts: list[Attempt] = []
@@ -157,6 +162,7 @@ class Attempts:
         self._base = Path()  # the pristine copy, once made
         self._probe = Path()  # a copy of it that commands run in
         self.cancelled_by = "cancel"
+        self._deadline: float | None = None  # when the wall budget ends, once started
 
     # what a front end reads of a run
     @property
@@ -207,7 +213,7 @@ class Attempts:
                 got = await rerun(self.main.agent, cmd, probe, self.session_id)
                 if got is not None:
                     self.base_checks[cmd] = got
-            deadline = None if self.wall_s is None else started + self.wall_s
+            deadline = self._deadline = None if self.wall_s is None else started + self.wall_s
             width = self.k if self.together else 1
             running = 0
             while True:
@@ -266,8 +272,18 @@ class Attempts:
             a.run = a.agent.start(self.prompt, session_id=a.spec.session_id)
             if a.run.log is not None:
                 a.run.log.write("attempt_of", session=self.session_id, attempt=a.spec.index, seed=a.spec.seed)
+            calls = 0
             async for event in a.run:
                 await queue.put(AttemptEvent(a.spec.index, event))
+                if isinstance(event, ToolFinished) and not event.call.id.startswith(HARNESS_CALL):
+                    calls += 1
+                    why = misfire(event.call.name, event.result, event.meta, a.spec.cwd)
+                    if why and calls <= MISFIRE_CALLS and self._may_abandon(a):
+                        # said in the run's "attempts" record; the attempt's own log ends at this call
+                        a.error = f"abandoned for a fresh attempt: its call {calls} misfired ({why})"
+                        if a.run.telemetry is not None:
+                            a.run.telemetry.end("abandoned")
+                        return
             a.result = a.run.result
             a.values = answer_values(a.result.result) if a.result.subtype == "success" else frozenset()
             if a.result.result and any(echoes(a.result.result, said) for said in harness_words(a.result.history)):
@@ -293,6 +309,13 @@ class Attempts:
         finally:
             a.took_s = time.monotonic() - started
             queue.put_nowait(None)
+
+    def _may_abandon(self, a: Attempt) -> bool:
+        """An attempt may be left for a fresh one when it is the last started, another may still start, and the
+        budget leaves that one room."""
+        if not self.abandon or a is not self.attempts[-1] or len(self.attempts) >= self.k:
+            return False
+        return self._deadline is None or self._deadline - time.monotonic() >= MIN_START_S
 
     def _room(self) -> float:
         """The budget a further attempt needs: what the quickest finished one took (none finished: what the longest

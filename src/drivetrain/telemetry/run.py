@@ -34,7 +34,7 @@ from drivetrain.telemetry.settings import CommonAttributes, TelemetryContent
 from drivetrain.tools.base import Tool, ToolContext, ToolResult
 
 INSTRUMENTATION = "drivetrain"
-Ending = Literal["finished", "paused", "failed"]
+Ending = Literal["finished", "paused", "failed", "abandoned"]  # abandoned: an attempt left for a fresh one
 
 
 @dataclass(frozen=True)
