@@ -94,6 +94,10 @@ def test_the_grammar_allows_one_block_or_the_answer(model):
     # the plan line is never the answer's mark (the 1.5B, made to act after a check, wrote "DONE: …" there)
     assert not accepts(llm, grammar("any"), "DONE: Created it.\n```bash\ncat -n t.txt\n```")
     assert accepts(llm, grammar("any"), "DONUT count.\n```bash\nls\n```")
+    # nor a block's body (bash ran "DONE: Added the Status page …" as a command: exit 127)
+    assert not accepts(llm, auto, "```bash\nDONE: Added the page.\n```")
+    assert not accepts(llm, auto, "```python\nDONE: Added the page.\n```")
+    assert accepts(llm, auto, "```bash\nDONEFILE=1 make\n```")
     assert accepts(llm, grammar("any"), "Done with reading; now write.\n```bash\nls\n```")
     # nor a line the harness just said, nor is the answer (the 1.5B took the harness's words for its own, each turn)
     said = ["The file already holds exactly this block: nothing changed. Write the lines as they must be."]

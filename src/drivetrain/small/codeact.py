@@ -323,8 +323,9 @@ def grammar(
     ``files``, a block may also name a file after its language (a change to it, any text).
 
     A block's body is any text without backticks, carriage returns or blanks at a line's end (``BLANK_ENDS``)
-    that ends in a newline, except bodies starting with a line of the output just shown (``echoed``) and bash
-    bodies starting with ``NEVER_STARTS``: a trie over those
+    that ends in a newline, except bodies starting with a line of the output just shown (``echoed``) or with the
+    answer's mark (``DONE:``, which bash ran as a command: exit 127), and bash bodies starting with ``NEVER_STARTS``:
+    a trie over those
     strings, left as soon as the body differs. A bash body also never contains a ``denied`` program as a command
     word (``wc`` followed by a space, ``;``, ``|`` …), nor ``EDITORS`` at all: an automaton over those words runs
     alongside. A denied ``python3`` leaves out python blocks, which run as python3.
@@ -357,7 +358,7 @@ def grammar(
     for lang in ("bash", "python") if python else ("bash",):
         rules += _body_rules(
             f"{lang}-body",
-            list(echoed) + list(NEVER_STARTS) * (lang == "bash"),
+            [*echoed, DONE, *NEVER_STARTS * (lang == "bash")],
             (words if lang == "bash" else []) + BLANK_ENDS,
         )
     root = {"auto": "act | done", "any": "act", "none": "done"}[choice]
