@@ -224,3 +224,17 @@ async def test_a_command_ends_with_the_runs_wall_budget_not_its_own_timeout(tmp_
     [answer] = [b for m in result.history for b in m.content if getattr(b, "type", "") == "tool_result"]
     assert answer.is_error and "wall-time budget ran out" in answer.text and "late" not in answer.text
     assert_valid(result)
+
+
+async def test_the_wall_budget_ends_any_tools_call_not_only_bashs(tmp_path):
+    """An MCP server's call or a subagent does not read the deadline as Bash does: the call is cancelled a moment
+    after the budget ends, and its result says why."""
+    with ScriptedServer([respond([tool_call("nap", {"seconds": 30})])]) as server:
+        agent, _ = agent_for(server, tools=[nap], budget=Budget(wall_time_s=1.0), cwd=tmp_path)
+        started = asyncio.get_running_loop().time()
+        result = await agent.run("wait")
+        took = asyncio.get_running_loop().time() - started
+    assert result.subtype == "error_max_wall_time" and took < 10, (result.subtype, took)
+    [answer] = [b for m in result.history for b in m.content if getattr(b, "type", "") == "tool_result"]
+    assert answer.is_error and "wall-time budget (1.0 s) ran out" in answer.text and "rested" not in answer.text
+    assert_valid(result)

@@ -23,6 +23,7 @@ from drivetrain.loop.events import Behavior, LoopDetected, PermissionDecided, To
 from drivetrain.messages import ToolResultBlock, ToolResultContent, ToolUseBlock, Usage
 from drivetrain.tools.base import ToolError, ToolResult
 
+TOOL_GRACE_S = 3.0  # past the run's wall budget before a call still running is cancelled
 HARNESS_CALL = "drivetrain_check_"  # the id prefix of a call the harness makes itself (``harness_call``)
 
 Outcome = tuple[ToolResultBlock, float, JsonObject | None]  # a call's result, its duration in ms, the tool's metadata
@@ -149,14 +150,23 @@ def _note_repeat(w: Draft, name: str, tool_input: JsonObject, content: ToolResul
 
 
 async def _call_tool(w: Draft, call: ToolUseBlock, tool_input: JsonObject) -> ToolResult:
+    wall = w.deps.agent.budget.wall_time_s
+    deadline = w.deps.started + wall if wall is not None else None
+    # A call ends with the run's wall budget: Bash kills its command at the deadline itself (its result says what
+    # ran); any other tool (an MCP server's, a subagent) is cancelled a moment after it.
+    now = asyncio.get_running_loop().time()
+    limit = asyncio.timeout_at(None if deadline is None else now + deadline - time.monotonic() + TOOL_GRACE_S)
     try:
-        wall = w.deps.agent.budget.wall_time_s  # a call ends with the run's wall budget (Bash kills its command)
-        deadline = w.deps.started + wall if wall is not None else None
         context = replace(w.deps.context, tool_use_id=call.id, deadline=deadline)
-        result = await w.deps.tools[call.name].call(tool_input, context)
+        async with limit:
+            result = await w.deps.tools[call.name].call(tool_input, context)
     except (HarnessError, asyncio.CancelledError):
         raise
     except Exception as e:  # tool failures are data: the model sees the real error
+        if isinstance(e, TimeoutError) and limit.expired():
+            return ToolResult(
+                f"Stopped when the run's wall-time budget ({wall} s) ran out: the call did not finish.", True
+            )
         text = str(e) or type(e).__name__
         return ToolResult(text if isinstance(e, ToolError) else f"{type(e).__name__}: {text}", True)
     if isinstance(used := (result.meta or {}).get("usage"), dict):  # a subagent's requests are the run's too
