@@ -699,7 +699,9 @@ def test_an_attempt_whose_first_call_misfires_is_abandoned_for_a_fresh_one(tmp_p
         got = checked_attempts(server, ws, prompt, together=False)
         assert [r.body.get("temperature") for r in server.requests] == [0.2, 0.5, 0.5], server.requests
     assert got["count"] == 2 and got["chosen"] == 2, got
-    assert got["each"][0]["error"].startswith("abandoned for a fresh attempt: its call 1 misfired"), got["each"][0]
+    assert got["each"][0]["abandoned"].startswith("its call 1 misfired (a program it named"), got["each"][0]
+    shown = attempts_text([{"kind": "attempts", **got}], {})
+    assert "abandoned" in shown[2] and "abandoned for a fresh attempt: its call 1 misfired" in shown[2], shown
     assert (ws / "out.txt").read_text() == "18\n" and not (ws / "tmp").exists()
 
 
@@ -714,5 +716,5 @@ def test_without_abandoning_or_at_the_last_attempt_a_misfire_is_the_models_to_re
     for kw in ({"abandon": False}, {"k": 1}):
         with ScriptedServer(scripts(misfired_then_fixed), route=by_temperature) as server:
             got = checked_attempts(server, ws, prompt, together=False, **kw)
-        assert got["count"] == 1 and got["chosen"] == 1 and got["each"][0]["error"] == "", (kw, got)
+        assert got["count"] == 1 and got["chosen"] == 1 and got["each"][0]["abandoned"] == "", (kw, got)
         (ws / "out.txt").unlink()

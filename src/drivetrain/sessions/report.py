@@ -368,9 +368,11 @@ def attempts_text(records: Sequence[Record], nested: Mapping[str, str]) -> list[
         lines.append(f"  {'#':>2}  {'seed':>10}  {'temp':>4}  {'ended':<22}{'turns':>5}  changed / checks")
         for e in each:
             mark = "*" if e.get("attempt") == r.get("chosen") else " "
-            ended = "stopped" if e.get("stopped") else str(e.get("subtype"))
+            ended = "stopped" if e.get("stopped") else "abandoned" if e.get("abandoned") else str(e.get("subtype"))
             checks = ", ".join(f"`{c}` → {code}" for c, code in dict(e.get("checks") or {}).items())
             why = f"; cannot win: {e['hard_fail']}" if e.get("hard_fail") else ""
+            if e.get("abandoned"):
+                why += f"; abandoned for a fresh attempt: {e['abandoned']}"
             if objections := [str(o) for o in e.get("objections") or []]:
                 why += f"; the checks still objected: {', '.join(objections)}"
             lines.append(

@@ -23,6 +23,10 @@ known to have failed: it ended without an answer, failed a hard check, or the wo
 run was let stop (``WorkChecks.standing``). An attempt that finished with nothing against it settles the task; a
 further one would only cost the wait and risk a worse pick.
 
+An attempt where one of its first two calls misfires (the model's own command failed, not the workspace's code:
+``small/misfires.py``) is abandoned as soon as that call ends, while a further attempt can still start: it is known to
+have failed, and what it left is discarded. Restarting fresh beats continuing a conversation that began with an error.
+
 An attempt that passes a strong check (a command that fails on the base passes on its copy; or, read by
 ``small/evidence.py``, a quoted line now printed exactly, an asked-for file holding what its own command prints) wins
 at once: the attempts still running are stopped. The winner's changes are applied to the real workspace once, each
@@ -84,7 +88,7 @@ DEFAULT_ATTEMPTS = 1
 TEMPERATURES = (0.2, 0.5, 0.7, 0.8, 0.9)  # attempt i's, cycling: the first as a single run's, the rest more varied
 MIN_START_S = 10.0  # an attempt starts only with at least this much of the wall budget left (and see _room)
 MAX_RERUNS = 6  # commands run again on each copy
-MISFIRE_CALLS = 2  # an attempt whose first this-many calls misfire is abandoned for a fresh one
+MISFIRE_CALLS = 2  # an attempt where one of its first this-many calls misfires is abandoned for a fresh one
 
 
 class Sampled:
@@ -280,7 +284,7 @@ class Attempts:
                     why = misfire(event.call.name, event.result, event.meta, a.spec.cwd)
                     if why and calls <= MISFIRE_CALLS and self._may_abandon(a):
                         # said in the run's "attempts" record; the attempt's own log ends at this call
-                        a.error = f"abandoned for a fresh attempt: its call {calls} misfired ({why})"
+                        a.abandoned = f"its call {calls} misfired ({why})"
                         if a.run.telemetry is not None:
                             a.run.telemetry.end("abandoned")
                         return

@@ -62,6 +62,7 @@ class Attempt:
     evidence: str = ""  # strong evidence its work is done (small/evidence.py), if any
     probe: Path | None = None  # a copy of its end state that the checks' commands run in
     stopped: bool = False  # stopped because another attempt won early
+    abandoned: str = ""  # why it was left for a fresh attempt early (a call misfired: small/misfires.py)
     took_s: float = 0.0  # from its start to its end
 
     @property
@@ -79,12 +80,12 @@ class Attempt:
     def known_failed(self) -> bool:
         """It ended, and what it left is known to be wrong: no answer, a hard check failed, or the work checks
         still objected when its run was let stop."""
-        ended = self.result is not None or bool(self.error)
+        ended = self.result is not None or bool(self.error or self.abandoned)
         return ended and (not self.finished or bool(self.hard_fail or self.objections))
 
     @property
     def turns(self) -> int:
-        return self.result.num_turns if self.result else 0
+        return self.result.num_turns if self.result else self.run.num_turns if self.run else 0
 
     def summary(self) -> JsonObject:
         return {
@@ -92,7 +93,11 @@ class Attempt:
             "session_id": self.spec.session_id,
             "seed": self.spec.seed,
             "temperature": self.spec.temperature,
-            "subtype": self.result.subtype if self.result else "error_during_execution",
+            "subtype": self.result.subtype
+            if self.result
+            else "abandoned"
+            if self.abandoned
+            else "error_during_execution",
             "num_turns": self.turns,
             "took_s": round(self.took_s, 1),
             "usage": (self.run.usage if self.run is not None else Usage()).to_wire(),
@@ -103,6 +108,7 @@ class Attempt:
             "objections": list(self.objections),
             "evidence": self.evidence,
             "stopped": self.stopped,
+            "abandoned": self.abandoned,
             "error": self.error,
             "result": self.result.result[:500] if self.result else "",
         }
@@ -278,6 +284,8 @@ def _why_not(a: Attempt) -> str:
         return "stopped when another won"
     if a.hard_fail:
         return a.hard_fail
+    if a.abandoned:
+        return f"abandoned: {a.abandoned}"
     if a.result is None:
         return a.error or "did not finish"
     return a.result.subtype
