@@ -718,3 +718,29 @@ def test_without_abandoning_or_at_the_last_attempt_a_misfire_is_the_models_to_re
             got = checked_attempts(server, ws, prompt, together=False, **kw)
         assert got["count"] == 1 and got["chosen"] == 1 and got["each"][0]["abandoned"] == "", (kw, got)
         (ws / "out.txt").unlink()
+
+
+def test_the_embedded_models_default_is_three_attempts_a_servers_one_a_settings_file_may_say(tmp_path, _own_home):
+    """Three on the embedded model, whose attempts run one after another (a further one only after a known
+    failure); one on a server's model, where each attempt would run at once and be billed; one under the full
+    profile. A settings file's "attempts" wins over the default."""
+    from argparse import Namespace
+
+    from drivetrain import Agent
+    from drivetrain.cli.build import attempts_wanted
+    from drivetrain.loop.profile import FULL
+    from drivetrain.models.local import LocalModel
+    from drivetrain.models.openai import OpenAIModel
+    from drivetrain.small.profile import SMALL
+
+    asked = Namespace(attempts=None)
+    server = OpenAIModel.from_env(
+        "qwen2.5-coder:1.5b", {"OPENAI_BASE_URL": "http://127.0.0.1:9", "OPENAI_API_KEY": "k"}
+    )
+    assert attempts_wanted(asked, Agent(model=LocalModel(), cwd=tmp_path, profile=SMALL)) == 3
+    assert attempts_wanted(asked, Agent(model=server, cwd=tmp_path, profile=SMALL)) == 1
+    assert attempts_wanted(asked, Agent(model=LocalModel(), cwd=tmp_path, profile=FULL)) == 1
+    assert attempts_wanted(Namespace(attempts=2), Agent(model=server, cwd=tmp_path, profile=SMALL)) == 2
+    (tmp_path / ".drivetrain").mkdir()
+    (tmp_path / ".drivetrain" / "settings.json").write_text('{"attempts": 1}')
+    assert attempts_wanted(asked, Agent(model=LocalModel(), cwd=tmp_path, profile=SMALL)) == 1

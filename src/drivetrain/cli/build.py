@@ -32,7 +32,7 @@ from drivetrain.sessions.audit import AuditLog, attached
 from drivetrain.sessions.open import open_store
 from drivetrain.sessions.rewind import Checkpoints
 from drivetrain.sessions.store import SessionStore
-from drivetrain.small.attempts import DEFAULT_ATTEMPTS, Attempts, Sampled
+from drivetrain.small.attempts import DEFAULT_ATTEMPTS, LOCAL_ATTEMPTS, Attempts, Sampled
 from drivetrain.small.profile import DEFAULT_WALL_S, select_profile
 from drivetrain.small.selection import AttemptSpec
 from drivetrain.subagents.definitions import load_types
@@ -130,15 +130,27 @@ def build_agent(
     return agent
 
 
+def one_after_another(model: Model) -> bool:
+    """Whether a task's attempts on ``model`` run one after another: a local model on a CPU is compute-bound, k
+    sequences decoded together cost nearly k times one (benchmarks/bench_attempts.py), so each starts only if no
+    attempt has settled the task yet; a server takes them at once."""
+    innermost: object = model.inner if isinstance(model, Sampled) else model
+    while isinstance(innermost, Wrapper):  # the interactive screen's Streamed, say
+        innermost = innermost.inner
+    return isinstance(innermost, LocalModel | ResidentModel)
+
+
 def attempts_wanted(args: argparse.Namespace, agent: Agent) -> int:
     """How many attempts a task runs as: ``--attempts``, else, under a profile with the ``attempts`` aid (the small
-    one), the settings' ``attempts``, else ``DEFAULT_ATTEMPTS``; 1 under the others unless asked for."""
+    one), the settings' ``attempts``, else ``LOCAL_ATTEMPTS`` for a model whose attempts run one after another (a
+    further one starts only after a known failure) and ``DEFAULT_ATTEMPTS`` (one) for a server's, where every
+    attempt runs and is billed; 1 under the other profiles unless asked for."""
     if not agent.profile.attempts and args.attempts is None:
         return 1
     k: int | None = args.attempts
     if k is None:  # the first settings file that says (local, project, user), else the default
         said = [v for _, raw in load_settings(agent.cwd).raw if isinstance(v := raw.get("attempts"), int)]
-        k = said[0] if said else DEFAULT_ATTEMPTS
+        k = said[0] if said else LOCAL_ATTEMPTS if one_after_another(agent.model) else DEFAULT_ATTEMPTS
     if k < 1:
         raise ConfigError(f"attempts must be at least 1 (got {k})")
     return k
@@ -177,13 +189,7 @@ def attempts(
             attempt.budget = replace(attempt.budget, wall_time_s=max(1.0, left))
         return attempt
 
-    # A local model on a CPU is compute-bound: k sequences decoded together cost nearly k times one
-    # (benchmarks/bench_attempts.py), so its attempts go one after another, each starting only if no attempt has
-    # settled the task yet; a server takes them at once.
-    innermost: object = base_model
-    while isinstance(innermost, Wrapper):  # the interactive screen's Streamed, say
-        innermost = innermost.inner
-    together = not isinstance(innermost, LocalModel | ResidentModel)
+    together = not one_after_another(base_model)
     scratch = None
     if args.keep_attempts is not None:  # refused before the run starts: nothing is logged or changed
         scratch = args.keep_attempts.resolve()

@@ -82,9 +82,11 @@ from drivetrain.small.selection import (
     work_checks,
 )
 
-# One: at a 60 s budget on 2 cores the first attempt takes most of the budget, and k=3 solved no more held-out runs
-# than k=1 in 88 pairs (docs/small-profile.md); more attempts are asked for (``--attempts K``, the settings' key).
+# A server's attempts run at once, each billed: one unless asked for (``--attempts K``, the settings' key). A local
+# model's run one after another, a further one only after a known failure (an early misfire among them), so three
+# cost a run that went well nothing: k=3 solved more held-out runs than k=1, never fewer (docs/small-profile.md).
 DEFAULT_ATTEMPTS = 1
+LOCAL_ATTEMPTS = 3
 TEMPERATURES = (0.2, 0.5, 0.7, 0.8, 0.9)  # attempt i's, cycling: the first as a single run's, the rest more varied
 MIN_START_S = 10.0  # an attempt starts only with at least this much of the wall budget left (and see _room)
 MAX_RERUNS = 6  # commands run again on each copy
@@ -281,8 +283,8 @@ class Attempts:
                 await queue.put(AttemptEvent(a.spec.index, event))
                 if isinstance(event, ToolFinished) and not event.call.id.startswith(HARNESS_CALL):
                     calls += 1
-                    why = misfire(event.call.name, event.result, event.meta, a.spec.cwd)
-                    if why and calls <= MISFIRE_CALLS and self._may_abandon(a):
+                    why = calls <= MISFIRE_CALLS and misfire(event.call.name, event.result, event.meta, a.spec.cwd)
+                    if why and self._may_abandon(a):
                         # said in the run's "attempts" record; the attempt's own log ends at this call
                         a.abandoned = f"its call {calls} misfired ({why})"
                         if a.run.telemetry is not None:
