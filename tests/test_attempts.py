@@ -525,7 +525,7 @@ def checked_attempts(server, ws, prompt, **kw):
         return Agent(model=sampled, tools=builtin_tools(), cwd=spec.cwd, hooks=hooks, nodes=[checks], max_turns=3)
 
     main = Agent(model=model, tools=builtin_tools(), cwd=ws).start(prompt)
-    attempts = Attempts(main, prompt, make, kw.pop("k", 3), wall_s=None, **kw)
+    attempts = Attempts(main, prompt, make, kw.pop("k", 3), wall_s=kw.pop("wall_s", None), **kw)
 
     async def go():
         return [e async for e in attempts]
@@ -744,3 +744,23 @@ def test_the_embedded_models_default_is_three_attempts_a_servers_one_a_settings_
     (tmp_path / ".drivetrain").mkdir()
     (tmp_path / ".drivetrain" / "settings.json").write_text('{"attempts": 1}')
     assert attempts_wanted(asked, Agent(model=LocalModel(), cwd=tmp_path, profile=SMALL)) == 1
+
+
+def test_a_misfire_is_not_abandoned_when_the_next_attempt_would_have_no_room(tmp_path, monkeypatch):
+    """Abandoning leaves the next attempt only what is left of the budget, and it is given no less than the
+    abandoned one took: a 1.5B's first reply took 26 s, its second attempt's 17 s, and the third had no room, so the
+    run ended with nothing. Now the attempt goes on when the next would have no room."""
+    import drivetrain.small.attempts as attempts_module
+
+    monkeypatch.setattr(attempts_module, "MIN_START_S", 0.5)
+    ws = numbers_workspace(tmp_path)
+    slow_misfire_then_fixed = [
+        respond([tool_call("Bash", {"command": "nosuchprogram numbers.txt"})], delay=1.5),
+        respond([tool_call("Bash", {"command": "python3 -c 'print(5+6+7)' > out.txt"})]),
+        reply("The total is 18, in out.txt."),
+    ]
+    prompt = "Add up the numbers in numbers.txt and write the total to out.txt."
+    with ScriptedServer(scripts(slow_misfire_then_fixed), route=by_temperature) as server:
+        got = checked_attempts(server, ws, prompt, together=False, wall_s=2.8)
+    assert got["count"] == 1 and got["chosen"] == 1 and got["each"][0]["abandoned"] == "", got
+    assert (ws / "out.txt").read_text() == "18\n"

@@ -284,7 +284,7 @@ class Attempts:
                 if isinstance(event, ToolFinished) and not event.call.id.startswith(HARNESS_CALL):
                     calls += 1
                     why = calls <= MISFIRE_CALLS and misfire(event.call.name, event.result, event.meta, a.spec.cwd)
-                    if why and self._may_abandon(a):
+                    if why and self._may_abandon(a, time.monotonic() - started):
                         # said in the run's "attempts" record; the attempt's own log ends at this call
                         a.abandoned = f"its call {calls} misfired ({why})"
                         if a.run.telemetry is not None:
@@ -316,20 +316,23 @@ class Attempts:
             a.took_s = time.monotonic() - started
             queue.put_nowait(None)
 
-    def _may_abandon(self, a: Attempt) -> bool:
-        """An attempt may be left for a fresh one when it is the last started, another may still start, and the
-        budget leaves that one room."""
+    def _may_abandon(self, a: Attempt, took: float) -> bool:
+        """An attempt (``took`` so far) may be left for a fresh one when it is the last started, another may still
+        start, and the budget leaves that one the room it would be given once this one ended: else abandoning it
+        would end the run with nothing (a 1.5B's first reply took 26 s, its second attempt's 17 s, and the third had
+        no room)."""
         if not self.abandon or a is not self.attempts[-1] or len(self.attempts) >= self.k:
             return False
-        return self._deadline is None or self._deadline - time.monotonic() >= MIN_START_S
+        return self._deadline is None or self._deadline - time.monotonic() >= self._room(took)
 
-    def _room(self) -> float:
+    def _room(self, ending: float = 0.0) -> float:
         """The budget a further attempt needs: what the quickest finished one took (none finished: what the longest
-        took, all of it being too little), and never less than MIN_START_S. One that would be cut short by the
-        budget cannot win: starting it would only cost the user the wait."""
+        took, all of it being too little, counting one ending now after ``ending``), and never less than
+        MIN_START_S. One that would be cut short by the budget cannot win: starting it would only cost the user the
+        wait."""
         ended = [a for a in self.attempts if a.took_s]
         finished = [a.took_s for a in ended if a.finished]
-        need = min(finished) if finished else max((a.took_s for a in ended), default=0.0)
+        need = min(finished) if finished else max([ending, *(a.took_s for a in ended)])
         return max(MIN_START_S, need)
 
     def _span(self) -> trace.Span | None:
