@@ -542,6 +542,17 @@ def numbers_workspace(tmp_path):
     return ws
 
 
+NUMBERS_PROMPT = "Add up the numbers in numbers.txt and write the total to out.txt."
+
+
+def computes_total():
+    """An attempt that computes the total of numbers.txt into out.txt and reports it."""
+    return [
+        respond([tool_call("Bash", {"command": "python3 -c 'print(5+6+7)' > out.txt"})]),
+        reply("The total is 18, in out.txt."),
+    ]
+
+
 def writes_placeholder():
     """An attempt that writes a placeholder to out.txt instead of the total, and says it is done."""
     return [
@@ -575,11 +586,7 @@ def test_one_after_another_a_further_attempt_starts_only_where_the_checks_still_
     computes the value and wins; nothing is known against attempt 2, so attempt 3 never starts."""
     ws = numbers_workspace(tmp_path)
     placeholder = writes_placeholder()
-    computed = [
-        respond([tool_call("Bash", {"command": "python3 -c 'print(5+6+7)' > out.txt"})]),
-        reply("The total is 18, in out.txt."),
-    ]
-    prompt = "Add up the numbers in numbers.txt and write the total to out.txt."
+    computed, prompt = computes_total(), NUMBERS_PROMPT
     with ScriptedServer(scripts(placeholder, computed, computed), route=by_temperature) as server:
         got = checked_attempts(server, ws, prompt, together=False)
     assert got["count"] == 2 and got["chosen"] == 2, got
@@ -690,11 +697,7 @@ def test_an_attempt_whose_first_call_misfires_is_abandoned_for_a_fresh_one(tmp_p
         respond([tool_call("Bash", {"command": "mkdir -p tmp && nosuchprogram numbers.txt > out.txt"})]),
         reply("The total is 99, in out.txt."),  # never asked for
     ]
-    computed = [
-        respond([tool_call("Bash", {"command": "python3 -c 'print(5+6+7)' > out.txt"})]),
-        reply("The total is 18, in out.txt."),
-    ]
-    prompt = "Add up the numbers in numbers.txt and write the total to out.txt."
+    computed, prompt = computes_total(), NUMBERS_PROMPT
     with ScriptedServer(scripts(misfired, computed, computed), route=by_temperature) as server:
         got = checked_attempts(server, ws, prompt, together=False)
         assert [r.body.get("temperature") for r in server.requests] == [0.2, 0.5, 0.5], server.requests
@@ -712,7 +715,7 @@ def test_without_abandoning_or_at_the_last_attempt_a_misfire_is_the_models_to_re
         respond([tool_call("Bash", {"command": "python3 -c 'print(5+6+7)' > out.txt"})]),
         reply("The total is 18, in out.txt."),
     ]
-    prompt = "Add up the numbers in numbers.txt and write the total to out.txt."
+    prompt = NUMBERS_PROMPT
     for kw in ({"abandon": False}, {"k": 1}):
         with ScriptedServer(scripts(misfired_then_fixed), route=by_temperature) as server:
             got = checked_attempts(server, ws, prompt, together=False, **kw)
@@ -759,7 +762,7 @@ def test_a_misfire_is_not_abandoned_when_the_next_attempt_would_have_no_room(tmp
         respond([tool_call("Bash", {"command": "python3 -c 'print(5+6+7)' > out.txt"})]),
         reply("The total is 18, in out.txt."),
     ]
-    prompt = "Add up the numbers in numbers.txt and write the total to out.txt."
+    prompt = NUMBERS_PROMPT
     with ScriptedServer(scripts(slow_misfire_then_fixed), route=by_temperature) as server:
         got = checked_attempts(server, ws, prompt, together=False, wall_s=2.8)
     assert got["count"] == 1 and got["chosen"] == 1 and got["each"][0]["abandoned"] == "", got

@@ -209,32 +209,27 @@ async def test_the_limits_count_from_the_prompt_that_starts_the_invocation(tmp_p
     assert_valid(third)
 
 
-async def test_a_command_ends_with_the_runs_wall_budget_not_its_own_timeout(tmp_path):
-    """A local run's `vi docs/usage.md` waited out the Bash default timeout (120 s) under a 60 s budget: the run took
-    137 s. The budget now ends the command too."""
+@pytest.mark.parametrize(
+    ("call", "said", "late"),
+    [
+        # A local run's `vi docs/usage.md` waited out the Bash default timeout (120 s) under a 60 s budget: the run
+        # took 137 s. Bash now kills its command at the deadline.
+        (tool_call("Bash", {"command": "sleep 30; echo late"}), "wall-time budget ran out", "late"),
+        # An MCP server's call or a subagent does not read the deadline: it is cancelled a moment after it.
+        (tool_call("nap", {"seconds": 30}), "wall-time budget (1.5 s) ran out", "rested"),
+    ],
+    ids=["bash", "any-tool"],
+)
+async def test_a_call_ends_with_the_runs_wall_budget_not_its_own_timeout(tmp_path, call, said, late):
     from drivetrain.tools import builtin_tools
 
     bash = [t for t in builtin_tools() if t.name == "Bash"]
-    with ScriptedServer([respond([tool_call("Bash", {"command": "sleep 30; echo late"})])]) as server:
-        agent, _ = agent_for(server, tools=bash, budget=Budget(wall_time_s=1.5), cwd=tmp_path)
+    with ScriptedServer([respond([call])]) as server:
+        agent, _ = agent_for(server, tools=[*bash, nap], budget=Budget(wall_time_s=1.5), cwd=tmp_path)
         started = asyncio.get_running_loop().time()
         result = await agent.run("wait")
         took = asyncio.get_running_loop().time() - started
     assert result.subtype == "error_max_wall_time" and took < 10, (result.subtype, took)
     [answer] = [b for m in result.history for b in m.content if getattr(b, "type", "") == "tool_result"]
-    assert answer.is_error and "wall-time budget ran out" in answer.text and "late" not in answer.text
-    assert_valid(result)
-
-
-async def test_the_wall_budget_ends_any_tools_call_not_only_bashs(tmp_path):
-    """An MCP server's call or a subagent does not read the deadline as Bash does: the call is cancelled a moment
-    after the budget ends, and its result says why."""
-    with ScriptedServer([respond([tool_call("nap", {"seconds": 30})])]) as server:
-        agent, _ = agent_for(server, tools=[nap], budget=Budget(wall_time_s=1.0), cwd=tmp_path)
-        started = asyncio.get_running_loop().time()
-        result = await agent.run("wait")
-        took = asyncio.get_running_loop().time() - started
-    assert result.subtype == "error_max_wall_time" and took < 10, (result.subtype, took)
-    [answer] = [b for m in result.history for b in m.content if getattr(b, "type", "") == "tool_result"]
-    assert answer.is_error and "wall-time budget (1.0 s) ran out" in answer.text and "rested" not in answer.text
+    assert answer.is_error and said in answer.text and late not in answer.text, answer.text
     assert_valid(result)
