@@ -8,10 +8,11 @@ import time
 from pathlib import Path
 
 import cli_process
+from drivetrain.loop.events import Finished
 from drivetrain.loop.result import RunResult
 from drivetrain.messages import Usage
 from drivetrain.sessions.report import attempts_text
-from drivetrain.small.attempts import TEMPERATURES
+from drivetrain.small.attempts import TEMPERATURES, AttemptEvent
 from drivetrain.small.copies import apply_changes, changes, copy_tree, scan
 from drivetrain.small.selection import Attempt, AttemptSpec, answer_values, choose, named_commands
 from drivetrain.testing import ScriptedServer, reply, respond, tool_call
@@ -503,8 +504,10 @@ def test_a_list_of_numbers_is_not_read_as_one_number():
     assert answer_values("12,345.5 and 7") == frozenset({"12345.5", "7"})
 
 
-def checked_attempts(server, ws, prompt, **kw):
-    """``Attempts`` whose agents carry the small profile's work checks as a node that reads but never sends back."""
+def checked_attempts(server, ws, prompt, seen=None, **kw):
+    """``Attempts`` whose agents carry the small profile's work checks as a node that reads but never sends back;
+    their events go to ``seen``."""
+    seen = [] if seen is None else seen
     import asyncio
 
     from drivetrain import Agent
@@ -530,7 +533,7 @@ def checked_attempts(server, ws, prompt, **kw):
     async def go():
         return [e async for e in attempts]
 
-    asyncio.run(go())
+    seen.extend(asyncio.run(go()))
     server.take_remaining()
     return attempts.result.attempts
 
@@ -698,14 +701,20 @@ def test_an_attempt_whose_first_call_misfires_is_abandoned_for_a_fresh_one(tmp_p
         reply("The total is 99, in out.txt."),  # never asked for
     ]
     computed, prompt = computes_total(), NUMBERS_PROMPT
+    seen = []
     with ScriptedServer(scripts(misfired, computed, computed), route=by_temperature) as server:
-        got = checked_attempts(server, ws, prompt, together=False)
+        got = checked_attempts(server, ws, prompt, seen, together=False)
         assert [r.body.get("temperature") for r in server.requests] == [0.2, 0.5, 0.5], server.requests
     assert got["count"] == 2 and got["chosen"] == 2, got
     assert got["each"][0]["abandoned"].startswith("its call 1 misfired (a program it named"), got["each"][0]
     shown = attempts_text([{"kind": "attempts", **got}], {})
     assert "abandoned" in shown[2] and "abandoned for a fresh attempt: its call 1 misfired" in shown[2], shown
     assert (ws / "out.txt").read_text() == "18\n" and not (ws / "tmp").exists()
+    ends = [(e.attempt, e.event.result) for e in seen if isinstance(e, AttemptEvent) and isinstance(e.event, Finished)]
+    assert [(i, r.subtype) for i, r in ends] == [(1, "error_during_execution"), (2, "success")], ends
+    assert (
+        ends[0][1].note.startswith("abandoned for a fresh attempt: its call 1 misfired") and ends[0][1].num_turns == 1
+    )
 
 
 def test_without_abandoning_or_at_the_last_attempt_a_misfire_is_the_models_to_recover_from(tmp_path):

@@ -414,7 +414,9 @@ class Output(Printer):
             try:
                 if isinstance(event.event, Finished):  # one attempt's end: the run's result comes after them all
                     ended = event.event.result
-                    self._log(f"ended: {ended.subtype} after {ended.num_turns} turns")
+                    self._log(
+                        f"ended: {ended.subtype} after {ended.num_turns} turns" + f" ({ended.note})" * bool(ended.note)
+                    )
                     if self.format == "stream-json":
                         self._emit(
                             {**ended.to_json(), "type": "system", "subtype": "attempt_result", "outcome": ended.subtype}

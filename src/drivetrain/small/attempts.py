@@ -24,8 +24,9 @@ run was let stop (``WorkChecks.standing``). An attempt that finished with nothin
 further one would only cost the wait and risk a worse pick.
 
 An attempt where one of its first two calls misfires (the model's own command failed, not the workspace's code:
-``small/misfires.py``) is abandoned as soon as that call ends, while a further attempt can still start: it is known to
-have failed, and what it left is discarded. Restarting fresh beats continuing a conversation that began with an error.
+``small/misfires.py``) is abandoned as soon as that call ends, while a further attempt can still start and would
+have the room the gate gives it: it is known to have failed, and what it left is discarded. Restarting fresh beats
+continuing a conversation that began with an error.
 
 An attempt that passes a strong check (a command that fails on the base passes on its copy; or, read by
 ``small/evidence.py``, a quoted line now printed exactly, an asked-for file holding what its own command prints) wins
@@ -289,6 +290,7 @@ class Attempts:
                         a.abandoned = f"its call {calls} misfired ({why})"
                         if a.run.telemetry is not None:
                             a.run.telemetry.end("abandoned")
+                        await queue.put(AttemptEvent(a.spec.index, Finished(self._abandoned(a, started))))
                         return
             a.result = a.run.result
             a.values = answer_values(a.result.result) if a.result.subtype == "success" else frozenset()
@@ -315,6 +317,25 @@ class Attempts:
         finally:
             a.took_s = time.monotonic() - started
             queue.put_nowait(None)
+
+    @staticmethod
+    def _abandoned(a: Attempt, started: float) -> RunResult:
+        """How an abandoned attempt ended, for the front ends (its run has no result of its own)."""
+        assert a.run is not None
+        run = a.run
+        return RunResult(
+            "error_during_execution",
+            None,
+            "",
+            run.num_turns,
+            a.spec.session_id,
+            int((time.monotonic() - started) * 1000),
+            run.usage,
+            cost_usd(run.agent.model.name, run.usage),
+            run.history,
+            run.trajectory,
+            note=f"abandoned for a fresh attempt: {a.abandoned}",
+        )
 
     def _may_abandon(self, a: Attempt, took: float) -> bool:
         """An attempt (``took`` so far) may be left for a fresh one when it is the last started, another may still

@@ -6,8 +6,8 @@ that does not exist, a syntax error the shell reports), the model's own python b
 file``), or an Edit or Write the tool could not make. A workspace program that fails (a test's assertion, a
 script's own traceback or usage error) is not one: reproducing that failure is often the task's first step.
 
-On the tune half of the benchmark (seeds 121001–003), 14 of 54 runs misfired in their first two calls, and none of
-the 14 was solved; a first call that failed in a workspace file was solved 2 of 2 times. ``small/attempts.py``
+On the tune half of the benchmark (seeds 121001–003), 12 of 54 runs misfired in their first two calls, and none of
+the 12 was solved; a first call that failed in a workspace file was solved 2 of 2 times. ``small/attempts.py``
 abandons such an attempt for a fresh one.
 """
 
@@ -21,7 +21,7 @@ from pathlib import Path
 from drivetrain.jsontypes import JsonObject
 from drivetrain.messages import ToolResultBlock
 
-FILE_TOOLS = ("Edit", "Write", "MultiEdit")
+FILE_TOOLS = ("Edit", "Write")
 _SHELL = re.compile(r"^(?:/bin/|/usr/bin/)?(?:ba)?sh: (?:-c: )?line \d+: (.*)$", re.MULTILINE)
 _FRAME = re.compile(r'^\s*File "([^"]+)", line \d+', re.MULTILINE)
 _PROGRAM = re.compile(r"^([\w./+-]+): (.+)$")  # "cp: cannot stat …", "/usr/bin/python3: can't open file …"

@@ -93,11 +93,7 @@ class Attempt:
             "session_id": self.spec.session_id,
             "seed": self.spec.seed,
             "temperature": self.spec.temperature,
-            "subtype": self.result.subtype
-            if self.result
-            else "abandoned"
-            if self.abandoned
-            else "error_during_execution",
+            "subtype": self.result.subtype if self.result else "error_during_execution",
             "num_turns": self.turns,
             "took_s": round(self.took_s, 1),
             "usage": (self.run.usage if self.run is not None else Usage()).to_wire(),
