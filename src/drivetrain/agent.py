@@ -349,6 +349,11 @@ class Run:
             raise RuntimeError("the run has not finished")
         return self._result
 
+    def left(self, why: str) -> RunResult:
+        """The run as it stands, as a result, when its driver leaves it before it ends (an attempt abandoned for a
+        fresh one): ``error_during_execution``, its note ``why``. The run itself is not changed."""
+        return self._finish(Done("error_during_execution", note=why))
+
     def _finish(self, s: Done) -> RunResult:
         v = self.value
         return RunResult(

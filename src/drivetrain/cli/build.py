@@ -134,7 +134,7 @@ def one_after_another(model: Model) -> bool:
     """Whether a task's attempts on ``model`` run one after another: a local model on a CPU is compute-bound, k
     sequences decoded together cost nearly k times one (benchmarks/bench_attempts.py), so each starts only if no
     attempt has settled the task yet; a server takes them at once."""
-    innermost: object = model.inner if isinstance(model, Sampled) else model
+    innermost: object = model
     while isinstance(innermost, Wrapper):  # the interactive screen's Streamed, say
         innermost = innermost.inner
     return isinstance(innermost, LocalModel | ResidentModel)

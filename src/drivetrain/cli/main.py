@@ -414,9 +414,8 @@ class Output(Printer):
             try:
                 if isinstance(event.event, Finished):  # one attempt's end: the run's result comes after them all
                     ended = event.event.result
-                    self._log(
-                        f"ended: {ended.subtype} after {ended.num_turns} turns" + f" ({ended.note})" * bool(ended.note)
-                    )
+                    why = f" ({ended.note})" if ended.note else ""
+                    self._log(f"ended: {ended.subtype} after {ended.num_turns} turns{why}")
                     if self.format == "stream-json":
                         self._emit(
                             {**ended.to_json(), "type": "system", "subtype": "attempt_result", "outcome": ended.subtype}

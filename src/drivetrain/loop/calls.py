@@ -154,8 +154,7 @@ async def _call_tool(w: Draft, call: ToolUseBlock, tool_input: JsonObject) -> To
     deadline = w.deps.started + wall if wall is not None else None
     # A call ends with the run's wall budget: Bash kills its command at the deadline itself (its result says what
     # ran); any other tool (an MCP server's, a subagent) is cancelled a moment after it.
-    now = asyncio.get_running_loop().time()
-    limit = asyncio.timeout_at(None if deadline is None else now + deadline - time.monotonic() + TOOL_GRACE_S)
+    limit = asyncio.timeout(None if deadline is None else deadline - time.monotonic() + TOOL_GRACE_S)
     try:
         context = replace(w.deps.context, tool_use_id=call.id, deadline=deadline)
         async with limit:

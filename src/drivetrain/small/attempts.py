@@ -290,7 +290,8 @@ class Attempts:
                         a.abandoned = f"its call {calls} misfired ({why})"
                         if a.run.telemetry is not None:
                             a.run.telemetry.end("abandoned")
-                        await queue.put(AttemptEvent(a.spec.index, Finished(self._abandoned(a, started))))
+                        ended = a.run.left(f"abandoned for a fresh attempt: {a.abandoned}")
+                        await queue.put(AttemptEvent(a.spec.index, Finished(ended)))
                         return
             a.result = a.run.result
             a.values = answer_values(a.result.result) if a.result.subtype == "success" else frozenset()
@@ -317,25 +318,6 @@ class Attempts:
         finally:
             a.took_s = time.monotonic() - started
             queue.put_nowait(None)
-
-    @staticmethod
-    def _abandoned(a: Attempt, started: float) -> RunResult:
-        """How an abandoned attempt ended, for the front ends (its run has no result of its own)."""
-        assert a.run is not None
-        run = a.run
-        return RunResult(
-            "error_during_execution",
-            None,
-            "",
-            run.num_turns,
-            a.spec.session_id,
-            int((time.monotonic() - started) * 1000),
-            run.usage,
-            cost_usd(run.agent.model.name, run.usage),
-            run.history,
-            run.trajectory,
-            note=f"abandoned for a fresh attempt: {a.abandoned}",
-        )
 
     def _may_abandon(self, a: Attempt, took: float) -> bool:
         """An attempt (``took`` so far) may be left for a fresh one when it is the last started, another may still
