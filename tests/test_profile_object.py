@@ -70,3 +70,20 @@ def test_a_change_to_the_agent_after_a_run_started_reaches_it(tmp_path):
     run = agent.start("x")
     agent.max_turns = 7
     assert run.deps.agent.max_turns == 7 and run.deps.system.startswith("You are a coding agent")
+
+
+def test_the_cli_attempts_abandon_a_misfire_unless_the_aid_is_ablated(tmp_path, monkeypatch):
+    """``DRIVETRAIN_ABLATE=abandon`` keeps an attempt whose first calls misfire (the ablation of the abandoning)."""
+    from drivetrain.cli.build import attempts
+    from drivetrain.sessions.open import open_store
+
+    monkeypatch.setenv("DRIVETRAIN_HOME", str(tmp_path / "home"))
+    for name, value in ENV.items():
+        monkeypatch.setenv(name, value)
+    args = build_parser().parse_args(["-p", "x", "--profile", "small", "--provider", "anthropic"])
+    for ablate, abandon in (("", True), ("abandon", False)):
+        monkeypatch.setenv("DRIVETRAIN_ABLATE", ablate)
+        agent = build_agent(args, tmp_path, "s1")
+        run = attempts(args, agent, "x", "s1", 3, store=open_store(), servers=None)
+        assert run.abandon is abandon
+        assert agent.profile.attempts

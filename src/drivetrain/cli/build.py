@@ -199,7 +199,15 @@ def attempts(
             raise ConfigError(f"--keep-attempts {args.keep_attempts}: the folder is not empty")
     main = agent.start(prompt, session_id=session_id)
     return Attempts(
-        main, prompt, make, k, seed=args.seed, wall_s=agent.budget.wall_time_s, together=together, scratch=scratch
+        main,
+        prompt,
+        make,
+        k,
+        seed=args.seed,
+        wall_s=agent.budget.wall_time_s,
+        together=together,
+        scratch=scratch,
+        abandon=agent.profile.abandon,
     )
 
 

@@ -32,6 +32,7 @@ AIDS = (
     "show",
     "answer",
     "attempts",
+    "abandon",
 )
 
 
@@ -84,6 +85,7 @@ class Profile:
     show: bool = False  # the first lines of the files the task names go with it (as an @-mention attaches them)
     answer: bool = False  # the answer agrees with the run: what it reports was seen, else written again from the facts
     attempts: bool = False  # a task runs as several fresh attempts, and the evidence picks one (small/attempts.py)
+    abandon: bool = False  # an attempt whose first calls misfire is left for a fresh one (small/misfires.py)
 
     def without(self, *aids: str) -> Profile:
         """This profile less the named aids (an ablation)."""
