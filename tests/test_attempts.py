@@ -11,6 +11,7 @@ import cli_process
 from drivetrain.loop.events import Finished
 from drivetrain.loop.result import RunResult
 from drivetrain.messages import Usage
+from drivetrain.sessions.file import FileStore
 from drivetrain.sessions.report import attempts_text
 from drivetrain.small.attempts import TEMPERATURES, AttemptEvent
 from drivetrain.small.copies import apply_changes, changes, copy_tree, scan
@@ -504,9 +505,9 @@ def test_a_list_of_numbers_is_not_read_as_one_number():
     assert answer_values("12,345.5 and 7") == frozenset({"12345.5", "7"})
 
 
-def checked_attempts(server, ws, prompt, seen=None, **kw):
-    """``Attempts`` whose agents carry the small profile's work checks as a node that reads but never sends back;
-    their events go to ``seen``."""
+def checked_attempts(server, ws, prompt, seen=None, store=None, **kw):
+    """``Attempts`` whose agents carry the small profile's work checks as a node that reads but never sends back,
+    saved to ``store`` if given; their events go to ``seen``."""
     seen = [] if seen is None else seen
     import asyncio
 
@@ -525,7 +526,9 @@ def checked_attempts(server, ws, prompt, seen=None, **kw):
         hooks = Hooks()
         checks = WorkChecks(spec.cwd, work_limit=0, answer_limit=0).install(hooks)
         sampled = Sampled(model, spec.seed, spec.temperature)
-        return Agent(model=sampled, tools=builtin_tools(), cwd=spec.cwd, hooks=hooks, nodes=[checks], max_turns=3)
+        return Agent(
+            model=sampled, tools=builtin_tools(), cwd=spec.cwd, hooks=hooks, nodes=[checks], max_turns=3, store=store
+        )
 
     main = Agent(model=model, tools=builtin_tools(), cwd=ws).start(prompt)
     attempts = Attempts(main, prompt, make, kw.pop("k", 3), wall_s=kw.pop("wall_s", None), **kw)
@@ -702,8 +705,9 @@ def test_an_attempt_whose_first_call_misfires_is_abandoned_for_a_fresh_one(tmp_p
     ]
     computed, prompt = computes_total(), NUMBERS_PROMPT
     seen = []
+    store = FileStore(tmp_path / "home")
     with ScriptedServer(scripts(misfired, computed, computed), route=by_temperature) as server:
-        got = checked_attempts(server, ws, prompt, seen, together=False)
+        got = checked_attempts(server, ws, prompt, seen, store=store, together=False)
         assert [r.body.get("temperature") for r in server.requests] == [0.2, 0.5, 0.5], server.requests
     assert got["count"] == 2 and got["chosen"] == 2, got
     assert got["each"][0]["abandoned"].startswith("its call 1 misfired (a program it named"), got["each"][0]
@@ -715,6 +719,11 @@ def test_an_attempt_whose_first_call_misfires_is_abandoned_for_a_fresh_one(tmp_p
     assert (
         ends[0][1].note.startswith("abandoned for a fresh attempt: its call 1 misfired") and ends[0][1].num_turns == 1
     )
+    # the abandoned attempt's own log ends with its result, so it is not listed as running
+    left = store.read(got["each"][0]["session_id"])[-1]
+    assert left["kind"] == "result" and left["subtype"] == "error_during_execution", left
+    assert str(left["note"]).startswith("abandoned for a fresh attempt"), left
+    assert store.info(got["each"][0]["session_id"]).status == "error_during_execution"
 
 
 def test_without_abandoning_or_at_the_last_attempt_a_misfire_is_the_models_to_recover_from(tmp_path):

@@ -178,8 +178,7 @@ class Run:
             if self._result is not None:
                 return []
             self._result = self._finish(state)
-            if self.log is not None:
-                self.log.write("result", **{k: v for k, v in self._result.to_json().items() if k != "type"})
+            self._record(self._result)
             event = Finished(self._result)
             self._observe(event)
             if t is not None:
@@ -351,8 +350,15 @@ class Run:
 
     def left(self, why: str) -> RunResult:
         """The run as it stands, as a result, when its driver leaves it before it ends (an attempt abandoned for a
-        fresh one): ``error_during_execution``, its note ``why``. The run itself is not changed."""
-        return self._finish(Done("error_during_execution", note=why))
+        fresh one): ``error_during_execution``, its note ``why``, and so recorded in its session log (which ends
+        there, not "running"). Its state is not changed."""
+        result = self._finish(Done("error_during_execution", note=why))
+        self._record(result)
+        return result
+
+    def _record(self, result: RunResult) -> None:
+        if self.log is not None:
+            self.log.write("result", **{k: v for k, v in result.to_json().items() if k != "type"})
 
     def _finish(self, s: Done) -> RunResult:
         v = self.value
