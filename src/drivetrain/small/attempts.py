@@ -85,7 +85,7 @@ from drivetrain.small.selection import (
 
 # A server's attempts run at once, each billed: one unless asked for (``--attempts K``, the settings' key). A local
 # model's run one after another, a further one only after a known failure (an early misfire among them), so three
-# cost a run that went well nothing: k=3 solved more held-out runs than k=1, never fewer (docs/small-profile.md).
+# cost a run that goes well nothing (the measurements: docs/small-profile.md).
 DEFAULT_ATTEMPTS = 1
 LOCAL_ATTEMPTS = 3
 TEMPERATURES = (0.2, 0.5, 0.7, 0.8, 0.9)  # attempt i's, cycling: the first as a single run's, the rest more varied
@@ -321,9 +321,8 @@ class Attempts:
 
     def _may_abandon(self, a: Attempt, took: float) -> bool:
         """An attempt (``took`` so far) may be left for a fresh one when it is the last started, another may still
-        start, and the budget leaves that one the room it would be given once this one ended: else abandoning it
-        would end the run with nothing (a 1.5B's first reply took 26 s, its second attempt's 17 s, and the third had
-        no room)."""
+        start, and the budget leaves that one the room it would be given once this one ended: else a slow attempt
+        abandoned late would leave the run nothing but attempts that can no longer start."""
         if not self.abandon or a is not self.attempts[-1] or len(self.attempts) >= self.k:
             return False
         return self._deadline is None or self._deadline - time.monotonic() >= self._room(took)

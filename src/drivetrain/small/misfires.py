@@ -6,9 +6,8 @@ that does not exist, a syntax error the shell reports), the model's own python b
 file``), or an Edit or Write the tool could not make. A workspace program that fails (a test's assertion, a
 script's own traceback or usage error) is not one: reproducing that failure is often the task's first step.
 
-On the tune half of the benchmark (seeds 121001–003), 12 of 54 runs misfired in their first two calls, and none of
-the 12 was solved; a first call that failed in a workspace file was solved 2 of 2 times. ``small/attempts.py``
-abandons such an attempt for a fresh one.
+A conversation that begins with such an error rarely recovers (docs/small-profile.md has the figures), so
+``small/attempts.py`` abandons the attempt for a fresh one.
 """
 
 from __future__ import annotations
