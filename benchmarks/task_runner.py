@@ -7,6 +7,7 @@ import hashlib
 import itertools
 import json
 import os
+import re
 import shutil
 import time
 from dataclasses import dataclass
@@ -14,6 +15,7 @@ from pathlib import Path
 
 from tasks import TASKS, split_of
 
+ROOT = Path(__file__).resolve().parent.parent
 FIXED_TIME = 1_700_000_000  # every workspace file's times: `ls -l` shows the same in every run of a pair
 NAIVE_MAX_TURNS = 100  # the naive loop has no turn cap of its own: the wall budget ends it
 
@@ -30,14 +32,32 @@ class Config:
 
     @property
     def in_copies(self) -> bool:
-        """Whether its runs are attempts, each in a copy of the workspace kept and checked (``keep``, or
-        ``--attempts N`` with N > 1)."""
+        """Whether its runs are attempts, each in a copy of the workspace kept and checked: ``keep``, or more than
+        one attempt, asked for (``--attempts N``) or the embedded model's default in the code it runs. (Else each
+        config's attempts would work under a scratch folder of a random name, and the paths the model sees, so its
+        samples, would differ between configs from the first token.)"""
+        if self.naive:
+            return False
         args = [a for arg in self.args for a in arg.split("=", 1)]
-        return self.keep or any(a == "--attempts" and n.isdigit() and int(n) > 1 for a, n in itertools.pairwise(args))
+        asked = [int(n) for a, n in itertools.pairwise(args) if a == "--attempts" and n.isdigit()]
+        if asked:
+            return self.keep or asked[-1] > 1
+        single = "attempts" in self.ablate or any(a == "--profile" and p == "full" for a, p in itertools.pairwise(args))
+        return self.keep or (not single and local_attempts(Path(self.src) if self.src else ROOT) > 1)
 
     @property
     def env(self) -> dict[str, str]:
         return {"DRIVETRAIN_ABLATE": ",".join(self.ablate)} if self.ablate else {}
+
+
+def local_attempts(checkout: Path) -> int:
+    """The embedded model's default number of attempts in a checkout's code (1 before there was one)."""
+    try:
+        code = (checkout / "src" / "drivetrain" / "small" / "attempts.py").read_text()
+    except OSError:
+        return 1
+    found = re.search(r"^LOCAL_ATTEMPTS = (\d+)", code, re.MULTILINE)
+    return int(found.group(1)) if found else 1
 
 
 def parse_config(text: str) -> Config:

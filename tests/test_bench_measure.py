@@ -225,6 +225,13 @@ def test_a_single_runs_workspace_is_at_the_path_of_the_first_attempt_of_a_config
     with ScriptedServer(routes, route=lambda body: str(body.get("temperature"))) as server:
         config = bench_tasks.parse_config("k2=profile:full+arg:--attempts=2")
         assert config.in_copies and not bench_tasks.parse_config("k1=arg:--attempts=1").in_copies
+        # at the CLI's default the embedded model runs three attempts: in copies too, unless one is asked for
+        assert (
+            bench_tasks.parse_config("drivetrain").in_copies and bench_tasks.parse_config("k=ablate:abandon").in_copies
+        )
+        for single in ("ablate:attempts", "profile:full", "arg:--attempts=1"):
+            assert not bench_tasks.parse_config(f"k1={single}").in_copies, single
+        assert not bench_tasks.parse_config("naive").in_copies
         result = scripted_runner(tmp_path, server).run("todos", 1, 3, config)
         server.take_remaining()
     assert seen["one"] == seen["k2"] and seen["one"][0].split()[0].endswith("/ws-k/a1"), seen
