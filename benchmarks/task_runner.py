@@ -38,12 +38,11 @@ class Config:
         samples, would differ between configs from the first token.)"""
         if self.naive:
             return False
-        args = [a for arg in self.args for a in arg.split("=", 1)]
-        asked = [int(n) for a, n in itertools.pairwise(args) if a == "--attempts" and n.isdigit()]
-        if asked:
-            return self.keep or asked[-1] > 1
-        single = "attempts" in self.ablate or any(a == "--profile" and p == "full" for a, p in itertools.pairwise(args))
-        return self.keep or (not single and local_attempts(Path(self.src) if self.src else ROOT) > 1)
+        pairs = list(itertools.pairwise(a for arg in self.args for a in arg.split("=", 1)))
+        asked = [int(n) for a, n in pairs if a == "--attempts" and n.isdigit()]
+        single = "attempts" in self.ablate or ("--profile", "full") in pairs
+        k = asked[-1] if asked else 1 if single else local_attempts(Path(self.src) if self.src else ROOT)
+        return self.keep or k > 1
 
     @property
     def env(self) -> dict[str, str]:
