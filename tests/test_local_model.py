@@ -307,3 +307,20 @@ async def test_cancelling_stops_the_worker_and_frees_the_model(model):
     response = await model.respond(ModelRequest([Message.user("Say OK.")], max_tokens=3))
     assert response.usage.output_tokens <= 3
     assert asyncio.get_running_loop().time() - started < 20  # it did not wait for 400 tokens
+
+
+async def test_cancelling_during_a_long_prompt_stops_within_a_chunk(model):
+    """A cancel (the wall budget ran out) is heeded while a long prompt is still being evaluated, not after it:
+    a long tool result once held a run a minute past its budget."""
+    import asyncio
+
+    long = " ".join(f"line {i}: the quick brown fox" for i in range(340))  # ~3,400 tokens: ~20 s of one core
+    task = asyncio.create_task(model.respond(ModelRequest([Message.user(long + "\nSummarise.")], max_tokens=5)))
+    await asyncio.sleep(1.0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    started = asyncio.get_running_loop().time()
+    response = await model.respond(ModelRequest([Message.user("Say OK.")], max_tokens=3))
+    assert response.usage.output_tokens <= 3
+    assert asyncio.get_running_loop().time() - started < 8  # it did not wait for the rest of the long prompt
