@@ -194,6 +194,9 @@ def mcnemar_table(rows: list[dict]) -> str:
             if not both:
                 continue
             lines.append(f"{a} vs {b}")
+            apart = sum(ra.get("cwd") != rb.get("cwd") for _, ra, rb in both if "cwd" in ra and "cwd" in rb)
+            if apart:  # a seeded model sees the path: these pairs differ from the first token, not by the configs
+                lines.append(f"  {apart} of {len(both)} pairs ran at different paths: not paired by sampling")
             lines.append(f"  {'':<11} {'pairs':>5}  {a} only (b)  {b} only (c)  p (two-sided)")
             for name, keep in groups:
                 sel = [(ra, rb) for k, ra, rb in both if keep(k, ra)]

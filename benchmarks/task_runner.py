@@ -167,6 +167,7 @@ class Runner:
         if not solved and subtype not in ("success", ""):
             reason = f"{subtype}: {reason}"
         each = self._check_attempts(task, run_dir, self._kept(ws), expect) if config.in_copies else None
+        cwd = str(ws) if config.naive else first_cwd(run_dir / "home" / "sessions")
         ws.rename(kept)
         if config.in_copies and self._kept(ws).exists():
             self._kept(ws).rename(self._kept(kept))
@@ -197,6 +198,7 @@ class Runner:
             "code": code_state(*([Path(config.src)] if config.src else []))[1],
             "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
             "workspace": str(kept),
+            "cwd": cwd,
             **({"attempts": each} if each is not None else {}),
         }
 
@@ -283,6 +285,17 @@ class Runner:
         )
         (run_dir / "transcript.json").write_text(json.dumps(r.messages, indent=1, ensure_ascii=False))
         return r.answer, r.subtype, r.turns, r.wall_s, r.cpu_s, r.trajectory
+
+
+def first_cwd(sessions: Path) -> str | None:
+    """The folder the model first worked in, as its session log says: the first attempt's, else the run's.
+    Two configs of a pair are paired by sampling only if it is the same (the report counts the pairs where not)."""
+    logs = sorted(sessions.glob("*-attempt-1.jsonl")) or sorted(sessions.glob("*.jsonl"))
+    try:
+        with logs[0].open() as f:
+            return json.loads(f.readline()).get("cwd")
+    except (IndexError, OSError, ValueError):
+        return None
 
 
 def same_times(ws: Path) -> None:

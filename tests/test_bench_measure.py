@@ -50,6 +50,18 @@ def test_mcnemar_table_pairs_configs_on_task_seed_and_wording():
     assert "not a result" in lines["heldout"][-1] + " ".join(lines["heldout"])
     assert "tune" not in lines
     assert mcnemar_table([_row("todos", "A", True, 1), _row("todos", "B", True, 2)]) == ""  # nothing paired
+    assert "different paths" not in text
+
+
+def test_the_table_says_how_many_pairs_ran_at_different_paths():
+    """A seeded model sees its working folder: a pair whose configs ran at different paths differs from the first
+    token, so its b / c mixes sampling noise with the configs' difference (a defect of the bench once did this)."""
+    rows = []
+    for i in range(4):
+        a, b = _row("locate", "A", True, 100 + i), _row("locate", "B", False, 100 + i)
+        a["cwd"], b["cwd"] = "/s/work/x/ws-k/a1", "/s/work/x/ws-k/a1" if i else "/tmp/drivetrain-attempts-q1/a1"
+        rows += [a, b]
+    assert "  1 of 4 pairs ran at different paths: not paired by sampling" in mcnemar_table(rows).splitlines()
 
 
 def test_the_report_prints_the_test(capsys):
@@ -220,7 +232,7 @@ def test_a_single_runs_workspace_is_at_the_path_of_the_first_attempt_of_a_config
         return [respond([tool_call("Bash", {"command": "pwd; ls -l --time-style=+%s"})]), reply("7", expect=look)]
 
     with ScriptedServer(steps("one")) as server:
-        scripted_runner(tmp_path, server).run("todos", 1, 3, bench_tasks.parse_config("one=profile:full"))
+        one = scripted_runner(tmp_path, server).run("todos", 1, 3, bench_tasks.parse_config("one=profile:full"))
     routes = {str(TEMPERATURES[0]): steps("k2"), str(TEMPERATURES[1]): [reply("8")]}
     with ScriptedServer(routes, route=lambda body: str(body.get("temperature"))) as server:
         config = bench_tasks.parse_config("k2=profile:full+arg:--attempts=2")
@@ -235,6 +247,7 @@ def test_a_single_runs_workspace_is_at_the_path_of_the_first_attempt_of_a_config
         result = scripted_runner(tmp_path, server).run("todos", 1, 3, config)
         server.take_remaining()
     assert seen["one"] == seen["k2"] and seen["one"][0].split()[0].endswith("/ws-k/a1"), seen
+    assert result["cwd"] == one["cwd"] == seen["one"][0].split()[0]  # from each run's own session log
     assert sorted(p.name for p in Path(result["workspace"] + "-k").iterdir()) == [
         "a1",
         "a1-probe",
