@@ -460,7 +460,7 @@ class LocalModel:
 
         ``generate`` evaluates a prompt in one uninterruptible call: a long tool result (~70 tokens/s on 2 cores)
         held a run a minute past its wall budget. Done here, a cancel stops it within a chunk; ``generate`` then
-        finds all but the last token in the KV cache and evaluates only that one (its logits are not kept).
+        finds all but the last token in the KV cache and evaluates only that one, for the logits to sample from.
         """
         llm = self._loaded
         cached = 0
