@@ -3,6 +3,7 @@ runs drivetrain's CLI or the naive loop in it, and checks the result."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import json
@@ -30,7 +31,7 @@ class Config:
     src: str = ""  # another checkout to run the code of (cli_runner.cli_command: its src/ first on sys.path)
     keep: bool = False  # keep each attempt's copy (--keep-attempts) and check each attempt as the run is checked
 
-    @property
+    @functools.cached_property  # decided once a batch: the checkout it reads may be edited while the batch runs
     def in_copies(self) -> bool:
         """Whether its runs are attempts, each in a copy of the workspace kept and checked: ``keep``, or more than
         one attempt, asked for (``--attempts N``) or the embedded model's default in the code it runs. (Else each
