@@ -12,6 +12,7 @@ import asyncio
 import codecs
 import ctypes
 import functools
+import importlib.metadata
 import json
 import os
 import threading
@@ -27,6 +28,7 @@ from drivetrain.errors import ConfigError, ModelError
 from drivetrain.messages import Block, Message, StopReason, TextBlock, ToolUseBlock, Usage
 from drivetrain.models.base import ModelRequest, ModelResponse
 from drivetrain.models.batched import BatchEngine, Job, LlamaModelPart, Sampling, constrained, control_tokens
+from drivetrain.models.cpu import this_cpu, unsupported
 from drivetrain.models.toolcall import (
     AnswerStream,
     assistant_text,
@@ -134,6 +136,14 @@ def _llama_class() -> Callable[..., LlamaLike]:
         ) from None
 
     import llama_cpp as lc
+
+    missing = unsupported(lc.llama_print_system_info().decode(errors="replace"), this_cpu())
+    if missing:  # loading would die of SIGILL at the first matrix product
+        raise ConfigError(
+            f"llama-cpp-python here was built for {', '.join(missing)}, which this CPU does not have. Build it for "
+            'this CPU: CMAKE_ARGS="$(python3 -m drivetrain.models.cpu)" pip install --force-reinstall --no-cache-dir '
+            f"--no-deps llama-cpp-python=={importlib.metadata.version('llama-cpp-python')}"
+        )
 
     class CountingLlama(Llama):
         """Llama that counts the tokens it evaluates (so KV reuse is measured, not assumed) and
