@@ -26,7 +26,8 @@ Configs (``--config``, repeatable; default ``drivetrain`` and ``naive``):
   NAME=ITEM+ITEM…            drivetrain with: ``ablate:a,b`` (DRIVETRAIN_ABLATE=a,b: techniques switched
                              off), ``profile:P`` (``--profile P``), ``arg:--flag`` (any CLI argument),
                              ``src:DIR`` (the code of another checkout, e.g. a ``git worktree`` of an older
-                             commit); or ``NAME=naive``. E.g. ``no-checks=ablate:checks``, ``full=profile:full``
+                             commit), ``lib:DIR`` (a folder of packages put first: another llama_cpp
+                             build); or ``NAME=naive``. E.g. ``no-checks=ablate:checks``, ``full=profile:full``
 
     python benchmarks/bench_tasks.py --runs 3 --results runs.jsonl [--resume] [--tasks a,b] [--config …]
                                      [--split heldout|fresh|tune|heldout,fresh|all] [--lang en|zh|all]
@@ -293,7 +294,7 @@ def print_plan(runner: Runner, todo: list) -> None:
         with tempfile.TemporaryDirectory() as tmp:
             inst = TASKS[t].make(s, Path(tmp) / "ws", w)
             extra = runner.extra_args(inst, c, Path(tmp) / "ws", s)
-        argv = [*cli_command(c.src), *cli_args(inst.prompt, runner.max_turns, extra_args=extra)]
+        argv = [*cli_command(c.src, c.lib), *cli_args(inst.prompt, runner.max_turns, extra_args=extra)]
         print(
             "\nthe first drivetrain run starts (in its workspace, the PATH without the virtualenv):\n  "
             + " ".join(shlex.quote(a) for a in argv)

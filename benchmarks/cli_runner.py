@@ -62,11 +62,14 @@ def agents_environ(environ: Mapping[str, str]) -> dict[str, str]:
     return env
 
 
-def cli_command(src: str = "") -> list[str]:
+def cli_command(src: str = "", lib: str = "") -> list[str]:
     """How to start drivetrain without the PATH: the virtualenv's script (or ``python -m``), or with ``src``
-    (another checkout), this interpreter on ``run_src.py``, which puts that checkout's ``src/`` first."""
-    if src:
-        return [sys.executable, str(Path(__file__).resolve().parent / "run_src.py"), str(Path(src).resolve() / "src")]
+    (another checkout) or ``lib`` (a folder of packages, such as another llama_cpp build), this interpreter on
+    ``run_src.py``, which puts that checkout's ``src/`` (else this one's), then ``lib``, first on the path."""
+    if src or lib:
+        code = Path(src).resolve() / "src" if src else Path(__file__).resolve().parent.parent / "src"
+        paths = os.pathsep.join([str(code), *([str(Path(lib).resolve())] if lib else [])])
+        return [sys.executable, str(Path(__file__).resolve().parent / "run_src.py"), paths]
     exe = Path(sys.executable).parent / "drivetrain"
     return [str(exe)] if exe.is_file() else [sys.executable, "-m", "drivetrain"]
 
@@ -157,11 +160,13 @@ def run_cli(
     extra_env: Mapping[str, str] | None = None,
     provider_args: Sequence[str] = ("--provider", "local"),
     src: str = "",
+    lib: str = "",
 ) -> CliRun:
     """``drivetrain -p PROMPT --output-format json --verbose …`` in ``ws``; stdout/stderr kept in ``run_dir``.
-    ``max_turns`` None: the CLI's own turn cap; ``src``: the code of another checkout (``cli_command``)."""
+    ``max_turns`` None: the CLI's own turn cap; ``src``, ``lib``: the code of another checkout, another build of a
+    package (``cli_command``)."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    command = cli_command(src)
+    command = cli_command(src, lib)
     argv = [*command, *cli_args(prompt, max_turns, permission_mode, extra_args, provider_args)]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()

@@ -29,6 +29,7 @@ class Config:
     ablate: tuple[str, ...] = ()
     args: tuple[str, ...] = ()
     src: str = ""  # another checkout to run the code of (cli_runner.cli_command: its src/ first on sys.path)
+    lib: str = ""  # a folder of packages that go before the virtualenv's: another llama_cpp build (cli_command)
     keep: bool = False  # keep each attempt's copy (--keep-attempts) and check each attempt as the run is checked
 
     @functools.cached_property  # decided once a batch: the checkout it reads may be edited while the batch runs
@@ -70,7 +71,7 @@ def parse_config(text: str) -> Config:
         raise ValueError(f"config {text!r} has no name")
     ablate: list[str] = []
     args: list[str] = []
-    src = ""
+    src = lib = ""
     naive = False
     keep = False
     for item in spec.split("+"):
@@ -85,17 +86,22 @@ def parse_config(text: str) -> Config:
             if not (Path(value) / "src" / "drivetrain").is_dir():
                 raise ValueError(f"config {text!r}: {value} has no src/drivetrain")
             src = value
+        elif key == "lib" and value:
+            if not Path(value).is_dir():
+                raise ValueError(f"config {text!r}: {value} is not a folder")
+            lib = value
         elif item == "keep":
             keep = True
         elif item in ("naive", "drivetrain"):
             naive = item == "naive"
         else:
             raise ValueError(
-                f"config {text!r}: unknown item {item!r} (ablate:a,b  profile:P  arg:--flag  src:DIR  keep  naive)"
+                f"config {text!r}: unknown item {item!r} "
+                "(ablate:a,b  profile:P  arg:--flag  src:DIR  lib:DIR  keep  naive)"
             )
-    if naive and (ablate or args or src or keep):
+    if naive and (ablate or args or src or lib or keep):
         raise ValueError(f"config {text!r}: the naive loop takes no ablations or drivetrain arguments")
-    return Config(name, spec, naive, tuple(ablate), tuple(args), src, keep)
+    return Config(name, spec, naive, tuple(ablate), tuple(args), src, lib, keep)
 
 
 class Runner:
@@ -254,6 +260,7 @@ class Runner:
             timeout_s=self.timeout_s,
             extra_args=self.extra_args(inst, config, ws, seed),
             src=config.src,
+            lib=config.lib,
             extra_env={**self.env, **config.env},
             provider_args=self.provider_args,
         )

@@ -361,7 +361,16 @@ def test_config_syntax():
     assert (c.name, c.ablate, c.args) == ("lean", ("checks", "collapse"), ("--profile", "full", "--verbose"))
     assert c.env == {"DRIVETRAIN_ABLATE": "checks,collapse"}
     assert bench_tasks.parse_config("plain=naive").naive
-    for bad in ("nochecks", "x=ablate", "x=profile:full+naive", "x=frobnicate:1", "=ablate:checks", "x=src:/nowhere"):
+    for bad in (
+        "nochecks",
+        "x=ablate",
+        "x=profile:full+naive",
+        "x=frobnicate:1",
+        "=ablate:checks",
+        "x=src:/nowhere",
+        "x=lib:/nowhere",
+        "x=naive+lib:/tmp",
+    ):
         with pytest.raises(ValueError):
             bench_tasks.parse_config(bad)
 
@@ -377,6 +386,22 @@ def test_a_config_can_run_the_code_of_another_checkout(tmp_path):
     assert "PYTHONPATH" not in c.env  # it would reach the agent's shells too
     which = subprocess.run([*cli_runner.cli_command(c.src), "-p", "hi"], capture_output=True, text=True, cwd=tmp_path)
     assert which.stdout.strip() == "old ['-p', 'hi']", which.stderr  # before the installed drivetrain
+
+
+def test_a_config_can_run_with_another_build_of_a_package(tmp_path):
+    import cli_runner
+
+    pkg = tmp_path / "old" / "src" / "drivetrain"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "__main__.py").write_text("import json\nprint(json.BUILD)\n")
+    lib = tmp_path / "lib" / "json"  # a package the virtualenv has too: the lib's goes first
+    lib.mkdir(parents=True)
+    (lib / "__init__.py").write_text("BUILD = 'the other build'\n")
+    c = bench_tasks.parse_config(f"avx2=src:{tmp_path / 'old'}+lib:{tmp_path / 'lib'}")
+    assert (c.lib, "PYTHONPATH" in c.env) == (str(tmp_path / "lib"), False)
+    which = subprocess.run([*cli_runner.cli_command(c.src, c.lib)], capture_output=True, text=True, cwd=tmp_path)
+    assert which.stdout.strip() == "the other build", which.stderr
 
 
 def test_runs_interleave_the_configs():
