@@ -4,7 +4,7 @@ the build runs on this CPU.
 llama-cpp-python compiles llama.cpp from source when it is installed. Built for the CPU it compiles on
 (``-march=native``) it takes in its AMX kernels where the CPU reports AMX, and those crashed (SIGSEGV in
 ``ggml_backend_amx_mul_mat``) in a VM whose kernel does not grant AMX; built for AVX2 alone it leaves AVX-512 unused
-where the CPU has it (on 2 cores of an AMD EPYC: prompt evaluation 74 against 98 tokens/s, ``docs/local-model.md``).
+where the CPU has it (prompt evaluation 1.32x faster with it on 2 cores of an AMD EPYC: ``docs/performance.md``).
 So the Makefile builds it with each ggml option this CPU's ``/proc/cpuinfo`` flags allow, and never AMX:
 
     python3 src/drivetrain/models/cpu.py        # prints the CMAKE_ARGS (no import of drivetrain: run before install)
