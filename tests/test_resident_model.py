@@ -285,3 +285,19 @@ def test_the_settings_files_turn_the_model_process_off_and_set_its_idle_time(tmp
     monkeypatch.delenv("DRIVETRAIN_DAEMON_IDLE")
     assert apply_settings(["-p", "hi"], tmp_path) == ["-p", "hi"]
     assert os.environ["DRIVETRAIN_LOCAL_DAEMON"] == "0" and os.environ["DRIVETRAIN_DAEMON_IDLE"] == "60"
+
+
+def test_the_code_identity_changes_when_llama_cpp_is_built_again(tmp_path, monkeypatch):
+    """A model process started before llama.cpp was built again (for this CPU, models/cpu.py) runs the old build: its
+    identity differs, so it is replaced. The libraries are found, not imported."""
+    from drivetrain.models import resident
+
+    pkg = tmp_path / "llama_cpp"
+    (pkg / "lib").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("raise ImportError('found, not imported')\n")
+    (pkg / "lib" / "libggml-cpu.so").write_bytes(b"avx2 build")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "llama_cpp", raising=False)
+    before = resident.code_identity.__wrapped__()
+    (pkg / "lib" / "libggml-cpu.so").write_bytes(b"avx-512 build")
+    assert resident.code_identity.__wrapped__() != before

@@ -16,6 +16,7 @@ import contextlib
 import fcntl
 import functools
 import hashlib
+import importlib.util
 import json
 import os
 import socket
@@ -52,12 +53,17 @@ INSTALLATION = hashlib.sha256(str(PACKAGE).encode()).hexdigest()[:12]  # its fol
 
 @functools.cache
 def code_identity() -> str:
-    """What a model process of this installation runs: the installation's folder and the contents of the code that
-    serves the model (``models/``, ``messages.py``). A process started by another checkout or an older version of
-    this one answers with another identity."""
+    """What a model process of this installation runs: the installation's folder, the contents of the code that
+    serves the model (``models/``, ``messages.py``) and the llama.cpp build's libraries (name, size, time: found,
+    not imported). A process started by another checkout, an older version of this one or before llama.cpp was
+    built again (for this CPU: ``models/cpu.py``) answers with another identity."""
     digest = hashlib.sha256(INSTALLATION.encode())
     for path in sorted([*(PACKAGE / "models").glob("*.py"), PACKAGE / "messages.py"]):
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    spec = importlib.util.find_spec("llama_cpp")
+    for lib in sorted(Path(spec.origin).parent.glob("lib/*")) if spec and spec.origin else []:
+        stat = lib.stat()
+        digest.update(f"{lib.name}\0{stat.st_size}\0{stat.st_mtime_ns}\0".encode())
     return digest.hexdigest()[:16]
 
 
