@@ -28,15 +28,8 @@ def run(build: str, model: str, gen: int) -> tuple[str, dict[str, tuple[float, f
     if build != "installed":
         env["PYTHONPATH"] = os.pathsep.join([build, *filter(None, [env.get("PYTHONPATH")])])
     cmd = [sys.executable, str(HERE / "bench_local.py"), "--models", model, "--gen", str(gen), "--history"]
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
-    info = subprocess.run(
-        [sys.executable, "-c", "import llama_cpp; print(llama_cpp.llama_print_system_info().decode())"],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    return out + info + "\n", {label: (float(p), float(g)) for label, p, g in ROW.findall(out)}
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout  # names the build it ran
+    return out, {label: (float(p), float(g)) for label, p, g in ROW.findall(out)}
 
 
 def main() -> None:

@@ -107,7 +107,10 @@ def main() -> None:
         help="history sizes (tokens) for the turn-latency comparison; none to skip",
     )
     args = parser.parse_args()
+    import llama_cpp
+
     print(f"cores available: {len(os.sched_getaffinity(0))}")
+    print(f"llama.cpp built for: {llama_cpp.llama_print_system_info().decode().strip()}")
     for choice in args.models:
         asyncio.run(bench(choice, args.gen))
         if args.history:
