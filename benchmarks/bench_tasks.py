@@ -27,7 +27,9 @@ Configs (``--config``, repeatable; default ``drivetrain`` and ``naive``):
                              off), ``profile:P`` (``--profile P``), ``arg:--flag`` (any CLI argument),
                              ``src:DIR`` (the code of another checkout, e.g. a ``git worktree`` of an older
                              commit), ``lib:DIR`` (a folder of packages put first: another llama_cpp
-                             build); or ``NAME=naive``. E.g. ``no-checks=ablate:checks``, ``full=profile:full``
+                             build), ``env:NAME=VALUE`` (a variable the CLI runs with, e.g.
+                             ``env:DRIVETRAIN_LOCAL_PARALLEL=3``); or ``NAME=naive``. E.g.
+                             ``no-checks=ablate:checks``, ``full=profile:full``
 
     python benchmarks/bench_tasks.py --runs 3 --results runs.jsonl [--resume] [--tasks a,b] [--config …]
                                      [--split heldout|fresh|tune|heldout,fresh|all] [--lang en|zh|all]

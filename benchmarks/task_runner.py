@@ -31,6 +31,7 @@ class Config:
     src: str = ""  # another checkout to run the code of (cli_runner.cli_command: its src/ first on sys.path)
     lib: str = ""  # a folder of packages that go before the virtualenv's: another llama_cpp build (cli_command)
     keep: bool = False  # keep each attempt's copy (--keep-attempts) and check each attempt as the run is checked
+    environ: tuple[tuple[str, str], ...] = ()  # env:NAME=VALUE items: variables the CLI runs with
 
     @functools.cached_property  # decided once a batch: the checkout it reads may be edited while the batch runs
     def in_copies(self) -> bool:
@@ -48,7 +49,8 @@ class Config:
 
     @property
     def env(self) -> dict[str, str]:
-        return {"DRIVETRAIN_ABLATE": ",".join(self.ablate)} if self.ablate else {}
+        ablate = {"DRIVETRAIN_ABLATE": ",".join(self.ablate)} if self.ablate else {}
+        return {**ablate, **dict(self.environ)}
 
 
 def local_attempts(checkout: Path) -> int:
@@ -74,6 +76,7 @@ def parse_config(text: str) -> Config:
     src = lib = ""
     naive = False
     keep = False
+    environ: list[tuple[str, str]] = []
     for item in spec.split("+"):
         key, _, value = item.partition(":")
         if key == "ablate" and value:
@@ -90,6 +93,9 @@ def parse_config(text: str) -> Config:
             if not Path(value).is_dir():
                 raise ValueError(f"config {text!r}: {value} is not a folder")
             lib = value
+        elif key == "env" and "=" in value:
+            var, _, setting = value.partition("=")
+            environ.append((var, setting))
         elif item == "keep":
             keep = True
         elif item in ("naive", "drivetrain"):
@@ -97,11 +103,11 @@ def parse_config(text: str) -> Config:
         else:
             raise ValueError(
                 f"config {text!r}: unknown item {item!r} "
-                "(ablate:a,b  profile:P  arg:--flag  src:DIR  lib:DIR  keep  naive)"
+                "(ablate:a,b  profile:P  arg:--flag  src:DIR  lib:DIR  env:NAME=VALUE  keep  naive)"
             )
-    if naive and (ablate or args or src or lib or keep):
+    if naive and (ablate or args or src or lib or keep or environ):
         raise ValueError(f"config {text!r}: the naive loop takes no ablations or drivetrain arguments")
-    return Config(name, spec, naive, tuple(ablate), tuple(args), src, lib, keep)
+    return Config(name, spec, naive, tuple(ablate), tuple(args), src, lib, keep, tuple(environ))
 
 
 class Runner:

@@ -767,6 +767,27 @@ def test_the_embedded_models_default_is_three_attempts_a_servers_one_a_settings_
     assert attempts_wanted(asked, Agent(model=LocalModel(), cwd=tmp_path, profile=SMALL)) == 1
 
 
+def test_the_embedded_model_takes_its_attempts_at_once_when_it_decodes_several_together():
+    """$DRIVETRAIN_LOCAL_PARALLEL > 1 gives the embedded model sequences to decode requests together, so a task's
+    attempts run at once on it (as on a server's model) rather than each after the last is known to have failed; a
+    setting that is not a whole number of sequences is a clear error."""
+    import pytest
+
+    from drivetrain.cli.build import one_after_another
+    from drivetrain.errors import ConfigError
+    from drivetrain.models.local import LocalModel
+    from drivetrain.models.resident import ResidentModel
+
+    assert one_after_another(LocalModel.from_env(env={}))
+    assert one_after_another(ResidentModel(env={}))
+    together = LocalModel.from_env(env={"DRIVETRAIN_LOCAL_PARALLEL": "3"})
+    assert together.parallel == 3 and not one_after_another(together)
+    assert not one_after_another(ResidentModel(env={"DRIVETRAIN_LOCAL_PARALLEL": "2"}))
+    for bad in ("0", "two", "-1"):
+        with pytest.raises(ConfigError, match="DRIVETRAIN_LOCAL_PARALLEL"):
+            LocalModel.from_env(env={"DRIVETRAIN_LOCAL_PARALLEL": bad})
+
+
 def test_a_misfire_is_not_abandoned_when_the_next_attempt_would_have_no_room(tmp_path, monkeypatch):
     """Abandoning leaves the next attempt only what is left of the budget, and it is given no less than the
     abandoned one took: a 1.5B's first reply took 26 s, its second attempt's 17 s, and the third had no room, so the

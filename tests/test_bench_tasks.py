@@ -360,6 +360,8 @@ def test_config_syntax():
     c = bench_tasks.parse_config("lean=ablate:checks,collapse+profile:full+arg:--verbose")
     assert (c.name, c.ablate, c.args) == ("lean", ("checks", "collapse"), ("--profile", "full", "--verbose"))
     assert c.env == {"DRIVETRAIN_ABLATE": "checks,collapse"}
+    wide = bench_tasks.parse_config("wide=env:DRIVETRAIN_LOCAL_PARALLEL=3+ablate:abandon")
+    assert wide.env == {"DRIVETRAIN_ABLATE": "abandon", "DRIVETRAIN_LOCAL_PARALLEL": "3"}
     assert bench_tasks.parse_config("plain=naive").naive
     for bad in (
         "nochecks",
@@ -370,6 +372,8 @@ def test_config_syntax():
         "x=src:/nowhere",
         "x=lib:/nowhere",
         "x=naive+lib:/tmp",
+        "x=env:NOVALUE",
+        "x=naive+env:A=1",
     ):
         with pytest.raises(ValueError):
             bench_tasks.parse_config(bad)

@@ -126,3 +126,29 @@ async def test_a_later_turn_reuses_its_own_sequence(engine_model):
     again = await engine_model.respond(follow)
     assert again.usage.cache_read_input_tokens >= r.usage.input_tokens + r.usage.cache_read_input_tokens - 1
     assert again.usage.input_tokens < 40
+
+
+async def test_the_batch_engine_keeps_the_system_turn_on_disk_for_the_next_process(engine_model, tmp_path):
+    from drivetrain.models.local import LocalModel
+
+    def fresh() -> LocalModel:  # a new process's model: a new context over the same weights
+        m = LocalModel("small", n_ctx=2048, n_threads=1, parallel=2)
+        m._llm = engine_model._llm
+        m.prefix_cache, m.prefix_cache_dir = True, tmp_path
+        return m
+
+    first = await ask(fresh(), 3)
+    saved = list(tmp_path.glob("*.seq"))
+    assert len(saved) == 1, saved
+    prompt = first.usage.input_tokens + first.usage.cache_read_input_tokens
+    assert first.usage.input_tokens == prompt  # nothing to reuse yet: all evaluated
+    again = await ask(fresh(), 3)
+    assert again.usage.input_tokens + again.usage.cache_read_input_tokens == prompt
+    assert 0 < again.usage.input_tokens < prompt // 2  # the system turn came from the file
+    for use in again.message.tool_uses:
+        assert_valid_call(use)
+    saved[0].write_bytes(b"not a saved state")  # a damaged cache is evaluated again, not trusted
+    damaged = await ask(fresh(), 3)
+    assert damaged.usage.input_tokens == prompt
+    for use in damaged.message.tool_uses:
+        assert_valid_call(use)

@@ -151,6 +151,10 @@ def test_a_model_process_running_other_code_is_replaced_and_each_checkout_has_it
     monkeypatch.setattr(resident, "code_identity", lambda: "other code")
     new = ensure_running(env)
     assert new != old and _wait_gone(old) and ping(env)["pid"] == new
+    monkeypatch.undo()
+    wide = {**env, "DRIVETRAIN_LOCAL_PARALLEL": "2"}  # asked for sequences the running process does not have
+    newer = ensure_running(wide)
+    assert newer != new and _wait_gone(new) and ping(env)["parallel"] == 2 and ensure_running(wide) == newer
     stop(env)
     shutil.rmtree(Path(env["DRIVETRAIN_DAEMON_DIR"]).parent, ignore_errors=True)
 

@@ -130,27 +130,33 @@ def build_agent(
     return agent
 
 
-def one_after_another(model: Model) -> bool:
-    """Whether a task's attempts on ``model`` run one after another: a local model on a CPU is compute-bound, k
-    sequences decoded together cost nearly k times one (benchmarks/bench_attempts.py), so each starts only if no
-    attempt has settled the task yet; a server takes them at once."""
+def embedded(model: Model) -> LocalModel | ResidentModel | None:
+    """The embedded model under ``model``'s wrappers (the interactive screen's Streamed, say), if it is one."""
     innermost: object = model
-    while isinstance(innermost, Wrapper):  # the interactive screen's Streamed, say
+    while isinstance(innermost, Wrapper):
         innermost = innermost.inner
-    return isinstance(innermost, LocalModel | ResidentModel)
+    return innermost if isinstance(innermost, LocalModel | ResidentModel) else None
+
+
+def one_after_another(model: Model) -> bool:
+    """Whether a task's attempts on ``model`` run one after another: an embedded model that decodes one request at
+    a time (each attempt starts only after the earlier ones are known to have failed); a server, or an embedded
+    model with sequences to decode them together ($DRIVETRAIN_LOCAL_PARALLEL), takes them at once."""
+    local = embedded(model)
+    return local is not None and local.parallel < 2
 
 
 def attempts_wanted(args: argparse.Namespace, agent: Agent) -> int:
     """How many attempts a task runs as: ``--attempts``, else, under a profile with the ``attempts`` aid (the small
-    one), the settings' ``attempts``, else ``LOCAL_ATTEMPTS`` for a model whose attempts run one after another (a
-    further one starts only after a known failure) and ``DEFAULT_ATTEMPTS`` (one) for a server's, where every
-    attempt runs and is billed; 1 under the other profiles unless asked for."""
+    one), the settings' ``attempts``, else ``LOCAL_ATTEMPTS`` for the embedded model (one after another, a further
+    one starts only after a known failure; or decoded together) and ``DEFAULT_ATTEMPTS`` (one) for a server's, where
+    every attempt runs and is billed; 1 under the other profiles unless asked for."""
     if not agent.profile.attempts and args.attempts is None:
         return 1
     k: int | None = args.attempts
     if k is None:  # the first settings file that says (local, project, user), else the default
         said = [v for _, raw in load_settings(agent.cwd).raw if isinstance(v := raw.get("attempts"), int)]
-        k = said[0] if said else LOCAL_ATTEMPTS if one_after_another(agent.model) else DEFAULT_ATTEMPTS
+        k = said[0] if said else LOCAL_ATTEMPTS if embedded(agent.model) is not None else DEFAULT_ATTEMPTS
     if k < 1:
         raise ConfigError(f"attempts must be at least 1 (got {k})")
     return k

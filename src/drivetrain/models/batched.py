@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import codecs
 import ctypes
+import os
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, TypedDict, cast
 
 from drivetrain.errors import ModelError
@@ -89,8 +91,14 @@ class Job:
     sink: Callable[[str], object] | None
     cancel: threading.Event
     stuck: Callable[[list[int]], bool]
+    # The fixed prefix (the system turn: its first ``prefix`` prompt tokens) kept on disk as one sequence's KV
+    # state, as ``LocalModel`` keeps it for a single context: loaded when no sequence holds it, else saved once
+    # evaluated, so a new process does not evaluate it again.
+    prefix: int = 0
+    prefix_file: Path | None = None
     done: Future[Generated] = field(default_factory=Future)
     seq: int = -1
+    save_prefix: bool = False  # the prefix is being evaluated: save it when it is in
     fed: int = 0  # prompt tokens in the sequence's KV
     reused: int = 0  # of those, how many were there already (or copied) when it started
     out: list[int] = field(default_factory=list)
@@ -189,6 +197,11 @@ class BatchEngine:
             else:
                 lc.llama_memory_seq_rm(self.mem, own, keep, -1)
                 self.cells[own] = self.cells[own][:keep]
+            if job.prefix_file is not None and keep < job.prefix < len(job.prompt):
+                if self._load_prefix(own, job.prompt[: job.prefix], job.prefix_file):
+                    keep = job.prefix
+                else:
+                    job.save_prefix = True
             job.seq, job.fed, job.reused = own, keep, keep
             job.chain = _chain(job.sampling, job.seed)
             if job.gbnf is not None:
@@ -223,6 +236,8 @@ class BatchEngine:
         for job in jobs:
             if job.fed < len(job.prompt) and n < N_BATCH:
                 take = min(len(job.prompt) - job.fed, N_BATCH - n)
+                if job.save_prefix and job.fed < job.prefix:
+                    take = min(take, job.prefix - job.fed)  # the sequence holds exactly the prefix to save
                 for i in range(job.fed, job.fed + take):
                     last = i == len(job.prompt) - 1
                     add(job.prompt[i], i, job.seq, last)
@@ -241,8 +256,43 @@ class BatchEngine:
                 else f"llama_decode failed ({code})"
             )
         self.evaluated += n
+        for job in jobs:
+            if job.save_prefix and job.fed == job.prefix:
+                job.save_prefix = False
+                assert job.prefix_file is not None
+                self._save_prefix(job.seq, job.prompt[: job.prefix], job.prefix_file)
         for idx, job in wants:
             self._next(job, idx)
+
+    def _load_prefix(self, seq: int, prefix: list[int], path: Path) -> bool:
+        """Sequence ``seq`` from the saved state of exactly ``prefix``; False (and the sequence empty) if none."""
+        import llama_cpp as lc
+
+        if not path.is_file():
+            return False
+        tokens = (lc.llama_token * len(prefix))()
+        count = ctypes.c_size_t(0)
+        lc.llama_memory_seq_rm(self.mem, seq, -1, -1)
+        read = lc.llama_state_seq_load_file(self.ctx, str(path).encode(), seq, tokens, len(prefix), ctypes.byref(count))
+        if not read or list(tokens[: count.value]) != prefix:
+            lc.llama_memory_seq_rm(self.mem, seq, -1, -1)
+            self.cells[seq] = []
+            return False
+        self.cells[seq] = list(prefix)
+        return True
+
+    def _save_prefix(self, seq: int, prefix: list[int], path: Path) -> None:
+        """Save sequence ``seq`` (holding exactly ``prefix``), atomically; a cache, so failures are ignored."""
+        import llama_cpp as lc
+
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".tmp{os.getpid()}")
+            tokens = (lc.llama_token * len(prefix))(*prefix)
+            if lc.llama_state_seq_save_file(self.ctx, str(tmp).encode(), seq, tokens, len(prefix)):
+                os.replace(tmp, path)
+        except OSError:
+            pass
 
     def _next(self, job: Job, idx: int) -> None:
         """Sample the job's next token from the logits at batch index ``idx``, and see whether it has ended."""

@@ -255,8 +255,9 @@ class LocalModel:
 
     @classmethod
     def from_env(cls, model: str | None = None, env: Mapping[str, str] | None = None) -> LocalModel:
-        """The provider factory's entry point: ``model`` as for the constructor, else $DRIVETRAIN_LOCAL_MODEL."""
-        return cls(model, env=env)
+        """The provider factory's entry point: ``model`` as for the constructor, else $DRIVETRAIN_LOCAL_MODEL;
+        $DRIVETRAIN_LOCAL_PARALLEL gives ``parallel``."""
+        return cls(model, env=env, parallel=parallel_setting(os.environ if env is None else env))
 
     @property
     def last_prompt_eval_tokens(self) -> int:
@@ -353,6 +354,9 @@ class LocalModel:
                 cancel,
                 _stuck,
             )
+            if self.prefix_cache or request.keep_prefix:
+                prefix = self._system_tokens(request)
+                job.prefix, job.prefix_file = len(prefix), self._prefix_path(prefix).with_suffix(".seq")
             engine = self._engine
         done = engine.submit(job).result()
         with self._lock:
@@ -630,6 +634,18 @@ def _fingerprint(content: tuple[Block, ...]) -> str:
 
 
 ENV_THREADS = "DRIVETRAIN_LOCAL_THREADS"
+ENV_PARALLEL = "DRIVETRAIN_LOCAL_PARALLEL"
+
+
+def parallel_setting(env: Mapping[str, str]) -> int:
+    """$DRIVETRAIN_LOCAL_PARALLEL: how many requests the local model decodes together (``LocalModel``'s
+    ``parallel``); over 1, a task's attempts run at once on it rather than one after another."""
+    text = env.get(ENV_PARALLEL, "").strip()
+    if not text:
+        return 1
+    if not text.isdigit() or int(text) < 1:
+        raise ConfigError(f"{ENV_PARALLEL}={text!r}: give a whole number of sequences, 1 or more (unset: 1)")
+    return int(text)
 
 
 def _threads_setting(env: Mapping[str, str]) -> int | None:

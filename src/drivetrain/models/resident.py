@@ -32,7 +32,7 @@ from drivetrain.host.procs import child_env
 from drivetrain.jsontypes import JsonObject
 from drivetrain.messages import Message, Usage, block_from_wire
 from drivetrain.models.base import ModelRequest, ModelResponse
-from drivetrain.models.local import GenerationProgress, GenerationStats
+from drivetrain.models.local import GenerationProgress, GenerationStats, parallel_setting
 from drivetrain.models.weights import ENV_MODEL, bundled_spec
 
 ENV_DAEMON = "DRIVETRAIN_LOCAL_DAEMON"  # "0": the local model runs in the command's own process
@@ -160,6 +160,7 @@ class ResidentModel:
         self.last_stats: GenerationStats | None = None
         self.live: GenerationProgress | None = None
         self.path = socket_path(self._env)
+        self.parallel = parallel_setting(self._env)  # the process it starts decodes that many requests together
 
     def load(self) -> None:
         """Start (or find) the process and have it load the weights now, not on the first request."""
@@ -237,17 +238,22 @@ def ensure_running(env: Mapping[str, str]) -> int:
     """The pid of the user's model process, started if none answers (a stale socket of a dead one removed) or if
     the one that answers runs other code (``code_identity``: this installation, edited or upgraded since it
     started) — that one is stopped first."""
-    if (status := ping(env)) and status.get("code") == code_identity():
+    if (status := ping(env)) and _serves(status, env):
         return int(status["pid"])
     folder = private_dir(runtime_dir(env))
     with _start_lock(folder):
         if status := ping(env):  # another command started it while this one waited for the lock
-            if status.get("code") == code_identity():
+            if _serves(status, env):
                 return int(status["pid"])
             stop(env)
         with contextlib.suppress(FileNotFoundError):
             (folder / "model.sock").unlink()  # a dead process's socket
         return _spawn(env, folder)
+
+
+def _serves(status: JsonObject, env: Mapping[str, str]) -> bool:
+    """Whether the process that answered runs this installation's code with the sequences ``env`` asks for."""
+    return status.get("code") == code_identity() and status.get("parallel", 1) == parallel_setting(env)
 
 
 def _spawn(env: Mapping[str, str], folder: Path) -> int:

@@ -3,7 +3,7 @@ weights and KV caches, answers ``models/resident.py``'s clients on FOLDER/model.
 
 Requests of several commands take turns at one llama.cpp context (a queue, ``LocalModel``'s lock): each request
 carries its whole history, so contexts cannot mix, and on this CPU decoding is compute-bound (docs/local-model.md
-has the figures), so sequences decoded together would not finish sooner. ``$DRIVETRAIN_DAEMON_PARALLEL`` > 1 gives
+has the figures), so sequences decoded together would not finish sooner. ``$DRIVETRAIN_LOCAL_PARALLEL`` > 1 gives
 the model that many sequences of one context instead (``models/batched.py``).
 """
 
@@ -23,7 +23,7 @@ from pathlib import Path
 
 from drivetrain.errors import ConfigError, HarnessError
 from drivetrain.jsontypes import JsonObject
-from drivetrain.models.local import LocalModel
+from drivetrain.models.local import LocalModel, parallel_setting
 from drivetrain.models.resident import (
     DEFAULT_IDLE_S,
     ENV_IDLE,
@@ -73,6 +73,7 @@ class ResidentServer:
             "pid": os.getpid(),
             "uid": os.getuid(),
             "code": self.code,
+            "parallel": self.parallel,
             "socket": str(self.path),
             "started": self.started,
             "idle_s": round(time.monotonic() - self.last, 1),
@@ -187,8 +188,7 @@ def main(argv: list[str]) -> int:
     os.umask(0o077)  # the pid file, the saved KV prefixes: this user's only
     folder = private_dir(Path(argv[0]))
     idle_s = float(os.environ.get(ENV_IDLE) or DEFAULT_IDLE_S)
-    parallel = int(os.environ.get("DRIVETRAIN_DAEMON_PARALLEL") or 1)
-    asyncio.run(ResidentServer(folder, idle_s, parallel).serve())
+    asyncio.run(ResidentServer(folder, idle_s, parallel_setting(os.environ)).serve())
     return 0
 
 
