@@ -282,17 +282,11 @@ class BatchEngine:
         return True
 
     def _save_prefix(self, seq: int, prefix: list[int], path: Path) -> None:
-        """Save sequence ``seq`` (holding exactly ``prefix``), atomically; a cache, so failures are ignored."""
+        """Save sequence ``seq`` (holding exactly ``prefix``)."""
         import llama_cpp as lc
 
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".tmp{os.getpid()}")
-            tokens = (lc.llama_token * len(prefix))(*prefix)
-            if lc.llama_state_seq_save_file(self.ctx, str(tmp).encode(), seq, tokens, len(prefix)):
-                os.replace(tmp, path)
-        except OSError:
-            pass
+        tokens = (lc.llama_token * len(prefix))(*prefix)
+        save_atomically(path, lambda tmp: lc.llama_state_seq_save_file(self.ctx, tmp, seq, tokens, len(prefix)))
 
     def _next(self, job: Job, idx: int) -> None:
         """Sample the job's next token from the logits at batch index ``idx``, and see whether it has ended."""
@@ -359,6 +353,18 @@ class BatchEngine:
                 now - first,
             )
         )
+
+
+def save_atomically(path: Path, write: Callable[[bytes], int]) -> None:
+    """``write`` a file at the path it is given, then rename it to ``path`` if it says it wrote it (nonzero): a
+    cache, so failures are ignored."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        if write(str(tmp).encode()):
+            os.replace(tmp, path)
+    except OSError:
+        pass
 
 
 def _common(a: list[int], b: list[int]) -> int:

@@ -27,7 +27,15 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 from drivetrain.errors import ConfigError, ModelError
 from drivetrain.messages import Block, Message, StopReason, TextBlock, ToolUseBlock, Usage
 from drivetrain.models.base import ModelRequest, ModelResponse
-from drivetrain.models.batched import BatchEngine, Job, LlamaModelPart, Sampling, constrained, control_tokens
+from drivetrain.models.batched import (
+    BatchEngine,
+    Job,
+    LlamaModelPart,
+    Sampling,
+    constrained,
+    control_tokens,
+    save_atomically,
+)
 from drivetrain.models.cpu import this_cpu, unsupported
 from drivetrain.models.toolcall import (
     AnswerStream,
@@ -613,14 +621,8 @@ def save_prefix(llm: LlamaLike, path: Path, prefix: list[int]) -> None:
     """Save the context's KV state (holding exactly ``prefix``), atomically; a cache, so failures are ignored."""
     import llama_cpp
 
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
-        tokens = (llama_cpp.llama_token * len(prefix))(*prefix)
-        if llama_cpp.llama_state_save_file(llm._ctx.ctx, str(tmp).encode(), tokens, len(prefix)):
-            os.replace(tmp, path)
-    except OSError:
-        pass
+    tokens = (llama_cpp.llama_token * len(prefix))(*prefix)
+    save_atomically(path, lambda tmp: llama_cpp.llama_state_save_file(llm._ctx.ctx, tmp, tokens, len(prefix)))
 
 
 def _is_end_of_generation(llm: LlamaLike, token: int) -> bool:
