@@ -198,10 +198,9 @@ class BatchEngine:
                 lc.llama_memory_seq_rm(self.mem, own, keep, -1)
                 self.cells[own] = self.cells[own][:keep]
             if job.prefix_file is not None and keep < job.prefix < len(job.prompt):
-                if self._load_prefix(own, job.prompt[: job.prefix], job.prefix_file):
-                    keep = job.prefix
-                else:
-                    job.save_prefix = True
+                loaded = self._load_prefix(own, job.prompt[: job.prefix], job.prefix_file)
+                keep = len(self.cells[own])  # the prefix, or what it held before (nothing, if a bad file cleared it)
+                job.save_prefix = not loaded
             job.seq, job.fed, job.reused = own, keep, keep
             job.chain = _chain(job.sampling, job.seed)
             if job.gbnf is not None:
