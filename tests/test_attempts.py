@@ -7,6 +7,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 import cli_process
 from drivetrain.loop.events import Finished
 from drivetrain.loop.result import RunResult
@@ -771,8 +773,6 @@ def test_the_embedded_model_takes_its_attempts_at_once_when_it_decodes_several_t
     """$DRIVETRAIN_LOCAL_PARALLEL > 1 gives the embedded model sequences to decode requests together, so a task's
     attempts run at once on it (as on a server's model) rather than each after the last is known to have failed; a
     setting that is not a whole number of sequences is a clear error."""
-    import pytest
-
     from drivetrain.cli.build import one_after_another
     from drivetrain.errors import ConfigError
     from drivetrain.models.local import LocalModel
